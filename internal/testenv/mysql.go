@@ -1,0 +1,134 @@
+package testenv
+
+import (
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+const mysqlInstall = "apt-get install -y mariadb-server"
+
+var my struct {
+	once  sync.Once
+	admin *mysql.Config
+	err   error
+}
+
+// MySQLDSN returns the DSN of a fresh, empty database on a MariaDB (or
+// MySQL) server, starting the server on first use. The database is dropped
+// when t ends. The DSN sets parseTime and multiStatements off.
+func MySQLDSN(t testing.TB) string {
+	t.Helper()
+	my.once.Do(func() { my.admin, my.err = startMySQL() })
+	if my.err != nil {
+		Missing(t, "MariaDB", mysqlInstall, my.err)
+	}
+	name := Name("t_")
+	admin, err := sql.Open("mysql", my.admin.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
+		t.Fatalf("testenv: create database: %v", err)
+	}
+	t.Cleanup(func() {
+		db, err := sql.Open("mysql", my.admin.FormatDSN())
+		if err != nil {
+			return
+		}
+		defer db.Close()
+		_, _ = db.Exec("DROP DATABASE " + name)
+	})
+	c := my.admin.Clone()
+	c.DBName = name
+	return c.FormatDSN()
+}
+
+// MySQL returns a *sql.DB (driver "mysql") on a fresh database; see
+// [MySQLDSN].
+func MySQL(t testing.TB) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", MySQLDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func startMySQL() (*mysql.Config, error) {
+	if dsn := os.Getenv("IDEM_TEST_MYSQL"); dsn != "" {
+		return mysql.ParseDSN(dsn)
+	}
+	dirs := []string{"/usr/sbin", "/usr/bin"}
+	server, err := findBinary("mariadbd", dirs...)
+	if err != nil {
+		if server, err = findBinary("mysqld", dirs...); err != nil {
+			return nil, err
+		}
+	}
+	install, err := findBinary("mariadb-install-db", dirs...)
+	if err != nil {
+		if install, err = findBinary("mysql_install_db", dirs...); err != nil {
+			return nil, err
+		}
+	}
+	dir, err := os.MkdirTemp("", "idem-mysql-")
+	if err != nil {
+		return nil, err
+	}
+	data := filepath.Join(dir, "data")
+	u := "--user=" + currentUser()
+	s, err := start(dir, nil, install, "--no-defaults", "--datadir="+data, u, "--auth-root-authentication-method=normal", "--skip-test-db")
+	if err != nil {
+		return nil, err
+	}
+	if err := s.cmd.Wait(); err != nil {
+		return nil, fmt.Errorf("%s: %v: %s", install, err, s.logTail())
+	}
+	s.logf.Close()
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	s, err = start(dir, nil, server, "--no-defaults", "--datadir="+data, u,
+		"--port="+fmt.Sprint(port), "--bind-address=127.0.0.1", "--socket="+filepath.Join(dir, "mysqld.sock"),
+		"--pid-file="+filepath.Join(dir, "mysqld.pid"), "--skip-log-bin", "--innodb-buffer-pool-size=128M",
+		"--innodb-flush-log-at-trx-commit=1", "--max-connections=300", "--skip-name-resolve")
+	if err != nil {
+		return nil, err
+	}
+	c := mysql.NewConfig()
+	c.User = "root"
+	c.Net = "tcp"
+	c.Addr = fmt.Sprintf("127.0.0.1:%d", port)
+	db, err := sql.Open("mysql", c.FormatDSN())
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	if err := waitDB(db, s, 60*time.Second); err != nil {
+		s.stop(syscall.SIGTERM)
+		return nil, err
+	}
+	onStop(func() { s.stop(syscall.SIGTERM) })
+	return c, nil
+}
+
+func currentUser() string {
+	if os.Geteuid() == 0 {
+		return "root"
+	}
+	if u := os.Getenv("USER"); u != "" {
+		return u
+	}
+	return "mysql"
+}

@@ -1,0 +1,134 @@
+package testenv
+
+import (
+	"database/sql"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // "pgx" driver
+)
+
+const pgInstall = "apt-get install -y postgresql"
+
+var pg struct {
+	once  sync.Once
+	admin string // URL of the superuser's "postgres" database
+	err   error
+}
+
+// PostgresURL returns the URL of a fresh, empty schema (set as the
+// search_path) on a PostgreSQL server with fsync on, starting the server on
+// first use. The schema is dropped when t ends.
+func PostgresURL(t testing.TB) string {
+	t.Helper()
+	pg.once.Do(func() { pg.admin, pg.err = startPostgres() })
+	if pg.err != nil {
+		Missing(t, "PostgreSQL", pgInstall, pg.err)
+	}
+	schema := Name("t_")
+	admin, err := sql.Open("pgx", pg.admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if _, err := admin.Exec("CREATE SCHEMA " + schema); err != nil {
+		t.Fatalf("testenv: create schema: %v", err)
+	}
+	t.Cleanup(func() {
+		db, err := sql.Open("pgx", pg.admin)
+		if err != nil {
+			return
+		}
+		defer db.Close()
+		_, _ = db.Exec("DROP SCHEMA " + schema + " CASCADE")
+	})
+	u, _ := url.Parse(pg.admin)
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// Postgres returns a *sql.DB (driver "pgx") on a fresh schema; see
+// [PostgresURL].
+func Postgres(t testing.TB) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("pgx", PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func startPostgres() (string, error) {
+	if u := os.Getenv("IDEM_TEST_POSTGRES"); u != "" {
+		return u, nil
+	}
+	dirs := []string{"/usr/lib/postgresql/*/bin"}
+	initdb, err := findBinary("initdb", dirs...)
+	if err != nil {
+		return "", err
+	}
+	postgres, err := findBinary("postgres", dirs...)
+	if err != nil {
+		return "", err
+	}
+	cred, err := unprivileged("postgres", "nobody")
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "idem-pg-")
+	if err != nil {
+		return "", err
+	}
+	data := filepath.Join(dir, "data")
+	if err := os.Mkdir(data, 0o700); err != nil {
+		return "", err
+	}
+	if cred != nil {
+		for _, p := range []string{dir, data} {
+			if err := os.Chown(p, int(cred.Uid), int(cred.Gid)); err != nil {
+				return "", err
+			}
+		}
+	}
+	// initdb: --no-sync only speeds up creating the cluster; the server
+	// below runs with fsync on, as production does.
+	s, err := start(dir, cred, initdb, "-D", data, "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8", "--locale=C")
+	if err != nil {
+		return "", err
+	}
+	if err := s.cmd.Wait(); err != nil {
+		return "", fmt.Errorf("initdb: %v: %s", err, s.logTail())
+	}
+	s.logf.Close()
+	port, err := freePort()
+	if err != nil {
+		return "", err
+	}
+	s, err = start(dir, cred, postgres, "-D", data, "-p", fmt.Sprint(port), "-k", dir,
+		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=on", "-c", "max_connections=300",
+		"-c", "shared_buffers=128MB", "-c", "max_prepared_transactions=0")
+	if err != nil {
+		return "", err
+	}
+	admin := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	db, err := sql.Open("pgx", admin)
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	if err := waitDB(db, s, 30*time.Second); err != nil {
+		s.stop(syscall.SIGINT)
+		return "", err
+	}
+	onStop(func() { s.stop(syscall.SIGINT) }) // fast shutdown
+	return admin, nil
+}

@@ -1,0 +1,220 @@
+// Package testenv finds or starts the servers idem's tests need: a
+// throwaway PostgreSQL (initdb + postgres in a temp dir, free port), MariaDB
+// and Redis, and temp-file SQLite databases. One server of each kind is
+// started per test binary, on first use, and stopped by [Main]; every test
+// gets its own schema, database or key prefix on it.
+//
+// An existing server is used instead when its address is in the
+// environment: IDEM_TEST_POSTGRES (a postgres:// URL of a superuser),
+// IDEM_TEST_MYSQL (a go-sql-driver DSN of a user that may CREATE DATABASE),
+// IDEM_TEST_REDIS (host:port).
+//
+// When a server is missing, a test skips with the command that installs it;
+// with CI=true it fails instead, so that CI never passes by skipping.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/sqldialect"
+	_ "modernc.org/sqlite" // SQLite driver for tests
+)
+
+// Main runs the tests and then stops every server this binary started. Use
+// it from TestMain:
+//
+//	func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+func Main(m *testing.M) int {
+	code := m.Run()
+	stopAll()
+	return code
+}
+
+// InCI reports whether the tests run under CI (CI=true), where a missing
+// server is a failure, not a skip.
+func InCI() bool {
+	v := strings.ToLower(os.Getenv("CI"))
+	return v == "true" || v == "1" || v == "yes"
+}
+
+// Missing skips t with the command that installs what is missing, or fails
+// it under CI.
+func Missing(t testing.TB, what, install string, err error) {
+	t.Helper()
+	msg := fmt.Sprintf("%s is not available (%v); install it with: %s (or run `make test`, which does)", what, err, install)
+	if InCI() {
+		t.Fatalf("CI=true: %s", msg)
+	}
+	t.Skip(msg)
+}
+
+var (
+	stopMu sync.Mutex
+	stops  []func()
+)
+
+func onStop(f func()) {
+	stopMu.Lock()
+	stops = append(stops, f)
+	stopMu.Unlock()
+}
+
+func stopAll() {
+	stopMu.Lock()
+	defer stopMu.Unlock()
+	for i := len(stops) - 1; i >= 0; i-- {
+		stops[i]()
+	}
+	stops = nil
+}
+
+// freePort asks the kernel for a free loopback TCP port.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// findBinary looks for name on PATH and then in dirs (globs allowed).
+func findBinary(name string, dirs ...string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	for _, d := range dirs {
+		matches, _ := filepath.Glob(filepath.Join(d, name))
+		for i := len(matches) - 1; i >= 0; i-- { // newest version last in lexical order
+			if st, err := os.Stat(matches[i]); err == nil && st.Mode()&0o111 != 0 {
+				return matches[i], nil
+			}
+		}
+	}
+	return "", fmt.Errorf("%s not found on PATH or in %v", name, dirs)
+}
+
+// server is a child process started by testenv.
+type server struct {
+	cmd  *exec.Cmd
+	dir  string
+	logf *os.File
+}
+
+// start runs bin with args as a child that dies with this process, logging to
+// dir/server.log, optionally as another user (servers that refuse root).
+func start(dir string, cred *syscall.Credential, bin string, args ...string) (*server, error) {
+	logf, err := os.Create(filepath.Join(dir, "server.log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true, Credential: cred}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	return &server{cmd: cmd, dir: dir, logf: logf}, nil
+}
+
+func (s *server) stop(sig syscall.Signal) {
+	_ = s.cmd.Process.Signal(sig)
+	done := make(chan struct{})
+	go func() { _ = s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+	s.logf.Close()
+	_ = os.RemoveAll(s.dir)
+}
+
+func (s *server) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
+
+// unprivileged returns the credential of a non-root user for servers that
+// refuse to run as root, or nil when the tests do not run as root.
+func unprivileged(names ...string) (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	for _, n := range names {
+		u, err := user.Lookup(n)
+		if err != nil {
+			continue
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+	}
+	return nil, fmt.Errorf("running as root and none of the users %v exists", names)
+}
+
+// waitDB pings db until it answers or the deadline passes.
+func waitDB(db *sql.DB, s *server, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	var err error
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err = db.PingContext(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if s != nil && s.cmd.ProcessState != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if s != nil {
+		return fmt.Errorf("server did not answer: %v; log:\n%s", err, s.logTail())
+	}
+	return err
+}
+
+// Name returns a short unique identifier for one test's schema or database.
+func Name(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// SQLite returns a *sql.DB on a fresh SQLite file in t's temp dir, opened
+// with the settings idem expects (see sqldialect.SQLiteDSN).
+func SQLite(t testing.TB) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", SQLiteDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// SQLiteDSN returns the DSN of a fresh SQLite file in t's temp dir.
+func SQLiteDSN(t testing.TB) string {
+	return sqldialect.SQLiteDSN(filepath.Join(t.TempDir(), "test.db"))
+}
