@@ -64,7 +64,14 @@ func MySQL(t testing.TB) *sql.DB {
 	return db
 }
 
+// quiet drops the driver's own log lines ("unexpected EOF" when a test kills
+// a connection on purpose); errors still reach the caller.
+type quiet struct{}
+
+func (quiet) Print(...any) {}
+
 func startMySQL() (*mysql.Config, error) {
+	_ = mysql.SetLogger(quiet{})
 	if dsn := os.Getenv("IDEM_TEST_MYSQL"); dsn != "" {
 		return mysql.ParseDSN(dsn)
 	}

@@ -1,0 +1,56 @@
+// Package inbox is the transactional inbox: an idempotent consumer whose
+// dedup record and business effect commit in one database transaction.
+//
+// For each delivery, [Inbox.Process] begins a transaction, inserts the
+// (consumer, key) row with the dialect's "insert unless present"
+// (PostgreSQL and SQLite: INSERT ... ON CONFLICT DO NOTHING; MySQL: INSERT
+// ... ON DUPLICATE KEY UPDATE with no change), and reads the affected-row
+// count. One row: the key is new, fn runs in the same transaction, and both
+// commit together. Zero rows: the key is already recorded, fn is not run, and
+// Process reports applied == false. Duplicates are never detected by parsing
+// error text.
+//
+//	applied, err := in.Process(ctx, msg.ID, func(ctx context.Context, tx *sql.Tx) error {
+//		_, err := tx.ExecContext(ctx, "UPDATE wallets SET balance = balance + $1 WHERE user_id = $2", 50, 42)
+//		return err
+//	})
+//	if err != nil {
+//		return err // do not ack: the broker redelivers and Process runs again
+//	}
+//	ack(msg) // applied or duplicate: both are done
+//
+// # What happens if the process dies
+//
+//   - Before COMMIT (in fn, or between the insert and the commit): the
+//     database rolls the transaction back. Neither the key nor the effect is
+//     recorded; the broker redelivers and the message is processed.
+//   - During COMMIT: the outcome is unknown to the caller, so Process returns
+//     an error and the caller must not ack. The redelivery either finds the key
+//     (the commit landed: applied == false) or processes the message.
+//   - After COMMIT, before the ack: the redelivery finds the key and is
+//     reported as a duplicate; the effect is not repeated.
+//
+// # Concurrency
+//
+// Concurrent deliveries of one key, from goroutines or from separate
+// processes, apply exactly once: the second insert waits on the unique index
+// until the first transaction ends, then sees the row (duplicate) or, if the
+// first rolled back, inserts it and applies. Serialization failures,
+// deadlocks and SQLITE_BUSY are retried with bounded, jittered backoff; fn runs
+// again inside a fresh transaction, so fn must do all its work through tx (or
+// be safe to repeat).
+//
+// # Retention
+//
+// Rows grow without bound unless swept. [Inbox.Sweep] deletes rows older than
+// a retention in bounded batches along the (consumer, processed_at) index.
+// The retention must be at least the duplicate horizon: the broker's
+// retention or redelivery window plus the client retry horizon. A consumer
+// group that can be reset 7 days back on a topic with 7 days of retention
+// needs at least 7 days; a shorter retention lets late duplicates through as
+// fresh messages. [WithRedeliveryHorizon] makes New and Sweep refuse a
+// shorter retention.
+//
+// The schema is in [Inbox.SchemaSQL] for migration tools; [Inbox.Migrate]
+// applies it.
+package inbox

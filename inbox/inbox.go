@@ -1,0 +1,299 @@
+package inbox
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/sqldialect"
+)
+
+// Errors callers branch on. They are shared with the other idem packages.
+var (
+	// ErrFingerprintMismatch: the key is recorded with another fingerprint.
+	// Nothing was applied; the message is a reused key, not a retry.
+	ErrFingerprintMismatch = idem.ErrFingerprintMismatch
+	// ErrInvalidKey: the key is empty or longer than 255 bytes.
+	ErrInvalidKey = idem.ErrInvalidKey
+	// ErrInvalidOption is wrapped by New's errors.
+	ErrInvalidOption = idem.ErrInvalidOption
+	// ErrInvalidArgument is wrapped when a call's argument is unusable (a nil
+	// handler, a fingerprint over 64 bytes, a non-positive batch size).
+	ErrInvalidArgument = errors.New("inbox: invalid argument")
+	// ErrHorizon is returned by Sweep when asked to delete keys younger than
+	// the configured redelivery horizon.
+	ErrHorizon = errors.New("inbox: retention shorter than the redelivery horizon")
+)
+
+// MaxFingerprintLen is the longest fingerprint the inbox stores, in bytes
+// (room for a SHA-512 digest).
+const MaxFingerprintLen = 64
+
+// Beginner starts transactions. *sql.DB and *sql.Conn implement it.
+type Beginner interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+// Handler applies one message's effect inside tx. It must do all its
+// database work through tx: the key is recorded in the same transaction, and
+// a retry after a serialization failure runs the handler again in a new one.
+type Handler func(ctx context.Context, tx *sql.Tx) error
+
+// Inbox records processed keys for one consumer in one table. It is safe for
+// concurrent use and holds no goroutines, so it needs no Close.
+type Inbox struct {
+	db       Beginner
+	dialect  sqldialect.Dialect
+	consumer string
+	cfg      config
+	q        queries
+}
+
+// New returns an Inbox for consumer on db. The consumer name scopes keys:
+// the same key under two consumers is two keys. New checks its arguments and
+// options and touches no table; call [Inbox.Migrate] or apply
+// [Inbox.SchemaSQL] with your migration tool.
+func New(db Beginner, d sqldialect.Dialect, consumer string, opts ...Option) (*Inbox, error) {
+	if db == nil {
+		return nil, invalid("nil database")
+	}
+	if err := d.Validate(); err != nil {
+		return nil, fmt.Errorf("inbox: %w", err)
+	}
+	if consumer == "" || len(consumer) > idem.MaxKeyLen {
+		return nil, invalid("consumer name must be 1 to %d bytes, got %d", idem.MaxKeyLen, len(consumer))
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			return nil, invalid("nil option")
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if err := d.ValidateIdentifier(cfg.table); err != nil {
+		return nil, invalid("table: %v", err)
+	}
+	if cfg.horizon > 0 && cfg.retention > 0 && cfg.retention < cfg.horizon {
+		return nil, invalid("retention %v is shorter than the redelivery horizon %v: duplicates arriving in between would be applied again", cfg.retention, cfg.horizon)
+	}
+	return &Inbox{db: db, dialect: d, consumer: consumer, cfg: cfg, q: buildQueries(d, cfg.table)}, nil
+}
+
+// Consumer returns the consumer name that scopes this Inbox's keys.
+func (in *Inbox) Consumer() string { return in.consumer }
+
+// SchemaSQL returns the statements that create the key table and its index,
+// for migration tools. They are idempotent (IF NOT EXISTS).
+func (in *Inbox) SchemaSQL() []string { return append([]string(nil), in.q.schema...) }
+
+// Migrate creates the key table and its index if they do not exist.
+func (in *Inbox) Migrate(ctx context.Context) error {
+	return in.withRetry(ctx, func() error {
+		tx, err := in.db.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("inbox: migrate: %w", err)
+		}
+		defer tx.Rollback()
+		for _, s := range in.q.schema {
+			if _, err := tx.ExecContext(ctx, s); err != nil {
+				return fmt.Errorf("inbox: migrate: %w", err)
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("inbox: migrate: commit: %w", err)
+		}
+		return nil
+	})
+}
+
+// Process applies fn at most once for key. It begins a transaction, records
+// the key unless it is already recorded, and runs fn in that transaction only
+// if the key is new; then it commits both.
+//
+// Results:
+//   - applied == true, err == nil: the key and fn's effect committed together.
+//   - applied == false, err == nil: the key was already recorded (a
+//     duplicate); fn did not run. Acknowledge the message.
+//   - err != nil: nothing was recorded, or (if the error came from COMMIT)
+//     the outcome is unknown. Do not acknowledge; the redelivery decides.
+//
+// An error from fn rolls the transaction back and is returned wrapped; the key
+// is not recorded, so a redelivery runs fn again. Serialization failures,
+// deadlocks and SQLITE_BUSY, from the insert or from fn, are retried in a new
+// transaction (see [WithRetry]).
+func (in *Inbox) Process(ctx context.Context, key string, fn Handler) (applied bool, err error) {
+	return in.ProcessMessage(ctx, Message{Key: key}, fn)
+}
+
+// ProcessMessage is [Inbox.Process] with a payload fingerprint: when m's key
+// is already recorded with a different non-empty fingerprint, it returns
+// [ErrFingerprintMismatch] and applies nothing. A key recorded without a
+// fingerprint matches any.
+func (in *Inbox) ProcessMessage(ctx context.Context, m Message, fn Handler) (applied bool, err error) {
+	if err := in.checkMessage(m); err != nil {
+		return false, err
+	}
+	if fn == nil {
+		return false, fmt.Errorf("%w: nil handler", ErrInvalidArgument)
+	}
+	start := time.Now()
+	err = in.withRetry(ctx, func() (err error) {
+		applied, err = in.processOnce(ctx, m, fn)
+		return err
+	})
+	if in.cfg.hooks != nil {
+		in.cfg.hooks.Processed(in.consumer, applied, err, time.Since(start))
+	}
+	return applied, err
+}
+
+func (in *Inbox) checkMessage(m Message) error {
+	if err := idem.ValidateKey(m.Key); err != nil {
+		return fmt.Errorf("inbox: %w", err)
+	}
+	if len(m.Fingerprint) > MaxFingerprintLen {
+		return fmt.Errorf("%w: fingerprint of %d bytes is longer than %d; pass a digest", ErrInvalidArgument, len(m.Fingerprint), MaxFingerprintLen)
+	}
+	return nil
+}
+
+func (in *Inbox) processOnce(ctx context.Context, m Message, fn Handler) (bool, error) {
+	tx, err := in.db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, fmt.Errorf("inbox: begin: %w", err)
+	}
+	defer tx.Rollback() // no-op after Commit
+	inserted, err := in.insertOne(ctx, tx, m)
+	if err != nil {
+		return false, err
+	}
+	if !inserted {
+		// Duplicate. Nothing to commit: the transaction only read.
+		return false, in.checkFingerprint(ctx, tx, m)
+	}
+	if err := fn(ctx, tx); err != nil {
+		return false, &HandlerError{Key: m.Key, Err: err}
+	}
+	if err := tx.Commit(); err != nil {
+		return false, &CommitError{Key: m.Key, Err: err}
+	}
+	return true, nil
+}
+
+// insertOne records m's key unless present and reports whether it did.
+func (in *Inbox) insertOne(ctx context.Context, tx *sql.Tx, m Message) (bool, error) {
+	res, err := tx.ExecContext(ctx, in.q.insert, in.consumer, m.Key, nullBytes(m.Fingerprint))
+	if err != nil {
+		return false, fmt.Errorf("inbox: record key: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("inbox: record key: rows affected: %w", err)
+	}
+	return n == 1, nil
+}
+
+// checkFingerprint compares m's fingerprint with the recorded one.
+func (in *Inbox) checkFingerprint(ctx context.Context, tx *sql.Tx, m Message) error {
+	if len(m.Fingerprint) == 0 {
+		return nil
+	}
+	var stored []byte
+	err := tx.QueryRowContext(ctx, in.q.fingerprint, in.consumer, m.Key).Scan(&stored)
+	if err != nil {
+		return fmt.Errorf("inbox: read fingerprint: %w", err)
+	}
+	return matchFingerprint(m, stored)
+}
+
+func matchFingerprint(m Message, stored []byte) error {
+	if len(stored) == 0 || len(m.Fingerprint) == 0 || bytes.Equal(stored, m.Fingerprint) {
+		return nil
+	}
+	return fmt.Errorf("inbox: key %q: %w", m.Key, ErrFingerprintMismatch)
+}
+
+func nullBytes(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+// withRetry runs f until it succeeds, fails with an error that is not
+// retryable, or the retries are used up. Only errors whose transaction surely
+// did not commit are retried.
+func (in *Inbox) withRetry(ctx context.Context, f func() error) error {
+	for attempt := 0; ; attempt++ {
+		err := f()
+		if err == nil || attempt >= in.cfg.maxRetries || !in.retryable(err) {
+			return err
+		}
+		if in.cfg.hooks != nil {
+			in.cfg.hooks.Retried(in.consumer, attempt+1, err)
+		}
+		in.cfg.logger.DebugContext(ctx, "inbox: retrying transaction", "consumer", in.consumer, "attempt", attempt+1, "err", err)
+		if serr := sleep(ctx, backoff(attempt, in.cfg.backoffMin, in.cfg.backoffMax)); serr != nil {
+			return fmt.Errorf("inbox: %w (while retrying after: %v)", serr, err)
+		}
+	}
+}
+
+func (in *Inbox) retryable(err error) bool {
+	var ce *CommitError
+	if errors.As(err, &ce) {
+		return false // the commit may have landed
+	}
+	return in.dialect.Retryable(err)
+}
+
+// backoff returns a full-jitter exponential delay for the attempt.
+func backoff(attempt int, lo, hi time.Duration) time.Duration {
+	d := lo << min(attempt, 20)
+	if d > hi || d <= 0 {
+		d = hi
+	}
+	return lo/2 + rand.N(d)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// HandlerError is returned when the handler failed; nothing was recorded.
+type HandlerError struct {
+	Key string
+	Err error
+}
+
+func (e *HandlerError) Error() string {
+	return fmt.Sprintf("inbox: handler for key %q: %v", e.Key, e.Err)
+}
+func (e *HandlerError) Unwrap() error { return e.Err }
+
+// CommitError is returned when COMMIT failed. The outcome is unknown: the
+// commit may have landed before the connection broke. Do not acknowledge; a
+// redelivery finds the key if it did.
+type CommitError struct {
+	Key string
+	Err error
+}
+
+func (e *CommitError) Error() string {
+	return fmt.Sprintf("inbox: commit for key %q (outcome unknown, do not ack): %v", e.Key, e.Err)
+}
+func (e *CommitError) Unwrap() error { return e.Err }

@@ -1,0 +1,437 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/sqldialect"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(crashEnv) != "" {
+		crashChild()
+		return
+	}
+	os.Exit(testenv.Main(m))
+}
+
+// backend opens two independent pools on one fresh database, as two
+// consumer processes would have.
+type backend struct {
+	name string
+	d    sqldialect.Dialect
+	open func(t *testing.T) (*sql.DB, *sql.DB)
+}
+
+var backends = []backend{
+	{"sqlite", sqldialect.SQLite, func(t *testing.T) (*sql.DB, *sql.DB) {
+		dsn := testenv.SQLiteDSN(t)
+		return openPool(t, "sqlite", dsn), openPool(t, "sqlite", dsn)
+	}},
+	{"postgres", sqldialect.Postgres, func(t *testing.T) (*sql.DB, *sql.DB) {
+		u := testenv.PostgresURL(t)
+		return openPool(t, "pgx", u), openPool(t, "pgx", u)
+	}},
+	{"mysql", sqldialect.MySQL, func(t *testing.T) (*sql.DB, *sql.DB) {
+		dsn := testenv.MySQLDSN(t)
+		return openPool(t, "mysql", dsn), openPool(t, "mysql", dsn)
+	}},
+}
+
+func openPool(t *testing.T, driver, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// env is one test's database: an inbox, a wallet table to apply effects to.
+type env struct {
+	t       *testing.T
+	d       sqldialect.Dialect
+	db, db2 *sql.DB
+	in      *inbox.Inbox
+}
+
+func setup(t *testing.T, b backend, opts ...inbox.Option) *env {
+	t.Helper()
+	db, db2 := b.open(t)
+	in, err := inbox.New(db, b.d, "wallet-consumer", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := in.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "CREATE TABLE wallet (id INT PRIMARY KEY, balance BIGINT NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "INSERT INTO wallet (id, balance) VALUES (1, 0), (2, 0)"); err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, d: b.d, db: db, db2: db2, in: in}
+}
+
+// credit returns a handler that adds amount to wallet id.
+func (e *env) credit(id int, amount int64) inbox.Handler {
+	return func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "UPDATE wallet SET balance = balance + "+e.d.Placeholder(1)+" WHERE id = "+e.d.Placeholder(2), amount, id)
+		return err
+	}
+}
+
+func (e *env) balance(id int) int64 {
+	e.t.Helper()
+	var b int64
+	if err := e.db.QueryRow("SELECT balance FROM wallet WHERE id = "+e.d.Placeholder(1), id).Scan(&b); err != nil {
+		e.t.Fatal(err)
+	}
+	return b
+}
+
+func (e *env) keys() int {
+	e.t.Helper()
+	var n int
+	if err := e.db.QueryRow("SELECT COUNT(*) FROM idem_inbox").Scan(&n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+func forEach(t *testing.T, f func(t *testing.T, b backend)) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { f(t, b) })
+	}
+}
+
+func TestProcessAppliesOnce(t *testing.T) {
+	forEach(t, func(t *testing.T, b backend) {
+		e := setup(t, b)
+		ctx := context.Background()
+		for i, want := range []bool{true, false, false} {
+			applied, err := e.in.Process(ctx, "evt-1", e.credit(1, 50))
+			if err != nil || applied != want {
+				t.Fatalf("delivery %d: applied=%v err=%v, want applied=%v", i, applied, err, want)
+			}
+		}
+		if got := e.balance(1); got != 50 {
+			t.Fatalf("balance = %d after three deliveries of one event, want 50", got)
+		}
+		// Keys compare byte for byte: a different case is a different key.
+		if applied, err := e.in.Process(ctx, "EVT-1", e.credit(1, 1)); err != nil || !applied {
+			t.Fatalf("EVT-1 treated as a duplicate of evt-1: applied=%v err=%v", applied, err)
+		}
+	})
+}
+
+func TestHandlerErrorRecordsNothing(t *testing.T) {
+	forEach(t, func(t *testing.T, b backend) {
+		e := setup(t, b)
+		ctx := context.Background()
+		boom := errors.New("payment service said no")
+		failing := func(ctx context.Context, tx *sql.Tx) error {
+			if err := e.credit(1, 50)(ctx, tx); err != nil { // effect written, then failure
+				return err
+			}
+			return boom
+		}
+		applied, err := e.in.Process(ctx, "evt-1", failing)
+		var he *inbox.HandlerError
+		if applied || !errors.Is(err, boom) || !errors.As(err, &he) || he.Key != "evt-1" {
+			t.Fatalf("failing handler: applied=%v err=%v", applied, err)
+		}
+		if e.balance(1) != 0 || e.keys() != 0 {
+			t.Fatalf("after a failed handler: balance=%d keys=%d, want both 0", e.balance(1), e.keys())
+		}
+		// The redelivery is processed, exactly once.
+		for i := 0; i < 2; i++ {
+			if _, err := e.in.Process(ctx, "evt-1", e.credit(1, 50)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := e.balance(1); got != 50 {
+			t.Fatalf("balance = %d after the redeliveries, want 50", got)
+		}
+	})
+}
+
+func TestConcurrentDeliveriesApplyOnce(t *testing.T) {
+	forEach(t, func(t *testing.T, b backend) {
+		e := setup(t, b)
+		in2, err := inbox.New(e.db2, b.d, "wallet-consumer") // a second "process"
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 32
+		var applied atomic.Int32
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		errs := make(chan error, n)
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				in := e.in
+				if i%2 == 1 {
+					in = in2
+				}
+				<-start
+				ok, err := in.Process(context.Background(), "evt-race", e.credit(1, 50))
+				if err != nil {
+					errs <- err
+					return
+				}
+				if ok {
+					applied.Add(1)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("delivery failed: %v", err)
+		}
+		if applied.Load() != 1 || e.balance(1) != 50 {
+			t.Fatalf("%d concurrent deliveries: %d reported applied, balance %d; want 1 and 50", n, applied.Load(), e.balance(1))
+		}
+	})
+}
+
+func TestConnectionDiesUnderHandler(t *testing.T) {
+	kill := map[sqldialect.Dialect]string{
+		sqldialect.Postgres: "SELECT pg_terminate_backend(pg_backend_pid())",
+		sqldialect.MySQL:    "KILL CONNECTION_ID()",
+	}
+	forEach(t, func(t *testing.T, b backend) {
+		q, ok := kill[b.d]
+		if !ok {
+			t.Skip("SQLite has no server connection to kill; see TestCrash for process death")
+		}
+		e := setup(t, b)
+		ctx := context.Background()
+		applied, err := e.in.Process(ctx, "evt-1", func(ctx context.Context, tx *sql.Tx) error {
+			if err := e.credit(1, 50)(ctx, tx); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, q) // the server drops us mid-transaction
+			return err
+		})
+		if err == nil || applied {
+			t.Fatalf("killed connection: applied=%v err=%v, want an error", applied, err)
+		}
+		if e.balance(1) != 0 || e.keys() != 0 {
+			t.Fatalf("after the connection died: balance=%d keys=%d, want 0, 0", e.balance(1), e.keys())
+		}
+		for i := 0; i < 2; i++ {
+			if _, err := e.in.Process(ctx, "evt-1", e.credit(1, 50)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := e.balance(1); got != 50 {
+			t.Fatalf("balance after redelivery = %d, want 50", got)
+		}
+	})
+}
+
+func TestFingerprintMismatch(t *testing.T) {
+	forEach(t, func(t *testing.T, b backend) {
+		e := setup(t, b)
+		ctx := context.Background()
+		m := inbox.Message{Key: "evt-1", Fingerprint: []byte("sha256:aaaa")}
+		if ok, err := e.in.ProcessMessage(ctx, m, e.credit(1, 50)); !ok || err != nil {
+			t.Fatalf("first: %v %v", ok, err)
+		}
+		if ok, err := e.in.ProcessMessage(ctx, m, e.credit(1, 50)); ok || err != nil {
+			t.Fatalf("same fingerprint: applied=%v err=%v, want a plain duplicate", ok, err)
+		}
+		other := inbox.Message{Key: "evt-1", Fingerprint: []byte("sha256:bbbb")}
+		ok, err := e.in.ProcessMessage(ctx, other, e.credit(1, 999))
+		if ok || !errors.Is(err, inbox.ErrFingerprintMismatch) {
+			t.Fatalf("other fingerprint: applied=%v err=%v, want ErrFingerprintMismatch", ok, err)
+		}
+		if got := e.balance(1); got != 50 {
+			t.Fatalf("balance = %d, want 50", got)
+		}
+	})
+}
+
+func TestConsumersScopeKeys(t *testing.T) {
+	forEach(t, func(t *testing.T, b backend) {
+		e := setup(t, b)
+		other, err := inbox.New(e.db, b.d, "audit-consumer")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		for _, in := range []*inbox.Inbox{e.in, other} {
+			if ok, err := in.Process(ctx, "evt-1", e.credit(1, 50)); !ok || err != nil {
+				t.Fatalf("consumer %s: applied=%v err=%v, want applied", in.Consumer(), ok, err)
+			}
+		}
+		if e.balance(1) != 100 {
+			t.Fatalf("balance = %d, want 100 (one credit per consumer)", e.balance(1))
+		}
+	})
+}
+
+func TestBadInputWritesNothing(t *testing.T) {
+	forEach(t, func(t *testing.T, b backend) {
+		e := setup(t, b)
+		ctx := context.Background()
+		ran := false
+		fn := func(ctx context.Context, tx *sql.Tx) error { ran = true; return nil }
+		cases := []struct {
+			name string
+			key  string
+			fn   inbox.Handler
+			want error
+		}{
+			{"empty key", "", fn, inbox.ErrInvalidKey},
+			{"key over 255 bytes", strings.Repeat("k", 256), fn, inbox.ErrInvalidKey},
+			{"nil handler", "evt-1", nil, inbox.ErrInvalidArgument},
+		}
+		for _, c := range cases {
+			if _, err := e.in.Process(ctx, c.key, c.fn); !errors.Is(err, c.want) {
+				t.Errorf("%s: err = %v, want %v", c.name, err, c.want)
+			}
+		}
+		if _, err := e.in.ProcessMessage(ctx, inbox.Message{Key: "k", Fingerprint: make([]byte, 65)}, fn); !errors.Is(err, inbox.ErrInvalidArgument) {
+			t.Errorf("65-byte fingerprint: err = %v", err)
+		}
+		if _, err := e.in.ProcessBatch(ctx, []inbox.Message{{Key: "ok"}, {Key: ""}}, func(context.Context, *sql.Tx, inbox.Message) error { ran = true; return nil }); !errors.Is(err, inbox.ErrInvalidKey) || !strings.Contains(err.Error(), "message 1") {
+			t.Errorf("batch with an empty key: err = %v, want ErrInvalidKey naming message 1", err)
+		}
+		if ran || e.keys() != 0 {
+			t.Fatalf("bad input ran the handler (%v) or wrote keys (%d)", ran, e.keys())
+		}
+		closed, _ := b.open(t)
+		cin, err := inbox.New(closed, b.d, "c")
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed.Close()
+		if _, err := cin.Process(ctx, "evt-1", fn); err == nil || !strings.Contains(err.Error(), "closed") || ran {
+			t.Errorf("closed DB: err = %v, ran = %v", err, ran)
+		}
+	})
+}
+
+func TestNewRejects(t *testing.T) {
+	t.Parallel()
+	db := testenv.SQLite(t)
+	cases := []struct {
+		name string
+		d    sqldialect.Dialect
+		cons string
+		opts []inbox.Option
+		want error
+	}{
+		{"unknown dialect", 0, "c", nil, sqldialect.ErrUnknownDialect},
+		{"empty consumer", sqldialect.SQLite, "", nil, inbox.ErrInvalidOption},
+		{"table not an identifier", sqldialect.SQLite, "c", []inbox.Option{inbox.WithTable("inbox; DROP TABLE x")}, inbox.ErrInvalidOption},
+		{"schema on sqlite", sqldialect.SQLite, "c", []inbox.Option{inbox.WithTable("s.t")}, inbox.ErrInvalidOption},
+		{"retention below horizon", sqldialect.SQLite, "c", []inbox.Option{inbox.WithRedeliveryHorizon(7 * 24 * time.Hour), inbox.WithRetention(24 * time.Hour)}, inbox.ErrInvalidOption},
+		{"negative retry", sqldialect.SQLite, "c", []inbox.Option{inbox.WithRetry(-1, time.Millisecond, time.Second)}, inbox.ErrInvalidOption},
+		{"nil option", sqldialect.SQLite, "c", []inbox.Option{nil}, inbox.ErrInvalidOption},
+	}
+	for _, c := range cases {
+		if _, err := inbox.New(db, c.d, c.cons, c.opts...); !errors.Is(err, c.want) {
+			t.Errorf("%s: err = %v, want %v", c.name, err, c.want)
+		}
+	}
+	if _, err := inbox.New(nil, sqldialect.SQLite, "c"); !errors.Is(err, inbox.ErrInvalidOption) {
+		t.Errorf("nil db: %v", err)
+	}
+	if _, err := inbox.New(db, sqldialect.Postgres, "c", inbox.WithTable("app.inbox"), inbox.WithRetention(8*24*time.Hour), inbox.WithRedeliveryHorizon(7*24*time.Hour)); err != nil {
+		t.Errorf("valid options rejected: %v", err)
+	}
+}
+
+// retryableErr looks like a PostgreSQL serialization failure.
+type retryableErr struct{}
+
+func (retryableErr) Error() string    { return "could not serialize access" }
+func (retryableErr) SQLState() string { return "40001" }
+
+func TestSerializationFailureIsRetried(t *testing.T) {
+	b := backends[1] // postgres: the error type above speaks its SQLSTATE
+	e := setup(t, b, inbox.WithRetry(5, time.Millisecond, 5*time.Millisecond))
+	ctx := context.Background()
+	var calls int
+	applied, err := e.in.Process(ctx, "evt-1", func(ctx context.Context, tx *sql.Tx) error {
+		calls++
+		if err := e.credit(1, 50)(ctx, tx); err != nil {
+			return err
+		}
+		if calls < 3 {
+			return retryableErr{}
+		}
+		return nil
+	})
+	if err != nil || !applied || calls != 3 || e.balance(1) != 50 {
+		t.Fatalf("applied=%v err=%v calls=%d balance=%d; want applied after 3 calls, balance 50", applied, err, calls, e.balance(1))
+	}
+	// Retries are bounded.
+	calls = 0
+	_, err = e.in.Process(ctx, "evt-2", func(context.Context, *sql.Tx) error { calls++; return retryableErr{} })
+	if err == nil || calls != 6 || e.keys() != 1 {
+		t.Fatalf("always-failing handler: err=%v calls=%d keys=%d; want an error after 6 calls, 1 key", err, calls, e.keys())
+	}
+}
+
+func TestDeadlockIsRetried(t *testing.T) {
+	forEach(t, func(t *testing.T, b backend) {
+		if b.d == sqldialect.SQLite {
+			t.Skip("SQLite serialises writers; deadlocks cannot happen")
+		}
+		e := setup(t, b, inbox.WithRetry(10, time.Millisecond, 20*time.Millisecond))
+		ctx := context.Background()
+		if b.d == sqldialect.MySQL {
+			if _, err := e.db.Exec("SET GLOBAL innodb_lock_wait_timeout = 5"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Two handlers lock wallets 1 and 2 in opposite orders; both hold their
+		// first lock before taking the second, so the database must break a
+		// deadlock, and the loser's transaction is retried.
+		var barrier sync.WaitGroup
+		barrier.Add(2)
+		var once [2]sync.Once
+		run := func(i, first, second int) error {
+			_, err := e.in.Process(ctx, fmt.Sprintf("evt-%d", i), func(ctx context.Context, tx *sql.Tx) error {
+				if err := e.credit(first, 1)(ctx, tx); err != nil {
+					return err
+				}
+				once[i].Do(func() { barrier.Done(); barrier.Wait() })
+				return e.credit(second, 1)(ctx, tx)
+			})
+			return err
+		}
+		errs := make(chan error, 2)
+		go func() { errs <- run(0, 1, 2) }()
+		go func() { errs <- run(1, 2, 1) }()
+		for i := 0; i < 2; i++ {
+			if err := <-errs; err != nil {
+				t.Fatalf("deadlocked delivery not retried to success: %v", err)
+			}
+		}
+		if e.balance(1) != 2 || e.balance(2) != 2 || e.keys() != 2 {
+			t.Fatalf("balances %d, %d, keys %d; want 2, 2, 2", e.balance(1), e.balance(2), e.keys())
+		}
+	})
+}

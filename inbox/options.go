@@ -1,0 +1,118 @@
+package inbox
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/idem-go/idem"
+)
+
+// Option configures an [Inbox]. Options are validated once, by [New].
+type Option func(*config) error
+
+type config struct {
+	table      string
+	horizon    time.Duration
+	retention  time.Duration
+	maxRetries int
+	backoffMin time.Duration
+	backoffMax time.Duration
+	logger     *slog.Logger
+	hooks      Hooks
+}
+
+func defaultConfig() config {
+	return config{
+		table:      "idem_inbox",
+		maxRetries: 10,
+		backoffMin: 2 * time.Millisecond,
+		backoffMax: 250 * time.Millisecond,
+		logger:     slog.New(slog.DiscardHandler),
+	}
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("inbox: %w: "+format, append([]any{idem.ErrInvalidOption}, args...)...)
+}
+
+// WithTable sets the key table's name (default "idem_inbox"). It must be a
+// plain identifier, or schema.table on PostgreSQL and MySQL.
+func WithTable(name string) Option {
+	return func(c *config) error { c.table = name; return nil }
+}
+
+// WithRedeliveryHorizon declares the longest time after which a duplicate
+// can still arrive (broker retention or redelivery window plus client retry
+// horizon). New rejects a [WithRetention] shorter than it, and Sweep refuses
+// to delete rows younger than it.
+func WithRedeliveryHorizon(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return invalid("redelivery horizon %v must be positive", d)
+		}
+		c.horizon = d
+		return nil
+	}
+}
+
+// WithRetention sets how long keys are kept; [Inbox.SweepExpired] uses it.
+// It must be at least the redelivery horizon when one is set.
+func WithRetention(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return invalid("retention %v must be positive", d)
+		}
+		c.retention = d
+		return nil
+	}
+}
+
+// WithRetry bounds the retries of a transaction that failed with a
+// serialization failure, deadlock or busy database: at most n further
+// attempts, with full-jitter exponential backoff between min and max.
+// n == 0 disables retries. Default: 10 attempts, 2 ms to 250 ms.
+func WithRetry(n int, min, max time.Duration) Option {
+	return func(c *config) error {
+		if n < 0 || min <= 0 || max < min {
+			return invalid("retry (%d, %v, %v): want n >= 0 and 0 < min <= max", n, min, max)
+		}
+		c.maxRetries, c.backoffMin, c.backoffMax = n, min, max
+		return nil
+	}
+}
+
+// WithLogger sets a logger for retries and sweeps (default: discard).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return invalid("nil logger")
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// WithHooks installs observation hooks (metrics, tracing).
+func WithHooks(h Hooks) Option {
+	return func(c *config) error {
+		if h == nil {
+			return invalid("nil hooks")
+		}
+		c.hooks = h
+		return nil
+	}
+}
+
+// Hooks observes an Inbox without tying it to a metrics library. Methods are
+// called synchronously and must be cheap and safe for concurrent use.
+type Hooks interface {
+	// Processed is called once per message that reached a decision:
+	// applied, duplicate, or failed (err != nil), with the time spent
+	// including retries.
+	Processed(consumer string, applied bool, err error, d time.Duration)
+	// Retried is called before a transaction is retried after err.
+	Retried(consumer string, attempt int, err error)
+	// Swept is called after a Sweep batch deleted n rows.
+	Swept(consumer string, n int)
+}

@@ -1,0 +1,107 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/idem-go/idem/sqldialect"
+)
+
+// MaxSweepBatch bounds the rows one Sweep statement deletes.
+const MaxSweepBatch = 100_000
+
+// Sweep deletes this consumer's keys recorded more than olderThan ago, at
+// most batch rows per statement, until a statement deletes fewer than batch
+// rows or ctx ends. Each statement is its own short transaction that walks
+// the (consumer, processed_at) index, so Sweep never holds locks on the whole
+// table. Several nodes may sweep at once: on PostgreSQL rows another sweeper
+// holds are skipped (FOR UPDATE SKIP LOCKED); elsewhere a lock conflict is
+// retried.
+//
+// Age is measured by the database's clock. olderThan must be at least the
+// redelivery horizon, when one is configured ([ErrHorizon] otherwise): a key
+// swept while a duplicate can still arrive lets that duplicate apply again.
+//
+// If the process dies during Sweep, the batches already deleted stay deleted
+// and the rest are deleted by the next Sweep; no key younger than olderThan is
+// ever touched.
+func (in *Inbox) Sweep(ctx context.Context, olderThan time.Duration, batch int) (deleted int, err error) {
+	if olderThan <= 0 {
+		return 0, fmt.Errorf("%w: sweep age %v must be positive", ErrInvalidArgument, olderThan)
+	}
+	if batch <= 0 || batch > MaxSweepBatch {
+		return 0, fmt.Errorf("%w: sweep batch %d must be 1 to %d", ErrInvalidArgument, batch, MaxSweepBatch)
+	}
+	if in.cfg.horizon > 0 && olderThan < in.cfg.horizon {
+		return 0, fmt.Errorf("%w: asked to delete keys older than %v, horizon is %v", ErrHorizon, olderThan, in.cfg.horizon)
+	}
+	age := olderThan.Microseconds()
+	if in.dialect == sqldialect.SQLite {
+		age = olderThan.Milliseconds()
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return deleted, err
+		}
+		var n int64
+		err := in.withRetry(ctx, func() error {
+			tx, err := in.db.BeginTx(ctx, nil)
+			if err != nil {
+				return fmt.Errorf("inbox: sweep: begin: %w", err)
+			}
+			defer tx.Rollback()
+			res, err := tx.ExecContext(ctx, in.q.sweep, in.consumer, age, batch)
+			if err != nil {
+				return fmt.Errorf("inbox: sweep: %w", err)
+			}
+			if n, err = res.RowsAffected(); err != nil {
+				return fmt.Errorf("inbox: sweep: %w", err)
+			}
+			return tx.Commit()
+		})
+		if err != nil {
+			return deleted, err
+		}
+		deleted += int(n)
+		if in.cfg.hooks != nil {
+			in.cfg.hooks.Swept(in.consumer, int(n))
+		}
+		if n < int64(batch) {
+			in.cfg.logger.DebugContext(ctx, "inbox: sweep done", "consumer", in.consumer, "deleted", deleted)
+			return deleted, nil
+		}
+	}
+}
+
+// SweepExpired is Sweep with the retention set by [WithRetention].
+func (in *Inbox) SweepExpired(ctx context.Context, batch int) (int, error) {
+	if in.cfg.retention <= 0 {
+		return 0, fmt.Errorf("%w: SweepExpired needs WithRetention", ErrInvalidArgument)
+	}
+	return in.Sweep(ctx, in.cfg.retention, batch)
+}
+
+// RunSweeper calls SweepExpired every interval until ctx ends, and returns
+// ctx's error. The caller owns the goroutine it runs in. A failed sweep is
+// logged and tried again at the next tick; keys are only ever kept longer.
+func (in *Inbox) RunSweeper(ctx context.Context, interval time.Duration, batch int) error {
+	if interval <= 0 {
+		return fmt.Errorf("%w: sweep interval %v must be positive", ErrInvalidArgument, interval)
+	}
+	if _, err := in.SweepExpired(ctx, batch); err != nil && ctx.Err() == nil {
+		in.cfg.logger.WarnContext(ctx, "inbox: sweep failed", "consumer", in.consumer, "err", err)
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			if _, err := in.SweepExpired(ctx, batch); err != nil && ctx.Err() == nil {
+				in.cfg.logger.WarnContext(ctx, "inbox: sweep failed", "consumer", in.consumer, "err", err)
+			}
+		}
+	}
+}
