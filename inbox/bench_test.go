@@ -1,0 +1,191 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/sqldialect"
+)
+
+// The benchmarks compare the inbox with the same work written by hand with
+// database/sql (the raw baseline): BEGIN; INSERT ... ON CONFLICT DO NOTHING;
+// UPDATE only if one row was inserted; COMMIT. They report msg/s. Run with
+//
+//	go test -run '^$' -bench Inbox -benchtime 3s ./inbox
+//
+// PostgreSQL runs with fsync on. Keys are distinct and increasing. Every
+// variant gets a fresh database, so table size and WAL state do not favour
+// whichever runs first.
+
+type benchDB struct {
+	d      sqldialect.Dialect
+	db     *sql.DB
+	in     *inbox.Inbox
+	insert string // raw baseline's key insert
+	update string // raw baseline's effect
+	keys   atomic.Int64
+}
+
+const benchWallets = 64
+
+func openBench(b *testing.B, d sqldialect.Dialect) *benchDB {
+	b.Helper()
+	var db *sql.DB
+	switch d {
+	case sqldialect.SQLite:
+		db = testenv.SQLite(b)
+	case sqldialect.Postgres:
+		db = testenv.Postgres(b)
+	}
+	db.SetMaxOpenConns(16)
+	db.SetMaxIdleConns(16)
+	ctx := context.Background()
+	in, err := inbox.New(db, d, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := in.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	// The raw baseline gets its own key table of the same shape.
+	raw, _ := inbox.New(db, d, "bench", inbox.WithTable("raw_keys"))
+	if err := raw.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := db.Exec("CREATE TABLE wallet (id INT PRIMARY KEY, balance BIGINT NOT NULL)"); err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < benchWallets; i++ {
+		if _, err := db.Exec("INSERT INTO wallet (id, balance) VALUES (" + strconv.Itoa(i) + ", 0)"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	p := d.Placeholder
+	now := "now()"
+	if d == sqldialect.SQLite {
+		now = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
+	}
+	return &benchDB{
+		d: d, db: db, in: in,
+		insert: "INSERT INTO raw_keys (consumer, idem_key, fingerprint, processed_at) VALUES (" + p(1) + ", " + p(2) + ", NULL, " + now + ") ON CONFLICT DO NOTHING",
+		update: "UPDATE wallet SET balance = balance + 1 WHERE id = " + p(1),
+	}
+}
+
+func (bd *benchDB) key() (string, int) {
+	n := bd.keys.Add(1)
+	return fmt.Sprintf("evt-%012d", n), int(n % benchWallets)
+}
+
+func (bd *benchDB) credit(id int) inbox.Handler {
+	return func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, bd.update, id)
+		return err
+	}
+}
+
+// raw is the hand-written baseline for one message.
+func (bd *benchDB) raw(ctx context.Context, key string, id int) error {
+	tx, err := bd.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, bd.insert, "bench", key)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		if _, err := tx.ExecContext(ctx, bd.update, id); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+func reportRate(b *testing.B, perOp int) {
+	b.ReportMetric(float64(b.N*perOp)/b.Elapsed().Seconds(), "msg/s")
+}
+
+func BenchmarkInbox(b *testing.B) {
+	for _, d := range []sqldialect.Dialect{sqldialect.SQLite, sqldialect.Postgres} {
+		b.Run(d.String(), func(b *testing.B) {
+			ctx := context.Background()
+			b.Run("raw-1/tx", func(b *testing.B) {
+				bd := openBench(b, d)
+				for b.Loop() {
+					k, id := bd.key()
+					if err := bd.raw(ctx, k, id); err != nil {
+						b.Fatal(err)
+					}
+				}
+				reportRate(b, 1)
+			})
+			b.Run("Process-1/tx", func(b *testing.B) {
+				bd := openBench(b, d)
+				for b.Loop() {
+					k, id := bd.key()
+					if _, err := bd.in.Process(ctx, k, bd.credit(id)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				reportRate(b, 1)
+			})
+			b.Run("ProcessBatch-100/tx", func(b *testing.B) {
+				bd := openBench(b, d)
+				msgs := make([]inbox.Message, 100)
+				fn := func(ctx context.Context, tx *sql.Tx, m inbox.Message) error {
+					_, err := tx.ExecContext(ctx, bd.update, m.Value)
+					return err
+				}
+				for b.Loop() {
+					for i := range msgs {
+						k, id := bd.key()
+						msgs[i] = inbox.Message{Key: k, Value: id}
+					}
+					if _, err := bd.in.ProcessBatch(ctx, msgs, fn); err != nil {
+						b.Fatal(err)
+					}
+				}
+				reportRate(b, 100)
+			})
+			// Eight concurrent consumers, as the anchors' pgbench runs had.
+			b.Run("raw-1/tx-8clients", func(b *testing.B) {
+				bd := openBench(b, d)
+				b.ResetTimer()
+				b.SetParallelism(4)
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						k, id := bd.key()
+						if err := bd.raw(ctx, k, id); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+				reportRate(b, 1)
+			})
+			b.Run("Process-1/tx-8clients", func(b *testing.B) {
+				bd := openBench(b, d)
+				b.ResetTimer()
+				b.SetParallelism(4)
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						k, id := bd.key()
+						if _, err := bd.in.Process(ctx, k, bd.credit(id)); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+				reportRate(b, 1)
+			})
+		})
+	}
+}

@@ -1,0 +1,88 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/sqldialect"
+)
+
+// TestSeedWalletPostgres runs seed 003's wallet credit on PostgreSQL three
+// ways, each delivered twice: the naive INSERT ... ON CONFLICT DO NOTHING
+// followed by an unconditional UPDATE (double credit), the seed's CTE gate,
+// and the inbox.
+func TestSeedWalletPostgres(t *testing.T) {
+	db := testenv.Postgres(t)
+	ctx := context.Background()
+	for _, q := range []string{
+		"CREATE TABLE wallets (user_id int PRIMARY KEY, balance bigint NOT NULL)",
+		"CREATE TABLE processed_events (transaction_id text PRIMARY KEY)",
+		"INSERT INTO wallets VALUES (42, 0)",
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reset := func() int64 {
+		var b int64
+		if err := db.QueryRow("SELECT balance FROM wallets WHERE user_id = 42").Scan(&b); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec("UPDATE wallets SET balance = 0; TRUNCATE processed_events"); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	twice := func(stmts ...string) {
+		for range 2 {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range stmts {
+				if _, err := tx.Exec(s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	twice("INSERT INTO processed_events (transaction_id) VALUES ('txn-123') ON CONFLICT (transaction_id) DO NOTHING",
+		"UPDATE wallets SET balance = balance + 50 WHERE user_id = 42")
+	if got := reset(); got != 100 {
+		t.Fatalf("naive version: balance %d; the seed says it double-credits to 100", got)
+	}
+
+	twice(`WITH ins AS (
+  INSERT INTO processed_events (transaction_id) VALUES ('txn-123')
+  ON CONFLICT (transaction_id) DO NOTHING RETURNING transaction_id)
+UPDATE wallets SET balance = balance + 50 WHERE user_id = 42 AND EXISTS (SELECT 1 FROM ins)`)
+	if got := reset(); got != 50 {
+		t.Fatalf("CTE gate: balance %d, want 50", got)
+	}
+
+	in, err := inbox.New(db, sqldialect.Postgres, "wallet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := in.Process(ctx, "txn-123", func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, "UPDATE wallets SET balance = balance + 50 WHERE user_id = 42")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := reset(); got != 50 {
+		t.Fatalf("inbox: balance %d, want 50", got)
+	}
+}
