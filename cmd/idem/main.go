@@ -1,0 +1,38 @@
+// Command idem runs idem's demonstrations and tools.
+//
+//	idem demo     run the seed scenarios on an embedded SQLite database
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newRoot(os.Stdout, os.Stderr).ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "idem:", err)
+		os.Exit(1)
+	}
+}
+
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "idem",
+		Short:         "Effectively-once results over at-least-once delivery",
+		Long:          "idem makes the effect of a message or request happen exactly once when it is delivered one or more times.\nSee https://github.com/idem-go/idem for the library.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(newDemo())
+	return root
+}
