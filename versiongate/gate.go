@@ -1,0 +1,167 @@
+package versiongate
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/sqldialect"
+)
+
+// ErrInvalidArgument is wrapped when a call's argument is unusable.
+var ErrInvalidArgument = errors.New("versiongate: invalid argument")
+
+// Execer runs a statement: *sql.DB, *sql.Tx and *sql.Conn implement it. Pass
+// the inbox handler's *sql.Tx to gate an update inside that transaction.
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// Gate writes rows of one table only when their version increases. It is safe
+// for concurrent use.
+type Gate struct {
+	d       sqldialect.Dialect
+	columns []string
+	update  string
+	upsert  string
+}
+
+// Table describes the table a Gate writes. The table and its unique key on ID
+// belong to the application; the gate does not create them.
+type Table struct {
+	// Name is the table, optionally schema.table (PostgreSQL, MySQL).
+	Name string
+	// ID is the entity's key column; it must be the primary key or unique,
+	// for Upsert.
+	ID string
+	// Version is an integer column holding the applied version.
+	Version string
+	// Columns are the value columns an update sets, in the order the values
+	// are passed to Update and Upsert.
+	Columns []string
+}
+
+// New returns a Gate for t. Every name must be a plain identifier.
+func New(d sqldialect.Dialect, t Table) (*Gate, error) {
+	if err := d.Validate(); err != nil {
+		return nil, fmt.Errorf("versiongate: %w", err)
+	}
+	if err := d.ValidateIdentifier(t.Name); err != nil {
+		return nil, fmt.Errorf("versiongate: %w: table: %v", idem.ErrInvalidOption, err)
+	}
+	if len(t.Columns) == 0 {
+		return nil, fmt.Errorf("versiongate: %w: no value columns", idem.ErrInvalidOption)
+	}
+	seen := map[string]bool{}
+	for _, c := range append([]string{t.ID, t.Version}, t.Columns...) {
+		if err := sqldialect.SQLite.ValidateIdentifier(c); err != nil {
+			return nil, fmt.Errorf("versiongate: %w: column: %v", idem.ErrInvalidOption, err)
+		}
+		if seen[strings.ToLower(c)] {
+			return nil, fmt.Errorf("versiongate: %w: column %q named twice", idem.ErrInvalidOption, c)
+		}
+		seen[strings.ToLower(c)] = true
+	}
+	g := &Gate{d: d, columns: append([]string(nil), t.Columns...)}
+	g.update, g.upsert = build(d, t)
+	return g, nil
+}
+
+func build(d sqldialect.Dialect, t Table) (update, upsert string) {
+	p := d.Placeholder
+	n := len(t.Columns)
+	// Arguments: values 1..n, version n+1, id n+2.
+	var set []string
+	for i, c := range t.Columns {
+		set = append(set, c+" = "+p(i+1))
+	}
+	vp, ip := p(n+1), p(n+2)
+	if d != sqldialect.Postgres { // positional ?: repeat the version argument
+		update = "UPDATE " + t.Name + " SET " + strings.Join(set, ", ") + ", " + t.Version + " = ? WHERE " + t.ID + " = ? AND " + t.Version + " < ?"
+	} else {
+		update = "UPDATE " + t.Name + " SET " + strings.Join(set, ", ") + ", " + t.Version + " = " + vp + " WHERE " + t.ID + " = " + ip + " AND " + t.Version + " < " + vp
+	}
+	cols := t.ID + ", " + t.Version + ", " + strings.Join(t.Columns, ", ")
+	// Upsert arguments: id 1, version 2, values 3..n+2.
+	vals := d.Placeholders(1, n+2)
+	switch d {
+	case sqldialect.Postgres, sqldialect.SQLite:
+		var ex []string
+		for _, c := range t.Columns {
+			ex = append(ex, c+" = excluded."+c)
+		}
+		upsert = "INSERT INTO " + t.Name + " (" + cols + ") VALUES (" + vals + ") ON CONFLICT (" + t.ID + ") DO UPDATE SET " +
+			strings.Join(ex, ", ") + ", " + t.Version + " = excluded." + t.Version + " WHERE " + tableRef(t.Name) + "." + t.Version + " < excluded." + t.Version
+	case sqldialect.MySQL:
+		// MySQL evaluates the assignments left to right, so the version
+		// column, which the others test, is assigned last. A statement that
+		// changes nothing reports 0 affected rows.
+		var ex []string
+		newer := t.Version + " < VALUES(" + t.Version + ")"
+		for _, c := range t.Columns {
+			ex = append(ex, c+" = IF("+newer+", VALUES("+c+"), "+c+")")
+		}
+		ex = append(ex, t.Version+" = IF("+newer+", VALUES("+t.Version+"), "+t.Version+")")
+		upsert = "INSERT INTO " + t.Name + " (" + cols + ") VALUES (" + vals + ") ON DUPLICATE KEY UPDATE " + strings.Join(ex, ", ")
+	}
+	return update, upsert
+}
+
+// tableRef is how the ON CONFLICT clause names the existing row: the table's
+// own name, without its schema.
+func tableRef(name string) string {
+	if i := strings.LastIndexByte(name, '.'); i >= 0 {
+		return name[i+1:]
+	}
+	return name
+}
+
+func (g *Gate) check(values []any) error {
+	if len(values) != len(g.columns) {
+		return fmt.Errorf("%w: %d values for %d columns %v", ErrInvalidArgument, len(values), len(g.columns), g.columns)
+	}
+	return nil
+}
+
+// Update sets the value columns of the row id to values and its version to
+// version, only if the stored version is lower. applied is false when the row
+// is missing or its version is equal or newer: a duplicate or a stale
+// message, which the caller acknowledges.
+func (g *Gate) Update(ctx context.Context, ex Execer, id any, version int64, values ...any) (applied bool, err error) {
+	if err := g.check(values); err != nil {
+		return false, err
+	}
+	var args []any
+	if g.d == sqldialect.Postgres {
+		args = append(append(args, values...), version, id)
+	} else {
+		args = append(append(args, values...), version, id, version)
+	}
+	return affected(ex.ExecContext(ctx, g.update, args...))
+}
+
+// Upsert inserts the row when it does not exist, or updates it as Update
+// does when version is newer than the stored one. applied is false when the
+// stored version is equal or newer.
+func (g *Gate) Upsert(ctx context.Context, ex Execer, id any, version int64, values ...any) (applied bool, err error) {
+	if err := g.check(values); err != nil {
+		return false, err
+	}
+	args := append([]any{id, version}, values...)
+	return affected(ex.ExecContext(ctx, g.upsert, args...))
+}
+
+func affected(res sql.Result, err error) (bool, error) {
+	if err != nil {
+		return false, fmt.Errorf("versiongate: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("versiongate: rows affected: %w", err)
+	}
+	// MySQL counts an upsert's update as 2 rows.
+	return n > 0, nil
+}
