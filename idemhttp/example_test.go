@@ -1,0 +1,56 @@
+package idemhttp_test
+
+import (
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+
+	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/keystore/memstore"
+)
+
+// A payment endpoint behind the middleware: the client's retry with the same
+// Idempotency-Key gets the stored response and the charge runs once.
+func Example() {
+	store, err := memstore.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	mw, err := idemhttp.New(store, idemhttp.WithRequired(true))
+	if err != nil {
+		log.Fatal(err)
+	}
+	charges := 0
+	api := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		charges++
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"charge":"ch_%d"}`, charges)
+	}))
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+
+	for _, key := range []string{`"order-42"`, `"order-42"`, ""} {
+		req, _ := http.NewRequest("POST", srv.URL+"/charges", strings.NewReader(`{"amount":5000}`))
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		fmt.Println(res.StatusCode, res.Header.Get("Idempotent-Replayed"), strings.TrimSpace(string(body))[:min(len(body), 40)])
+	}
+	fmt.Println("charges:", charges)
+	// Output:
+	// 201  {"charge":"ch_1"}
+	// 201 true {"charge":"ch_1"}
+	// 400  {"type":"https://github.com/idem-go/idem
+	// charges: 1
+}

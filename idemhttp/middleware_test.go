@@ -1,0 +1,454 @@
+package idemhttp_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/keystore"
+	"github.com/idem-go/idem/keystore/memstore"
+)
+
+// countingStore counts calls, and fails them all when down is set.
+type countingStore struct {
+	keystore.Store
+	calls atomic.Int32
+	down  atomic.Bool
+}
+
+var errDown = errors.New("connection refused")
+
+func (s *countingStore) Reserve(ctx context.Context, key string, fp []byte, lease time.Duration) (keystore.Claim, error) {
+	s.calls.Add(1)
+	if s.down.Load() {
+		return keystore.Claim{}, errDown
+	}
+	return s.Store.Reserve(ctx, key, fp, lease)
+}
+
+func (s *countingStore) Complete(ctx context.Context, c keystore.Claim, result []byte, ttl time.Duration) error {
+	s.calls.Add(1)
+	return s.Store.Complete(ctx, c, result, ttl)
+}
+
+func (s *countingStore) Release(ctx context.Context, c keystore.Claim) error {
+	s.calls.Add(1)
+	return s.Store.Release(ctx, c)
+}
+
+// upstream is a handler that counts executions per path and answers as told.
+type upstream struct {
+	mu    sync.Mutex
+	execs map[string]int
+	total atomic.Int32
+	hook  func(w http.ResponseWriter, r *http.Request) bool // true: handled
+}
+
+func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	u.total.Add(1)
+	body, _ := io.ReadAll(r.Body)
+	u.mu.Lock()
+	u.execs[r.URL.Path]++
+	n := u.execs[r.URL.Path]
+	u.mu.Unlock()
+	if u.hook != nil && u.hook(w, r) {
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Location", "/orders/1")
+	w.Header().Set("Set-Cookie", "session=secret")
+	w.Header().Set("X-Request-Id", "req-"+strings.Repeat("x", n))
+	w.Header().Set("X-Ratelimit-Remaining", "41")
+	w.WriteHeader(http.StatusCreated)
+	_, _ = io.WriteString(w, `{"order":1,"echo":"`+string(body)+`"}`)
+}
+
+type fixture struct {
+	t     *testing.T
+	store *countingStore
+	up    *upstream
+	h     http.Handler
+}
+
+func newFixture(t *testing.T, opts ...idemhttp.Option) *fixture {
+	t.Helper()
+	ms, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ms.Close() })
+	f := &fixture{t: t, store: &countingStore{Store: ms}, up: &upstream{execs: map[string]int{}}}
+	m, err := idemhttp.New(f.store, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.h = m.Handler(f.up)
+	return f
+}
+
+func (f *fixture) do(method, path, key, body string, hdr ...string) *http.Response {
+	f.t.Helper()
+	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	if key != "" {
+		r.Header.Set("Idempotency-Key", key)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Add(hdr[i], hdr[i+1])
+	}
+	w := httptest.NewRecorder()
+	f.h.ServeHTTP(w, r)
+	return w.Result()
+}
+
+func bodyOf(t *testing.T, r *http.Response) string {
+	t.Helper()
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func problemType(t *testing.T, r *http.Response) string {
+	t.Helper()
+	if ct := r.Header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("status %d Content-Type %q, want application/problem+json", r.StatusCode, ct)
+	}
+	var p struct {
+		Type   string
+		Status int
+	}
+	if err := json.Unmarshal([]byte(bodyOf(t, r)), &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Status != r.StatusCode || !strings.Contains(p.Type, "docs/http.md#") {
+		t.Fatalf("problem %+v for status %d", p, r.StatusCode)
+	}
+	return p.Type[strings.IndexByte(p.Type, '#')+1:]
+}
+
+func TestReplay(t *testing.T) {
+	f := newFixture(t)
+	first := f.do("POST", "/orders", `"k-1"`, "pen")
+	firstBody := bodyOf(t, first)
+	if first.StatusCode != 201 || first.Header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("first: %d %v", first.StatusCode, first.Header)
+	}
+	for i := 0; i < 3; i++ {
+		again := f.do("POST", "/orders", `"k-1"`, "pen", "User-Agent", "retry/1")
+		if again.StatusCode != 201 || bodyOf(t, again) != firstBody {
+			t.Fatalf("replay %d: status %d, body differs", i, again.StatusCode)
+		}
+		h := again.Header
+		if h.Get("Idempotent-Replayed") != "true" || h.Get("Location") != "/orders/1" || h.Get("Content-Type") != "application/json" {
+			t.Fatalf("replay headers: %v", h)
+		}
+		for _, never := range []string{"Set-Cookie", "X-Request-Id", "X-Ratelimit-Remaining", "Date"} {
+			if h.Get(never) != "" {
+				t.Errorf("replay carried %s: %q", never, h.Get(never))
+			}
+		}
+	}
+	// A bare token is the same key as its sf-string form.
+	if r := f.do("POST", "/orders", `k-1`, "pen"); r.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("bare k-1 not replayed: %d", r.StatusCode)
+	}
+	if n := f.up.total.Load(); n != 1 {
+		t.Fatalf("upstream executed %d times, want 1", n)
+	}
+}
+
+func TestPassThroughWithoutStoreIO(t *testing.T) {
+	f := newFixture(t)
+	for _, m := range []string{"GET", "PUT", "DELETE", "HEAD"} {
+		if r := f.do(m, "/orders", "k", ""); r.StatusCode != 201 {
+			t.Fatalf("%s: %d", m, r.StatusCode)
+		}
+	}
+	if r := f.do("POST", "/orders", "", "x"); r.StatusCode != 201 {
+		t.Fatalf("POST without key, not required: %d", r.StatusCode)
+	}
+	if f.store.calls.Load() != 0 || f.up.total.Load() != 5 {
+		t.Fatalf("store calls %d, executions %d", f.store.calls.Load(), f.up.total.Load())
+	}
+}
+
+func TestBadKeys(t *testing.T) {
+	f := newFixture(t, idemhttp.WithRequired(true))
+	cases := map[string][]string{
+		"missing":         {""},
+		"empty sf":        {`""`},
+		"too long":        {`"` + strings.Repeat("a", 256) + `"`},
+		"non-ascii":       {"kéy"},
+		"control":         {"k\x01y"},
+		"space in bare":   {"a b"},
+		"unterminated":    {`"abc`},
+		"two in one":      {`"a", "b"`},
+		"repeated":        {"a", "b"},
+		"sf non-ascii":    {`"é"`},
+		"bare with comma": {"a,b"},
+	}
+	for name, vals := range cases {
+		r := httptest.NewRequest("POST", "/orders", strings.NewReader("x"))
+		for _, v := range vals {
+			if v != "" {
+				r.Header.Add("Idempotency-Key", v)
+			}
+		}
+		w := httptest.NewRecorder()
+		f.h.ServeHTTP(w, r)
+		res := w.Result()
+		want := "invalid-key"
+		if name == "missing" {
+			want = "missing-key"
+		}
+		if res.StatusCode != 400 || problemType(t, res) != want {
+			t.Errorf("%s: status %d", name, res.StatusCode)
+		}
+	}
+	if f.up.total.Load() != 0 || f.store.calls.Load() != 0 {
+		t.Fatalf("bad keys reached the handler (%d) or the store (%d)", f.up.total.Load(), f.store.calls.Load())
+	}
+	ok := `"` + strings.Repeat("a", 255) + `"`
+	if r := f.do("POST", "/orders", ok, "x"); r.StatusCode != 201 {
+		t.Fatalf("255-character key: %d", r.StatusCode)
+	}
+	strict := newFixture(t, idemhttp.WithStrictKey(true))
+	if r := strict.do("POST", "/orders", "bare", "x"); r.StatusCode != 400 {
+		t.Fatalf("strict mode accepted a bare key: %d", r.StatusCode)
+	}
+	if r := strict.do("POST", "/orders", `?1`, "x"); r.StatusCode != 400 {
+		t.Fatalf("strict mode accepted a boolean item: %d", r.StatusCode)
+	}
+	if r := strict.do("POST", "/orders", `"quoted";p=1`, "x"); r.StatusCode != 201 {
+		t.Fatalf("strict mode rejected an sf-string with a parameter: %d", r.StatusCode)
+	}
+}
+
+func TestFingerprintMismatch(t *testing.T) {
+	f := newFixture(t, idemhttp.WithFingerprintHeaders("X-Tenant"))
+	if r := f.do("POST", "/orders?a=1&b=2", "k", "pen", "X-Tenant", "t1"); r.StatusCode != 201 {
+		t.Fatal(r.StatusCode)
+	}
+	// Query order does not matter.
+	if r := f.do("POST", "/orders?b=2&a=1", "k", "pen", "X-Tenant", "t1"); r.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("reordered query not replayed: %d", r.StatusCode)
+	}
+	for name, r := range map[string]*http.Response{
+		"body":   f.do("POST", "/orders?a=1&b=2", "k", "pencil", "X-Tenant", "t1"),
+		"path":   f.do("POST", "/refunds?a=1&b=2", "k", "pen", "X-Tenant", "t1"),
+		"query":  f.do("POST", "/orders?a=1&b=3", "k", "pen", "X-Tenant", "t1"),
+		"method": f.do("PATCH", "/orders?a=1&b=2", "k", "pen", "X-Tenant", "t1"),
+		"header": f.do("POST", "/orders?a=1&b=2", "k", "pen", "X-Tenant", "t2"),
+	} {
+		if r.StatusCode != 422 || problemType(t, r) != "key-reused" {
+			t.Errorf("different %s: status %d, want 422", name, r.StatusCode)
+		}
+	}
+	if r := f.do("POST", "/orders?a=1&b=2", "k", "pen", "X-Tenant", "t1"); r.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatal("original record disturbed by the mismatches")
+	}
+	if f.up.total.Load() != 1 {
+		t.Fatalf("executions %d", f.up.total.Load())
+	}
+}
+
+func TestPrincipalsAreSeparate(t *testing.T) {
+	f := newFixture(t)
+	a := f.do("POST", "/orders", "k", "pen", "Authorization", "Bearer alice")
+	b := f.do("POST", "/orders", "k", "pen", "Authorization", "Bearer bob")
+	if a.Header.Get("Idempotent-Replayed") != "" || b.Header.Get("Idempotent-Replayed") != "" || f.up.total.Load() != 2 {
+		t.Fatalf("two principals: executions %d, replayed %q %q", f.up.total.Load(), a.Header.Get("Idempotent-Replayed"), b.Header.Get("Idempotent-Replayed"))
+	}
+	// Each principal replays its own.
+	if r := f.do("POST", "/orders", "k", "pen", "Authorization", "Bearer bob"); r.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatal("bob's retry not replayed")
+	}
+	hf := newFixture(t, idemhttp.WithScopeHeader("X-Tenant"))
+	if r := hf.do("POST", "/orders", "k", "pen"); r.StatusCode != 400 || problemType(t, r) != "invalid-scope" {
+		t.Fatalf("missing scope header: %d", r.StatusCode)
+	}
+}
+
+func TestInProgress(t *testing.T) {
+	for _, wait := range []bool{false, true} {
+		opts := []idemhttp.Option{idemhttp.WithLease(10 * time.Second)}
+		if wait {
+			opts = append(opts, idemhttp.WithWait(5*time.Second))
+		}
+		f := newFixture(t, opts...)
+		release := make(chan struct{})
+		entered := make(chan struct{})
+		var once sync.Once
+		f.up.hook = func(w http.ResponseWriter, r *http.Request) bool {
+			once.Do(func() { close(entered) })
+			<-release
+			return false
+		}
+		done := make(chan *http.Response)
+		go func() { done <- f.do("POST", "/orders", "k", "pen") }()
+		<-entered
+		var wg sync.WaitGroup
+		results := make(chan *http.Response, 50)
+		for i := 0; i < 49; i++ {
+			wg.Add(1)
+			go func() { defer wg.Done(); results <- f.do("POST", "/orders", "k", "pen") }()
+		}
+		if !wait {
+			wg.Wait()
+		} else {
+			time.Sleep(50 * time.Millisecond)
+		}
+		close(release)
+		if r := <-done; r.StatusCode != 201 {
+			t.Fatalf("first: %d", r.StatusCode)
+		}
+		wg.Wait()
+		close(results)
+		for r := range results {
+			if wait {
+				if r.StatusCode != 201 || r.Header.Get("Idempotent-Replayed") != "true" {
+					t.Fatalf("wait mode: %d", r.StatusCode)
+				}
+			} else if r.StatusCode != 409 || r.Header.Get("Retry-After") == "" || problemType(t, r) != "in-progress" {
+				t.Fatalf("concurrent duplicate: %d Retry-After %q", r.StatusCode, r.Header.Get("Retry-After"))
+			}
+		}
+		if f.up.total.Load() != 1 {
+			t.Fatalf("wait=%v: executions %d, want 1", wait, f.up.total.Load())
+		}
+	}
+}
+
+func TestServerErrorsReleaseTheKey(t *testing.T) {
+	for _, stripe := range []bool{false, true} {
+		f := newFixture(t, idemhttp.WithStore5xx(stripe))
+		fail := true
+		f.up.hook = func(w http.ResponseWriter, r *http.Request) bool {
+			if fail {
+				w.WriteHeader(http.StatusInternalServerError)
+				return true
+			}
+			return false
+		}
+		if r := f.do("POST", "/orders", "k", "pen"); r.StatusCode != 500 {
+			t.Fatal(r.StatusCode)
+		}
+		fail = false
+		r := f.do("POST", "/orders", "k", "pen")
+		if stripe {
+			if r.StatusCode != 500 || r.Header.Get("Idempotent-Replayed") != "true" || f.up.total.Load() != 1 {
+				t.Fatalf("stripe mode: %d, executions %d", r.StatusCode, f.up.total.Load())
+			}
+		} else if r.StatusCode != 201 || f.up.total.Load() != 2 {
+			t.Fatalf("after a 500 the retry must execute: %d, executions %d", r.StatusCode, f.up.total.Load())
+		}
+	}
+}
+
+func TestPanicReleasesTheKey(t *testing.T) {
+	f := newFixture(t)
+	boom := true
+	f.up.hook = func(w http.ResponseWriter, r *http.Request) bool {
+		if boom {
+			boom = false
+			panic("handler bug")
+		}
+		return false
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("panic swallowed")
+			}
+		}()
+		f.do("POST", "/orders", "k", "pen")
+	}()
+	if r := f.do("POST", "/orders", "k", "pen"); r.StatusCode != 201 || f.up.total.Load() != 2 {
+		t.Fatalf("retry after panic: %d, executions %d", r.StatusCode, f.up.total.Load())
+	}
+}
+
+func TestLimits(t *testing.T) {
+	f := newFixture(t, idemhttp.WithMaxResponseBody(1024))
+	big := strings.Repeat("x", 10<<20)
+	if r := f.do("POST", "/orders", "k", big); r.StatusCode != 413 || problemType(t, r) != "request-too-large" {
+		t.Fatalf("10 MiB body: %d", r.StatusCode)
+	}
+	if f.store.calls.Load() != 0 || f.up.total.Load() != 0 {
+		t.Fatal("413 touched the store or the handler")
+	}
+	f.up.hook = func(w http.ResponseWriter, r *http.Request) bool {
+		_, _ = io.WriteString(w, strings.Repeat("y", 4096))
+		return true
+	}
+	if r := f.do("POST", "/big", "k2", "x"); r.StatusCode != 200 || len(bodyOf(t, r)) != 4096 {
+		t.Fatalf("large response not delivered: %d", r.StatusCode)
+	}
+	r := f.do("POST", "/big", "k2", "x")
+	if r.StatusCode != 410 || r.Header.Get("Idempotent-Replayed") != "true" || problemType(t, r) != "response-not-stored" {
+		t.Fatalf("replay of a large response: %d", r.StatusCode)
+	}
+	f.up.hook = func(w http.ResponseWriter, r *http.Request) bool {
+		_, _ = io.WriteString(w, "data: 1\n\n")
+		w.(http.Flusher).Flush()
+		return true
+	}
+	f.do("POST", "/stream", "k3", "x")
+	if r := f.do("POST", "/stream", "k3", "x"); r.StatusCode != 410 {
+		t.Fatalf("replay of a streamed response: %d", r.StatusCode)
+	}
+	if f.up.total.Load() != 2 {
+		t.Fatalf("executions %d, want 2: not-stored responses must not re-execute", f.up.total.Load())
+	}
+}
+
+func TestStoreDownFailsClosed(t *testing.T) {
+	f := newFixture(t)
+	f.store.down.Store(true)
+	r := f.do("POST", "/orders", "k", "pen")
+	if r.StatusCode != 503 || r.Header.Get("Retry-After") == "" || problemType(t, r) != "store-unavailable" || f.up.total.Load() != 0 {
+		t.Fatalf("store down: %d, executions %d", r.StatusCode, f.up.total.Load())
+	}
+	f.store.down.Store(false)
+	if r := f.do("POST", "/orders", "k", "pen"); r.StatusCode != 201 {
+		t.Fatalf("store back: %d", r.StatusCode)
+	}
+}
+
+func TestExpiry(t *testing.T) {
+	f := newFixture(t, idemhttp.WithTTL(50*time.Millisecond))
+	f.do("POST", "/orders", "k", "pen")
+	if r := f.do("POST", "/orders", "k", "pen"); r.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatal("not replayed inside the TTL")
+	}
+	time.Sleep(120 * time.Millisecond)
+	if r := f.do("POST", "/orders", "k", "pen"); r.Header.Get("Idempotent-Replayed") != "" || f.up.total.Load() != 2 {
+		t.Fatalf("after expiry: replayed=%q executions %d", r.Header.Get("Idempotent-Replayed"), f.up.total.Load())
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	ms, _ := memstore.New()
+	defer ms.Close()
+	for name, o := range map[string]idemhttp.Option{
+		"ttl": idemhttp.WithTTL(0), "lease": idemhttp.WithLease(-1), "methods": idemhttp.WithMethods(),
+		"max body": idemhttp.WithMaxRequestBody(0), "scope": idemhttp.WithScopeFunc(nil), "nil": nil,
+	} {
+		if _, err := idemhttp.New(ms, o); err == nil {
+			t.Errorf("%s accepted", name)
+		}
+	}
+	if _, err := idemhttp.New(nil); err == nil {
+		t.Error("nil store accepted")
+	}
+}

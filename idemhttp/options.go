@@ -1,0 +1,310 @@
+package idemhttp
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/idem-go/idem"
+)
+
+// Option configures a [Middleware] or [Proxy]; options are validated once, by
+// [New] or [NewProxy].
+type Option func(*config) error
+
+// DefaultReplayHeaders are the response headers stored and replayed.
+var DefaultReplayHeaders = []string{
+	"Content-Type", "Content-Encoding", "Content-Language", "Content-Disposition",
+	"Content-Location", "Location", "ETag", "Last-Modified", "Link", "Cache-Control",
+	"Expires", "Vary", "Retry-After",
+}
+
+// neverReplayed are dropped from the allow list whatever the configuration
+// says: they describe one response (Date, request ids), one connection
+// (hop-by-hop), or carry credentials or quotas that must not be repeated.
+var neverReplayed = map[string]bool{
+	"Set-Cookie": true, "Date": true, "Connection": true, "Keep-Alive": true,
+	"Proxy-Authenticate": true, "Proxy-Authorization": true, "Te": true, "Trailer": true,
+	"Transfer-Encoding": true, "Upgrade": true, "Content-Length": true,
+	"X-Request-Id": true, "X-Correlation-Id": true, "Traceparent": true, "Tracestate": true,
+	"Ratelimit": true, "Ratelimit-Policy": true, "Ratelimit-Limit": true, "Ratelimit-Remaining": true,
+	"Ratelimit-Reset": true, "X-Ratelimit-Limit": true, "X-Ratelimit-Remaining": true, "X-Ratelimit-Reset": true,
+	"Idempotent-Replayed": true,
+}
+
+type config struct {
+	methods      map[string]bool
+	required     bool
+	strict       bool
+	ttl, lease   time.Duration
+	wait         time.Duration
+	store5xx     bool
+	scope        func(*http.Request) (string, error)
+	fpHeaders    []string
+	maxRequest   int64
+	maxResponse  int
+	replay       map[string]bool
+	docs         string
+	logger       *slog.Logger
+	hooks        Hooks
+	storeTimeout time.Duration
+}
+
+func defaultConfig() config {
+	c := config{
+		methods:      map[string]bool{http.MethodPost: true, http.MethodPatch: true},
+		ttl:          24 * time.Hour,
+		lease:        30 * time.Second,
+		scope:        authorizationScope,
+		maxRequest:   8 << 20,
+		maxResponse:  1 << 20,
+		docs:         "https://github.com/idem-go/idem/blob/main/docs/http.md",
+		logger:       slog.New(slog.DiscardHandler),
+		storeTimeout: 5 * time.Second,
+	}
+	c.replay = headerSet(DefaultReplayHeaders)
+	return c
+}
+
+func headerSet(names []string) map[string]bool {
+	m := make(map[string]bool, len(names))
+	for _, n := range names {
+		n = http.CanonicalHeaderKey(strings.TrimSpace(n))
+		if !neverReplayed[n] {
+			m[n] = true
+		}
+	}
+	return m
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("idemhttp: %w: "+format, append([]any{idem.ErrInvalidOption}, args...)...)
+}
+
+// authorizationScope is the default principal: a digest of the Authorization
+// header, so stored keys never hold a credential.
+func authorizationScope(r *http.Request) (string, error) {
+	a := r.Header.Get("Authorization")
+	if a == "" {
+		return "anonymous", nil
+	}
+	sum := sha256.Sum256([]byte(a))
+	return "auth:" + hex.EncodeToString(sum[:16]), nil
+}
+
+// WithMethods sets the methods that use idempotency keys (default POST and
+// PATCH). Requests with other methods pass through without store I/O.
+func WithMethods(methods ...string) Option {
+	return func(c *config) error {
+		if len(methods) == 0 {
+			return invalid("no methods")
+		}
+		c.methods = map[string]bool{}
+		for _, m := range methods {
+			m = strings.ToUpper(strings.TrimSpace(m))
+			if m == "" || strings.ContainsAny(m, " \t,") {
+				return invalid("method %q", m)
+			}
+			c.methods[m] = true
+		}
+		return nil
+	}
+}
+
+// WithRequired makes a missing Idempotency-Key a 400 on configured methods.
+func WithRequired(required bool) Option {
+	return func(c *config) error { c.required = required; return nil }
+}
+
+// WithStrictKey accepts only the Structured Field String form ("abc"),
+// rejecting the bare tokens most SDKs send.
+func WithStrictKey(strict bool) Option {
+	return func(c *config) error { c.strict = strict; return nil }
+}
+
+// WithTTL sets how long a completed response is replayed (default 24h),
+// counted from completion by the store's clock. It must cover the clients'
+// retry horizon.
+func WithTTL(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return invalid("ttl %v must be positive", d)
+		}
+		c.ttl = d
+		return nil
+	}
+}
+
+// WithLease sets how long a request holds its key while running (default
+// 30s). Set it longer than the handler's longest run: once it ends, a retry
+// may execute concurrently. The proxy cancels the upstream call when the
+// lease ends.
+func WithLease(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return invalid("lease %v must be positive", d)
+		}
+		c.lease = d
+		return nil
+	}
+}
+
+// WithWait makes a request whose key is in progress wait up to d for the
+// first request's response, and replay it, instead of answering 409.
+func WithWait(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return invalid("wait %v must not be negative", d)
+		}
+		c.wait = d
+		return nil
+	}
+}
+
+// WithStore5xx stores and replays 5xx responses too, as Stripe does. By
+// default a 5xx releases the key so that a retry executes.
+func WithStore5xx(store bool) Option {
+	return func(c *config) error { c.store5xx = store; return nil }
+}
+
+// WithScopeHeader scopes keys by the value of header (a tenant or API key
+// id). Requests without it get 400.
+func WithScopeHeader(header string) Option {
+	return func(c *config) error {
+		h := http.CanonicalHeaderKey(strings.TrimSpace(header))
+		if h == "" {
+			return invalid("empty scope header")
+		}
+		c.scope = func(r *http.Request) (string, error) {
+			v := r.Header.Values(h)
+			if len(v) != 1 || v[0] == "" {
+				return "", fmt.Errorf("exactly one %s header is required", h)
+			}
+			return "hdr:" + v[0], nil
+		}
+		return nil
+	}
+}
+
+// WithScopeFunc scopes keys by f's result, typically the authenticated
+// principal from the request's context. An error from f answers 400 without
+// running the handler.
+func WithScopeFunc(f func(*http.Request) (string, error)) Option {
+	return func(c *config) error {
+		if f == nil {
+			return invalid("nil scope func")
+		}
+		c.scope = f
+		return nil
+	}
+}
+
+// WithFingerprintHeaders adds request headers to the fingerprint (the
+// method, path, query and body are always in it).
+func WithFingerprintHeaders(headers ...string) Option {
+	return func(c *config) error {
+		for _, h := range headers {
+			h = http.CanonicalHeaderKey(strings.TrimSpace(h))
+			if h == "" {
+				return invalid("empty fingerprint header")
+			}
+			c.fpHeaders = append(c.fpHeaders, h)
+		}
+		return nil
+	}
+}
+
+// WithMaxRequestBody sets the largest request body accepted on keyed requests
+// (default 8 MiB); larger ones get 413 before any store I/O.
+func WithMaxRequestBody(n int64) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return invalid("max request body %d must be positive", n)
+		}
+		c.maxRequest = n
+		return nil
+	}
+}
+
+// WithMaxResponseBody sets the largest response body stored for replay
+// (default 1 MiB). A larger response is delivered and never re-executed;
+// its replay is a 410 problem response. It must not exceed the store's
+// result limit.
+func WithMaxResponseBody(n int) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return invalid("max response body %d must be positive", n)
+		}
+		c.maxResponse = n
+		return nil
+	}
+}
+
+// WithReplayHeaders replaces the allow list of response headers stored and
+// replayed. Headers that must never be replayed (Set-Cookie, Date,
+// hop-by-hop, request ids, rate limits) are dropped from it.
+func WithReplayHeaders(headers ...string) Option {
+	return func(c *config) error { c.replay = headerSet(headers); return nil }
+}
+
+// WithDocsURL sets the documentation page problem types link to.
+func WithDocsURL(u string) Option {
+	return func(c *config) error {
+		if u == "" {
+			return invalid("empty docs URL")
+		}
+		c.docs = u
+		return nil
+	}
+}
+
+// WithLogger sets a logger (default: discard).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return invalid("nil logger")
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// WithHooks installs an observer of every keyed request's outcome.
+func WithHooks(h Hooks) Option {
+	return func(c *config) error {
+		if h == nil {
+			return invalid("nil hooks")
+		}
+		c.hooks = h
+		return nil
+	}
+}
+
+// Hooks observes the middleware without tying it to a metrics library.
+type Hooks interface {
+	// Request is called once per request with its outcome and the time the
+	// middleware spent, handler included.
+	Request(o Outcome, d time.Duration)
+}
+
+// Outcome is what the middleware did with one request.
+type Outcome string
+
+// The outcomes reported to [Hooks].
+const (
+	OutcomePassThrough Outcome = "pass_through" // method not keyed, or no key and not required
+	OutcomeExecuted    Outcome = "executed"     // handler ran, response stored
+	OutcomeReleased    Outcome = "released"     // handler ran, 5xx or panic: key released
+	OutcomeNotStored   Outcome = "not_stored"   // handler ran, response too large or streamed
+	OutcomeReplayed    Outcome = "replayed"
+	OutcomeInProgress  Outcome = "in_progress" // 409
+	OutcomeMismatch    Outcome = "mismatch"    // 422
+	OutcomeBadRequest  Outcome = "bad_request" // 400: missing or invalid key, bad scope
+	OutcomeTooLarge    Outcome = "too_large"   // 413
+	OutcomeStoreError  Outcome = "store_error" // 503
+	OutcomeLeaseLost   Outcome = "lease_lost"  // handler ran past its lease; response not stored
+)

@@ -1,0 +1,55 @@
+package idemhttp
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// problem is an RFC 9457 problem details object.
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// The problem types, each an anchor of docs/http.md.
+const (
+	probMissingKey = "missing-key"
+	probInvalidKey = "invalid-key"
+	probInProgress = "in-progress"
+	probMismatch   = "key-reused"
+	probTooLarge   = "request-too-large"
+	probNotStored  = "response-not-stored"
+	probStore      = "store-unavailable"
+	probBadScope   = "invalid-scope"
+	probCorrupt    = "stored-response-corrupt"
+	probUpstream   = "upstream-unreachable"
+)
+
+var problemTitles = map[string]string{
+	probMissingKey: "Idempotency-Key header is required",
+	probInvalidKey: "Idempotency-Key header is invalid",
+	probInProgress: "A request with this Idempotency-Key is still being processed",
+	probMismatch:   "Idempotency-Key was already used with a different request",
+	probTooLarge:   "Request body is too large",
+	probNotStored:  "The original response was delivered but not stored",
+	probStore:      "The idempotency store is unavailable",
+	probBadScope:   "The request's principal could not be determined",
+	probCorrupt:    "The stored response could not be read",
+	probUpstream:   "The upstream server could not be reached",
+}
+
+func (m *Middleware) problem(w http.ResponseWriter, status int, typ, detail string, hdr map[string]string) {
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	for k, v := range hdr {
+		h.Set(k, v)
+	}
+	b, _ := json.Marshal(problem{Type: m.cfg.docs + "#" + typ, Title: problemTitles[typ], Status: status, Detail: detail})
+	h.Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}

@@ -1,0 +1,93 @@
+package idemhttp
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+
+	"github.com/idem-go/idem/keystore"
+)
+
+// Proxy is a reverse proxy that applies Idempotency-Key semantics in front of
+// any HTTP API: [Middleware] around an httputil.ReverseProxy. Upstream
+// failures (unreachable, reset, timed out) answer 502 and release the key, so
+// a retry executes.
+type Proxy struct {
+	m       *Middleware
+	rp      *httputil.ReverseProxy
+	handler http.Handler
+}
+
+// NewProxy returns a Proxy to target. The upstream call of a keyed request is
+// bounded by the lease, so the proxy never acts on a key it no longer holds;
+// it is not cancelled when the client disconnects, so that a response that
+// was produced is stored for the client's retry.
+func NewProxy(target *url.URL, s keystore.Store, opts ...Option) (*Proxy, error) {
+	if target == nil || target.Scheme == "" || target.Host == "" {
+		return nil, invalid("upstream URL %v must have a scheme and a host", target)
+	}
+	m, err := New(s, opts...)
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{m: m}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.SetXForwarded()
+			pr.Out.Host = pr.In.Host
+			if m.cfg.methods[pr.In.Method] && pr.In.Header.Get(HeaderKey) != "" {
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(pr.In.Context()), m.cfg.lease)
+				pr.Out = pr.Out.WithContext(context.WithValue(ctx, cancelKey{}, cancel))
+			}
+		},
+		Transport: cancelOnClose{http.DefaultTransport},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			status := http.StatusBadGateway
+			if errors.Is(err, context.DeadlineExceeded) {
+				status = http.StatusGatewayTimeout
+			}
+			m.cfg.logger.WarnContext(r.Context(), "idemhttp: upstream failed", "err", err)
+			m.problem(w, status, probUpstream, "the upstream request failed; the key was released and a retry will execute", nil)
+		},
+	}
+	p.handler = m.Handler(p.rp)
+	return p, nil
+}
+
+type cancelKey struct{}
+
+// cancelOnClose ends a keyed upstream call's context when its response body
+// is closed (ReverseProxy closes it after copying) or the call fails.
+type cancelOnClose struct{ rt http.RoundTripper }
+
+func (t cancelOnClose) RoundTrip(r *http.Request) (*http.Response, error) {
+	cancel, _ := r.Context().Value(cancelKey{}).(context.CancelFunc)
+	resp, err := t.rt.RoundTrip(r)
+	if cancel == nil {
+		return resp, err
+	}
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
+
+// ServeHTTP implements http.Handler.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.handler.ServeHTTP(w, r) }

@@ -1,0 +1,102 @@
+package idemhttp
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+)
+
+// A stored response, as kept in the key store:
+//
+//	"IDH1" | flags (1) | status (2, big endian) | header count (uvarint)
+//	| per header: name length (uvarint), name, value length (uvarint), value
+//	| body (the rest)
+//
+// Flag notStored marks a response that was delivered but is not replayable
+// (too large, or streamed).
+const recordMagic = "IDH1"
+
+const flagNotStored = 1
+
+type record struct {
+	notStored bool
+	status    int
+	header    http.Header
+	body      []byte
+}
+
+var errBadRecord = errors.New("idemhttp: stored record is corrupt")
+
+func (r *record) encode() []byte {
+	names := make([]string, 0, len(r.header))
+	size := len(recordMagic) + 3 + binary.MaxVarintLen64 + len(r.body)
+	for name, vals := range r.header {
+		for _, v := range vals {
+			size += 2*binary.MaxVarintLen64 + len(name) + len(v)
+		}
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	b := make([]byte, 0, size)
+	b = append(b, recordMagic...)
+	var flags byte
+	if r.notStored {
+		flags |= flagNotStored
+	}
+	b = append(b, flags, byte(r.status>>8), byte(r.status))
+	count := 0
+	for _, vals := range r.header {
+		count += len(vals)
+	}
+	b = binary.AppendUvarint(b, uint64(count))
+	for _, name := range names {
+		for _, v := range r.header[name] {
+			b = binary.AppendUvarint(b, uint64(len(name)))
+			b = append(b, name...)
+			b = binary.AppendUvarint(b, uint64(len(v)))
+			b = append(b, v...)
+		}
+	}
+	return append(b, r.body...)
+}
+
+func decodeRecord(b []byte) (*record, error) {
+	if len(b) < len(recordMagic)+3 || string(b[:len(recordMagic)]) != recordMagic {
+		return nil, fmt.Errorf("%w: bad header", errBadRecord)
+	}
+	b = b[len(recordMagic):]
+	r := &record{notStored: b[0]&flagNotStored != 0, status: int(b[1])<<8 | int(b[2]), header: http.Header{}}
+	if r.status < 100 || r.status > 999 {
+		return nil, fmt.Errorf("%w: status %d", errBadRecord, r.status)
+	}
+	b = b[3:]
+	count, n := binary.Uvarint(b)
+	if n <= 0 || count > uint64(len(b)) {
+		return nil, fmt.Errorf("%w: header count", errBadRecord)
+	}
+	b = b[n:]
+	field := func() (string, error) {
+		l, n := binary.Uvarint(b)
+		if n <= 0 || l > uint64(len(b)-n) {
+			return "", fmt.Errorf("%w: header field", errBadRecord)
+		}
+		s := string(b[n : n+int(l)])
+		b = b[n+int(l):]
+		return s, nil
+	}
+	for i := uint64(0); i < count; i++ {
+		name, err := field()
+		if err != nil {
+			return nil, err
+		}
+		v, err := field()
+		if err != nil {
+			return nil, err
+		}
+		r.header[name] = append(r.header[name], v)
+	}
+	r.body = b
+	return r, nil
+}
