@@ -1,0 +1,146 @@
+package window
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+)
+
+// model is a plain statement of the window rules: a map of every id ever
+// accepted with its latest first-accept time and sequence, no expiry
+// structures at all.
+type model struct {
+	w      time.Duration
+	max    int
+	latest time.Time
+	next   uint64
+	ids    map[[2]string]modelID
+}
+
+type modelID struct {
+	first time.Time
+	seq   uint64
+}
+
+func (m *model) add(scope, id string, now time.Time) (bool, uint64, error) {
+	if now.After(m.latest) {
+		m.latest = now
+	}
+	now = m.latest
+	if e, ok := m.ids[[2]string{scope, id}]; ok && now.Sub(e.first) < m.w {
+		return true, e.seq, nil
+	}
+	if m.max > 0 {
+		live := 0
+		for _, e := range m.ids {
+			if now.Sub(e.first) < m.w {
+				live++
+			}
+		}
+		if live >= m.max {
+			return false, 0, ErrFull
+		}
+	}
+	m.next++
+	m.ids[[2]string{scope, id}] = modelID{first: now, seq: m.next}
+	return false, m.next, nil
+}
+
+// TestDedupMatchesModel compares Dedup with the model on random streams:
+// repeated ids, several scopes, clock jumps forward past the window and
+// backward, a max-entries bound, Expire calls, and (with a 2-bit hash mask)
+// constant hash collisions, so the exact-comparison and overflow paths run
+// as often as the common one.
+func TestDedupMatchesModel(t *testing.T) {
+	t.Parallel()
+	for _, mask := range []uint64{^uint64(0), 3} {
+		t.Run(fmt.Sprintf("mask=%#x", mask), func(t *testing.T) {
+			t.Parallel()
+			rapid.Check(t, func(t *rapid.T) {
+				win := time.Duration(rapid.IntRange(1, 100).Draw(t, "window"))
+				maxEntries := rapid.IntRange(0, 20).Draw(t, "max")
+				var opts []Option
+				if maxEntries > 0 {
+					opts = append(opts, WithMaxEntries(maxEntries))
+				}
+				d, err := New(win, opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				d.mask = mask
+				m := &model{w: win, max: maxEntries, next: 0, ids: map[[2]string]modelID{}}
+				now := time.Unix(0, 1_000_000)
+				for i := range rapid.IntRange(1, 300).Draw(t, "calls") {
+					now = now.Add(time.Duration(rapid.IntRange(-20, 40).Draw(t, "tick")))
+					if rapid.IntRange(0, 20).Draw(t, "expire") == 0 {
+						d.Expire(now)
+						if now.After(m.latest) {
+							m.latest = now
+						}
+						continue
+					}
+					scope := rapid.SampledFrom([]string{"", "a", "ab"}).Draw(t, "scope")
+					id := rapid.SampledFrom([]string{"", "b", "c", "bc", "x", "y", "z", "long-id-0123456789"}).Draw(t, "id")
+					dup, orig, err := d.Add(scope, id, now)
+					mdup, morig, merr := m.add(scope, id, now)
+					if dup != mdup || orig != morig || !errors.Is(err, merr) || (err == nil) != (merr == nil) {
+						t.Fatalf("call %d Add(%q, %q, %v) = (%v, %d, %v), model (%v, %d, %v)", i, scope, id, now.UnixNano(), dup, orig, err, mdup, morig, merr)
+					}
+				}
+				live := 0
+				for _, e := range m.ids {
+					if m.latest.Sub(e.first) < win {
+						live++
+					}
+				}
+				if d.Expire(m.latest); d.Len() != live {
+					t.Fatalf("Len %d, model has %d live ids", d.Len(), live)
+				}
+			})
+		})
+	}
+}
+
+// TestMemoryIsReleased checks that a burst's memory is given back once its
+// ids expire: arena chunks, ring slots and the index map.
+func TestMemoryIsReleased(t *testing.T) {
+	t.Parallel()
+	d, err := New(time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1_700_000_000, 0)
+	const burst = 100_000
+	for i := range burst {
+		d.Seen("scope", fmt.Sprintf("id-%08d", i), t0)
+	}
+	if d.count != burst || len(d.index) != burst || d.arena.bytes() < burst*len("scopeid-00000000") {
+		t.Fatalf("after the burst: count %d, index %d, arena %d bytes", d.count, len(d.index), d.arena.bytes())
+	}
+	// A trickle after the window: the burst expires.
+	for i := range 10 {
+		d.Seen("scope", fmt.Sprintf("late-%d", i), t0.Add(time.Second+time.Duration(i)))
+	}
+	if d.count != 10 || len(d.index) != 10 {
+		t.Fatalf("after expiry: count %d, index %d", d.count, len(d.index))
+	}
+	if len(d.ring) > 1024 {
+		t.Fatalf("ring still has %d slots for 10 ids", len(d.ring))
+	}
+	if d.peak > 4096 {
+		t.Fatalf("index not rebuilt: peak %d", d.peak)
+	}
+	if b := d.arena.bytes(); b > (1+maxSpare)*chunkSize {
+		t.Fatalf("arena holds %d bytes for 10 ids", b)
+	}
+	if d.Expire(t0.Add(time.Hour)); d.count != 0 || len(d.arena.chunks) != 0 {
+		t.Fatalf("after full expiry: count %d, chunks %d", d.count, len(d.arena.chunks))
+	}
+	// Sequences continue across all of it.
+	if dup, orig := d.Seen("scope", "again", t0.Add(time.Hour)); dup || orig != burst+11 {
+		t.Fatalf("Seen after expiry = (%v, %d), want (false, %d)", dup, orig, burst+11)
+	}
+}
