@@ -16,9 +16,11 @@ import (
 // failures (unreachable, reset, timed out) answer 502 and release the key, so
 // a retry executes.
 type Proxy struct {
-	m       *Middleware
-	rp      *httputil.ReverseProxy
-	handler http.Handler
+	m        *Middleware
+	rp       *httputil.ReverseProxy
+	handler  http.Handler
+	abortCtx context.Context
+	abort    context.CancelFunc
 }
 
 // NewProxy returns a Proxy to target. The upstream call of a keyed request is
@@ -34,6 +36,7 @@ func NewProxy(target *url.URL, s keystore.Store, opts ...Option) (*Proxy, error)
 		return nil, err
 	}
 	p := &Proxy{m: m}
+	p.abortCtx, p.abort = context.WithCancel(context.Background())
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
@@ -41,7 +44,9 @@ func NewProxy(target *url.URL, s keystore.Store, opts ...Option) (*Proxy, error)
 			pr.Out.Host = pr.In.Host
 			if m.cfg.methods[pr.In.Method] && pr.In.Header.Get(HeaderKey) != "" {
 				ctx, cancel := context.WithTimeout(context.WithoutCancel(pr.In.Context()), m.cfg.lease)
-				pr.Out = pr.Out.WithContext(context.WithValue(ctx, cancelKey{}, cancel))
+				stop := context.AfterFunc(p.abortCtx, cancel)
+				done := context.CancelFunc(func() { stop(); cancel() })
+				pr.Out = pr.Out.WithContext(context.WithValue(ctx, cancelKey{}, done))
 			}
 		},
 		Transport: cancelOnClose{http.DefaultTransport},
@@ -88,6 +93,12 @@ func (b *cancelBody) Close() error {
 	b.cancel()
 	return err
 }
+
+// Abort cancels every upstream call in flight, for a shutdown that cannot
+// wait any longer: each aborted request answers 502 and releases its key, so
+// the client's retry executes (on this or another proxy). Requests that
+// arrive after Abort fail the same way.
+func (p *Proxy) Abort() { p.abort() }
 
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.handler.ServeHTTP(w, r) }

@@ -33,6 +33,6 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newDemo())
+	root.AddCommand(newDemo(), newServe())
 	return root
 }

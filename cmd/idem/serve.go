@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/idemhttp/idemhttpprom"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+)
+
+type serveFlags struct {
+	listen, admin, upstream, store string
+	ttl, lease, wait, drain        time.Duration
+	requireKey, strictKey, store5x bool
+	methods                        string
+	scopeHeader                    string
+	maxBody                        int64
+	maxResponse                    int
+}
+
+func newServe() *cobra.Command {
+	var f serveFlags
+	cmd := &cobra.Command{
+		Use:   "serve --upstream URL",
+		Short: "Run an Idempotency-Key proxy in front of an HTTP API",
+		Long: `serve is a reverse proxy that gives any HTTP API Idempotency-Key semantics
+(draft-ietf-httpapi-idempotency-key-header): the first POST or PATCH with a key
+is forwarded and its response stored; retries with the same key get the stored
+response with Idempotent-Replayed: true; the same key with another request is
+422; a key still in progress is 409 with Retry-After. Several proxies sharing
+one store (a SQLite file, PostgreSQL or Redis) behave as one.
+
+On SIGTERM or SIGINT it stops accepting requests, lets the ones in flight finish
+for --drain, then aborts the rest, releasing their keys so that retries execute.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address to serve the proxy on")
+	fl.StringVar(&f.admin, "admin-listen", "", "address for /metrics, /healthz and /readyz (empty: off)")
+	fl.StringVar(&f.upstream, "upstream", "", "URL of the API to proxy to (required)")
+	fl.StringVar(&f.store, "store", "sqlite:idem.db", "key store: memory, sqlite:PATH, postgres://…, redis://…")
+	fl.DurationVar(&f.ttl, "ttl", 24*time.Hour, "how long completed responses are replayed")
+	fl.DurationVar(&f.lease, "lease", 30*time.Second, "how long a request holds its key; also the upstream timeout")
+	fl.DurationVar(&f.wait, "wait", 0, "wait up to this long for an in-progress request instead of answering 409")
+	fl.DurationVar(&f.drain, "drain", 30*time.Second, "how long SIGTERM lets in-flight requests finish")
+	fl.BoolVar(&f.requireKey, "require-key", false, "answer 400 to keyed methods without an Idempotency-Key")
+	fl.BoolVar(&f.strictKey, "strict-key", false, "accept only the Structured Field String form of the key")
+	fl.BoolVar(&f.store5x, "store-5xx", false, "store and replay 5xx responses (Stripe's behaviour) instead of releasing the key")
+	fl.StringVar(&f.methods, "methods", "POST,PATCH", "comma-separated methods that use keys")
+	fl.StringVar(&f.scopeHeader, "scope-header", "", "scope keys by this header (default: a hash of Authorization)")
+	fl.Int64Var(&f.maxBody, "max-body", 8<<20, "largest keyed request body, bytes (larger: 413)")
+	fl.IntVar(&f.maxResponse, "max-response", 1<<20, "largest response stored for replay, bytes")
+	return cmd
+}
+
+func runServe(cmd *cobra.Command, f serveFlags) error {
+	ctx := cmd.Context()
+	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	if f.upstream == "" {
+		return errors.New("serve: --upstream is required")
+	}
+	target, err := url.Parse(f.upstream)
+	if err != nil || (target.Scheme != "http" && target.Scheme != "https") || target.Host == "" {
+		return fmt.Errorf("serve: --upstream %q: want an http:// or https:// URL", f.upstream)
+	}
+	spec, err := parseStoreSpec(f.store)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	store, err := openStore(ctx, spec, f.maxResponse+64<<10)
+	if err != nil {
+		return fmt.Errorf("serve: open store: %w", err)
+	}
+	defer store.close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	hooks, err := idemhttpprom.New(reg)
+	if err != nil {
+		return err
+	}
+	opts := []idemhttp.Option{
+		idemhttp.WithTTL(f.ttl), idemhttp.WithLease(f.lease), idemhttp.WithWait(f.wait),
+		idemhttp.WithRequired(f.requireKey), idemhttp.WithStrictKey(f.strictKey), idemhttp.WithStore5xx(f.store5x),
+		idemhttp.WithMethods(strings.Split(f.methods, ",")...), idemhttp.WithMaxRequestBody(f.maxBody),
+		idemhttp.WithMaxResponseBody(f.maxResponse), idemhttp.WithLogger(log), idemhttp.WithHooks(hooks),
+	}
+	if f.scopeHeader != "" {
+		opts = append(opts, idemhttp.WithScopeHeader(f.scopeHeader))
+	}
+	proxy, err := idemhttp.NewProxy(target, store, opts...)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+
+	var inflight sync.WaitGroup
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			inflight.Add(1)
+			defer inflight.Done()
+			proxy.ServeHTTP(w, r)
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(ln) }()
+
+	var admin *http.Server
+	if f.admin != "" {
+		aln, err := net.Listen("tcp", f.admin)
+		if err != nil {
+			srv.Close()
+			return fmt.Errorf("serve: admin: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+			pctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+			defer cancel()
+			if err := store.ping(pctx); err != nil {
+				http.Error(w, "store: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ready")
+		})
+		admin = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- admin.Serve(aln) }()
+		log.Info("admin listening", "addr", aln.Addr().String())
+	}
+	log.Info("idem serve listening", "addr", ln.Addr().String(), "upstream", target.Redacted(), "store", spec.kind)
+
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: draining in-flight requests", "drain", f.drain)
+	dctx, cancel := context.WithTimeout(context.Background(), f.drain)
+	defer cancel()
+	if admin != nil {
+		_ = admin.Shutdown(dctx)
+	}
+	if err := srv.Shutdown(dctx); err != nil {
+		log.Warn("drain time over: aborting in-flight upstream calls and releasing their keys", "err", err)
+		proxy.Abort()
+		done := make(chan struct{})
+		go func() { inflight.Wait(); close(done) }()
+		select {
+		case <-done:
+			// The handlers returned; let the server flush their responses.
+			fctx, fcancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = srv.Shutdown(fctx)
+			fcancel()
+		case <-time.After(10 * time.Second):
+			log.Error("in-flight requests did not finish; their keys stay in progress until the lease ends")
+		}
+		srv.Close()
+	}
+	return nil
+}
