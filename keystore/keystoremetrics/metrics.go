@@ -1,0 +1,208 @@
+// Package keystoremetrics wraps a [keystore.Store] with Prometheus metrics.
+// It is a separate package so that keystore and its stores do not depend on
+// Prometheus.
+//
+//	m, err := keystoremetrics.New(store, keystoremetrics.WithConstLabels(prometheus.Labels{"store": "pg"}))
+//	...
+//	registry.MustRegister(m)
+//	res, replayed, err := keystore.Do(ctx, m, key, fp, fn)
+//
+// Metrics (namespace "idem" unless [WithNamespace] says otherwise):
+//
+//	idem_keystore_reservations_total{outcome}     acquired, in_progress, done, mismatch, error
+//	idem_keystore_lease_takeovers_total           acquisitions that replaced an expired lease
+//	idem_keystore_lease_lost_total{op}            complete, release refused for a stale token
+//	idem_keystore_errors_total{op}                reserve, complete, release, sweep: store or input errors
+//	idem_keystore_operation_duration_seconds{op}  histogram of each call, errors included
+//	idem_keystore_swept_total                     keys deleted by Sweep
+//
+// A rising lease_takeovers_total means holders die or outlive their lease
+// between Reserve and Complete; a rising lease_lost_total means the lease is
+// too short for the effect, and effects are being repeated.
+package keystoremetrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/keystore"
+)
+
+// Option configures [New].
+type Option func(*config)
+
+type config struct {
+	namespace string
+	labels    prometheus.Labels
+	buckets   []float64
+}
+
+// WithNamespace sets the metric namespace (default "idem").
+func WithNamespace(ns string) Option { return func(c *config) { c.namespace = ns } }
+
+// WithConstLabels adds labels to every metric, to tell several stores apart
+// in one registry.
+func WithConstLabels(l prometheus.Labels) Option { return func(c *config) { c.labels = l } }
+
+// WithBuckets sets the latency histogram buckets in seconds (default from
+// 50 µs to 2.5 s, covering memory, Redis and SQL stores).
+func WithBuckets(b []float64) Option { return func(c *config) { c.buckets = b } }
+
+// metrics are shared by a store and its scoped views.
+type metrics struct {
+	reservations *prometheus.CounterVec
+	takeovers    prometheus.Counter
+	leaseLost    *prometheus.CounterVec
+	errors       *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	swept        prometheus.Counter
+}
+
+// Store is a [keystore.Store] that records metrics about the store it wraps.
+// It is a prometheus.Collector: register it once.
+type Store struct {
+	inner keystore.Store
+	m     *metrics
+}
+
+var _ prometheus.Collector = (*Store)(nil)
+
+// New wraps s. Bad options return an error wrapping idem.ErrInvalidOption.
+func New(s keystore.Store, opts ...Option) (*Store, error) {
+	cfg := config{namespace: "idem", buckets: []float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1, 2.5}}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if s == nil {
+		return nil, fmt.Errorf("%w: keystoremetrics: nil store", idem.ErrInvalidOption)
+	}
+	for i, b := range cfg.buckets {
+		if i > 0 && b <= cfg.buckets[i-1] {
+			return nil, fmt.Errorf("%w: keystoremetrics: buckets are not increasing", idem.ErrInvalidOption)
+		}
+	}
+	opt := func(name, help string) prometheus.Opts {
+		return prometheus.Opts{Namespace: cfg.namespace, Subsystem: "keystore", Name: name, Help: help, ConstLabels: cfg.labels}
+	}
+	m := &metrics{
+		reservations: prometheus.NewCounterVec(prometheus.CounterOpts(opt("reservations_total", "Reserve calls by outcome: acquired, in_progress, done, mismatch, error.")), []string{"outcome"}),
+		takeovers:    prometheus.NewCounter(prometheus.CounterOpts(opt("lease_takeovers_total", "Acquisitions that replaced an expired lease whose holder neither completed nor released."))),
+		leaseLost:    prometheus.NewCounterVec(prometheus.CounterOpts(opt("lease_lost_total", "Complete or Release refused because the claim's token is no longer current.")), []string{"op"}),
+		errors:       prometheus.NewCounterVec(prometheus.CounterOpts(opt("errors_total", "Calls that failed with a store or input error (not mismatch or lease lost).")), []string{"op"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: cfg.namespace, Subsystem: "keystore", Name: "operation_duration_seconds",
+			Help: "Duration of store calls, errors included.", ConstLabels: cfg.labels, Buckets: cfg.buckets,
+		}, []string{"op"}),
+		swept: prometheus.NewCounter(prometheus.CounterOpts(opt("swept_total", "Expired keys deleted by Sweep."))),
+	}
+	// Create every series up front, so that dashboards see zeros.
+	for _, o := range []string{"acquired", "in_progress", "done", "mismatch", "error"} {
+		m.reservations.WithLabelValues(o)
+	}
+	for _, op := range []string{"complete", "release"} {
+		m.leaseLost.WithLabelValues(op)
+	}
+	for _, op := range []string{"reserve", "complete", "release", "sweep"} {
+		m.errors.WithLabelValues(op)
+		m.duration.WithLabelValues(op)
+	}
+	return &Store{inner: s, m: m}, nil
+}
+
+// Unwrap returns the wrapped store.
+func (s *Store) Unwrap() keystore.Store { return s.inner }
+
+// Describe implements prometheus.Collector.
+func (s *Store) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range s.m.collectors() {
+		c.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (s *Store) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range s.m.collectors() {
+		c.Collect(ch)
+	}
+}
+
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.reservations, m.takeovers, m.leaseLost, m.errors, m.duration, m.swept}
+}
+
+// Reserve implements [keystore.Store.Reserve].
+func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.Duration) (keystore.Claim, error) {
+	start := time.Now()
+	c, err := s.inner.Reserve(ctx, key, fp, lease)
+	s.m.duration.WithLabelValues("reserve").Observe(time.Since(start).Seconds())
+	switch {
+	case errors.Is(err, keystore.ErrFingerprintMismatch):
+		s.m.reservations.WithLabelValues("mismatch").Inc()
+	case err != nil:
+		s.m.reservations.WithLabelValues("error").Inc()
+		s.m.errors.WithLabelValues("reserve").Inc()
+	default:
+		s.m.reservations.WithLabelValues(c.State.String()).Inc()
+		if c.State == keystore.Acquired && c.Takeover {
+			s.m.takeovers.Inc()
+		}
+	}
+	return c, err
+}
+
+// Complete implements [keystore.Store.Complete].
+func (s *Store) Complete(ctx context.Context, c keystore.Claim, result []byte, ttl time.Duration) error {
+	start := time.Now()
+	err := s.inner.Complete(ctx, c, result, ttl)
+	s.observe("complete", start, err)
+	return err
+}
+
+// Release implements [keystore.Store.Release].
+func (s *Store) Release(ctx context.Context, c keystore.Claim) error {
+	start := time.Now()
+	err := s.inner.Release(ctx, c)
+	s.observe("release", start, err)
+	return err
+}
+
+func (s *Store) observe(op string, start time.Time, err error) {
+	s.m.duration.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	switch {
+	case errors.Is(err, keystore.ErrLeaseLost):
+		s.m.leaseLost.WithLabelValues(op).Inc()
+	case err != nil:
+		s.m.errors.WithLabelValues(op).Inc()
+	}
+}
+
+// Scope returns the wrapped store's view of the scope name, wrapped with
+// the same metrics. It fails with errors.ErrUnsupported when the wrapped
+// store has no scopes. It implements [keystore.Scoper].
+func (s *Store) Scope(name string) (keystore.Store, error) {
+	v, err := keystore.Scope(s.inner, name)
+	if err != nil {
+		return nil, fmt.Errorf("keystoremetrics: %w", err)
+	}
+	return &Store{inner: v, m: s.m}, nil
+}
+
+// Sweep calls the wrapped store's Sweep and counts the deleted keys. It
+// fails with errors.ErrUnsupported when the wrapped store cannot sweep. It
+// implements [keystore.Sweeper].
+func (s *Store) Sweep(ctx context.Context, batch int) (int, error) {
+	sw, ok := s.inner.(keystore.Sweeper)
+	if !ok {
+		return 0, fmt.Errorf("keystoremetrics: %T cannot sweep: %w", s.inner, errors.ErrUnsupported)
+	}
+	start := time.Now()
+	n, err := sw.Sweep(ctx, batch)
+	s.m.swept.Add(float64(n))
+	s.observe("sweep", start, err)
+	return n, err
+}

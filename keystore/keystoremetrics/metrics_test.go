@@ -1,0 +1,167 @@
+package keystoremetrics_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/keystore"
+	"github.com/idem-go/idem/keystore/keystoremetrics"
+	"github.com/idem-go/idem/keystore/memstore"
+	"github.com/idem-go/idem/keystore/storetest"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+
+// clock is a hand-moved clock for the memstore under the wrapper.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func newWrapped(t *testing.T) (*keystoremetrics.Store, *clock) {
+	clk := &clock{t: time.Unix(1_700_000_000, 0)}
+	mem, err := memstore.New(memstore.WithClock(clk.now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := keystoremetrics.New(mem, keystoremetrics.WithConstLabels(prometheus.Labels{"store": "memory"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, clk
+}
+
+// The wrapper changes no behaviour.
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) keystore.Store {
+		mem, err := memstore.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := keystoremetrics.New(mem)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	})
+}
+
+func TestMetrics(t *testing.T) {
+	ctx := context.Background()
+	m, clk := newWrapped(t)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
+
+	c, _ := m.Reserve(ctx, "a", []byte("fp"), time.Second) // acquired
+	m.Reserve(ctx, "a", nil, time.Second)                  // in progress
+	m.Reserve(ctx, "a", []byte("other"), time.Second)      // mismatch
+	m.Reserve(ctx, "", nil, time.Second)                   // error
+	if err := m.Complete(ctx, c, []byte("r"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	m.Reserve(ctx, "a", nil, time.Second) // done
+	stale := c
+	stale.Token++
+	m.Complete(ctx, stale, nil, time.Hour) // lease lost
+	m.Release(ctx, stale)                  // lease lost
+
+	old, _ := m.Reserve(ctx, "b", nil, time.Second) // acquired
+	clk.t = clk.t.Add(2 * time.Second)
+	n, _ := m.Reserve(ctx, "b", nil, time.Second) // acquired, takeover
+	if !n.Takeover || n.Token <= old.Token {
+		t.Fatalf("takeover claim %+v", n)
+	}
+	m.Complete(ctx, n, nil, 0) // input error
+	clk.t = clk.t.Add(2 * time.Second)
+	if swept, err := m.Sweep(ctx, 10); err != nil || swept != 1 {
+		t.Fatalf("Sweep: %d %v", swept, err)
+	}
+
+	want := `
+# HELP idem_keystore_reservations_total Reserve calls by outcome: acquired, in_progress, done, mismatch, error.
+# TYPE idem_keystore_reservations_total counter
+idem_keystore_reservations_total{outcome="acquired",store="memory"} 3
+idem_keystore_reservations_total{outcome="done",store="memory"} 1
+idem_keystore_reservations_total{outcome="error",store="memory"} 1
+idem_keystore_reservations_total{outcome="in_progress",store="memory"} 1
+idem_keystore_reservations_total{outcome="mismatch",store="memory"} 1
+# HELP idem_keystore_lease_takeovers_total Acquisitions that replaced an expired lease whose holder neither completed nor released.
+# TYPE idem_keystore_lease_takeovers_total counter
+idem_keystore_lease_takeovers_total{store="memory"} 1
+# HELP idem_keystore_lease_lost_total Complete or Release refused because the claim's token is no longer current.
+# TYPE idem_keystore_lease_lost_total counter
+idem_keystore_lease_lost_total{op="complete",store="memory"} 1
+idem_keystore_lease_lost_total{op="release",store="memory"} 1
+# HELP idem_keystore_errors_total Calls that failed with a store or input error (not mismatch or lease lost).
+# TYPE idem_keystore_errors_total counter
+idem_keystore_errors_total{op="complete",store="memory"} 1
+idem_keystore_errors_total{op="release",store="memory"} 0
+idem_keystore_errors_total{op="reserve",store="memory"} 1
+idem_keystore_errors_total{op="sweep",store="memory"} 0
+# HELP idem_keystore_swept_total Expired keys deleted by Sweep.
+# TYPE idem_keystore_swept_total counter
+idem_keystore_swept_total{store="memory"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"idem_keystore_reservations_total", "idem_keystore_lease_takeovers_total", "idem_keystore_lease_lost_total",
+		"idem_keystore_errors_total", "idem_keystore_swept_total"); err != nil {
+		t.Fatal(err)
+	}
+	// Every call was timed: 9 Reserves, 4 Completes, 1 Release, 1 Sweep.
+	if n := testutil.CollectAndCount(m, "idem_keystore_operation_duration_seconds"); n != 4 {
+		t.Fatalf("%d duration series, want 4", n)
+	}
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil || len(problems) > 0 {
+		t.Fatalf("lint: %v %v", problems, err)
+	}
+}
+
+func TestScopeAndSweepUnsupported(t *testing.T) {
+	m, err := keystoremetrics.New(onlyStore{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Scope("x"); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Scope: %v", err)
+	}
+	if _, err := m.Sweep(context.Background(), 1); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Sweep: %v", err)
+	}
+	if m.Unwrap() != (onlyStore{}) {
+		t.Fatal("Unwrap")
+	}
+}
+
+func TestOptions(t *testing.T) {
+	if _, err := keystoremetrics.New(nil); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Fatalf("New(nil): %v", err)
+	}
+	if _, err := keystoremetrics.New(onlyStore{}, keystoremetrics.WithBuckets([]float64{1, 1})); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Fatalf("bad buckets: %v", err)
+	}
+	m, err := keystoremetrics.New(onlyStore{}, keystoremetrics.WithNamespace("acme"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(m, "acme_keystore_reservations_total"); n != 5 {
+		t.Fatalf("%d series in namespace acme, want 5", n)
+	}
+}
+
+// onlyStore implements nothing but keystore.Store.
+type onlyStore struct{}
+
+func (onlyStore) Reserve(context.Context, string, []byte, time.Duration) (keystore.Claim, error) {
+	return keystore.Claim{}, errors.New("unused")
+}
+func (onlyStore) Complete(context.Context, keystore.Claim, []byte, time.Duration) error { return nil }
+func (onlyStore) Release(context.Context, keystore.Claim) error                         { return nil }

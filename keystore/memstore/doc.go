@@ -1,0 +1,27 @@
+// Package memstore is an exact, in-process [keystore.Store]: for tests,
+// single-process services, and as a reference for the other stores.
+//
+// Exact means every key is kept until it expires, never approximated by a
+// filter, and never evicted while live: when the store holds its maximum
+// number of keys ([WithMaxKeys]) and none has expired, Reserve returns
+// [ErrFull] instead of forgetting a key whose effect could then run twice.
+//
+// Keys are spread over 64 shards by a seeded hash, each with its own mutex;
+// a call takes one shard lock, and no operation takes a global lock. Expired
+// keys are reclaimed without a background goroutine: a key found expired
+// is replaced on access; an insert into a shard that may hold expired keys
+// deletes the expired ones among a few (8) of its entries; a full store
+// scans for expired keys before answering ErrFull (each shard skipped
+// unless its earliest expiry has passed); and [Store.Sweep] removes them all
+// on request.
+//
+// Leases and TTLs are measured by the store's clock, time.Now by default
+// (its monotonic reading, so wall-clock steps do not move them) or the
+// function given to [WithClock]. Fencing tokens come from a counter per
+// shard: a key always lives in the same shard, so its tokens strictly
+// increase across Release and expiry.
+//
+// Everything lives in the process: a crash forgets every key, in progress
+// or done, so a redelivery after a restart runs the effect again. Use
+// sqlitestore, pgstore or redisstore when keys must outlive the process.
+package memstore

@@ -1,0 +1,50 @@
+package memstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idem-go/idem/keystore"
+	"github.com/idem-go/idem/keystore/memstore"
+)
+
+// The Reserve → effect → Complete protocol by hand, on a store bounded to
+// 10,000 keys.
+func Example() {
+	ctx := context.Background()
+	store, err := memstore.New(memstore.WithMaxKeys(10_000))
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+
+	c, err := store.Reserve(ctx, "email:welcome:user-42", nil, 30*time.Second)
+	if err != nil {
+		panic(err) // fail closed: do not send, do not acknowledge
+	}
+	fmt.Println("first delivery:", c.State)
+	// ... send the email, with the key as its Message-ID ...
+	if err := store.Complete(ctx, c, []byte("sent"), 24*time.Hour); err != nil {
+		panic(err)
+	}
+
+	again, err := store.Reserve(ctx, "email:welcome:user-42", nil, 30*time.Second)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("redelivery: %v, result %q\n", again.State, again.Result)
+
+	// A stale claim cannot write.
+	err = store.Complete(ctx, c, []byte("other"), time.Hour)
+	fmt.Println("second Complete of the same claim:", err)
+	c.Token++
+	err = store.Complete(ctx, c, []byte("forged"), time.Hour)
+	fmt.Println("Complete with another token is lease lost:", errors.Is(err, keystore.ErrLeaseLost))
+	// Output:
+	// first delivery: acquired
+	// redelivery: done, result "sent"
+	// second Complete of the same claim: <nil>
+	// Complete with another token is lease lost: true
+}

@@ -1,0 +1,218 @@
+package memstore
+
+import (
+	"fmt"
+	"hash/maphash"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/keystore"
+)
+
+// ErrFull is returned by Reserve when the store holds its maximum number of
+// keys and none of them has expired. It is keystore.ErrFull.
+var ErrFull = keystore.ErrFull
+
+const (
+	numShards = 64
+	// DefaultMaxKeys is the key limit unless WithMaxKeys says otherwise.
+	DefaultMaxKeys = 1 << 20
+	// sampleSize is how many entries an insert inspects for expired ones
+	// when its shard may hold some: bounded work per call, no global pass.
+	sampleSize = 8
+	// sampleBackoff is how long a shard is not sampled after a sample found
+	// nothing expired.
+	sampleBackoff = int64(100 * time.Millisecond)
+	// Entry states. An absent key has no entry.
+	stInProgress = 1
+	stDone       = 2
+)
+
+// Option configures [New].
+type Option func(*config)
+
+type config struct {
+	maxKeys   int
+	maxResult int
+	clock     func() time.Time
+}
+
+// WithMaxKeys bounds the number of keys held, live or expired but not yet
+// reclaimed (default [DefaultMaxKeys]). When the store is full, Reserve of a
+// new key first reclaims expired keys, and if none have expired returns
+// ErrFull: a live key is never evicted, since evicting one would let its
+// effect run twice.
+func WithMaxKeys(n int) Option { return func(c *config) { c.maxKeys = n } }
+
+// WithMaxResultSize sets the largest result Complete accepts, in bytes
+// (default keystore.DefaultMaxResultSize).
+func WithMaxResultSize(n int) Option { return func(c *config) { c.maxResult = n } }
+
+// WithClock replaces time.Now as the store's clock, for tests that move time
+// by hand. The clock must not go backwards.
+func WithClock(now func() time.Time) Option { return func(c *config) { c.clock = now } }
+
+// Store is an in-memory [keystore.Store]. See the package documentation.
+type Store struct {
+	c      *core
+	prefix string // length-prefixed scope, prepended to every key
+}
+
+// core is the state shared by a store and its scoped views.
+type core struct {
+	shards    [numShards]shard
+	seed      maphash.Seed
+	clock     func() time.Time
+	base      time.Time // times are kept as nanoseconds since base
+	maxKeys   int64
+	maxResult int
+	count     atomic.Int64
+	closed    atomic.Bool
+}
+
+type shard struct {
+	mu sync.Mutex
+	// m maps an internal key to its entry's index in entries. Entries live
+	// in a slab rather than in the map so that Complete updates one in
+	// place without writing the map (which would copy the key), and so that
+	// a map slot is 24 bytes instead of 56.
+	m       map[string]uint32
+	entries []entry
+	free    []uint32 // indexes of unused entries
+	// tokens is the last token handed out in this shard. A key always maps
+	// to the same shard, so its tokens strictly increase.
+	tokens uint64
+	// minExp is a lower bound of the earliest expiry in m (ns since base):
+	// while the clock is before it, nothing in the shard has expired and a
+	// scan would find nothing. Every write lowers it; a full scan sets it
+	// exactly. Read without the lock by reclaim.
+	minExp atomic.Int64
+	// nextSample is when an insert may next sample the shard for expired
+	// entries; it backs off after a sample that found none, so a shard
+	// whose earliest entry was released does not cost every insert a
+	// sample.
+	nextSample int64
+	_          [64]byte // keep shards' locks on separate cache lines
+}
+
+// entry is one key. Fingerprint and result share one string so that an
+// entry is 40 bytes and its bytes one allocation.
+type entry struct {
+	data  string // fingerprint followed by result
+	exp   int64  // lease or result expiry, ns since base
+	token uint64
+	fpLen uint32
+	state uint8
+}
+
+func (e *entry) fp() string     { return e.data[:e.fpLen] }
+func (e *entry) result() []byte { return []byte(e.data[e.fpLen:]) }
+
+// New returns an empty store. Options are validated here; a bad one returns
+// an error wrapping idem.ErrInvalidOption. The store starts no goroutine:
+// expired keys are removed when they are next touched, by a bounded sample
+// on each insert, when the store is full, and by [Store.Sweep].
+func New(opts ...Option) (*Store, error) {
+	cfg := config{maxKeys: DefaultMaxKeys, maxResult: keystore.DefaultMaxResultSize, clock: time.Now}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	switch {
+	case cfg.maxKeys <= 0:
+		return nil, fmt.Errorf("%w: memstore: max keys %d is not positive", idem.ErrInvalidOption, cfg.maxKeys)
+	case cfg.maxResult < 0:
+		return nil, fmt.Errorf("%w: memstore: max result size %d is negative", idem.ErrInvalidOption, cfg.maxResult)
+	case cfg.clock == nil:
+		return nil, fmt.Errorf("%w: memstore: nil clock", idem.ErrInvalidOption)
+	}
+	c := &core{seed: maphash.MakeSeed(), clock: cfg.clock, maxKeys: int64(cfg.maxKeys), maxResult: cfg.maxResult}
+	c.base = c.clock()
+	for i := range c.shards {
+		c.shards[i].m = make(map[string]uint32)
+		c.shards[i].minExp.Store(math.MaxInt64)
+	}
+	return &Store{c: c, prefix: scopePrefix(keystore.DefaultScope)}, nil
+}
+
+// scopePrefix is the scope's length byte and name, so keys of different
+// scopes never collide whatever bytes they hold. The default scope, the
+// common case, is the single byte 0, which no named scope starts with.
+func scopePrefix(scope string) string {
+	if scope == keystore.DefaultScope {
+		return "\x00"
+	}
+	return string([]byte{byte(len(scope))}) + scope
+}
+
+// Scope returns a view of the same store (same memory, same key limit) in
+// which keys live in the scope name. It implements [keystore.Scoper].
+func (s *Store) Scope(name string) (keystore.Store, error) {
+	if err := keystore.ValidateScope(name); err != nil {
+		return nil, fmt.Errorf("memstore: %w", err)
+	}
+	return &Store{c: s.c, prefix: scopePrefix(name)}, nil
+}
+
+// Len returns the number of keys held, including expired keys that have not
+// been reclaimed yet.
+func (s *Store) Len() int { return int(s.c.count.Load()) }
+
+// MaxResultSize returns the largest result Complete accepts.
+func (s *Store) MaxResultSize() int { return s.c.maxResult }
+
+// Close drops every key and makes later calls return keystore.ErrClosed.
+// It closes every scoped view of the store too. Close is idempotent.
+func (s *Store) Close() error {
+	if s.c.closed.Swap(true) {
+		return nil
+	}
+	for i := range s.c.shards {
+		sh := &s.c.shards[i]
+		sh.mu.Lock()
+		sh.m, sh.entries, sh.free = nil, nil, nil
+		sh.mu.Unlock()
+	}
+	s.c.count.Store(0)
+	return nil
+}
+
+// now returns the store's clock as nanoseconds since base. With time.Now
+// this uses the monotonic clock, so wall-clock jumps do not move leases.
+func (c *core) now() int64 { return int64(c.clock().Sub(c.base)) }
+
+func (c *core) at(ns int64) time.Time { return c.base.Add(time.Duration(ns)) }
+
+// ikey builds the internal key (scope prefix + key) in buf, which is large
+// enough for any valid scope and key, so lookups do not allocate.
+func (s *Store) ikey(buf *[2 + keystore.MaxScopeLen + idem.MaxKeyLen]byte, key string) []byte {
+	return append(append(buf[:0], s.prefix...), key...)
+}
+
+func (c *core) shard(k []byte) *shard {
+	return &c.shards[maphash.Bytes(c.seed, k)%numShards]
+}
+
+// add stores e under the internal key k, which must be absent, reusing a
+// free slot if there is one. Called with the shard locked.
+func (sh *shard) add(k []byte, e entry) {
+	var i uint32
+	if n := len(sh.free); n > 0 {
+		i, sh.free = sh.free[n-1], sh.free[:n-1]
+		sh.entries[i] = e
+	} else {
+		i = uint32(len(sh.entries))
+		sh.entries = append(sh.entries, e)
+	}
+	sh.m[string(k)] = i
+}
+
+// remove deletes the key k whose entry is at i. Called with the shard
+// locked.
+func (sh *shard) remove(k string, i uint32) {
+	delete(sh.m, k)
+	sh.entries[i] = entry{} // drop the fingerprint and result
+	sh.free = append(sh.free, i)
+}

@@ -1,0 +1,228 @@
+package memstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/keystore"
+	"github.com/idem-go/idem/keystore/memstore"
+	"github.com/idem-go/idem/keystore/storetest"
+)
+
+func TestMain(m *testing.M) {
+	code := testenv.Main(m)
+	// The store starts no goroutine; Watermill's repository in the
+	// benchmarks starts one it never stops.
+	if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/ThreeDotsLabs/watermill/message/router/middleware.(*mapExpiringKeyRepository).cleanOutLoop")); code == 0 && err != nil {
+		fmt.Fprintln(os.Stderr, "goleak:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) keystore.Store {
+		s, err := memstore.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	})
+}
+
+// clock is a hand-moved clock for tests.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+func newClocked(t *testing.T, opts ...memstore.Option) (*memstore.Store, *clock) {
+	t.Helper()
+	clk := &clock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	s, err := memstore.New(append([]memstore.Option{memstore.WithClock(clk.now)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, clk
+}
+
+func TestInjectedClock(t *testing.T) {
+	ctx := context.Background()
+	s, clk := newClocked(t)
+	c, err := s.Reserve(ctx, "k", nil, time.Minute)
+	if err != nil || c.State != keystore.Acquired {
+		t.Fatal(c, err)
+	}
+	if want := clk.now().Add(time.Minute); !c.Expires.Equal(want) {
+		t.Fatalf("Expires %v, want %v", c.Expires, want)
+	}
+	clk.add(time.Minute - time.Nanosecond)
+	if c2, _ := s.Reserve(ctx, "k", nil, time.Minute); c2.State != keystore.InProgress {
+		t.Fatalf("1ns before the lease ends: %v", c2.State)
+	}
+	clk.add(time.Nanosecond)
+	c3, _ := s.Reserve(ctx, "k", nil, time.Minute)
+	if c3.State != keystore.Acquired || !c3.Takeover || c3.Token <= c.Token {
+		t.Fatalf("at the lease end: %+v", c3)
+	}
+	if err := s.Complete(ctx, c3, []byte("r"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	clk.add(time.Hour - 1)
+	if d, _ := s.Reserve(ctx, "k", nil, time.Minute); d.State != keystore.Done || !d.Expires.Equal(clk.now().Add(1)) {
+		t.Fatalf("before the TTL ends: %+v", d)
+	}
+	clk.add(1)
+	if a, _ := s.Reserve(ctx, "k", nil, time.Minute); a.State != keystore.Acquired || a.Takeover {
+		t.Fatalf("after the TTL: %+v", a)
+	}
+}
+
+func TestFullNeverEvictsLiveKeys(t *testing.T) {
+	ctx := context.Background()
+	s, clk := newClocked(t, memstore.WithMaxKeys(100))
+	claims := make([]keystore.Claim, 0, 100)
+	for i := range 100 {
+		c, err := s.Reserve(ctx, fmt.Sprint("k", i), nil, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		claims = append(claims, c)
+	}
+	_, err := s.Reserve(ctx, "one-too-many", nil, time.Minute)
+	if !errors.Is(err, memstore.ErrFull) || !errors.Is(err, keystore.ErrFull) {
+		t.Fatalf("Reserve beyond the limit: %v, want ErrFull", err)
+	}
+	// Existing keys still answer, and a Release frees a slot.
+	if c, err := s.Reserve(ctx, "k7", nil, time.Minute); err != nil || c.State != keystore.InProgress {
+		t.Fatalf("existing key when full: %+v %v", c, err)
+	}
+	if err := s.Release(ctx, claims[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reserve(ctx, "one-too-many", nil, time.Minute); err != nil {
+		t.Fatalf("after a Release: %v", err)
+	}
+	// Completed keys with a short TTL are reclaimed once expired, from any
+	// shard, when the store is full.
+	for _, c := range claims[1:51] {
+		if err := s.Complete(ctx, c, nil, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Reserve(ctx, "still-full", nil, time.Minute); !errors.Is(err, memstore.ErrFull) {
+		t.Fatalf("full before expiry: %v", err)
+	}
+	clk.add(2 * time.Second)
+	for i := range 50 {
+		if _, err := s.Reserve(ctx, fmt.Sprint("new", i), nil, time.Hour); err != nil {
+			t.Fatalf("new key %d after expiry: %v", i, err)
+		}
+	}
+	if _, err := s.Reserve(ctx, "beyond", nil, time.Minute); !errors.Is(err, memstore.ErrFull) {
+		t.Fatalf("full again: %v", err)
+	}
+	if s.Len() != 100 {
+		t.Fatalf("Len %d, want 100", s.Len())
+	}
+	// The live in-progress keys survived every reclaim.
+	for _, c := range claims[51:] {
+		if err := s.Complete(ctx, c, []byte("ok"), time.Hour); err != nil {
+			t.Fatalf("live key %q was lost: %v", c.Key, err)
+		}
+	}
+}
+
+func TestExpiredKeysReclaimedWithoutFull(t *testing.T) {
+	ctx := context.Background()
+	s, clk := newClocked(t)
+	for i := range 10000 {
+		if _, err := s.Reserve(ctx, fmt.Sprint("a", i), nil, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.add(time.Minute)
+	// New inserts sample their shard and delete expired entries as they go.
+	for i := range 10000 {
+		if _, err := s.Reserve(ctx, fmt.Sprint("b", i), nil, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.Len(); n > 12000 {
+		t.Fatalf("Len %d after 10000 expired and 10000 new keys: the sampled sweep does not keep up", n)
+	}
+	n, err := s.Sweep(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Len() != 10000 {
+		t.Fatalf("Len %d after Sweep (deleted %d), want 10000", s.Len(), n)
+	}
+}
+
+func TestClose(t *testing.T) {
+	ctx := context.Background()
+	s, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	view, err := s.Scope("other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := s.Reserve(ctx, "k", nil, time.Minute)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := s.Reserve(ctx, "k", nil, time.Minute); !errors.Is(err, keystore.ErrClosed) {
+		t.Fatalf("Reserve after Close: %v", err)
+	}
+	if _, err := view.Reserve(ctx, "k", nil, time.Minute); !errors.Is(err, keystore.ErrClosed) {
+		t.Fatalf("Reserve on a view after Close: %v", err)
+	}
+	if err := s.Complete(ctx, c, nil, time.Minute); !errors.Is(err, keystore.ErrClosed) {
+		t.Fatalf("Complete after Close: %v", err)
+	}
+	if err := s.Release(ctx, c); !errors.Is(err, keystore.ErrClosed) {
+		t.Fatalf("Release after Close: %v", err)
+	}
+	if _, err := s.Sweep(ctx, 10); !errors.Is(err, keystore.ErrClosed) {
+		t.Fatalf("Sweep after Close: %v", err)
+	}
+}
+
+func TestOptions(t *testing.T) {
+	for _, o := range []memstore.Option{memstore.WithMaxKeys(0), memstore.WithMaxResultSize(-1), memstore.WithClock(nil)} {
+		if _, err := memstore.New(o); !errors.Is(err, idem.ErrInvalidOption) {
+			t.Errorf("New: %v, want ErrInvalidOption", err)
+		}
+	}
+	s, err := memstore.New(memstore.WithMaxResultSize(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c, _ := s.Reserve(ctx, "k", nil, time.Minute)
+	if err := s.Complete(ctx, c, []byte("12345"), time.Minute); !errors.Is(err, keystore.ErrResultTooLarge) {
+		t.Fatalf("5-byte result with a 4-byte limit: %v", err)
+	}
+	if err := s.Complete(ctx, c, []byte("1234"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,260 @@
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/keystore"
+)
+
+// Reserve implements [keystore.Store.Reserve]. It takes one shard lock and,
+// for a new key, inspects at most a few other entries of that shard.
+func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.Duration) (keystore.Claim, error) {
+	if err := keystore.ValidateReserve(key, fp, lease); err != nil {
+		return keystore.Claim{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return keystore.Claim{}, fmt.Errorf("memstore: reserve: %w", err)
+	}
+	c := s.c
+	var buf [2 + keystore.MaxScopeLen + idem.MaxKeyLen]byte
+	k := s.ikey(&buf, key)
+	sh := c.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.m == nil {
+		return keystore.Claim{}, fmt.Errorf("memstore: reserve: %w", keystore.ErrClosed)
+	}
+	now := c.now()
+	i, ok := sh.m[string(k)]
+	var e *entry
+	if ok {
+		e = &sh.entries[i]
+	}
+	takeover := false
+	switch {
+	case ok && e.exp > now:
+		if len(fp) > 0 && e.fpLen > 0 && string(fp) != e.fp() {
+			return keystore.Claim{}, keystore.MismatchError(key)
+		}
+		if e.state == stInProgress {
+			return keystore.Claim{Key: key, State: keystore.InProgress, Expires: c.at(e.exp)}, nil
+		}
+		return keystore.Claim{Key: key, State: keystore.Done, Expires: c.at(e.exp), Result: e.result()}, nil
+	case ok:
+		// Expired: reuse the slot. An expired lease is taken over.
+		takeover = e.state == stInProgress
+	default:
+		if now >= sh.minExp.Load() && now >= sh.nextSample {
+			sh.sample(c, now)
+		}
+		if !c.admit(sh, now) {
+			return keystore.Claim{}, fmt.Errorf("memstore: reserve %q: %w (limit %d keys, none expired)", key, ErrFull, c.maxKeys)
+		}
+	}
+	sh.tokens++
+	exp := now + int64(lease)
+	n := entry{data: string(fp), exp: exp, token: sh.tokens, fpLen: uint32(len(fp)), state: stInProgress}
+	if ok {
+		*e = n
+	} else {
+		sh.add(k, n)
+	}
+	sh.lower(exp)
+	return keystore.Claim{Key: key, State: keystore.Acquired, Token: sh.tokens, Expires: c.at(exp), Takeover: takeover}, nil
+}
+
+// Complete implements [keystore.Store.Complete].
+func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, ttl time.Duration) error {
+	if err := keystore.ValidateComplete(cl, result, ttl, s.c.maxResult); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memstore: complete: %w", err)
+	}
+	c := s.c
+	var buf [2 + keystore.MaxScopeLen + idem.MaxKeyLen]byte
+	k := s.ikey(&buf, cl.Key)
+	sh := c.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.m == nil {
+		return fmt.Errorf("memstore: complete: %w", keystore.ErrClosed)
+	}
+	i, ok := sh.m[string(k)]
+	if !ok || sh.entries[i].token != cl.Token {
+		return keystore.LeaseLostError("complete", cl.Key, cl.Token)
+	}
+	e := &sh.entries[i]
+	if e.state == stDone {
+		return nil // this claim completed already
+	}
+	now := c.now()
+	e.exp = now + int64(ttl)
+	e.state = stDone
+	e.data = e.fp() + string(result)
+	sh.lower(e.exp)
+	return nil
+}
+
+// Release implements [keystore.Store.Release].
+func (s *Store) Release(ctx context.Context, cl keystore.Claim) error {
+	if err := keystore.ValidateRelease(cl); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memstore: release: %w", err)
+	}
+	c := s.c
+	var buf [2 + keystore.MaxScopeLen + idem.MaxKeyLen]byte
+	k := s.ikey(&buf, cl.Key)
+	sh := c.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.m == nil {
+		return fmt.Errorf("memstore: release: %w", keystore.ErrClosed)
+	}
+	i, ok := sh.m[string(k)]
+	if !ok || sh.entries[i].token != cl.Token || sh.entries[i].state != stInProgress {
+		return keystore.LeaseLostError("release", cl.Key, cl.Token)
+	}
+	sh.remove(string(k), i)
+	c.count.Add(-1)
+	return nil
+}
+
+// Sweep deletes every expired result and lease, at most batch of them per
+// acquisition of a shard lock, and one shard lock at a time. It implements
+// [keystore.Sweeper]; calling it is optional, since expired keys are also
+// reclaimed as the store is used.
+func (s *Store) Sweep(ctx context.Context, batch int) (int, error) {
+	if batch <= 0 {
+		return 0, fmt.Errorf("memstore: sweep: %w: batch %d is not positive", keystore.ErrInvalidArgument, batch)
+	}
+	if s.c.closed.Load() {
+		return 0, fmt.Errorf("memstore: sweep: %w", keystore.ErrClosed)
+	}
+	deleted := 0
+	for i := range s.c.shards {
+		if err := ctx.Err(); err != nil {
+			return deleted, fmt.Errorf("memstore: sweep: %w", err)
+		}
+		sh := &s.c.shards[i]
+		for {
+			now := s.c.now()
+			if now < sh.minExp.Load() {
+				break
+			}
+			sh.mu.Lock()
+			n := 0
+			if sh.m != nil {
+				n = sh.scan(s.c, now, batch)
+			}
+			sh.mu.Unlock()
+			deleted += n
+			if n < batch {
+				break
+			}
+		}
+	}
+	return deleted, nil
+}
+
+// lower records that the shard holds an entry expiring at exp. Called with
+// the shard locked.
+func (sh *shard) lower(exp int64) {
+	if exp < sh.minExp.Load() {
+		sh.minExp.Store(exp)
+	}
+}
+
+// sample deletes the expired entries among a few entries of the shard,
+// starting at the random position where Go begins a map iteration. Called
+// with the shard locked.
+func (sh *shard) sample(c *core, now int64) {
+	seen, freed := 0, 0
+	for k, i := range sh.m {
+		if sh.entries[i].exp <= now {
+			sh.remove(k, i)
+			freed++
+		}
+		if seen++; seen == sampleSize {
+			break
+		}
+	}
+	c.count.Add(int64(-freed))
+	if freed == 0 {
+		sh.nextSample = now + sampleBackoff
+	}
+}
+
+// scan deletes up to limit expired entries of the shard and, when it looked
+// at every entry, sets minExp to the exact earliest expiry left. Called with
+// the shard locked.
+func (sh *shard) scan(c *core, now int64, limit int) int {
+	freed := 0
+	least := int64(math.MaxInt64)
+	complete := true
+	for k, i := range sh.m {
+		exp := sh.entries[i].exp
+		if exp <= now {
+			if freed == limit {
+				complete = false
+				break
+			}
+			sh.remove(k, i)
+			freed++
+			continue
+		}
+		least = min(least, exp)
+	}
+	c.count.Add(int64(-freed))
+	if complete {
+		sh.minExp.Store(least)
+	}
+	return freed
+}
+
+// admit counts one more key if the limit allows, reclaiming expired keys
+// when it does not. own is locked by the caller.
+func (c *core) admit(own *shard, now int64) bool {
+	if c.take() {
+		return true
+	}
+	if now >= own.minExp.Load() && own.scan(c, now, math.MaxInt) > 0 && c.take() {
+		return true
+	}
+	// Other shards are only tried, never waited for: two full shards
+	// reclaiming from each other must not deadlock.
+	for i := range c.shards {
+		sh := &c.shards[i]
+		if sh == own || now < sh.minExp.Load() || !sh.mu.TryLock() {
+			continue
+		}
+		freed := 0
+		if sh.m != nil {
+			freed = sh.scan(c, now, math.MaxInt)
+		}
+		sh.mu.Unlock()
+		if freed > 0 && c.take() {
+			return true
+		}
+	}
+	return false
+}
+
+// take counts one more key unless the store is at its limit.
+func (c *core) take() bool {
+	for {
+		n := c.count.Load()
+		if n >= c.maxKeys {
+			return false
+		}
+		if c.count.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}

@@ -1,0 +1,28 @@
+// Package redisstore is a [keystore.Store] on Redis (single node, Sentinel
+// or Cluster) through github.com/redis/go-redis/v9.
+//
+// Each operation is one Lua script, run with EVALSHA (falling back to EVAL
+// when Redis does not have it cached): atomic on the server, one round
+// trip. A key is a hash at PREFIX{scope}:k:KEY; the scope is a Cluster hash
+// tag, so a scope's keys and its token counter (PREFIX{scope}:t) share one
+// slot and the scripts may touch both. Times are Redis's: TIME for the
+// expiry reported in claims, and the key's PX expiry for the lease (plus a
+// grace period, so that takeovers can be reported) or the result's TTL.
+// Every script sets the expiry in the same step as the write, so no crash,
+// timeout or lost reply can leave a key that never expires.
+//
+// Redis unreachable: every call returns an error (fail closed) and writes
+// nothing it could not have written atomically. A reply lost after the
+// script ran leaves a lease that expires by itself; when go-redis retries
+// the command (its MaxRetries), Reserve recognises its own lease by a
+// per-call nonce and answers Acquired, and Complete treats a key already
+// completed by the same token as success.
+//
+// Durability is Redis's: with appendonly off, a Redis restart forgets keys
+// and the effects run again on redelivery; with AOF fsync everysec, up to a
+// second of completions may be lost. Replication is asynchronous, so a
+// failover can lose the latest writes too. Pass the key downstream so that
+// such repeats are absorbed. A scope's token counter starts at Redis's
+// clock in microseconds, so tokens keep increasing even when Redis loses the
+// counter along with the keys, as long as its clock does not step back.
+package redisstore

@@ -1,0 +1,196 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/keystore"
+)
+
+// DefaultPrefix is prepended to every Redis key unless WithPrefix says
+// otherwise.
+const DefaultPrefix = "idem:"
+
+// Option configures [New].
+type Option func(*config)
+
+type config struct {
+	prefix    string
+	scope     string
+	maxResult int
+}
+
+// WithPrefix sets the prefix of every Redis key the store writes (default
+// [DefaultPrefix]). It may be empty; it must not contain '{' or '}', which
+// would change the Cluster hash tag, and is at most 64 bytes.
+func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
+
+// WithScope sets the scope of the store's keys (default
+// keystore.DefaultScope). See also [Store.Scope].
+func WithScope(name string) Option { return func(c *config) { c.scope = name } }
+
+// WithMaxResultSize sets the largest result Complete accepts, in bytes
+// (default keystore.DefaultMaxResultSize).
+func WithMaxResultSize(n int) Option { return func(c *config) { c.maxResult = n } }
+
+// Store is a [keystore.Store] on Redis. See the package documentation.
+type Store struct {
+	rdb       redis.UniversalClient
+	base      string // PREFIX{scope}:
+	prefix    string
+	maxResult int
+}
+
+// New returns a store on rdb: a *redis.Client, a Sentinel failover client
+// or a *redis.ClusterClient. The store does not own rdb and never closes it.
+// Bad options return an error wrapping idem.ErrInvalidOption.
+func New(rdb redis.UniversalClient, opts ...Option) (*Store, error) {
+	cfg := config{prefix: DefaultPrefix, scope: keystore.DefaultScope, maxResult: keystore.DefaultMaxResultSize}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	switch {
+	case rdb == nil:
+		return nil, fmt.Errorf("%w: redisstore: nil client", idem.ErrInvalidOption)
+	case len(cfg.prefix) > 64 || strings.ContainsAny(cfg.prefix, "{}"):
+		return nil, fmt.Errorf("%w: redisstore: prefix %q: want at most 64 bytes without '{' or '}'", idem.ErrInvalidOption, cfg.prefix)
+	case cfg.maxResult < 0:
+		return nil, fmt.Errorf("%w: redisstore: max result size %d is negative", idem.ErrInvalidOption, cfg.maxResult)
+	}
+	if err := keystore.ValidateScope(cfg.scope); err != nil {
+		return nil, fmt.Errorf("%w: redisstore: %w", idem.ErrInvalidOption, err)
+	}
+	return &Store{rdb: rdb, prefix: cfg.prefix, base: cfg.prefix + "{" + cfg.scope + "}:", maxResult: cfg.maxResult}, nil
+}
+
+// Scope returns a view of the same Redis in which keys live in the scope
+// name, under the hash tag {name}: all keys of one scope are in one Cluster
+// slot, and each scope has its own token counter. It implements
+// [keystore.Scoper].
+func (s *Store) Scope(name string) (keystore.Store, error) {
+	if err := keystore.ValidateScope(name); err != nil {
+		return nil, fmt.Errorf("redisstore: %w", err)
+	}
+	v := *s
+	v.base = s.prefix + "{" + name + "}:"
+	return &v, nil
+}
+
+// MaxResultSize returns the largest result Complete accepts.
+func (s *Store) MaxResultSize() int { return s.maxResult }
+
+// RedisKey returns the Redis key that holds key, for operators and tests.
+func (s *Store) RedisKey(key string) string { return s.base + "k:" + key }
+
+// counter is the scope's token counter. It has no expiry; if it is lost,
+// the next Reserve restarts it from Redis's clock (see the package doc).
+func (s *Store) counter() string { return s.base + "t" }
+
+// Reserve implements [keystore.Store.Reserve] with one Lua script (EVALSHA,
+// falling back to EVAL): one round trip, atomic on the server. The lease is
+// measured by Redis's TIME and the key's PX expiry. If the connection fails
+// after the script ran, the caller gets an error and the lease expires by
+// itself; when go-redis retries the call, the script recognises its own
+// lease by a per-call nonce and answers Acquired again.
+func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.Duration) (keystore.Claim, error) {
+	if err := keystore.ValidateReserve(key, fp, lease); err != nil {
+		return keystore.Claim{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return keystore.Claim{}, fmt.Errorf("redisstore: reserve: %w", err)
+	}
+	var nonce [12]byte
+	_, _ = rand.Read(nonce[:])
+	ms := max(lease.Milliseconds(), 1)
+	v, err := reserveScript.Run(ctx, s.rdb, []string{s.RedisKey(key), s.counter()}, fp, ms, nonce[:]).Slice()
+	if err != nil {
+		return keystore.Claim{}, fmt.Errorf("redisstore: reserve: %w", err)
+	}
+	code, token, exp, result, takeover, err := parseReserve(v)
+	if err != nil {
+		return keystore.Claim{}, fmt.Errorf("redisstore: reserve: %w", err)
+	}
+	c := keystore.Claim{Key: key, Expires: time.UnixMilli(exp)}
+	switch code {
+	case 0:
+		c.State, c.Token, c.Takeover = keystore.Acquired, uint64(token), takeover == 1
+	case 1:
+		c.State = keystore.InProgress
+	case 2:
+		c.State, c.Result = keystore.Done, []byte(result)
+	default:
+		return keystore.Claim{}, keystore.MismatchError(key)
+	}
+	return c, nil
+}
+
+var errReply = errors.New("unexpected script reply")
+
+func parseReserve(v []any) (code, token, exp int64, result string, takeover int64, err error) {
+	if len(v) != 5 {
+		return 0, 0, 0, "", 0, fmt.Errorf("%w: %d elements", errReply, len(v))
+	}
+	var ok [5]bool
+	code, ok[0] = v[0].(int64)
+	token, ok[1] = v[1].(int64)
+	exp, ok[2] = v[2].(int64)
+	result, ok[3] = v[3].(string)
+	takeover, ok[4] = v[4].(int64)
+	if ok != [5]bool{true, true, true, true, true} || code < 0 || code > 3 {
+		return 0, 0, 0, "", 0, fmt.Errorf("%w: %v", errReply, v)
+	}
+	return code, token, exp, result, takeover, nil
+}
+
+// Complete implements [keystore.Store.Complete] with one Lua script; the
+// TTL is the key's PX expiry, set by Redis at completion. A Complete that
+// go-redis retries after a lost reply returns nil, as the script treats a
+// key already completed by the same token as success.
+func (s *Store) Complete(ctx context.Context, c keystore.Claim, result []byte, ttl time.Duration) error {
+	if err := keystore.ValidateComplete(c, result, ttl, s.maxResult); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redisstore: complete: %w", err)
+	}
+	if result == nil {
+		result = []byte{}
+	}
+	ms := max(ttl.Milliseconds(), 1)
+	n, err := completeScript.Run(ctx, s.rdb, []string{s.RedisKey(c.Key)}, strconv.FormatUint(c.Token, 10), result, ms).Int64()
+	if err != nil {
+		return fmt.Errorf("redisstore: complete: %w", err)
+	}
+	if n != 1 {
+		return keystore.LeaseLostError("complete", c.Key, c.Token)
+	}
+	return nil
+}
+
+// Release implements [keystore.Store.Release] with one Lua script. If the
+// reply is lost and go-redis retries, the retry finds the key gone and
+// reports ErrLeaseLost although the release happened.
+func (s *Store) Release(ctx context.Context, c keystore.Claim) error {
+	if err := keystore.ValidateRelease(c); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redisstore: release: %w", err)
+	}
+	n, err := releaseScript.Run(ctx, s.rdb, []string{s.RedisKey(c.Key)}, strconv.FormatUint(c.Token, 10)).Int64()
+	if err != nil {
+		return fmt.Errorf("redisstore: release: %w", err)
+	}
+	if n != 1 {
+		return keystore.LeaseLostError("release", c.Key, c.Token)
+	}
+	return nil
+}

@@ -1,0 +1,268 @@
+package redisstore_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/keystore"
+	"github.com/idem-go/idem/keystore/redisstore"
+	"github.com/idem-go/idem/keystore/storetest"
+)
+
+func TestMain(m *testing.M) {
+	code := testenv.Main(m)
+	if err := goleak.Find(); code == 0 && err != nil {
+		fmt.Fprintln(os.Stderr, "goleak:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// client returns a client of the test Redis, closed when t ends.
+func client(t testing.TB, opts ...func(*redis.Options)) *redis.Client {
+	o := &redis.Options{Addr: testenv.RedisAddr(t)}
+	for _, f := range opts {
+		f(o)
+	}
+	rdb := redis.NewClient(o)
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+func newStore(t testing.TB, rdb redis.UniversalClient) *redisstore.Store {
+	s, err := redisstore.New(rdb, redisstore.WithPrefix(testenv.Name("t_")+":"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) keystore.Store { return newStore(t, client(t)) })
+}
+
+func TestOptions(t *testing.T) {
+	rdb := client(t)
+	for _, o := range []redisstore.Option{
+		redisstore.WithPrefix("a{b"), redisstore.WithPrefix(string(make([]byte, 65))),
+		redisstore.WithScope(""), redisstore.WithScope("a}"), redisstore.WithMaxResultSize(-1),
+	} {
+		if _, err := redisstore.New(rdb, o); !errors.Is(err, idem.ErrInvalidOption) {
+			t.Errorf("New: %v, want ErrInvalidOption", err)
+		}
+	}
+	if _, err := redisstore.New(nil); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("New(nil): %v", err)
+	}
+}
+
+// Every key the store writes has an expiry; a lease's record outlives the
+// lease by a grace period, to report takeovers.
+func TestKeysAlwaysExpire(t *testing.T) {
+	ctx := context.Background()
+	rdb := client(t)
+	s := newStore(t, rdb)
+	c, err := s.Reserve(ctx, "k", []byte("fp"), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttl := rdb.PTTL(ctx, s.RedisKey("k")).Val()
+	if ttl <= 69*time.Second || ttl > 70*time.Second {
+		t.Fatalf("lease record PTTL %v, want 10s lease + 60s grace", ttl)
+	}
+	if err := s.Complete(ctx, c, []byte("r"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := rdb.PTTL(ctx, s.RedisKey("k")).Val(); ttl <= 59*time.Minute || ttl > time.Hour {
+		t.Fatalf("result PTTL %v, want about 1h", ttl)
+	}
+	if h := rdb.HGetAll(ctx, s.RedisKey("k")).Val(); h["n"] != "" || h["r"] != "r" || h["s"] != "2" {
+		t.Fatalf("done record %v", h)
+	}
+}
+
+func TestScopesShareOneSlot(t *testing.T) {
+	s := newStore(t, client(t))
+	v, err := s.Scope("tenant-7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := v.(*redisstore.Store).RedisKey("x"), v.(*redisstore.Store).RedisKey("other{y}")
+	if !bytes.Contains([]byte(a), []byte("{tenant-7}:")) || !bytes.Contains([]byte(b), []byte("{tenant-7}:")) {
+		t.Fatalf("keys %q, %q do not carry the scope as hash tag", a, b)
+	}
+}
+
+func TestRedisDown(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	s := newStore(t, client(t, func(o *redis.Options) { o.Addr, o.MaxRetries, o.DialTimeout = addr, -1, 200*time.Millisecond }))
+	_, err = s.Reserve(context.Background(), "k", nil, time.Minute)
+	if err == nil {
+		t.Fatal("Reserve with Redis down succeeded")
+	}
+	t.Logf("Reserve with Redis down: %v", err)
+}
+
+// cutProxy forwards connections to Redis, but cuts the first connection that
+// sends a script after forwarding it: the script runs, its reply is lost.
+type cutProxy struct {
+	l     net.Listener
+	to    string
+	mu    sync.Mutex
+	armed bool
+	wg    sync.WaitGroup
+}
+
+func newCutProxy(t *testing.T, to string) *cutProxy {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{l: l, to: to}
+	p.wg.Go(p.accept)
+	t.Cleanup(func() { l.Close(); p.wg.Wait() })
+	return p
+}
+
+func (p *cutProxy) arm() { p.mu.Lock(); p.armed = true; p.mu.Unlock() }
+
+func (p *cutProxy) accept() {
+	for {
+		c, err := p.l.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", p.to)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		var mute atomic.Bool // set before a script is forwarded whose reply must be lost
+		p.wg.Go(func() {
+			defer c.Close()
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := up.Read(buf)
+				if n > 0 && !mute.Load() {
+					if _, werr := c.Write(buf[:n]); werr != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		})
+		p.wg.Go(func() {
+			defer up.Close()
+			defer c.Close()
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := c.Read(buf)
+				if n > 0 {
+					p.mu.Lock()
+					cut := p.armed && bytes.Contains(bytes.ToLower(buf[:n]), []byte("evalsha"))
+					if cut {
+						p.armed = false
+						mute.Store(true)
+					}
+					p.mu.Unlock()
+					if _, werr := up.Write(buf[:n]); werr != nil {
+						return
+					}
+					if cut {
+						time.Sleep(50 * time.Millisecond) // Redis runs the script; its reply is dropped
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+}
+
+// The connection drops after Redis ran Reserve: the caller gets an error, the
+// key is held by nobody who knows it, and it becomes reservable when the
+// lease expires: nothing blocks a retry forever.
+func TestReplyLostAfterReserve(t *testing.T) {
+	ctx := context.Background()
+	direct := newStore(t, client(t))
+	if _, err := direct.Reserve(ctx, "warm-up", nil, time.Second); err != nil { // loads the script
+		t.Fatal(err)
+	}
+	p := newCutProxy(t, testenv.RedisAddr(t))
+	viaProxy, err := direct.Scope(keystore.DefaultScope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut, err := redisstore.New(client(t, func(o *redis.Options) { o.Addr, o.MaxRetries = p.l.Addr().String(), -1 }), redisstore.WithPrefix(prefixOf(viaProxy)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.arm()
+	const lease = 300 * time.Millisecond
+	if _, err := cut.Reserve(ctx, "k", nil, lease); err == nil {
+		t.Fatal("Reserve whose reply was cut succeeded")
+	}
+	c, err := direct.Reserve(ctx, "k", nil, time.Minute)
+	if err != nil || c.State != keystore.InProgress {
+		t.Fatalf("right after the cut: %+v %v, want in progress (the script ran)", c, err)
+	}
+	time.Sleep(lease + 100*time.Millisecond)
+	c, err = direct.Reserve(ctx, "k", nil, time.Minute)
+	if err != nil || c.State != keystore.Acquired || !c.Takeover {
+		t.Fatalf("after the lease: %+v %v, want a takeover", c, err)
+	}
+}
+
+// With go-redis's default retries, the retried Reserve recognises its own
+// lease by its nonce and answers Acquired.
+func TestRetriedReserveIsIdempotent(t *testing.T) {
+	ctx := context.Background()
+	direct := newStore(t, client(t))
+	if _, err := direct.Reserve(ctx, "warm-up", nil, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p := newCutProxy(t, testenv.RedisAddr(t))
+	cut, err := redisstore.New(client(t, func(o *redis.Options) { o.Addr = p.l.Addr().String() }), redisstore.WithPrefix(prefixOf(direct)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.arm()
+	c, err := cut.Reserve(ctx, "k", nil, time.Minute)
+	if err != nil || c.State != keystore.Acquired {
+		t.Fatalf("retried Reserve: %+v %v, want acquired", c, err)
+	}
+	if err := cut.Complete(ctx, c, []byte("ok"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := direct.Reserve(ctx, "k", nil, time.Minute); string(d.Result) != "ok" {
+		t.Fatalf("result %+v", d)
+	}
+}
+
+// prefixOf recovers a store's prefix from its Redis key layout.
+func prefixOf(s keystore.Store) string {
+	k := s.(*redisstore.Store).RedisKey("")
+	return k[:bytes.IndexByte([]byte(k), '{')]
+}

@@ -1,0 +1,24 @@
+// Package sqlitestore is a [keystore.Store] on a SQLite table, for one
+// machine whose keys must survive a restart, with no server to run.
+//
+// Open the database with modernc.org/sqlite and sqldialect.SQLiteDSN (WAL,
+// synchronous=NORMAL, a busy timeout, BEGIN IMMEDIATE). The table layout is
+// that of pgstore, with times as integer microseconds since the Unix epoch
+// from SQLite's own clock (julianday('now'), millisecond resolution), which
+// is the machine's clock: every process sharing the file agrees on it.
+//
+// Every write is one prepared statement: Reserve is an INSERT … ON CONFLICT
+// DO UPDATE that takes the key only when it is absent or expired, with the
+// next token from a one-row counter table that triggers advance in the same
+// statement; when the key is live, a second statement reads it. Complete and
+// Release are single conditional statements. A busy database is retried with
+// backoff. Tokens come from the counter table, so they increase across
+// Release, expiry and [Store.Sweep]. With concurrent writers, give the
+// *sql.DB one connection (SetMaxOpenConns(1)): writers then queue in
+// database/sql instead of in SQLite's busy handler, which sleeps.
+//
+// With synchronous=NORMAL a committed Reserve or Complete survives a process
+// crash; a power loss may lose the last transactions, as SQLite documents,
+// which can turn a completed key back into absent or in progress: the effect
+// may then run again, so pass the key downstream.
+package sqlitestore

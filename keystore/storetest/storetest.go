@@ -1,0 +1,167 @@
+// Package storetest is the conformance suite for [keystore.Store]
+// implementations. Every store in idem runs it, and a store written outside
+// idem should too:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) keystore.Store {
+//			s, err := mystore.New(...)
+//			if err != nil {
+//				t.Fatal(err)
+//			}
+//			return s
+//		})
+//	}
+//
+// The suite checks the state machine (absent → in progress → done, Release
+// back to absent), fencing (a stale token writes nothing and gets
+// ErrLeaseLost), lease expiry and takeover with a higher token, result
+// expiry, fingerprints, input validation, 64 concurrent reservations of one
+// key, [keystore.Do], the optional [keystore.Scoper] and [keystore.Sweeper]
+// interfaces, and finally the linearizability of random concurrent
+// histories against a sequential model of the state machine, with
+// github.com/anishathalye/porcupine.
+//
+// Expiry is tested with real time: leases and TTLs of [WithTimeUnit] (100
+// ms by default) and sleeps of a few units, so the store's own clock is what
+// is tested. Checks that a lease is still live use leases of minutes, so a
+// slow machine cannot make them flaky. Subtests run in parallel and call
+// newStore once each; newStore should return a store that shares nothing
+// with the others (its own schema, table or key prefix), and register its
+// cleanup with t.Cleanup.
+package storetest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/keystore"
+)
+
+// Option configures [Run].
+type Option func(*config)
+
+type config struct {
+	unit time.Duration
+	ops  int
+}
+
+// WithTimeUnit sets the short lease and TTL used by the expiry tests
+// (default 100 ms); the tests sleep 2.5 units for them to expire. Raise it
+// for a store whose clock is coarse.
+func WithTimeUnit(d time.Duration) Option { return func(c *config) { c.unit = d } }
+
+// WithOperations sets how many random operations the linearizability test
+// runs (default 1200, over 8 goroutines and 3 keys).
+func WithOperations(n int) Option { return func(c *config) { c.ops = n } }
+
+// long is the lease or TTL of checks that need a key to stay live.
+const long = 10 * time.Minute
+
+// Run runs the conformance suite against stores made by newStore.
+func Run(t *testing.T, newStore func(t *testing.T) keystore.Store, opts ...Option) {
+	cfg := config{unit: 100 * time.Millisecond, ops: 1200}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.unit <= 0 || cfg.ops <= 0 {
+		t.Fatalf("storetest: time unit %v and operations %d must be positive", cfg.unit, cfg.ops)
+	}
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s keystore.Store, cfg config)
+	}{
+		{"StateMachine", testStateMachine},
+		{"ReleaseReturnsToAbsent", testRelease},
+		{"StaleTokenWritesNothing", testStaleToken},
+		{"LeaseExpiryTakeover", testTakeover},
+		{"LateCompleteBeforeTakeover", testLateComplete},
+		{"ResultExpiry", testResultExpiry},
+		{"Fingerprint", testFingerprint},
+		{"BadInput", testBadInput},
+		{"BinaryKeysAndResults", testBinary},
+		{"CancelledContext", testCancelled},
+		{"ConcurrentReserve", testConcurrentReserve},
+		{"Do", testDo},
+		{"Scopes", testScopes},
+		{"Sweep", testSweep},
+		{"Linearizability", testLinearizability},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, newStore(t), cfg)
+		})
+	}
+}
+
+// newKey returns a key no other test uses.
+func newKey(prefix string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return prefix + "-" + hex.EncodeToString(b[:])
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// reserve calls Reserve and fails the test on error.
+func reserve(t *testing.T, s keystore.Store, key string, fp []byte, lease time.Duration) keystore.Claim {
+	t.Helper()
+	c, err := s.Reserve(testCtx(t), key, fp, lease)
+	if err != nil {
+		t.Fatalf("Reserve(%q): %v", key, err)
+	}
+	return c
+}
+
+func wantState(t *testing.T, c keystore.Claim, want keystore.State) {
+	t.Helper()
+	if c.State != want {
+		t.Fatalf("claim on %q is %v, want %v (claim %+v)", c.Key, c.State, want, c)
+	}
+	switch want {
+	case keystore.Acquired:
+		if c.Token == 0 {
+			t.Fatalf("acquired claim on %q has token 0", c.Key)
+		}
+	default:
+		if c.Token != 0 {
+			t.Fatalf("%v claim on %q has token %d; tokens belong to acquired claims only", want, c.Key, c.Token)
+		}
+	}
+}
+
+func wantErr(t *testing.T, what string, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("%s: error %v, want one matching %v", what, err, target)
+	}
+}
+
+func noErr(t *testing.T, what string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// near reports whether a and b are within d of each other.
+func near(a, b time.Time, d time.Duration) bool {
+	diff := a.Sub(b)
+	return diff <= d && diff >= -d
+}
+
+// maxResult is the store's result limit, if it tells, or the default.
+func maxResult(s keystore.Store) int {
+	if m, ok := s.(interface{ MaxResultSize() int }); ok {
+		return m.MaxResultSize()
+	}
+	return keystore.DefaultMaxResultSize
+}
