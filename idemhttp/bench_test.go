@@ -154,4 +154,3 @@ func load(b *testing.B, client *http.Client, url string, key func(int64) string)
 	b.ReportMetric(0, "ns/op")
 	return [2]time.Duration{p50, p99}
 }
-

@@ -189,3 +189,55 @@ func BenchmarkInbox(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkInboxBytesPerKey measures the storage of recorded keys: 200,000
+// UUID-text keys (36 bytes) of one consumer, table plus indexes, divided by
+// the number of keys. Run it once:
+//
+//	go test -run '^$' -bench BytesPerKey -benchtime 1x ./inbox
+func BenchmarkInboxBytesPerKey(b *testing.B) {
+	const keys = 200_000
+	for _, d := range []sqldialect.Dialect{sqldialect.SQLite, sqldialect.Postgres} {
+		b.Run(d.String(), func(b *testing.B) {
+			for b.Loop() {
+				bd := openBench(b, d)
+				ctx := context.Background()
+				msgs := make([]inbox.Message, 1000)
+				for i := 0; i < keys; i += len(msgs) {
+					for j := range msgs {
+						n := uint64(i + j)
+						// Time-ordered UUID text, as UUIDv7 keys are.
+						msgs[j].Key = fmt.Sprintf("%08x-%04x-7%03x-8%03x-%012x", n>>16, n&0xffff, n%4096, (n*7)%4096, n*2654435761%(1<<48))
+					}
+					if _, err := bd.in.ProcessBatch(ctx, msgs, func(context.Context, *sql.Tx, inbox.Message) error { return nil }); err != nil {
+						b.Fatal(err)
+					}
+				}
+				var bytes int64
+				switch d {
+				case sqldialect.Postgres:
+					if _, err := bd.db.Exec("VACUUM ANALYZE idem_inbox"); err != nil {
+						b.Fatal(err)
+					}
+					if err := bd.db.QueryRow("SELECT pg_total_relation_size('idem_inbox')").Scan(&bytes); err != nil {
+						b.Fatal(err)
+					}
+				case sqldialect.SQLite:
+					// Pages of the key table and its index, from dbstat when the
+					// build has it, else the whole file after VACUUM.
+					err := bd.db.QueryRow("SELECT SUM(pgsize) FROM dbstat WHERE name IN ('idem_inbox', 'idem_inbox_processed_at')").Scan(&bytes)
+					if err != nil {
+						b.Logf("dbstat unavailable (%v): using the file size after VACUUM", err)
+						var pages, size int64
+						_, _ = bd.db.Exec("VACUUM")
+						_ = bd.db.QueryRow("PRAGMA page_count").Scan(&pages)
+						_ = bd.db.QueryRow("PRAGMA page_size").Scan(&size)
+						bytes = pages * size
+					}
+				}
+				b.ReportMetric(float64(bytes)/keys, "B/key")
+				b.ReportMetric(0, "ns/op")
+			}
+		})
+	}
+}
