@@ -14,7 +14,7 @@ import (
 func TestCoreImportsNoThirdParty(t *testing.T) {
 	allowed := map[string][]string{
 		".": nil, "./sqldialect": nil, "./inbox": nil, "./keystore": nil, "./sequence": nil,
-		"./window": nil, "./versiongate": nil, "./idemhttp": {"github.com/dunglas/httpsfv"},
+		"./window": nil, "./versiongate": nil, "./outbox": nil, "./idemhttp": {"github.com/dunglas/httpsfv"},
 	}
 	for pkg, allow := range allowed {
 		if files, _ := filepath.Glob(filepath.Join(pkg, "*.go")); len(files) == 0 {
