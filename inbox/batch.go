@@ -182,7 +182,7 @@ func (in *Inbox) insertMany(ctx context.Context, tx *sql.Tx, msgs []Message, idx
 		}
 		q := multiInsert(in.dialect, in.cfg.table, len(chunk))
 		if in.dialect == sqldialect.MySQL {
-			res, err := tx.ExecContext(ctx, q, args...)
+			res, err := in.exec(ctx, tx, q, args...)
 			if err != nil {
 				return nil, fmt.Errorf("inbox: record keys: %w", err)
 			}
@@ -198,7 +198,7 @@ func (in *Inbox) insertMany(ctx context.Context, tx *sql.Tx, msgs []Message, idx
 			}
 			continue
 		}
-		rows, err := tx.QueryContext(ctx, q, args...)
+		rows, err := in.query(ctx, tx, q, args...)
 		if err != nil {
 			return nil, fmt.Errorf("inbox: record keys: %w", err)
 		}

@@ -52,6 +52,7 @@ type Inbox struct {
 	consumer string
 	cfg      config
 	q        queries
+	stmts    *stmts
 }
 
 // New returns an Inbox for consumer on db. The consumer name scopes keys:
@@ -83,7 +84,7 @@ func New(db Beginner, d sqldialect.Dialect, consumer string, opts ...Option) (*I
 	if cfg.horizon > 0 && cfg.retention > 0 && cfg.retention < cfg.horizon {
 		return nil, invalid("retention %v is shorter than the redelivery horizon %v: duplicates arriving in between would be applied again", cfg.retention, cfg.horizon)
 	}
-	return &Inbox{db: db, dialect: d, consumer: consumer, cfg: cfg, q: buildQueries(d, cfg.table)}, nil
+	return &Inbox{db: db, dialect: d, consumer: consumer, cfg: cfg, q: buildQueries(d, cfg.table), stmts: newStmts(db, d)}, nil
 }
 
 // Consumer returns the consumer name that scopes this Inbox's keys.
@@ -189,7 +190,7 @@ func (in *Inbox) processOnce(ctx context.Context, m Message, fn Handler) (bool, 
 
 // insertOne records m's key unless present and reports whether it did.
 func (in *Inbox) insertOne(ctx context.Context, tx *sql.Tx, m Message) (bool, error) {
-	res, err := tx.ExecContext(ctx, in.q.insert, in.consumer, m.Key, nullBytes(m.Fingerprint))
+	res, err := in.exec(ctx, tx, in.q.insert, in.consumer, m.Key, nullBytes(m.Fingerprint))
 	if err != nil {
 		return false, fmt.Errorf("inbox: record key: %w", err)
 	}
