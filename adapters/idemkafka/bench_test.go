@@ -1,0 +1,143 @@
+package idemkafka_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/adapters/idemkafka"
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/sqldialect"
+)
+
+const benchRecords = 20000
+
+// BenchmarkConsume compares, in one run and against one kfake cluster, the
+// raw consume rate of a franz-go group consumer (poll, mark, no database) with
+// idemkafka's loop in inbox mode (poll → inbox.ProcessBatch on SQLite with one
+// INSERT per record as the effect → mark) and in offsets-in-database mode
+// (poll → one transaction with the effects and the offset → mark). Each
+// iteration consumes benchRecords records from the start under a fresh group
+// in each variant, so group join time is included in all three.
+func BenchmarkConsume(b *testing.B) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "bench"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	rs := make([]*kgo.Record, 0, benchRecords)
+	for i := range benchRecords {
+		id, err := idem.DeriveKey("bench", strconv.Itoa(i)) // random-looking ids, as real message ids are
+		if err != nil {
+			b.Fatal(err)
+		}
+		r := &kgo.Record{Topic: "bench", Key: []byte(id), Value: []byte(`{"amount":50,"user":42}`)}
+		idemkafka.SetID(r, id)
+		rs = append(rs, r)
+	}
+	if err := cl.ProduceSync(context.Background(), rs...).FirstErr(); err != nil {
+		b.Fatal(err)
+	}
+	cl.Close()
+	group := 0
+	nextGroup := func() string { group++; return fmt.Sprintf("bench-%d", group) }
+
+	// The three variants are interleaved in each iteration, so that the
+	// machine's load (shared, ±30% run to run) hits them alike.
+	var raw, batch, offs time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		rawConsume(b, c, nextGroup())
+		raw += time.Since(t0)
+		batch += idemConsume(b, c, nextGroup(), false)
+		offs += idemConsume(b, c, nextGroup(), true)
+	}
+	rate := func(d time.Duration) float64 { return float64(benchRecords*b.N) / d.Seconds() }
+	b.ReportMetric(rate(raw), "raw-records/s")
+	b.ReportMetric(rate(batch), "inbox-records/s")
+	b.ReportMetric(rate(offs), "offsets-records/s")
+	b.ReportMetric(rate(batch)/rate(raw), "inbox/raw")
+	b.ReportMetric(rate(offs)/rate(raw), "offsets/raw")
+}
+
+// idemConsume consumes every record of "bench" under group with a Consumer
+// (inbox mode, or offsets-in-database mode) on a fresh SQLite database, and
+// returns the time from Run to the last record's outcome.
+func idemConsume(b *testing.B, c *kfake.Cluster, group string, offsets bool) time.Duration {
+	db := testenv.SQLite(b)
+	eff := newEffects(b, db)
+	var done atomic.Int64
+	all := make(chan struct{})
+	opt := idemkafka.WithOutcome(func(*kgo.Record, idemkafka.Outcome, error) {
+		if done.Add(1) == benchRecords {
+			close(all)
+		}
+	})
+	var con *idemkafka.Consumer
+	var err error
+	if offsets {
+		con, err = idemkafka.NewOffsetConsumer(db, sqldialect.SQLite, eff.handler(""), groupOpts(c, group, "bench"), opt)
+		if err == nil {
+			err = con.Migrate(context.Background())
+		}
+	} else {
+		con, err = idemkafka.NewConsumer(newInbox(b, db, group), eff.handler(""), groupOpts(c, group, "bench"), opt)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer con.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	t0 := time.Now()
+	go func() { errc <- con.Run(ctx) }()
+	select {
+	case <-all:
+	case err := <-errc:
+		b.Fatalf("Run: %v", err)
+	case <-time.After(2 * time.Minute):
+		b.Fatal("timed out")
+	}
+	d := time.Since(t0)
+	cancel()
+	<-errc
+	return d
+}
+
+// rawConsume consumes every record of "bench" under group with franz-go
+// alone: poll, mark, allow rebalance, as idemkafka does around its work.
+func rawConsume(b *testing.B, c *kfake.Cluster, group string) {
+	cl, err := kgo.NewClient(append(groupOpts(c, group, "bench"), kgo.BlockRebalanceOnPoll(), kgo.AutoCommitMarks())...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.CloseAllowingRebalance()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n := 0
+	for n < benchRecords {
+		fs := cl.PollRecords(ctx, idemkafka.DefaultMaxPoll)
+		if ctx.Err() != nil {
+			b.Fatal("timed out")
+		}
+		fs.EachPartition(func(p kgo.FetchTopicPartition) {
+			if len(p.Records) > 0 {
+				n += len(p.Records)
+				cl.MarkCommitRecords(p.Records[len(p.Records)-1])
+			}
+		})
+		cl.AllowRebalance()
+	}
+}

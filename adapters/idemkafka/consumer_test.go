@@ -1,0 +1,379 @@
+package idemkafka_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/adapters/idemkafka"
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/keystore/memstore"
+)
+
+// TestDuplicatesApplyOnce: the same id produced twice is applied once, and
+// both records are acknowledged (the committed offsets reach the log end).
+func TestDuplicatesApplyOnce(t *testing.T) {
+	t.Parallel()
+	c := cluster(t, 2, "orders")
+	all := ids("a", 10)
+	produce(t, c, "orders", append(all, all[:5]...)...)
+
+	db := testenv.SQLite(t)
+	eff := newEffects(t, db)
+	ta := newTally()
+	con, err := idemkafka.NewConsumer(newInbox(t, db, "g"), eff.handler("1"), groupOpts(c, "g", "orders"), ta.option())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := running(t, con)
+	waitFor(t, "15 outcomes", func() bool { return ta.total() == 15 })
+	if err := stop(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v, want context.Canceled", err)
+	}
+	if a, d := ta.get(idemkafka.Applied), ta.get(idemkafka.Duplicate); a != 10 || d != 5 {
+		t.Errorf("applied %d, duplicates %d; want 10, 5", a, d)
+	}
+	eff.requireOnce(t, all)
+	requireCommittedToEnd(t, c, "g", "orders")
+}
+
+func requireCommittedToEnd(t *testing.T, c *kfake.Cluster, group, topic string) {
+	t.Helper()
+	end, got := endOffsets(t, c, topic), committed(t, c, group, topic)
+	for p, e := range end {
+		if e > 0 && got[p] != e {
+			t.Errorf("partition %d: committed %d, log end %d", p, got[p], e)
+		}
+	}
+}
+
+// blockCommits makes the broker reject every OffsetCommit while on is set:
+// from Kafka's point of view the consumer died before committing.
+func blockCommits(c *kfake.Cluster, on *atomic.Bool) {
+	c.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if !on.Load() {
+			return nil, nil, false
+		}
+		r := req.(*kmsg.OffsetCommitRequest)
+		resp := r.ResponseKind().(*kmsg.OffsetCommitResponse)
+		for _, rt := range r.Topics {
+			st := kmsg.NewOffsetCommitResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewOffsetCommitResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.OffsetMetadataTooLarge.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+}
+
+// TestCrashBeforeOffsetCommit: effects commit, the offset commit never
+// reaches Kafka, a new member re-consumes everything, the inbox reports
+// duplicates, effects stay applied once and the offsets end committed.
+func TestCrashBeforeOffsetCommit(t *testing.T) {
+	t.Parallel()
+	c := cluster(t, 2, "orders")
+	var block atomic.Bool
+	block.Store(true)
+	blockCommits(c, &block)
+	all := ids("b", 20)
+	produce(t, c, "orders", all...)
+	db := testenv.SQLite(t)
+	eff := newEffects(t, db)
+
+	first := newTally()
+	con, err := idemkafka.NewConsumer(newInbox(t, db, "g"), eff.handler("1"), groupOpts(c, "g", "orders"), first.option())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := running(t, con)
+	waitFor(t, "first member's outcomes", func() bool { return first.total() == len(all) })
+	_ = stop()
+	if got := committed(t, c, "g", "orders"); len(got) != 0 {
+		t.Fatalf("offsets committed despite the broker rejecting commits: %v", got)
+	}
+	eff.requireOnce(t, all)
+
+	block.Store(false)
+	second := newTally()
+	con2, err := idemkafka.NewConsumer(newInbox(t, db, "g"), eff.handler("2"), groupOpts(c, "g", "orders"), second.option())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop2 := running(t, con2)
+	waitFor(t, "second member's outcomes", func() bool { return second.total() == len(all) })
+	_ = stop2()
+	if d := second.get(idemkafka.Duplicate); d != len(all) {
+		t.Errorf("second member: %d duplicates, want %d (every record re-consumed)", d, len(all))
+	}
+	eff.requireOnce(t, all)
+	requireCommittedToEnd(t, c, "g", "orders")
+}
+
+// TestPoisonToDeadLetter: a record whose handler keeps failing is retried,
+// then produced to the dead-letter topic with error headers, and the loop goes
+// on; a permanent error skips the retries.
+func TestPoisonToDeadLetter(t *testing.T) {
+	t.Parallel()
+	c := cluster(t, 1, "orders")
+	all := []string{"d-0", "poison", "d-1", "perm", "d-2"}
+	produce(t, c, "orders", all...)
+	db := testenv.SQLite(t)
+	eff := newEffects(t, db)
+	var poisonRuns, permRuns atomic.Int32
+	base := eff.handler("1")
+	h := func(ctx context.Context, tx *sql.Tx, r *kgo.Record) error {
+		switch string(r.Value) {
+		case "poison":
+			poisonRuns.Add(1)
+			return errors.New("boom")
+		case "perm":
+			permRuns.Add(1)
+			return idem.Permanent(errors.New("malformed"))
+		}
+		return base(ctx, tx, r)
+	}
+	ta := newTally()
+	con, err := idemkafka.NewConsumer(newInbox(t, db, "g"), h, groupOpts(c, "g", "orders"), ta.option(),
+		idemkafka.WithRetries(2, time.Millisecond, 5*time.Millisecond), idemkafka.WithDeadLetterTopic("dlq"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := running(t, con)
+	waitFor(t, "all outcomes", func() bool { return ta.total() == len(all) })
+	_ = stop()
+	eff.requireOnce(t, []string{"d-0", "d-1", "d-2"})
+	if n := ta.get(idemkafka.DeadLettered); n != 2 {
+		t.Errorf("%d dead-lettered, want 2", n)
+	}
+	// The batch runs the handler (ProcessBatch may replay it once under a
+	// savepoint), then two retries run it alone.
+	if n := poisonRuns.Load(); n < 3 {
+		t.Errorf("poison handler ran %d times, want at least 3", n)
+	}
+	dl := readTopic(t, c, "dlq", 2)
+	want := map[string]map[string]string{
+		"poison": {idemkafka.HeaderDLQReason: "handler", idemkafka.HeaderDLQAttempts: "3", idemkafka.HeaderDLQOffset: "1", idemkafka.HeaderDLQError: "boom"},
+		"perm":   {idemkafka.HeaderDLQReason: "permanent", idemkafka.HeaderDLQAttempts: "1", idemkafka.HeaderDLQOffset: "3"},
+	}
+	for _, r := range dl {
+		w, ok := want[string(r.Value)]
+		if !ok {
+			t.Errorf("unexpected dead letter %q", r.Value)
+			continue
+		}
+		hs := headers(r)
+		for k, v := range w {
+			if k == idemkafka.HeaderDLQError {
+				if !strings.Contains(hs[k], v) {
+					t.Errorf("%s: %s = %q, want it to contain %q", r.Value, k, hs[k], v)
+				}
+				continue
+			}
+			if hs[k] != v {
+				t.Errorf("%s: %s = %q, want %q", r.Value, k, hs[k], v)
+			}
+		}
+		if hs[idemkafka.HeaderDLQTopic] != "orders" || hs[idemkafka.HeaderDLQPartition] != "0" || hs[idemkafka.HeaderID] != string(r.Value) {
+			t.Errorf("%s: headers %v", r.Value, hs)
+		}
+	}
+	requireCommittedToEnd(t, c, "g", "orders")
+}
+
+// TestMissingKey: a record without the key header is dead-lettered with
+// reason missing-key by default; with StopOnMissing, or with no dead-letter
+// topic, Run stops and the offset does not move past it.
+func TestMissingKey(t *testing.T) {
+	t.Parallel()
+	t.Run("dead-letter", func(t *testing.T) {
+		t.Parallel()
+		c := cluster(t, 1, "orders")
+		produce(t, c, "orders", "m-0", "", "m-1")
+		db := testenv.SQLite(t)
+		eff := newEffects(t, db)
+		ta := newTally()
+		con, err := idemkafka.NewConsumer(newInbox(t, db, "g"), eff.handler("1"), groupOpts(c, "g", "orders"),
+			ta.option(), idemkafka.WithDeadLetterTopic("dlq"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := running(t, con)
+		waitFor(t, "outcomes", func() bool { return ta.total() == 3 })
+		_ = stop()
+		eff.requireOnce(t, []string{"m-0", "m-1"})
+		dl := readTopic(t, c, "dlq", 1)
+		hs := headers(dl[0])
+		if hs[idemkafka.HeaderDLQReason] != idemkafka.ReasonMissingKey || hs[idemkafka.HeaderDLQOffset] != "1" ||
+			!strings.Contains(hs[idemkafka.HeaderDLQError], idemkafka.HeaderID) {
+			t.Errorf("dead letter headers %v", hs)
+		}
+		requireCommittedToEnd(t, c, "g", "orders")
+	})
+	for name, opt := range map[string]idemkafka.Option{
+		"stop":   idemkafka.WithMissingKey(idemkafka.StopOnMissing),
+		"no-dlq": idemkafka.WithMissingKey(idemkafka.DeadLetterMissing),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			c := cluster(t, 1, "orders")
+			produce(t, c, "orders", "s-0", "", "s-1")
+			db := testenv.SQLite(t)
+			eff := newEffects(t, db)
+			con, err := idemkafka.NewConsumer(newInbox(t, db, "g"), eff.handler("1"), groupOpts(c, "g", "orders"), opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			err = con.Run(ctx)
+			con.Close()
+			want := idemkafka.ErrMissingKey
+			if name == "no-dlq" {
+				want = idemkafka.ErrDeadLetter
+			}
+			if !errors.Is(err, want) {
+				t.Fatalf("Run = %v, want %v", err, want)
+			}
+			if got := committed(t, c, "g", "orders"); got[0] > 1 {
+				t.Errorf("committed offset %d moved past the keyless record at 1", got[0])
+			}
+		})
+	}
+}
+
+// TestDeadLetterProduceFails: when the dead-letter produce fails, Run stops
+// with ErrDeadLetter and the poison record's offset is not committed.
+func TestDeadLetterProduceFails(t *testing.T) {
+	t.Parallel()
+	c := cluster(t, 1, "orders")
+	produce(t, c, "orders", "f-0", "poison")
+	db := testenv.SQLite(t)
+	eff := newEffects(t, db)
+	base := eff.handler("1")
+	h := func(ctx context.Context, tx *sql.Tx, r *kgo.Record) error {
+		if string(r.Value) == "poison" {
+			return idem.Permanent(errors.New("bad"))
+		}
+		return base(ctx, tx, r)
+	}
+	con, err := idemkafka.NewConsumer(newInbox(t, db, "g"), h, groupOpts(c, "g", "orders"),
+		idemkafka.WithDeadLetterTopic("no-such-topic"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = con.Run(ctx)
+	con.Close()
+	if !errors.Is(err, idemkafka.ErrDeadLetter) {
+		t.Fatalf("Run = %v, want ErrDeadLetter", err)
+	}
+	if got := committed(t, c, "g", "orders"); got[0] > 1 {
+		t.Errorf("committed offset %d moved past the poison record at 1", got[0])
+	}
+	eff.requireOnce(t, []string{"f-0"})
+}
+
+// readTopic consumes n records of topic from the start.
+func readTopic(t *testing.T, c *kfake.Cluster, topic string, n int) []*kgo.Record {
+	t.Helper()
+	cl := client(t, c, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out []*kgo.Record
+	for len(out) < n {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("read %s: got %d records, want %d", topic, len(out), n)
+		}
+		out = append(out, fs.Records()...)
+	}
+	return out
+}
+
+func headers(r *kgo.Record) map[string]string {
+	m := map[string]string{}
+	for _, h := range r.Headers {
+		m[h.Key] = string(h.Value)
+	}
+	return m
+}
+
+// TestKeystoreMode: effects outside the database go through keystore.Do:
+// a duplicate id runs the handler once, a handler that fails once is
+// released and retried, and a restart before the offset commit replays.
+func TestKeystoreMode(t *testing.T) {
+	t.Parallel()
+	c := cluster(t, 2, "mails")
+	var block atomic.Bool
+	block.Store(true)
+	blockCommits(c, &block)
+	all := ids("k", 10)
+	produce(t, c, "mails", append(all, all[0])...)
+	store, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	sent := map[string]int{}
+	failed := false
+	h := func(_ context.Context, r *kgo.Record) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if string(r.Value) == "k-003" && !failed {
+			failed = true
+			return errors.New("smtp timeout")
+		}
+		sent[string(r.Value)]++
+		return nil
+	}
+	first := newTally()
+	con, err := idemkafka.NewKeystoreConsumer(store, h, groupOpts(c, "g", "mails"), nil, first.option(),
+		idemkafka.WithRetries(2, time.Millisecond, 5*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := running(t, con)
+	waitFor(t, "first member", func() bool { return first.total() == len(all)+1 })
+	_ = stop()
+	if a, d := first.get(idemkafka.Applied), first.get(idemkafka.Duplicate); a != len(all) || d != 1 {
+		t.Errorf("applied %d, duplicates %d; want %d, 1", a, d, len(all))
+	}
+	block.Store(false)
+	second := newTally()
+	con2, err := idemkafka.NewKeystoreConsumer(store, h, groupOpts(c, "g", "mails"), nil, second.option())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop2 := running(t, con2)
+	waitFor(t, "second member", func() bool { return second.total() == len(all)+1 })
+	_ = stop2()
+	if d := second.get(idemkafka.Duplicate); d != len(all)+1 {
+		t.Errorf("second member: %d replays, want %d", d, len(all)+1)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range all {
+		if sent[id] != 1 {
+			t.Errorf("%s sent %d times, want 1", id, sent[id])
+		}
+	}
+	requireCommittedToEnd(t, c, "g", "mails")
+}

@@ -1,0 +1,112 @@
+// Package idemkafka turns Kafka's at-least-once consumer-group delivery
+// (franz-go) into effectively-once effects in a database.
+//
+// A [Consumer] polls a consumer group and, for each partition of each poll,
+// applies the records' effects through an [inbox.Inbox] in one transaction
+// (inbox.ProcessBatch: one commit per batch), retries and dead-letters the
+// records whose handler failed, and only then marks the partition's offset
+// for commit (franz-go AutoCommitMarks: committed every few seconds, when
+// partitions are revoked, and on Close). Rebalances are blocked while a poll
+// is processed (kgo.BlockRebalanceOnPoll), so a revoke never interrupts a
+// batch; the revoke commits the marks, and the next owner starts after them.
+//
+//	in, _ := inbox.New(db, sqldialect.Postgres, "billing") // name the inbox after the group
+//	c, err := idemkafka.NewConsumer(in, func(ctx context.Context, tx *sql.Tx, r *kgo.Record) error {
+//		_, err := tx.ExecContext(ctx, "UPDATE wallets SET balance = balance + 50 WHERE user_id = 42")
+//		return err
+//	}, []kgo.Opt{kgo.SeedBrokers(addr), kgo.ConsumerGroup("billing"), kgo.ConsumeTopics("payments")},
+//		idemkafka.WithDeadLetterTopic("payments.dlq"))
+//	if err != nil { ... }
+//	defer c.Close()
+//	err = c.Run(ctx)
+//
+// # Keys
+//
+// By default a record's key is its idem-id header ([HeaderID]), which
+// [Producer] stamps: every copy of one logical message carries the same id, so
+// the copies a producer sends after a timeout or a crash are applied once.
+// [WithKeyHeader] names another header, [WithKeyFunc] derives the key from the
+// record (a business id, see idem.DeriveKey), and [WithOffsetKey] uses
+// topic/partition/offset. Offset keys are compact and always present, but they
+// name a position in one log, not a message: a message produced twice has two
+// offsets and is applied twice, and after the topic is recreated or its data
+// repartitioned into another topic, offsets name other messages, which are then
+// dropped as duplicates. Use them only when producers never resend and topics
+// are never rebuilt.
+//
+// A record without a key is dead-lettered with reason "missing-key" (the
+// default [DeadLetterMissing]), or stops Run with an error wrapping
+// [ErrMissingKey] ([StopOnMissing]); it is never applied without a key and
+// never skipped silently.
+//
+// # Failures
+//
+// A handler error rolls back that record alone (the rest of the batch
+// commits); the record is run again alone, with jittered exponential backoff,
+// up to [WithRetries] times, then produced to the dead-letter topic
+// ([WithDeadLetterTopic]) with headers naming the error, the reason, the
+// original topic, partition and offset, the attempts and the group
+// ([HeaderDLQError] and the others). An error marked with idem.Permanent skips
+// the retries. Retried records may be applied after later records of their
+// partition. If there is no dead-letter topic, or producing to it fails, Run
+// returns an error wrapping [ErrDeadLetter] and the offset is not marked: a
+// record is never acknowledged without being applied or dead-lettered. A
+// database that cannot answer also stops Run (fail closed).
+//
+// Dead-lettering is at least once: if the process dies after the dead-letter
+// produce and before the offset commit, the record is dead-lettered again
+// after the restart. Deduplicate the dead-letter topic on the
+// idem-dlq-topic/partition/offset headers if that matters.
+//
+// # What happens if the process dies
+//
+//   - Before the batch's transaction commits: neither keys nor effects are
+//     recorded; the records are consumed again from the committed offset and
+//     applied.
+//   - During COMMIT: Run returns the error; the records are consumed again,
+//     and the inbox finds the keys if the commit landed.
+//   - After the commit, before the offset commit: the records are consumed
+//     again by this or another member; the inbox reports them as duplicates
+//     and the effects are not repeated. The offsets are then committed.
+//   - After the offset commit: nothing is consumed again.
+//
+// # Offsets in the database
+//
+// [NewOffsetConsumer] needs no key at all: it writes each partition's next
+// offset into a table (group_id, topic, partition_id, next_offset; "group"
+// and "partition" are reserved words in SQL) in the same transaction as the
+// effects, and seeks to it when a partition is assigned
+// (kgo.AdjustFetchOffsetsFn). If the process dies after the database commit
+// and before any Kafka commit, the new owner seeks past the applied records:
+// exactly-once from Kafka into the database, with one row per partition
+// instead of one per record. The offset update is conditional, so a member
+// that lost its partitions without noticing cannot commit a batch over the
+// new owner's work. It requires every effect of the handler to be in the same
+// database; effects elsewhere need keys (the inbox, or a keystore.Store
+// inside the handler).
+//
+// # Effects outside the database
+//
+// [NewKeystoreConsumer] runs each record through keystore.Do instead: the key
+// is reserved in progress with a lease, the handler runs (an email, a payment
+// API call), and the key is completed only after it succeeded, or released
+// when it failed so that the retry runs it again. If the process dies after
+// the effect and before completion, the re-consumed record runs the handler
+// again once the lease expires: send the key downstream so that the repeat is
+// absorbed there.
+//
+// # Producing
+//
+// franz-go's producer is idempotent by default: the broker drops a batch the
+// client resends after a lost acknowledgement. That covers one produce call,
+// not an application that produces the same message again; [Producer] stamps a
+// stable [HeaderID] for that, and [SetSequence] can stamp idem's
+// (producer, epoch, sequence) headers for consumers that keep high-water
+// marks (package sequence) instead of keys.
+//
+// # Goroutines
+//
+// A Consumer owns its franz-go client. Run runs in the caller's goroutine;
+// Close stops it, commits the marked offsets while leaving the group, and
+// closes the client and every goroutine it started.
+package idemkafka

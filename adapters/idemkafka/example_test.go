@@ -1,0 +1,107 @@
+package idemkafka_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	_ "modernc.org/sqlite"
+
+	"github.com/idem-go/idem/adapters/idemkafka"
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/sqldialect"
+)
+
+// A payment produced twice with the same idem-id (the producer retried after
+// a timeout) credits the wallet once; both records are acknowledged. The
+// broker is kfake, in-process.
+func ExampleConsumer() {
+	ctx := context.Background()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "payments"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cluster.Close()
+
+	dir, err := os.MkdirTemp("", "idemkafka-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sql.Open("sqlite", sqldialect.SQLiteDSN(filepath.Join(dir, "app.db")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`CREATE TABLE wallets (user_id INTEGER PRIMARY KEY, balance INTEGER NOT NULL); INSERT INTO wallets VALUES (42, 0)`); err != nil {
+		log.Fatal(err)
+	}
+
+	// Produce: the same payment twice, with one stable id.
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pcl.Close()
+	producer, err := idemkafka.NewProducer(pcl)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for range 2 {
+		if err := producer.Produce(ctx, "payment-7", &kgo.Record{Topic: "payments", Value: []byte("50")}); err != nil {
+			log.Fatal(err)
+		}
+	}
+
+	// Consume through an inbox named after the group.
+	in, err := inbox.New(db, sqldialect.SQLite, "billing")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := in.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	seen := 0
+	c, err := idemkafka.NewConsumer(in,
+		func(ctx context.Context, tx *sql.Tx, r *kgo.Record) error {
+			_, err := tx.ExecContext(ctx, `UPDATE wallets SET balance = balance + CAST(? AS INTEGER) WHERE user_id = 42`, string(r.Value))
+			return err
+		},
+		[]kgo.Opt{
+			kgo.SeedBrokers(cluster.ListenAddrs()...),
+			kgo.ConsumerGroup("billing"),
+			kgo.ConsumeTopics("payments"),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		},
+		idemkafka.WithOutcome(func(r *kgo.Record, o idemkafka.Outcome, _ error) {
+			fmt.Printf("offset %d: %v\n", r.Offset, o)
+			if seen++; seen == 2 {
+				stop()
+			}
+		}),
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := c.Run(runCtx); !errors.Is(err, context.Canceled) {
+		log.Fatal(err)
+	}
+	c.Close() // commits the marked offsets
+
+	var balance int
+	if err := db.QueryRow(`SELECT balance FROM wallets WHERE user_id = 42`).Scan(&balance); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("balance:", balance)
+	// Output:
+	// offset 0: applied
+	// offset 1: duplicate
+	// balance: 50
+}

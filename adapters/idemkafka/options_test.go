@@ -1,0 +1,119 @@
+package idemkafka_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/adapters/idemkafka"
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/sqldialect"
+)
+
+func TestOptionsValidated(t *testing.T) {
+	t.Parallel()
+	db := testenv.SQLite(t)
+	in := newInbox(t, db, "g")
+	h := func(context.Context, *sql.Tx, *kgo.Record) error { return nil }
+	kopts := []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1"), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t")}
+	bad := map[string][]idemkafka.Option{
+		"nil option":      {nil},
+		"key header":      {idemkafka.WithKeyHeader("")},
+		"key func":        {idemkafka.WithKeyFunc(nil)},
+		"fingerprint":     {idemkafka.WithFingerprint(nil)},
+		"missing policy":  {idemkafka.WithMissingKey(0)},
+		"retries":         {idemkafka.WithRetries(-1, time.Millisecond, time.Second)},
+		"backoff":         {idemkafka.WithRetries(1, time.Second, time.Millisecond)},
+		"dlq":             {idemkafka.WithDeadLetterTopic("")},
+		"max poll":        {idemkafka.WithMaxPollRecords(0)},
+		"offsets table":   {idemkafka.WithOffsetsTable("x; DROP TABLE y")},
+		"logger":          {idemkafka.WithLogger(nil)},
+		"outcome":         {idemkafka.WithOutcome(nil)},
+		"later bad wins":  {idemkafka.WithRetries(1, time.Millisecond, time.Second), idemkafka.WithMaxPollRecords(-5)},
+		"first bad fails": {idemkafka.WithMaxPollRecords(-5), idemkafka.WithRetries(1, time.Millisecond, time.Second)},
+	}
+	for name, opts := range bad {
+		if _, err := idemkafka.NewConsumer(in, h, kopts, opts...); !errors.Is(err, idem.ErrInvalidOption) || !strings.HasPrefix(err.Error(), "idemkafka: ") {
+			t.Errorf("%s: err = %v, want idemkafka-prefixed ErrInvalidOption", name, err)
+		}
+	}
+	if _, err := idemkafka.NewConsumer(nil, h, kopts); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("nil inbox: %v", err)
+	}
+	if _, err := idemkafka.NewConsumer(in, nil, kopts); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("nil handler: %v", err)
+	}
+	if _, err := idemkafka.NewConsumer(in, h, kopts[:1]); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("no group: %v", err)
+	}
+	if _, err := idemkafka.NewOffsetConsumer(db, sqldialect.MySQL, h, kopts); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("MySQL offsets: %v", err)
+	}
+	if _, err := idemkafka.NewKeystoreConsumer(nil, func(context.Context, *kgo.Record) error { return nil }, kopts, nil); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("nil store: %v", err)
+	}
+	c, err := idemkafka.NewConsumer(in, h, kopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if err := c.Run(context.Background()); !errors.Is(err, idemkafka.ErrClosed) {
+		t.Errorf("Run after Close = %v, want ErrClosed", err)
+	}
+}
+
+func TestKeys(t *testing.T) {
+	t.Parallel()
+	r := &kgo.Record{Topic: "orders", Partition: 3, Offset: 42}
+	k, err := idemkafka.OffsetKey(r)
+	if err != nil || k != "orders/3/00000000000000000042" {
+		t.Errorf("OffsetKey = %q, %v", k, err)
+	}
+	long := &kgo.Record{Topic: strings.Repeat("t", 249), Offset: 1}
+	if k, err := idemkafka.OffsetKey(long); err != nil || len(k) > idem.MaxKeyLen {
+		t.Errorf("long topic: %q, %v", k, err)
+	}
+	idemkafka.SetID(r, "a")
+	idemkafka.SetID(r, "b") // replaces
+	if len(r.Headers) != 1 || string(r.Headers[0].Value) != "b" {
+		t.Errorf("headers after SetID twice: %v", r.Headers)
+	}
+	idemkafka.SetSequence(r, 7, 2, 2147483647)
+	p, e, s, ok := idemkafka.SequenceFrom(r)
+	if !ok || p != 7 || e != 2 || s != 2147483647 {
+		t.Errorf("SequenceFrom = %d %d %d %v", p, e, s, ok)
+	}
+	if _, _, _, ok := idemkafka.SequenceFrom(&kgo.Record{}); ok {
+		t.Error("SequenceFrom of a bare record reported ok")
+	}
+}
+
+func TestProducerRequiresIdempotence(t *testing.T) {
+	t.Parallel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"), kgo.DisableIdempotentWrite())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := idemkafka.NewProducer(cl); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("NewProducer with idempotence off: %v", err)
+	}
+	cl2, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl2.Close()
+	p, err := idemkafka.NewProducer(cl2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Produce(context.Background(), "", &kgo.Record{Topic: "t"}); !errors.Is(err, idem.ErrInvalidKey) {
+		t.Errorf("empty id: %v", err)
+	}
+}

@@ -1,0 +1,178 @@
+package idemkafka
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/inbox"
+)
+
+// Headers of a dead-lettered record. The original key, value and headers are
+// kept; these are added.
+const (
+	HeaderDLQError     = "idem-dlq-error"     // the last error's text
+	HeaderDLQReason    = "idem-dlq-reason"    // handler, permanent, missing-key, fingerprint-mismatch
+	HeaderDLQTopic     = "idem-dlq-topic"     // original topic
+	HeaderDLQPartition = "idem-dlq-partition" // original partition (decimal)
+	HeaderDLQOffset    = "idem-dlq-offset"    // original offset (decimal)
+	HeaderDLQAttempts  = "idem-dlq-attempts"  // handler runs made (decimal; 0 for missing-key)
+	HeaderDLQGroup     = "idem-dlq-group"     // consumer group
+)
+
+// Reasons in HeaderDLQReason.
+const (
+	ReasonHandler             = "handler"
+	ReasonPermanent           = "permanent"
+	ReasonMissingKey          = "missing-key"
+	ReasonFingerprintMismatch = "fingerprint-mismatch"
+)
+
+// processInbox applies one partition's polled records through the inbox. It
+// returns nil only when every record is applied, a duplicate, or
+// dead-lettered, so that the caller may mark the last offset.
+func (c *Consumer) processInbox(ctx context.Context, recs []*kgo.Record) error {
+	msgs := make([]inbox.Message, 0, len(recs))
+	for _, r := range recs {
+		key, err := c.cfg.key(r)
+		if err == nil {
+			err = idem.ValidateKey(key)
+		}
+		if err != nil {
+			if c.cfg.missing == StopOnMissing {
+				return fmt.Errorf("idemkafka: %s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
+			}
+			if err := c.deadLetter(ctx, r, ReasonMissingKey, 0, err); err != nil {
+				return err
+			}
+			continue
+		}
+		m := inbox.Message{Key: key, Value: r}
+		if c.cfg.fingerprint != nil {
+			m.Fingerprint = c.cfg.fingerprint(r)
+		}
+		msgs = append(msgs, m)
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	results, err := c.in.ProcessBatch(ctx, msgs, c.batchHandler)
+	if err != nil {
+		return fmt.Errorf("idemkafka: %w", err) // nothing committed (or unknown): fail closed
+	}
+	for i, res := range results {
+		r := msgs[i].Value.(*kgo.Record)
+		switch {
+		case res.Err == nil && res.Applied:
+			c.outcome(r, Applied, nil)
+		case res.Err == nil:
+			c.outcome(r, Duplicate, nil)
+		default:
+			if err := c.retryInbox(ctx, msgs[i], res.Err); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (c *Consumer) batchHandler(ctx context.Context, tx *sql.Tx, m inbox.Message) error {
+	return c.h(ctx, tx, m.Value.(*kgo.Record))
+}
+
+// retryInbox runs a record that failed in its batch again, alone, with
+// backoff, and dead-letters it when its retries are spent.
+func (c *Consumer) retryInbox(ctx context.Context, m inbox.Message, err error) error {
+	r := m.Value.(*kgo.Record)
+	attempts := 1
+	for {
+		if errors.Is(err, idem.ErrFingerprintMismatch) {
+			return c.deadLetter(ctx, r, ReasonFingerprintMismatch, attempts, err)
+		}
+		var he *inbox.HandlerError
+		if !errors.As(err, &he) {
+			return fmt.Errorf("idemkafka: %s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		if idem.IsPermanent(err) {
+			return c.deadLetter(ctx, r, ReasonPermanent, attempts, err)
+		}
+		if attempts > c.cfg.retries {
+			return c.deadLetter(ctx, r, ReasonHandler, attempts, err)
+		}
+		c.cfg.log.Info("idemkafka: handler failed, retrying", "topic", r.Topic, "partition", r.Partition,
+			"offset", r.Offset, "attempt", attempts, "err", err)
+		if werr := c.sleep(ctx, attempts); werr != nil {
+			return werr
+		}
+		attempts++
+		var applied bool
+		applied, err = c.in.ProcessMessage(ctx, m, func(ctx context.Context, tx *sql.Tx) error {
+			return c.h(ctx, tx, r)
+		})
+		if err == nil {
+			if applied {
+				c.outcome(r, Applied, nil)
+			} else {
+				c.outcome(r, Duplicate, nil)
+			}
+			return nil
+		}
+	}
+}
+
+// sleep waits a jittered exponential backoff (half fixed, half random)
+// before retry number attempt.
+func (c *Consumer) sleep(ctx context.Context, attempt int) error {
+	d := c.cfg.retryMin << min(attempt-1, 30)
+	if d <= 0 || d > c.cfg.retryMax {
+		d = c.cfg.retryMax
+	}
+	d = d/2 + rand.N(d/2+1)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// deadLetter produces r to the dead-letter topic and waits for the broker's
+// acknowledgement. If that fails (or there is no such topic), the error is
+// returned and the caller must not mark r: it is never acknowledged unless
+// it has been applied or dead-lettered.
+func (c *Consumer) deadLetter(ctx context.Context, r *kgo.Record, reason string, attempts int, cause error) error {
+	where := fmt.Sprintf("%s/%d@%d", r.Topic, r.Partition, r.Offset)
+	if c.cfg.dlq == "" {
+		return fmt.Errorf("idemkafka: %s (%s): no dead-letter topic: %w: %w", where, reason, ErrDeadLetter, cause)
+	}
+	headers := make([]kgo.RecordHeader, 0, len(r.Headers)+7)
+	headers = append(headers, r.Headers...)
+	headers = append(headers,
+		kgo.RecordHeader{Key: HeaderDLQError, Value: []byte(cause.Error())},
+		kgo.RecordHeader{Key: HeaderDLQReason, Value: []byte(reason)},
+		kgo.RecordHeader{Key: HeaderDLQTopic, Value: []byte(r.Topic)},
+		kgo.RecordHeader{Key: HeaderDLQPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
+		kgo.RecordHeader{Key: HeaderDLQOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
+		kgo.RecordHeader{Key: HeaderDLQAttempts, Value: []byte(strconv.Itoa(attempts))},
+		kgo.RecordHeader{Key: HeaderDLQGroup, Value: []byte(c.group)},
+	)
+	out := &kgo.Record{Topic: c.cfg.dlq, Key: r.Key, Value: r.Value, Headers: headers, Timestamp: r.Timestamp}
+	if err := c.cl.ProduceSync(ctx, out).FirstErr(); err != nil {
+		return fmt.Errorf("idemkafka: %s (%s): produce to %q: %w: %w", where, reason, c.cfg.dlq, ErrDeadLetter, err)
+	}
+	c.cfg.log.Warn("idemkafka: record dead-lettered", "record", where, "reason", reason, "attempts", attempts, "err", cause)
+	c.outcome(r, DeadLettered, cause)
+	return nil
+}

@@ -1,0 +1,310 @@
+package idemwatermill_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"go.uber.org/goleak"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/adapters/idemwatermill"
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/keystore"
+	"github.com/idem-go/idem/keystore/memstore"
+	"github.com/idem-go/idem/sqldialect"
+)
+
+func TestMain(m *testing.M) {
+	code := testenv.Main(m)
+	if code == 0 {
+		// Watermill's map repository starts a cleanup goroutine that nothing
+		// stops (one of the habits idem does not copy); ignore only that one.
+		if err := goleak.Find(goleak.IgnoreTopFunction(
+			"github.com/ThreeDotsLabs/watermill/message/router/middleware.(*mapExpiringKeyRepository).cleanOutLoop")); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// effectCounter is the business effect: an in-memory counter, or (for the
+// inbox) a row written through the inbox transaction.
+type effectCounter struct {
+	n  atomic.Int32
+	db *sql.DB
+}
+
+func (e *effectCounter) apply(msg *message.Message) error {
+	if tx, ok := idemwatermill.Tx(msg.Context()); ok {
+		_, err := tx.ExecContext(msg.Context(), `INSERT INTO effects (id) VALUES (?)`, msg.UUID)
+		return err
+	}
+	e.n.Add(1)
+	return nil
+}
+
+func (e *effectCounter) count(t *testing.T) int {
+	t.Helper()
+	if e.db == nil {
+		return int(e.n.Load())
+	}
+	var n int
+	if err := e.db.QueryRow(`SELECT COUNT(*) FROM effects`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+type variant struct {
+	name string
+	// mw builds the middleware under test; eff is prepared for it.
+	mw func(t *testing.T, eff *effectCounter) message.HandlerMiddleware
+	// want is the number of times the effect is applied in the
+	// fail-once-then-redeliver scenario.
+	want int
+}
+
+func newInbox(t *testing.T, eff *effectCounter) *inbox.Inbox {
+	t.Helper()
+	db := testenv.SQLite(t)
+	if _, err := db.Exec(`CREATE TABLE effects (id TEXT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	in, err := inbox.New(db, sqldialect.SQLite, "orders-handler")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	eff.db = db
+	return in
+}
+
+var variants = []variant{
+	{
+		name: "watermill-deduplicator",
+		mw: func(t *testing.T, _ *effectCounter) message.HandlerMiddleware {
+			repo, err := middleware.NewMapExpiringKeyRepository(time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := &middleware.Deduplicator{
+				KeyFactory: func(m *message.Message) (string, error) { return m.UUID, nil },
+				Repository: repo,
+			}
+			return d.Middleware
+		},
+		want: 0, // the key is kept when the handler fails: the redelivery is dropped
+	},
+	{
+		name: "idem-keystore",
+		mw: func(t *testing.T, _ *effectCounter) message.HandlerMiddleware {
+			s, err := memstore.New()
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := idemwatermill.NewMiddleware(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m.Middleware
+		},
+		want: 1,
+	},
+	{
+		name: "idem-inbox",
+		mw: func(t *testing.T, eff *effectCounter) message.HandlerMiddleware {
+			m, err := idemwatermill.NewInboxMiddleware(newInbox(t, eff))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m.Middleware
+		},
+		want: 1,
+	},
+}
+
+// TestFailedMessageRedelivered runs a handler that fails on its first
+// delivery under Watermill's Router and the gochannel pubsub: the router
+// nacks, gochannel redelivers. Watermill's Deduplicator drops the redelivery
+// (effect lost); idem's middlewares apply it once.
+func TestFailedMessageRedelivered(t *testing.T) {
+	t.Parallel()
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			t.Parallel()
+			eff := &effectCounter{}
+			mw := v.mw(t, eff)
+			var calls atomic.Int32
+			h := func(msg *message.Message) error {
+				if calls.Add(1) == 1 {
+					return errors.New("transient failure")
+				}
+				return eff.apply(msg)
+			}
+			runRouter(t, mw, h, func(pub message.Publisher) {
+				msg := message.NewMessage(watermill.NewUUID(), []byte(`{"order":1}`))
+				if err := pub.Publish("orders", msg); err != nil { // blocks until acked
+					t.Fatal(err)
+				}
+			})
+			if got := eff.count(t); got != v.want {
+				t.Errorf("effect applied %d times, want %d (handler calls: %d)", got, v.want, calls.Load())
+			}
+		})
+	}
+}
+
+// runRouter runs a Watermill router with one handler over gochannel, calls
+// publish once the router runs, and closes everything before returning.
+func runRouter(t *testing.T, mw message.HandlerMiddleware, h message.NoPublishHandlerFunc, publish func(message.Publisher)) {
+	t.Helper()
+	logger := watermill.NopLogger{}
+	pubsub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, logger)
+	defer pubsub.Close()
+	r, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.AddConsumerHandler("orders-handler", "orders", pubsub, h).AddMiddleware(mw)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- r.Run(ctx) }()
+	select {
+	case <-r.Running():
+	case <-time.After(10 * time.Second):
+		t.Fatal("router did not start")
+	}
+	publish(pubsub)
+	if err := r.Close(); err != nil {
+		t.Error(err)
+	}
+	if err := <-errc; err != nil {
+		t.Error(err)
+	}
+}
+
+// TestConcurrentDuplicates delivers one message 16 times at once; the
+// effect is applied once and every delivery succeeds (is acked).
+func TestConcurrentDuplicates(t *testing.T) {
+	t.Parallel()
+	for _, v := range variants[1:] {
+		t.Run(v.name, func(t *testing.T) {
+			t.Parallel()
+			eff := &effectCounter{}
+			var mw message.HandlerMiddleware
+			if v.name == "idem-keystore" {
+				s, err := memstore.New()
+				if err != nil {
+					t.Fatal(err)
+				}
+				m, err := idemwatermill.NewMiddleware(s, idemwatermill.WithDoOptions(keystore.WithWait(time.Millisecond, 10*time.Millisecond)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				mw = m.Middleware
+			} else {
+				mw = v.mw(t, eff)
+			}
+			h := mw(func(msg *message.Message) ([]*message.Message, error) {
+				time.Sleep(5 * time.Millisecond) // widen the race window
+				return nil, eff.apply(msg)
+			})
+			id := watermill.NewUUID()
+			var wg sync.WaitGroup
+			errs := make(chan error, 16)
+			for range 16 {
+				wg.Go(func() {
+					_, err := h(message.NewMessage(id, []byte("x")))
+					errs <- err
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Errorf("delivery failed: %v", err)
+				}
+			}
+			if got := eff.count(t); got != 1 {
+				t.Errorf("effect applied %d times, want 1", got)
+			}
+		})
+	}
+}
+
+// TestReplayProducedMessages: a duplicate returns the produced messages
+// stored with the key, so a crash between completion and publishing loses
+// nothing.
+func TestReplayProducedMessages(t *testing.T) {
+	t.Parallel()
+	s, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := idemwatermill.NewMiddleware(s, idemwatermill.WithKeyMetadata("order_id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs int
+	h := m.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		runs++
+		out := message.NewMessage(watermill.NewUUID(), []byte("shipped"))
+		out.Metadata.Set("order_id", msg.Metadata.Get("order_id"))
+		return []*message.Message{out}, nil
+	})
+	in := func() *message.Message {
+		msg := message.NewMessage(watermill.NewUUID(), []byte("order")) // a new UUID per delivery: the key is the metadata
+		msg.Metadata.Set("order_id", "42")
+		return msg
+	}
+	first, err := h(in())
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := h(in())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs != 1 || len(first) != 1 || len(again) != 1 || first[0].UUID != again[0].UUID ||
+		string(again[0].Payload) != "shipped" || again[0].Metadata.Get("order_id") != "42" {
+		t.Fatalf("runs %d, first %v, replay %v", runs, first, again)
+	}
+	missing := message.NewMessage(watermill.NewUUID(), nil)
+	if _, err := h(missing); !errors.Is(err, idemwatermill.ErrMissingKey) {
+		t.Fatalf("missing metadata: %v, want ErrMissingKey", err)
+	}
+}
+
+func TestOptionsValidated(t *testing.T) {
+	t.Parallel()
+	s, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []idemwatermill.Option{
+		idemwatermill.WithKeyMetadata(""), idemwatermill.WithKeyFunc(nil), idemwatermill.WithFingerprint(nil), nil,
+	} {
+		if _, err := idemwatermill.NewMiddleware(s, o); !errors.Is(err, idem.ErrInvalidOption) {
+			t.Error("invalid option accepted")
+		}
+	}
+	if _, err := idemwatermill.NewMiddleware(nil); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Error("nil store accepted")
+	}
+}
