@@ -83,6 +83,13 @@ func openStore(ctx context.Context, spec storeSpec, maxResult int) (*openedStore
 		if err != nil {
 			return nil, err
 		}
+		if spec.kind == "sqlite" {
+			// SQLite has one writer at a time, and every key-store call
+			// writes: one connection queues them in Go rather than in
+			// SQLite's sleeping busy handler (whose waits make p99s of tens
+			// of milliseconds under concurrency).
+			db.SetMaxOpenConns(1)
+		}
 		var s interface {
 			keystore.Store
 			Migrate(context.Context) error
