@@ -20,7 +20,7 @@ func FuzzScopeIsolation(f *testing.F) {
 	f.Fuzz(func(t *testing.T, scope1, key1, scope2, key2 string) {
 		if keystore.ValidateScope(scope1) != nil || keystore.ValidateScope(scope2) != nil ||
 			keystore.ValidateReserve(key1, nil, time.Minute) != nil || keystore.ValidateReserve(key2, nil, time.Minute) != nil {
-			t.Skip()
+			return // not a valid scope or key: nothing to check
 		}
 		ctx := context.Background()
 		s, err := memstore.New()
