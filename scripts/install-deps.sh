@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the servers idem's tests use, from Debian's packages, when they are
-# missing: PostgreSQL, MariaDB and Redis. NATS and Kafka run in-process.
+# missing: PostgreSQL, MariaDB, Redis and RabbitMQ. NATS and Kafka run
+# in-process.
 # Needs root (or sudo); runs `apt-get update` once, only if something is missing.
 set -euo pipefail
 
@@ -11,6 +12,7 @@ have_pg() {
 have_pg || need+=(postgresql)
 { command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || [ -x /usr/sbin/mysqld ]; } || need+=(mariadb-server)
 { command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ]; } || need+=(redis-server)
+{ command -v rabbitmq-server >/dev/null 2>&1 || [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; } || need+=(rabbitmq-server)
 
 if [ ${#need[@]} -eq 0 ]; then
 	exit 0

@@ -1,13 +1,13 @@
 // Package testenv finds or starts the servers idem's tests need: a
-// throwaway PostgreSQL (initdb + postgres in a temp dir, free port), MariaDB
-// and Redis, and temp-file SQLite databases. One server of each kind is
+// throwaway PostgreSQL (initdb + postgres in a temp dir, free port), MariaDB,
+// Redis and RabbitMQ, and temp-file SQLite databases. One server of each kind is
 // started per test binary, on first use, and stopped by [Main]; every test
 // gets its own schema, database or key prefix on it.
 //
 // An existing server is used instead when its address is in the
 // environment: IDEM_TEST_POSTGRES (a postgres:// URL of a superuser),
 // IDEM_TEST_MYSQL (a go-sql-driver DSN of a user that may CREATE DATABASE),
-// IDEM_TEST_REDIS (host:port).
+// IDEM_TEST_REDIS (host:port), IDEM_TEST_RABBITMQ (an amqp:// URL).
 //
 // When a server is missing, a test skips with the command that installs it;
 // with CI=true it fails instead, so that CI never passes by skipping.

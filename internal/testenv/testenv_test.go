@@ -38,6 +38,11 @@ func TestServers(t *testing.T) {
 			t.Fatalf("journal_mode = %q, want wal", mode)
 		}
 	})
+	t.Run("rabbitmq", func(t *testing.T) {
+		if u := testenv.RabbitMQURL(t); u == "" {
+			t.Fatal("no URL")
+		}
+	})
 	t.Run("redis", func(t *testing.T) {
 		if addr := testenv.RedisAddr(t); addr == "" {
 			t.Fatal("no address")

@@ -1,0 +1,249 @@
+package idemamqp_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/adapters/idemamqp"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+func TestOptionsValidated(t *testing.T) {
+	t.Parallel()
+	conn := dial(t)
+	e := newEffects(t)
+	for name, opts := range map[string][]idemamqp.Option{
+		"prefetch 0":       {idemamqp.WithPrefetch(0)},
+		"batch over qos":   {idemamqp.WithPrefetch(10), idemamqp.WithBatchSize(20)},
+		"max attempts 0":   {idemamqp.WithMaxAttempts(0)},
+		"nil key":          {idemamqp.WithKey(nil)},
+		"publisher option": {idemamqp.WithTransient()},
+	} {
+		if _, err := idemamqp.NewConsumer(conn, "q", e.in, e.apply, opts...); !errors.Is(err, idem.ErrInvalidOption) {
+			t.Errorf("%s: err = %v, want ErrInvalidOption", name, err)
+		}
+	}
+	if _, err := idemamqp.NewPublisher(conn, idemamqp.WithBatchSize(3)); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("consumer option on publisher: err = %v", err)
+	}
+}
+
+func publishN(t testing.TB, conn *amqp.Connection, queue string, ids ...string) {
+	t.Helper()
+	p, err := idemamqp.NewPublisher(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for _, id := range ids {
+		if err := p.Publish(context.Background(), "", queue, amqp.Publishing{Body: []byte("body of " + id)}, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The consumer's connection dies after the inbox commit and before the ack.
+// The broker requeues the deliveries; the restarted consumer finds their
+// keys, acks them as duplicates, and the effects stay applied once.
+func TestCrashBetweenCommitAndAck(t *testing.T) {
+	t.Parallel()
+	admin := dial(t)
+	tp := newTopology(t, admin, nil)
+	e := newEffects(t)
+	const n = 5
+	var ids []string
+	for i := range n {
+		ids = append(ids, fmt.Sprintf("order-%d", i))
+	}
+	publishN(t, admin, tp.queue, ids...)
+
+	conn1 := dial(t)
+	c1, err := idemamqp.NewConsumer(conn1, tp.queue, e.in, e.apply, idemamqp.WithBatchSize(n), idemamqp.WithLinger(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	idemamqp.SetAfterCommit(c1, func() { conn1.Close() }) // the crash: committed, never acked
+	if err := c1.Run(context.Background()); !errors.Is(err, idemamqp.ErrClosed) {
+		t.Fatalf("Run after the connection closed = %v, want ErrClosed", err)
+	}
+	committed := len(e.counts(t))
+	if committed == 0 {
+		t.Fatal("nothing committed before the crash")
+	}
+	waitFor(t, 5*time.Second, "requeue of the unacked deliveries", func() bool { return tp.ready(t, tp.queue) == n })
+
+	var ev events
+	c2, err := idemamqp.NewConsumer(dial(t), tp.queue, e.in, e.apply, idemamqp.WithObserver(ev.observe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := start(c2)
+	waitFor(t, 20*time.Second, "redeliveries acked", func() bool {
+		return ev.count(idemamqp.Duplicate) == committed && ev.count(idemamqp.Applied) == n-committed
+	})
+	if err := r.stop(t); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v, want context.Canceled", err)
+	}
+	ev.each(func(e idemamqp.Event) {
+		if e.Outcome == idemamqp.Duplicate && !e.Delivery.Redelivered {
+			t.Errorf("%s: duplicate without the redelivered flag", e.Key)
+		}
+	})
+	for k, c := range e.counts(t) {
+		if c != 1 {
+			t.Errorf("%s applied %d times", k, c)
+		}
+	}
+	if got := len(e.counts(t)); got != n {
+		t.Errorf("%d keys applied, want %d", got, n)
+	}
+	// Anything not acked would be back in the queue now that the consumer's
+	// channel is closed.
+	waitFor(t, 5*time.Second, "an empty queue", func() bool { return tp.ready(t, tp.queue) == 0 })
+}
+
+// A delivery whose handler keeps failing is requeued with x-idem-attempts
+// counted, then dead-lettered at the limit; a permanent error and a
+// delivery without a message-id are dead-lettered at once.
+func TestPoisonDeadLettered(t *testing.T) {
+	t.Parallel()
+	conn := dial(t)
+	tp := newTopology(t, conn, nil)
+	e := newEffects(t)
+	var mu sync.Mutex
+	seen := map[string]int{} // highest attempt the handler saw
+	handler := func(ctx context.Context, tx *sql.Tx, d amqp.Delivery) error {
+		mu.Lock()
+		a, _ := d.Headers[idemamqp.HeaderAttempts].(int32)
+		seen[d.MessageId] = max(seen[d.MessageId], int(a)+1)
+		mu.Unlock()
+		switch d.MessageId {
+		case "poison":
+			return errors.New("cannot parse amount")
+		case "malformed":
+			return idem.Permanent(errors.New("schema v9 unknown"))
+		}
+		return e.apply(ctx, tx, d)
+	}
+	var ev events
+	c, err := idemamqp.NewConsumer(conn, tp.queue, e.in, handler, idemamqp.WithMaxAttempts(3),
+		idemamqp.WithDeadLetter(tp.dlx, ""), idemamqp.WithObserver(ev.observe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishN(t, conn, tp.queue, "good-1", "poison", "malformed")
+	if err := tp.ch.PublishWithContext(context.Background(), "", tp.queue, false, false, amqp.Publishing{Body: []byte("no id")}); err != nil {
+		t.Fatal(err)
+	}
+	publishN(t, conn, tp.queue, "good-2")
+	r := start(c)
+	waitFor(t, 20*time.Second, "three dead letters", func() bool { return ev.count(idemamqp.DeadLettered) == 3 })
+	if err := r.stop(t); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v", err)
+	}
+	mu.Lock()
+	if seen["poison"] != 3 || seen["malformed"] != 1 {
+		t.Errorf("attempts: poison %d (want 3), malformed %d (want 1)", seen["poison"], seen["malformed"])
+	}
+	mu.Unlock()
+	if got := e.counts(t); got["good-1"] != 1 || got["good-2"] != 1 || len(got) != 2 {
+		t.Errorf("effects %v, want good-1 and good-2 once", got)
+	}
+	if got := tp.ready(t, tp.queue); got != 0 {
+		t.Errorf("%d messages left in the queue", got)
+	}
+	byReason := map[string]amqp.Delivery{}
+	for range 3 {
+		d, ok, err := tp.ch.Get(tp.dlq, true)
+		if err != nil || !ok {
+			t.Fatalf("dead letter queue: ok=%v err=%v", ok, err)
+		}
+		byReason[fmt.Sprint(d.Headers[idemamqp.HeaderReason])] = d
+	}
+	want := map[string]struct{ body, errText, id string }{
+		idemamqp.ReasonMaxAttempts: {"body of poison", "cannot parse amount", "poison"},
+		idemamqp.ReasonPermanent:   {"body of malformed", "schema v9 unknown", "malformed"},
+		idemamqp.ReasonNoKey:       {"no id", "has no message-id", ""},
+	}
+	for reason, w := range want {
+		d, ok := byReason[reason]
+		if !ok {
+			t.Errorf("no dead letter with reason %s", reason)
+			continue
+		}
+		if string(d.Body) != w.body || d.MessageId != w.id || !strings.Contains(fmt.Sprint(d.Headers[idemamqp.HeaderError]), w.errText) ||
+			d.Headers[idemamqp.HeaderQueue] != tp.queue {
+			t.Errorf("%s: body %q id %q headers %v", reason, d.Body, d.MessageId, d.Headers)
+		}
+	}
+}
+
+// Without WithDeadLetter, a poison delivery is rejected without requeue
+// and the queue's own dead-letter exchange takes it (x-death set by the
+// broker).
+func TestQueueDeadLetterExchange(t *testing.T) {
+	t.Parallel()
+	conn := dial(t)
+	tp := newTopology(t, conn, nil)
+	q := tp.queue + "_dlx"
+	if _, err := tp.ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-dead-letter-exchange": tp.dlx}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = tp.ch.QueueDelete(q, false, false, false) })
+	e := newEffects(t)
+	var ev events
+	c, err := idemamqp.NewConsumer(conn, q, e.in, func(context.Context, *sql.Tx, amqp.Delivery) error {
+		return idem.Permanent(errors.New("bad"))
+	}, idemamqp.WithObserver(ev.observe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishN(t, conn, q, "bad-1")
+	r := start(c)
+	waitFor(t, 10*time.Second, "a dead letter", func() bool { return ev.count(idemamqp.DeadLettered) == 1 })
+	if err := r.stop(t); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v", err)
+	}
+	waitFor(t, 5*time.Second, "the broker's dead letter", func() bool { return tp.ready(t, tp.dlq) == 1 })
+	d, ok, err := tp.ch.Get(tp.dlq, true)
+	if err != nil || !ok {
+		t.Fatalf("get: ok=%v err=%v", ok, err)
+	}
+	if d.MessageId != "bad-1" || d.Headers["x-death"] == nil {
+		t.Fatalf("dead letter id %q headers %v, want bad-1 with x-death", d.MessageId, d.Headers)
+	}
+}
+
+// Publish sets message-id and returns after the broker's confirm.
+func TestPublisherSetsMessageID(t *testing.T) {
+	t.Parallel()
+	conn := dial(t)
+	tp := newTopology(t, conn, nil)
+	p, err := idemamqp.NewPublisher(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx := context.Background()
+	if err := p.Publish(ctx, "", tp.queue, amqp.Publishing{Body: []byte("x")}, "evt-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Publish(ctx, "", tp.queue, amqp.Publishing{}, ""); !errors.Is(err, idem.ErrInvalidKey) {
+		t.Fatalf("empty id: err = %v", err)
+	}
+	// Confirmed: the message is in the queue when Publish returns.
+	d, ok, err := tp.ch.Get(tp.queue, true)
+	if err != nil || !ok {
+		t.Fatalf("get: ok=%v err=%v", ok, err)
+	}
+	if d.MessageId != "evt-1" || d.DeliveryMode != amqp.Persistent {
+		t.Fatalf("message-id %q delivery mode %d, want evt-1, persistent", d.MessageId, d.DeliveryMode)
+	}
+}

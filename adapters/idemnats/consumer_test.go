@@ -1,0 +1,286 @@
+package idemnats_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/adapters/idemnats"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func TestOptionsValidated(t *testing.T) {
+	t.Parallel()
+	s := runServer(t, t.TempDir(), -1)
+	_, js := connect(t, s.ClientURL())
+	cons := setup(t, js)
+	e := newEffects(t)
+	for name, opt := range map[string]idemnats.Option{
+		"batch 0":           idemnats.WithBatchSize(0),
+		"max deliveries 0":  idemnats.WithMaxDeliveries(0),
+		"retry range":       idemnats.WithRetryDelay(time.Second, time.Millisecond),
+		"nil key":           idemnats.WithKey(nil),
+		"dead letter":       idemnats.WithDeadLetter(js, ""),
+		"publisher option":  idemnats.WithRetries(1, time.Millisecond),
+		"max wait too tiny": idemnats.WithMaxWait(time.Millisecond),
+	} {
+		if _, err := idemnats.NewConsumer(cons, e.in, e.apply, opt); !errors.Is(err, idem.ErrInvalidOption) {
+			t.Errorf("%s: err = %v, want ErrInvalidOption", name, err)
+		}
+	}
+	if _, err := idemnats.NewPublisher(js, idemnats.WithBatchSize(3)); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("consumer option on publisher: err = %v", err)
+	}
+}
+
+// The consumer dies after the inbox commit and before the ack. The restarted
+// consumer gets the redeliveries, finds their keys, acks them as duplicates,
+// and the effects stay applied once.
+func TestCrashBetweenCommitAndAck(t *testing.T) {
+	t.Parallel()
+	s := runServer(t, t.TempDir(), -1)
+	_, js := connect(t, s.ClientURL())
+	cons := setup(t, js)
+	e := newEffects(t)
+	const n = 5
+	for i := range n {
+		publish(t, js, "orders.created", fmt.Sprintf("order-%d", i), fmt.Sprint(i))
+	}
+
+	nc1, js1 := connect(t, s.ClientURL())
+	cons1, err := js1.Consumer(context.Background(), "ORDERS", "worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1, err := idemnats.NewConsumer(cons1, e.in, e.apply, idemnats.WithBatchSize(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	idemnats.SetAfterCommit(c1, nc1.Close) // the crash: committed, never acked
+	err = c1.Run(context.Background())
+	if !errors.Is(err, idemnats.ErrClosed) {
+		t.Fatalf("Run after the connection closed = %v, want ErrClosed", err)
+	}
+	// The first group committed (the fetch may have held only part of the
+	// batch when it started); the rest were delivered and never processed.
+	committed := len(e.counts(t))
+	if committed == 0 {
+		t.Fatal("nothing committed before the crash")
+	}
+	if info := consumerInfo(t, js); info.NumAckPending != n {
+		t.Fatalf("after the crash: num_ack_pending = %d, want %d (nothing acked)", info.NumAckPending, n)
+	}
+
+	var ev events
+	c2, err := idemnats.NewConsumer(cons, e.in, e.apply, idemnats.WithObserver(ev.observe), idemnats.WithDoubleAck())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := start(c2)
+	waitFor(t, 20*time.Second, "redeliveries acked", func() bool {
+		return ev.count(idemnats.Duplicate) == committed && ev.count(idemnats.Applied) == n-committed
+	})
+	if err := r.stop(t); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v, want context.Canceled", err)
+	}
+	for k, c := range e.counts(t) {
+		if c != 1 {
+			t.Errorf("%s applied %d times", k, c)
+		}
+	}
+	if got := len(e.counts(t)); got != n {
+		t.Errorf("%d keys applied, want %d", got, n)
+	}
+	info := consumerInfo(t, js)
+	if info.NumAckPending != 0 || info.NumPending != 0 {
+		t.Fatalf("num_ack_pending %d, num_pending %d; want 0, 0", info.NumAckPending, info.NumPending)
+	}
+}
+
+// A message whose handler keeps failing is nak'd and redelivered, then
+// dead-lettered with headers at the delivery limit; a permanent error and a
+// message without a key are dead-lettered at once. Good messages go through.
+func TestPoisonDeadLettered(t *testing.T) {
+	t.Parallel()
+	s := runServer(t, t.TempDir(), -1)
+	_, js := connect(t, s.ClientURL())
+	cons := setup(t, js)
+	e := newEffects(t)
+	var mu sync.Mutex
+	deliveries := map[string]uint64{} // highest NumDelivered the handler saw
+	handler := func(ctx context.Context, tx *sql.Tx, m jetstream.Msg) error {
+		id := m.Headers().Get(jetstream.MsgIDHeader)
+		md, err := m.Metadata()
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		deliveries[id] = max(deliveries[id], md.NumDelivered)
+		mu.Unlock()
+		switch id {
+		case "poison":
+			return errors.New("cannot parse amount")
+		case "malformed":
+			return idem.Permanent(errors.New("schema v9 unknown"))
+		}
+		return e.apply(ctx, tx, m)
+	}
+	var ev events
+	c, err := idemnats.NewConsumer(cons, e.in, handler, idemnats.WithMaxDeliveries(3),
+		idemnats.WithRetryDelay(10*time.Millisecond, 40*time.Millisecond),
+		idemnats.WithDeadLetter(js, "dlq.orders"), idemnats.WithObserver(ev.observe), idemnats.WithMaxWait(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, js, "orders.created", "good-1", "1")
+	publish(t, js, "orders.created", "poison", "x")
+	publish(t, js, "orders.created", "malformed", "y")
+	publish(t, js, "orders.created", "", "no id")
+	publish(t, js, "orders.created", "good-2", "2")
+	r := start(c)
+	waitFor(t, 20*time.Second, "three dead letters", func() bool { return ev.count(idemnats.DeadLettered) == 3 })
+	waitFor(t, 5*time.Second, "acks", func() bool { return consumerInfo(t, js).NumAckPending == 0 })
+	if err := r.stop(t); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v", err)
+	}
+	mu.Lock()
+	if deliveries["poison"] != 3 || deliveries["malformed"] != 1 {
+		t.Errorf("deliveries: poison %d (want 3), malformed %d (want 1)", deliveries["poison"], deliveries["malformed"])
+	}
+	if got := ev.count(idemnats.Retried); got != 2 {
+		t.Errorf("%d retries, want 2 (poison's first two deliveries)", got)
+	}
+	mu.Unlock()
+	if got := e.counts(t); got["good-1"] != 1 || got["good-2"] != 1 || len(got) != 2 {
+		t.Errorf("effects %v, want good-1 and good-2 once", got)
+	}
+
+	dlq, err := js.OrderedConsumer(context.Background(), "DLQ", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byReason := map[string]jetstream.Msg{}
+	for range 3 {
+		m, err := dlq.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		byReason[m.Headers().Get(idemnats.HeaderReason)] = m
+	}
+	want := map[string]struct{ data, delivered, errText, orig string }{
+		idemnats.ReasonMaxDeliver: {"x", "3", "cannot parse amount", "poison"},
+		idemnats.ReasonPermanent:  {"y", "1", "schema v9 unknown", "malformed"},
+		idemnats.ReasonNoKey:      {"no id", "1", "no Nats-Msg-Id header", ""},
+	}
+	for reason, w := range want {
+		m := byReason[reason]
+		if m == nil {
+			t.Errorf("no dead letter with reason %s (got %v)", reason, keys(byReason))
+			continue
+		}
+		h := m.Headers()
+		if string(m.Data()) != w.data || h.Get(idemnats.HeaderNumDelivered) != w.delivered ||
+			!strings.Contains(h.Get(idemnats.HeaderError), w.errText) || h.Get(idemnats.HeaderOriginalID) != w.orig ||
+			h.Get(idemnats.HeaderStream) != "ORDERS" || h.Get(idemnats.HeaderSubject) != "orders.created" || h.Get(idemnats.HeaderStreamSeq) == "" {
+			t.Errorf("%s: data %q headers %v", reason, m.Data(), h)
+		}
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// The server goes away in the middle of a batch and comes back on the same
+// port and store. The consume loop survives the outage, every message is
+// applied once, and all are acked in the end.
+func TestServerRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := runServer(t, dir, -1)
+	port := serverPort(s)
+	_, js := connect(t, s.ClientURL(), nats.ReconnectWait(50*time.Millisecond), nats.MaxReconnects(-1))
+	cons := setup(t, js)
+	e := newEffects(t)
+	const n = 20
+	for i := range n {
+		publish(t, js, "orders.created", fmt.Sprintf("order-%d", i), fmt.Sprint(i))
+	}
+	blocked, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	handler := func(ctx context.Context, tx *sql.Tx, m jetstream.Msg) error {
+		if m.Headers().Get(jetstream.MsgIDHeader) == "order-6" {
+			once.Do(func() { close(blocked); <-release })
+		}
+		return e.apply(ctx, tx, m)
+	}
+	c, err := idemnats.NewConsumer(cons, e.in, handler, idemnats.WithBatchSize(4), idemnats.WithMaxWait(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := start(c)
+	select {
+	case <-blocked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("handler never reached order-6")
+	}
+	s.Shutdown()
+	s.WaitForShutdown()
+	close(release) // commits while the server is away; the acks cannot reach it
+	time.Sleep(300 * time.Millisecond)
+	runServer(t, dir, port)
+
+	waitFor(t, 30*time.Second, "all messages applied and acked", func() bool {
+		if len(e.counts(t)) != n {
+			return false
+		}
+		info := consumerInfo(t, js)
+		return info.NumAckPending == 0 && info.NumPending == 0
+	})
+	if err := r.stop(t); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v, want context.Canceled", err)
+	}
+	for k, c := range e.counts(t) {
+		if c != 1 {
+			t.Errorf("%s applied %d times", k, c)
+		}
+	}
+}
+
+// With the connection closed for good, Run returns ErrClosed instead of
+// spinning.
+func TestRunReturnsWhenClosed(t *testing.T) {
+	t.Parallel()
+	s := runServer(t, t.TempDir(), -1)
+	nc, js := connect(t, s.ClientURL())
+	cons := setup(t, js)
+	e := newEffects(t)
+	c, err := idemnats.NewConsumer(cons, e.in, e.apply, idemnats.WithMaxWait(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := start(c)
+	time.Sleep(150 * time.Millisecond)
+	nc.Close()
+	select {
+	case err := <-r.done:
+		if !errors.Is(err, idemnats.ErrClosed) {
+			t.Fatalf("Run = %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		r.cancel()
+		t.Fatal("Run did not return after the connection closed")
+	}
+	r.cancel()
+}

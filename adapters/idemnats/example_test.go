@@ -1,0 +1,112 @@
+package idemnats_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/idem-go/idem/adapters/idemnats"
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/sqldialect"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	_ "modernc.org/sqlite"
+)
+
+// A producer retries a publish with the same id: the stream stores it once.
+// The consumer credits a wallet through the inbox and acks after the commit;
+// a redelivery would be acked as a duplicate.
+func Example() {
+	dir, err := os.MkdirTemp("", "idemnats-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+
+	// An embedded JetStream server; in production, your cluster.
+	ns, err := server.NewServer(&server.Options{JetStream: true, StoreDir: dir, Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		log.Fatal("nats-server not ready")
+	}
+	defer ns.WaitForShutdown()
+	defer ns.Shutdown()
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "WALLET", Subjects: []string{"wallet.>"}}); err != nil {
+		log.Fatal(err)
+	}
+
+	pub, err := idemnats.NewPublisher(js)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for range 2 { // the second send is a producer retry
+		r, err := pub.Publish(ctx, &nats.Msg{Subject: "wallet.credit", Data: []byte("50")}, "credit-7f3a")
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("published seq=%d duplicate=%v\n", r.Sequence, r.Duplicate)
+	}
+
+	db, err := sql.Open("sqlite", sqldialect.SQLiteDSN(filepath.Join(dir, "app.db")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec("CREATE TABLE wallets (id INTEGER PRIMARY KEY, balance INTEGER NOT NULL); INSERT INTO wallets VALUES (42, 0)"); err != nil {
+		log.Fatal(err)
+	}
+	in, err := inbox.New(db, sqldialect.SQLite, "wallet-service")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := in.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, "WALLET", jetstream.ConsumerConfig{Durable: "wallet-service", MaxDeliver: -1})
+	if err != nil {
+		log.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	c, err := idemnats.NewConsumer(cons, in, func(ctx context.Context, tx *sql.Tx, m jetstream.Msg) error {
+		_, err := tx.ExecContext(ctx, "UPDATE wallets SET balance = balance + CAST(? AS INTEGER) WHERE id = 42", string(m.Data()))
+		return err
+	}, idemnats.WithObserver(func(e idemnats.Event) {
+		fmt.Printf("%s: %s\n", e.Key, e.Outcome)
+		stop() // one message in this example
+	}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := c.Run(runCtx); !errors.Is(err, context.Canceled) {
+		log.Fatal(err)
+	}
+	var balance int
+	if err := db.QueryRow("SELECT balance FROM wallets WHERE id = 42").Scan(&balance); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("balance:", balance)
+	// Output:
+	// published seq=1 duplicate=false
+	// published seq=1 duplicate=true
+	// credit-7f3a: applied
+	// balance: 50
+}

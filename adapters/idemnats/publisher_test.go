@@ -1,0 +1,100 @@
+package idemnats_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/adapters/idemnats"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A retry with the same id is stored once; the stream answers Duplicate
+// with the original sequence.
+func TestPublishDuplicate(t *testing.T) {
+	t.Parallel()
+	s := runServer(t, t.TempDir(), -1)
+	_, js := connect(t, s.ClientURL())
+	setup(t, js)
+	p, err := idemnats.NewPublisher(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	send := func(id, data string) idemnats.PubResult {
+		t.Helper()
+		r, err := p.Publish(ctx, &nats.Msg{Subject: "orders.created", Data: []byte(data)}, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	first := send("order-1", "a")
+	other := send("order-2", "b")
+	retry := send("order-1", "a (retried)")
+	if first.Duplicate || other.Duplicate || !retry.Duplicate {
+		t.Fatalf("duplicate flags %v %v %v, want false false true", first.Duplicate, other.Duplicate, retry.Duplicate)
+	}
+	if retry.Sequence != first.Sequence || retry.Stream != "ORDERS" {
+		t.Fatalf("retry answered %+v, want the original sequence %d", retry, first.Sequence)
+	}
+	st, err := js.Stream(ctx, "ORDERS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 2 {
+		t.Fatalf("stream holds %d messages, want 2", info.State.Msgs)
+	}
+	if _, err := p.Publish(ctx, &nats.Msg{Subject: "orders.created"}, ""); err == nil {
+		t.Fatal("empty id accepted")
+	}
+}
+
+// lostAck stores the first publish and then reports a timeout, as when the
+// PubAck is lost on the way back.
+type lostAck struct {
+	jetstream.JetStream
+	calls int
+}
+
+func (l *lostAck) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	l.calls++
+	ack, err := l.JetStream.PublishMsg(ctx, m, opts...)
+	if l.calls == 1 && err == nil {
+		return nil, nats.ErrTimeout
+	}
+	return ack, err
+}
+
+func TestPublishRetryAfterLostAck(t *testing.T) {
+	t.Parallel()
+	s := runServer(t, t.TempDir(), -1)
+	_, js := connect(t, s.ClientURL())
+	setup(t, js)
+	flaky := &lostAck{JetStream: js}
+	p, err := idemnats.NewPublisher(flaky, idemnats.WithRetries(2, time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := p.Publish(context.Background(), &nats.Msg{Subject: "orders.created", Data: []byte("x")}, "order-9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if flaky.calls != 2 || !r.Duplicate || r.Sequence != 1 {
+		t.Fatalf("calls %d, result %+v; want a retry answered as duplicate of sequence 1", flaky.calls, r)
+	}
+
+	none, err := idemnats.NewPublisher(&lostAck{JetStream: js}, idemnats.WithRetries(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := none.Publish(context.Background(), &nats.Msg{Subject: "orders.created"}, "order-10"); !errors.Is(err, nats.ErrTimeout) {
+		t.Fatalf("without retries: err = %v, want the timeout", err)
+	}
+}
