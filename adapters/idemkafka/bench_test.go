@@ -14,6 +14,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemkafka"
 	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -140,4 +141,113 @@ func rawConsume(b *testing.B, c *kfake.Cluster, group string) {
 		})
 		cl.AllowRebalance()
 	}
+}
+
+// BenchmarkOutboxRelay measures records/s from committed outbox rows into an
+// in-process kfake broker (4 partitions, 100 keys), through an
+// outbox.Relay on SQLite with OutboxPublisher, beside a plain franz-go
+// ProduceSync loop and a loop of OutboxPublisher.Publish (no database) over
+// the same messages in the same batches. b.N is the number of messages.
+//
+//	go test -run '^$' -bench OutboxRelay -benchtime 20000x ./adapters/idemkafka
+func BenchmarkOutboxRelay(b *testing.B) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "bench"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	msg := func(i int) outbox.Message {
+		return outbox.Message{ID: outbox.NewID(), Topic: "bench", Key: fmt.Sprint("acct-", i%100), Payload: []byte(`{"amount":50,"user":42}`), Seq: int64(i + 1), Headers: map[string]string{"type": "Deposited"}}
+	}
+	for _, batch := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("plain-produce-loop/batch-%d", batch), func(b *testing.B) {
+			cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cl.Close()
+			rs := make([]*kgo.Record, b.N)
+			for i := range rs {
+				rs[i] = idemkafka.OutboxRecord(msg(i))
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i += batch {
+				if err := cl.ProduceSync(ctx, rs[i:min(i+batch, b.N)]...).FirstErr(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+		})
+		b.Run(fmt.Sprintf("publisher-loop/batch-%d", batch), func(b *testing.B) {
+			pub := outboxPublisher(b, c)
+			msgs := make([]outbox.Message, b.N)
+			for i := range msgs {
+				msgs[i] = msg(i)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i += batch {
+				if err := pub.Publish(ctx, msgs[i:min(i+batch, b.N)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+		})
+		b.Run(fmt.Sprintf("relay-sqlite/batch-%d", batch), func(b *testing.B) {
+			pub := outboxPublisher(b, c)
+			db := testenv.SQLite(b)
+			o, err := outbox.New(sqldialect.SQLite)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := o.Migrate(ctx, db); err != nil {
+				b.Fatal(err)
+			}
+			// Committed before the clock starts: 100 messages per transaction.
+			for i := 0; i < b.N; i += 100 {
+				tx, err := db.BeginTx(ctx, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for j := i; j < min(i+100, b.N); j++ {
+					if _, err := o.Add(ctx, tx, msg(j)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := tx.Commit(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			r, err := outbox.NewRelay(db, o, pub, outbox.WithBatch(batch))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			sent := 0
+			for sent < b.N {
+				n, err := r.RunOnce(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if n == 0 {
+					b.Fatalf("relay stopped after %d of %d messages", sent, b.N)
+				}
+				sent += n
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+		})
+	}
+}
+
+func outboxPublisher(b *testing.B, c *kfake.Cluster) *idemkafka.OutboxPublisher {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(cl.Close)
+	p, err := idemkafka.NewProducer(cl)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p.OutboxPublisher()
 }

@@ -104,6 +104,14 @@
 // (producer, epoch, sequence) headers for consumers that keep high-water
 // marks (package sequence) instead of keys.
 //
+// [Producer.OutboxPublisher] is the Kafka publisher of a transactional outbox
+// relay (package outbox): each message becomes a record keyed by its
+// aggregate key, with [HeaderID] = the message id and [HeaderOutboxSeq] = its
+// outbox sequence, and Publish returns only when every record is
+// acknowledged. A relay that dies after publishing and before marking the
+// batch sent publishes it again with the same ids; a Consumer in inbox mode
+// (keyed by [HeaderID], the default) applies each message once.
+//
 // # Goroutines
 //
 // A Consumer owns its franz-go client. Run runs in the caller's goroutine;

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idem-go/idem/adapters/idemkafka"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -104,4 +105,50 @@ func ExampleConsumer() {
 	// offset 0: applied
 	// offset 1: duplicate
 	// balance: 50
+}
+
+// The producing side of the outbox: the business transaction adds the
+// message, and a relay publishes committed messages to Kafka, keyed by the
+// aggregate, with idem-id = the message id. A consumer built with
+// NewConsumer (inbox mode) absorbs the copies a relay republishes after a
+// crash.
+func ExampleProducer_OutboxPublisher() {
+	ctx := context.Background()
+	var db *sql.DB // the service's database (PostgreSQL or SQLite)
+	ob, err := outbox.New(sqldialect.Postgres)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// In the business transaction:
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `UPDATE orders SET status = 'paid' WHERE id = 7`); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := ob.Add(ctx, tx, outbox.Message{Topic: "orders", Key: "order-7", Payload: []byte(`{"status":"paid"}`)}); err != nil {
+		log.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		log.Fatal(err)
+	}
+
+	// In the relay process:
+	cl, err := kgo.NewClient(kgo.SeedBrokers("localhost:9092")) // idempotent, acks=all: franz-go's defaults
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cl.Close()
+	p, err := idemkafka.NewProducer(cl)
+	if err != nil {
+		log.Fatal(err)
+	}
+	relay, err := outbox.NewRelay(db, ob, p.OutboxPublisher())
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = relay.Run(ctx) // until ctx ends
 }
