@@ -3,7 +3,7 @@ GO      ?= go
 TIMEOUT ?= 20m
 FUZZTIME ?= 15s
 
-.PHONY: test deps lint unit bench fuzz demo tidy-check
+.PHONY: test deps lint unit bench fuzz demo chaos
 
 ## test: install missing servers, lint, then run every test with -race.
 test: deps lint unit
@@ -37,3 +37,9 @@ fuzz:
 ## demo: the seed scenarios on embedded SQLite.
 demo:
 	$(GO) run ./cmd/idem demo
+
+## chaos: the long fault-injection run: every strategy, CHAOS_MESSAGES each,
+## on SQLite and a throwaway PostgreSQL with 4 consumers (docs/chaos.md).
+CHAOS_MESSAGES ?= 50000
+chaos: deps
+	IDEM_CHAOS_LONG=$(CHAOS_MESSAGES) $(GO) test -run '^TestLongRun$$' -v -count=1 -timeout 0 ./chaos/

@@ -1,6 +1,9 @@
 // Command idem runs idem's demonstrations and tools.
 //
 //	idem demo     run the seed scenarios on an embedded SQLite database
+//	idem serve    an Idempotency-Key reverse proxy in front of any HTTP API
+//	idem plan     size the dedup store from a message rate and a duplicate horizon
+//	idem chaos    kill consumers, drop acks, duplicate and reorder messages, and count what each strategy loses or doubles
 package main
 
 import (
@@ -33,6 +36,6 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newDemo(), newServe())
+	root.AddCommand(newDemo(), newServe(), newPlan(), newChaos(), newChaosWorker())
 	return root
 }

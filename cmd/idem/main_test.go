@@ -38,3 +38,19 @@ func TestUnknownCommand(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestPlan(t *testing.T) {
+	out, err := run(t, "plan", "--rate", "100000", "--horizon", "24h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The seed's arithmetic: 100,000 × 86,400 = 8.64 × 10^9 keys.
+	for _, s := range []string{"8.64×10^9 keys", "inbox on PostgreSQL", "1.4 TB", "sequence marks"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("plan output lacks %q:\n%s", s, out)
+		}
+	}
+	if _, err := run(t, "plan", "--rate", "0", "--horizon", "1h"); err == nil {
+		t.Error("zero rate accepted")
+	}
+}

@@ -1,0 +1,280 @@
+package chaos_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/chaos"
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/keystore"
+	"github.com/idem-go/idem/keystore/redisstore"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+// The tests run the harness in the test process and its workers as this
+// test binary re-executed with workerEnv set: TestMain then serves the
+// worker protocol instead of running tests.
+const workerEnv = "IDEM_CHAOS_WORKER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(workerEnv) == "1" {
+		var opts []chaos.WorkerOption
+		if os.Getenv("IDEM_CHAOS_NO_OPENER") == "" {
+			opts = append(opts, chaos.WithKeystoreOpener(openRedis))
+		}
+		err := chaos.ServeWorker(context.Background(), os.Stdin, os.Stdout, opts...)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(testenv.Main(m))
+}
+
+// workerCommand starts a worker: this test binary, running no tests.
+func workerCommand(ctx context.Context) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	// GORACE: a race-enabled binary otherwise sleeps 1 s before exiting.
+	cmd.Env = append(os.Environ(), workerEnv+"=1", "GORACE=atexit_sleep_ms=0")
+	return cmd
+}
+
+func openRedis(_ context.Context, url string) (keystore.Store, func() error, error) {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, nil, err
+	}
+	rdb := redis.NewClient(opt)
+	s, err := redisstore.New(rdb)
+	if err != nil {
+		rdb.Close()
+		return nil, nil, err
+	}
+	return s, rdb.Close, nil
+}
+
+// quick are the options of the short runs: fault rates high enough that
+// every naive strategy fails even in a few hundred messages, and timeouts
+// short enough that lost acks and held leases do not dominate the run.
+// Crashes between two commits are what make key-before-effect lose and
+// keystore-bare double whatever the timing; they are fixed by the seed.
+// Seed 10, used below, orders the first attempts of messages 5 and 108 to
+// die "between", and more past message 160.
+func quick(opts ...chaos.Option) []chaos.Option {
+	return append([]chaos.Option{
+		chaos.WithWorkerCommand(workerCommand),
+		chaos.WithDupRate(0.3), chaos.WithCrashRate(0.03), chaos.WithAckLossRate(0.03),
+		chaos.WithVisibilityTimeout(250 * time.Millisecond),
+		chaos.WithLease(250 * time.Millisecond),
+	}, opts...)
+}
+
+// size returns n, or small under the race detector, whose workers (this
+// race-instrumented binary) are several times slower.
+func size(n, small int) int {
+	if raceEnabled {
+		return small
+	}
+	return n
+}
+
+// checkReport asserts that every idem strategy was exactly once and that
+// every naive one was caught losing or doubling messages.
+func checkReport(t *testing.T, rep *chaos.Report) {
+	t.Helper()
+	var table strings.Builder
+	_ = rep.WriteTable(&table)
+	t.Logf("\n%s", table.String())
+	for _, s := range rep.Strategies {
+		switch {
+		case s.Idem && !s.ExactlyOnce():
+			t.Errorf("%s: lost %d, doubled %d, unfinished %d, accounts wrong %d, error %q",
+				s.Name, s.Lost, s.Doubled, s.Unfinished, s.AccountsWrong, s.Error)
+		case !s.Idem && s.Lost == 0 && s.Doubled == 0:
+			t.Errorf("%s: the harness saw no failure: it lost and doubled nothing", s.Name)
+		}
+		if s.Delivered < int64(s.Messages) {
+			t.Errorf("%s: %d deliveries for %d messages", s.Name, s.Delivered, s.Messages)
+		}
+	}
+	if rep.Strategies[0].Crashes == 0 || rep.Strategies[0].AcksLost == 0 || rep.Strategies[0].Duplicates == 0 {
+		t.Errorf("faults were not injected: %+v", rep.Strategies[0])
+	}
+}
+
+// noChildren fails if this process still has child processes (a worker
+// not reaped, or a zombie).
+func noChildren(t *testing.T) {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	me := strconv.Itoa(os.Getpid())
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...; comm may contain spaces.
+		s := string(b)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) > 1 && fields[1] == me {
+			cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+			if strings.Contains(string(cmdline), "postgres") || strings.Contains(string(cmdline), "redis") {
+				continue // testenv's servers
+			}
+			t.Errorf("child process %s left behind (state %s): %q", e.Name(), fields[0], cmdline)
+		}
+	}
+}
+
+func TestSQLiteAllStrategies(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := chaos.Run(ctx, quick(chaos.WithMessages(size(2000, 240)), chaos.WithSeed(10), chaos.WithConsumers(3))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReport(t, rep)
+	if len(rep.Strategies) != len(chaos.Strategies()) {
+		t.Errorf("ran %d strategies, want all %d", len(rep.Strategies), len(chaos.Strategies()))
+	}
+	noChildren(t)
+}
+
+func TestPostgresFourConsumers(t *testing.T) {
+	url := testenv.PostgresURL(t) // fails under CI=true when PostgreSQL is missing
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := chaos.Run(ctx, quick(chaos.WithBackend(chaos.BackendPostgres, url), chaos.WithMessages(size(800, 160)),
+		chaos.WithSeed(10), chaos.WithConsumers(4))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReport(t, rep)
+	noChildren(t)
+}
+
+func TestRedisKeystore(t *testing.T) {
+	addr := testenv.RedisAddr(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := chaos.Run(ctx, quick(chaos.WithKeystore("redis://"+addr), chaos.WithMessages(size(500, 160)), chaos.WithSeed(10),
+		chaos.WithConsumers(2), chaos.WithStrategies("keystore-bare", "idem-keystore"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReport(t, rep)
+	if rep.Keystore == "" {
+		t.Error("report does not name the key store")
+	}
+}
+
+func TestOptionsAreValidated(t *testing.T) {
+	for name, o := range map[string]chaos.Option{
+		"messages":   chaos.WithMessages(0),
+		"dup rate":   chaos.WithDupRate(1.5),
+		"crash rate": chaos.WithCrashRate(-0.1),
+		"ack loss":   chaos.WithAckLossRate(0.9),
+		"reorder":    chaos.WithReorder(2),
+		"backend":    chaos.WithBackend("mysql", ""),
+		"pg dsn":     chaos.WithBackend(chaos.BackendPostgres, "host=x"),
+		"keystore":   chaos.WithKeystore("memory"),
+		"strategy":   chaos.WithStrategies("idem-magic"),
+		"twice":      chaos.WithStrategies("naive", "naive"),
+		"none":       chaos.WithStrategies(),
+		"consumers":  chaos.WithConsumers(0),
+		"partitions": chaos.WithPartitions(0),
+		"visibility": chaos.WithVisibilityTimeout(time.Millisecond),
+		"lease":      chaos.WithLease(0),
+		"command":    chaos.WithWorkerCommand(nil),
+		"progress":   chaos.WithProgress(nil),
+		"logger":     chaos.WithLogger(nil),
+		"nil":        nil,
+	} {
+		_, err := chaos.Run(context.Background(), o)
+		if !errors.Is(err, idem.ErrInvalidOption) {
+			t.Errorf("%s: err = %v, want ErrInvalidOption", name, err)
+		}
+	}
+}
+
+func TestWorkersThatCannotStartFailTheRun(t *testing.T) {
+	rep, err := chaos.Run(context.Background(), chaos.WithMessages(10), chaos.WithStrategies("idem-keystore"),
+		chaos.WithKeystore("redis://127.0.0.1:1"), chaos.WithWorkerCommand(func(ctx context.Context) *exec.Cmd {
+			cmd := workerCommand(ctx)
+			cmd.Env = append(cmd.Env, "IDEM_CHAOS_NO_OPENER=1")
+			return cmd
+		}))
+	if err == nil || !strings.Contains(err.Error(), "fail to start") {
+		t.Fatalf("err = %v, want workers failing to start", err)
+	}
+	if rep == nil || len(rep.Strategies) != 1 || rep.Strategies[0].Error == "" {
+		t.Fatalf("report = %+v", rep)
+	}
+	noChildren(t)
+}
+
+func TestProgressAndCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var calls int
+	rep, err := chaos.Run(ctx, quick(chaos.WithMessages(200000), chaos.WithStrategies("naive"), chaos.WithConsumers(2),
+		chaos.WithProgress(func(p chaos.Progress) {
+			if calls++; calls == 3 {
+				cancel()
+			}
+		}))...)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if rep == nil || len(rep.Strategies) != 1 || rep.Strategies[0].Unfinished == 0 || rep.Strategies[0].ExactlyOnce() {
+		t.Fatalf("report of a cancelled run = %+v", rep)
+	}
+	noChildren(t)
+}
+
+// TestLongRun is the long run behind `make chaos`: IDEM_CHAOS_LONG=<messages>
+// runs every strategy with the default fault rates on SQLite and on
+// PostgreSQL with 4 consumer processes; IDEM_CHAOS_SEED picks the seed
+// (default 1).
+func TestLongRun(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("IDEM_CHAOS_LONG"))
+	if n <= 0 {
+		t.Skip("set IDEM_CHAOS_LONG=<messages> to run (make chaos does)")
+	}
+	seed, err := strconv.ParseUint(os.Getenv("IDEM_CHAOS_SEED"), 10, 64)
+	if err != nil {
+		seed = 1
+	}
+	for _, backend := range []string{chaos.BackendSQLite, chaos.BackendPostgres} {
+		t.Run(backend, func(t *testing.T) {
+			opts := []chaos.Option{chaos.WithWorkerCommand(workerCommand), chaos.WithMessages(n), chaos.WithSeed(seed), chaos.WithConsumers(4)}
+			if backend == chaos.BackendPostgres {
+				opts = append(opts, chaos.WithBackend(chaos.BackendPostgres, testenv.PostgresURL(t)))
+			}
+			rep, err := chaos.Run(context.Background(), opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkReport(t, rep)
+			noChildren(t)
+		})
+	}
+}

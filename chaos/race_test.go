@@ -1,0 +1,7 @@
+//go:build race
+
+package chaos_test
+
+// raceEnabled: the workers are this race-instrumented test binary, several
+// times slower, so the runs are shorter.
+const raceEnabled = true

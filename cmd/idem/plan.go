@@ -1,0 +1,108 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// Measured bytes per key (docs/benchmarks.md); the plan multiplies them, it
+// does not guess them.
+var perKey = []struct {
+	structure string
+	bytes     float64
+	where     string
+	note      string
+}{
+	{"inbox on PostgreSQL (row + PK + sweep index)", 161.4, "disk", "36-char UUID keys"},
+	{"inbox on SQLite (table + sweep index)", 125.2, "disk", "36-char UUID keys"},
+	{"keystore memstore (done keys, no results)", 151, "RAM", ""},
+	{"Redis SET NX PX key (anchor, measured on Redis 7.0)", 129.6, "RAM", "plus results for the key store"},
+	{"window.Dedup (36-char ids)", 102.2, "RAM", "sized by the window, not the horizon"},
+}
+
+type planFlags struct {
+	rate        float64
+	horizon     time.Duration
+	window      time.Duration
+	producers   int
+	partitions  int
+	resultBytes int
+}
+
+func newPlan() *cobra.Command {
+	var f planFlags
+	cmd := &cobra.Command{
+		Use:   "plan --rate N --horizon D",
+		Short: "Size the dedup store: keys retained and bytes, from measured bytes per key",
+		Long: `plan prints how many keys each strategy retains and what they cost, for a
+message rate and a duplicate horizon (the longest time after which a duplicate
+can still arrive: broker retention or redelivery window plus the client retry
+horizon). keys = rate × horizon; bytes = keys × bytes per key, with bytes per
+key measured by idem's benchmarks on this project's machine.`,
+		Example: "  idem plan --rate 100000 --horizon 24h\n  idem plan --rate 2000 --horizon 168h --window 2m --producers 50 --partitions 12",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.rate <= 0 || f.horizon <= 0 || f.window < 0 || f.producers < 0 || f.partitions < 0 || f.resultBytes < 0 {
+				return fmt.Errorf("plan: --rate and --horizon must be positive, the others not negative")
+			}
+			writePlan(cmd.OutOrStdout(), f)
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.Float64Var(&f.rate, "rate", 0, "unique messages per second (required)")
+	fl.DurationVar(&f.horizon, "horizon", 0, "duplicate horizon: keep keys at least this long (required)")
+	fl.DurationVar(&f.window, "window", 2*time.Minute, "broker-side dedup window (JetStream default 2m, SQS FIFO 5m)")
+	fl.IntVar(&f.producers, "producers", 100, "producers, for sequence marks")
+	fl.IntVar(&f.partitions, "partitions", 1, "partitions per producer, for sequence marks")
+	fl.IntVar(&f.resultBytes, "result-bytes", 0, "stored result per key (key store, HTTP responses)")
+	return cmd
+}
+
+func writePlan(w io.Writer, f planFlags) {
+	keys := f.rate * f.horizon.Seconds()
+	fmt.Fprintf(w, "keys retained = %s/s × %v = %s keys\n\n", human(f.rate), f.horizon, human(keys))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "strategy\tbytes/key\tkeys\ttotal\twhere")
+	for _, p := range perKey {
+		n := keys
+		if p.structure == "window.Dedup (36-char ids)" {
+			n = f.rate * f.window.Seconds()
+		}
+		b := p.bytes
+		if f.resultBytes > 0 && (p.where == "RAM" && p.structure != "window.Dedup (36-char ids)") {
+			b += float64(f.resultBytes)
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%s\t%s\t%s\n", p.structure, b, human(n), bytesHuman(n*b), p.where)
+	}
+	marks := float64(f.producers * max(f.partitions, 1))
+	fmt.Fprintf(tw, "sequence marks (one per producer-partition)\t24.6\t%s\t%s\tRAM or one row each\n", human(marks), bytesHuman(marks*24.6))
+	tw.Flush()
+	fmt.Fprintf(w, "\nA TTL shorter than %v lets late duplicates through as new messages; much longer pays for keys no duplicate will ask for.\n", f.horizon)
+}
+
+func human(n float64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.2f×10^9", n/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.2fM", n/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.1fk", n/1e3)
+	}
+	return fmt.Sprintf("%.0f", n)
+}
+
+func bytesHuman(b float64) string {
+	units := []string{"B", "KB", "MB", "GB", "TB", "PB"}
+	i := 0
+	for b >= 1000 && i < len(units)-1 {
+		b /= 1000
+		i++
+	}
+	return fmt.Sprintf("%.1f %s", b, units[i])
+}
