@@ -155,6 +155,33 @@ func BenchmarkInbox(b *testing.B) {
 				}
 				reportRate(b, 100)
 			})
+			b.Run("ProcessBatch-100/tx-8clients", func(b *testing.B) {
+				bd := openBench(b, d)
+				fn := func(ctx context.Context, tx *sql.Tx, m inbox.Message) error {
+					_, err := tx.ExecContext(ctx, bd.update, m.Value)
+					return err
+				}
+				var batches atomic.Int64
+				b.ResetTimer()
+				b.SetParallelism(4)
+				b.RunParallel(func(pb *testing.PB) {
+					msgs := make([]inbox.Message, 100)
+					for pb.Next() {
+						for i := range msgs {
+							k, _ := bd.key()
+							// Each client updates its own wallet: rows
+							// locked in one order, no deadlocks.
+							msgs[i] = inbox.Message{Key: k, Value: int(batches.Load() % benchWallets)}
+						}
+						batches.Add(1)
+						if _, err := bd.in.ProcessBatch(ctx, msgs, fn); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+				reportRate(b, 100)
+			})
 			// Eight concurrent consumers, as the anchors' pgbench runs had.
 			b.Run("raw-1/tx-8clients", func(b *testing.B) {
 				bd := openBench(b, d)
