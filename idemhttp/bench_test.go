@@ -60,6 +60,18 @@ func BenchmarkProxy(b *testing.B) {
 			b.Cleanup(func() { s.Close() })
 			return s
 		}},
+		{"sqlite-1conn", func(b *testing.B) keystore.Store {
+			db := testenv.SQLite(b)
+			db.SetMaxOpenConns(1)
+			s, err := sqlitestore.New(db)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := s.Migrate(b.Context()); err != nil {
+				b.Fatal(err)
+			}
+			return s
+		}},
 		{"sqlite", func(b *testing.B) keystore.Store {
 			s, err := sqlitestore.New(testenv.SQLite(b))
 			if err != nil {
