@@ -49,17 +49,24 @@ if r[1] then
 		takeover = 1
 	end
 end
--- A missing counter starts at the current time in microseconds, so tokens
--- keep increasing even if Redis lost the counter (restart without
--- persistence, failover): far more microseconds pass than tokens are issued.
-redis.call('SET', KEYS[2], tonumber(t[1]) * 1000000 + tonumber(t[2]), 'NX')
+-- A missing counter (INCR answers 1) restarts at the current time in
+-- microseconds, so tokens keep increasing even if Redis lost the counter
+-- (restart without persistence, failover): far more microseconds pass than
+-- tokens are issued.
 local token = redis.call('INCR', KEYS[2])
+if token == 1 then
+	token = tonumber(t[1]) * 1000000 + tonumber(t[2]) + 1
+	redis.call('SET', KEYS[2], token)
+end
 local lease = tonumber(ARGV[2])
 local e = now + lease
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 's', '1', 't', token, 'e', e, 'n', ARGV[3])
+if r[1] then
+	redis.call('DEL', KEYS[1])
+end
 if ARGV[1] ~= '' then
-	redis.call('HSET', KEYS[1], 'f', ARGV[1])
+	redis.call('HSET', KEYS[1], 's', '1', 't', token, 'e', e, 'n', ARGV[3], 'f', ARGV[1])
+else
+	redis.call('HSET', KEYS[1], 's', '1', 't', token, 'e', e, 'n', ARGV[3])
 end
 redis.call('PEXPIRE', KEYS[1], lease + math.max(lease, 60000))
 return {0, token, e, '', takeover}
