@@ -49,7 +49,7 @@ func NewProxy(target *url.URL, s keystore.Store, opts ...Option) (*Proxy, error)
 				pr.Out = pr.Out.WithContext(context.WithValue(ctx, cancelKey{}, done))
 			}
 		},
-		Transport: cancelOnClose{http.DefaultTransport},
+		Transport: cancelOnClose{upstreamTransport()},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			status := http.StatusBadGateway
 			if errors.Is(err, context.DeadlineExceeded) {
@@ -61,6 +61,20 @@ func NewProxy(target *url.URL, s keystore.Store, opts ...Option) (*Proxy, error)
 	}
 	p.handler = m.Handler(p.rp)
 	return p, nil
+}
+
+// upstreamTransport is http.DefaultTransport with room for idle connections
+// to the one upstream: the default keeps 2 per host, so under concurrency
+// the proxy would open and tear down a connection for most requests.
+func upstreamTransport() http.RoundTripper {
+	t, ok := http.DefaultTransport.(*http.Transport)
+	if !ok {
+		return http.DefaultTransport
+	}
+	t = t.Clone()
+	t.MaxIdleConns = 512
+	t.MaxIdleConnsPerHost = 512
+	return t
 }
 
 type cancelKey struct{}
