@@ -121,7 +121,7 @@ func noChildren(t *testing.T) {
 		if testenv.InCI() {
 			t.Fatalf("CI=true: no /proc to check for leftover workers: %v", err)
 		}
-		t.Skipf("no /proc (not Linux), so leftover workers cannot be checked: %v", err)
+		t.Skipf("no /proc (not Linux; under CI=true this fails instead), so leftover workers cannot be checked: %v", err)
 	}
 	me := strconv.Itoa(os.Getpid())
 	for _, e := range entries {

@@ -102,7 +102,7 @@ func TestChaosWorkersDieWithHarness(t *testing.T) {
 		if testenv.InCI() {
 			t.Fatal("CI=true: no /proc; Pdeathsig is Linux-only and CI runs on Linux")
 		}
-		t.Skip("no /proc (not Linux): Pdeathsig cannot be checked")
+		t.Skip("no /proc (not Linux; under CI=true this fails instead): Pdeathsig cannot be checked")
 	}
 	// --dsn: a killed harness cannot remove its database directory.
 	cmd := idemCmd("chaos", "--messages", "1000000", "--strategies", "naive", "--consumers", "2", "--dsn", t.TempDir())
