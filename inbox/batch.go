@@ -37,6 +37,14 @@ type Result struct {
 // BatchHandler applies one message of a batch inside tx.
 type BatchHandler func(ctx context.Context, tx *sql.Tx, m Message) error
 
+// SetHandler applies the effects of a batch's new messages together, inside
+// tx, typically with set-based statements (one UPDATE for the whole batch).
+// fresh holds, in batch order, exactly the messages whose keys this batch
+// recorded: duplicates of keys recorded earlier, and repeats of a key within
+// the batch, are left out. fresh is never empty. The handler must not retain
+// fresh after it returns.
+type SetHandler func(ctx context.Context, tx *sql.Tx, fresh []Message) error
+
 // maxRowsPerInsert bounds one multi-row insert (3 parameters a row, well
 // under every dialect's limit on bind parameters).
 const maxRowsPerInsert = 500
@@ -69,6 +77,41 @@ func (in *Inbox) ProcessBatch(ctx context.Context, msgs []Message, fn BatchHandl
 	if fn == nil {
 		return nil, fmt.Errorf("%w: nil handler", ErrInvalidArgument)
 	}
+	return in.processBatch(ctx, msgs, nil, fn)
+}
+
+// ProcessBatchSet is [Inbox.ProcessBatch] for handlers that apply a whole
+// batch at once. It records the keys of msgs with one multi-row insert and
+// calls set once with the messages whose keys were new, in the same
+// transaction, so a batch costs a fixed number of round trips (begin, insert,
+// the handler's statements, commit) however many messages it holds. With
+// one message per transaction that is the cost of [Inbox.Process]; with 100
+// it is the cost of about one.
+//
+// When set fails, the transaction is rolled back whole: nothing of the batch
+// is recorded or applied. If each is non-nil, the batch is then run again
+// exactly as ProcessBatch runs it, with each applying one message at a time
+// inside its own savepoint, so the failing message is isolated and reported
+// in its Result while the others commit. If each is nil, ProcessBatchSet
+// returns the failure as a *HandlerError and nothing is committed; the caller
+// acknowledges nothing, or splits the batch itself.
+//
+// Set-based SQL has one trap that per-message handlers do not: an UPDATE
+// … FROM a list that names one row twice changes it once (PostgreSQL and
+// SQLite pick one of the source rows). Aggregate per target row first, as
+// the example does.
+//
+// Retryable failures (serialization, deadlock, SQLITE_BUSY) rerun the whole
+// batch in a fresh transaction, set included. Results and errors are as for
+// ProcessBatch.
+func (in *Inbox) ProcessBatchSet(ctx context.Context, msgs []Message, set SetHandler, each BatchHandler) ([]Result, error) {
+	if set == nil {
+		return nil, fmt.Errorf("%w: nil set handler", ErrInvalidArgument)
+	}
+	return in.processBatch(ctx, msgs, set, each)
+}
+
+func (in *Inbox) processBatch(ctx context.Context, msgs []Message, set SetHandler, fn BatchHandler) ([]Result, error) {
 	for i, m := range msgs {
 		if err := in.checkMessage(m); err != nil {
 			return nil, fmt.Errorf("message %d: %w", i, err)
@@ -80,7 +123,17 @@ func (in *Inbox) ProcessBatch(ctx context.Context, msgs []Message, fn BatchHandl
 	start := time.Now()
 	var results []Result
 	err := in.withRetry(ctx, func() (err error) {
-		results, err = in.batchFast(ctx, msgs, fn)
+		results, err = in.batchFast(ctx, msgs, set, fn)
+		if errors.Is(err, errSlowPath) && fn == nil {
+			// Only a set handler without a per-message fallback gets here:
+			// MySQL found a recorded key, or set failed.
+			var he *HandlerError
+			if errors.As(err, &he) {
+				return he
+			}
+			results, err = in.batchSlowSet(ctx, msgs, set)
+			return err
+		}
 		if errors.Is(err, errSlowPath) {
 			results, err = in.batchSlow(ctx, msgs, fn)
 		}
@@ -102,7 +155,7 @@ func (in *Inbox) ProcessBatch(ctx context.Context, msgs []Message, fn BatchHandl
 }
 
 // batchFast records all keys with multi-row inserts and applies the new ones.
-func (in *Inbox) batchFast(ctx context.Context, msgs []Message, fn BatchHandler) ([]Result, error) {
+func (in *Inbox) batchFast(ctx context.Context, msgs []Message, set SetHandler, fn BatchHandler) ([]Result, error) {
 	tx, err := in.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: begin: %w", err)
@@ -125,6 +178,7 @@ func (in *Inbox) batchFast(ctx context.Context, msgs []Message, fn BatchHandler)
 
 	results := make([]Result, len(msgs))
 	var dups []int // first occurrences already recorded before this batch
+	var fresh []Message
 	for i, m := range msgs {
 		results[i].Key = m.Key
 		f := first[m.Key]
@@ -132,15 +186,30 @@ func (in *Inbox) batchFast(ctx context.Context, msgs []Message, fn BatchHandler)
 		case f != i: // repeated within the batch
 			results[i].Err = matchFingerprint(m, msgs[f].Fingerprint)
 		case inserted[m.Key]:
+			results[i].Applied = true
+			if set != nil {
+				fresh = append(fresh, m)
+				continue
+			}
 			if err := fn(ctx, tx, m); err != nil {
 				if in.retryable(err) {
 					return nil, err
 				}
 				return nil, errSlowPath
 			}
-			results[i].Applied = true
 		default:
 			dups = append(dups, i)
+		}
+	}
+	if len(fresh) > 0 {
+		if err := set(ctx, tx, fresh); err != nil {
+			if in.retryable(err) {
+				return nil, err
+			}
+			if fn == nil {
+				return nil, fmt.Errorf("%w: %w", errSlowPath, &HandlerError{Key: fmt.Sprintf("batch of %d", len(msgs)), Err: err})
+			}
+			return nil, errSlowPath
 		}
 	}
 	for _, i := range dups {
@@ -215,6 +284,50 @@ func (in *Inbox) insertMany(ctx context.Context, tx *sql.Tx, msgs []Message, idx
 		}
 	}
 	return inserted, nil
+}
+
+// batchSlowSet is the MySQL path of a set handler without a per-message
+// fallback when some keys were already recorded (MySQL's insert cannot say
+// which): it finds the new keys one insert at a time, then calls set once
+// for them.
+func (in *Inbox) batchSlowSet(ctx context.Context, msgs []Message, set SetHandler) ([]Result, error) {
+	tx, err := in.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: begin: %w", err)
+	}
+	defer tx.Rollback()
+	results := make([]Result, len(msgs))
+	var fresh []Message
+	for i, m := range msgs {
+		results[i].Key = m.Key
+		inserted, err := in.insertOne(ctx, tx, m)
+		if err != nil {
+			return nil, err
+		}
+		if inserted {
+			results[i].Applied = true
+			fresh = append(fresh, m)
+			continue
+		}
+		if err := in.checkFingerprint(ctx, tx, m); err != nil {
+			if !errors.Is(err, ErrFingerprintMismatch) {
+				return nil, err
+			}
+			results[i].Err = err
+		}
+	}
+	if len(fresh) > 0 {
+		if err := set(ctx, tx, fresh); err != nil {
+			if in.retryable(err) {
+				return nil, err
+			}
+			return nil, &HandlerError{Key: fmt.Sprintf("batch of %d", len(msgs)), Err: err}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, &CommitError{Key: fmt.Sprintf("batch of %d", len(msgs)), Err: err}
+	}
+	return results, nil
 }
 
 // batchSlow runs each message inside its own savepoint: the key insert and

@@ -149,3 +149,131 @@ func TestProcessBatchLarge(t *testing.T) {
 		}
 	})
 }
+
+func TestProcessBatchSet(t *testing.T) {
+	forEach(t, func(t *testing.T, b backend) {
+		e := setup(t, b)
+		ctx := context.Background()
+		var calls int
+		var seen []string
+		// One statement for the whole batch: the sum of the fresh amounts.
+		set := func(ctx context.Context, tx *sql.Tx, fresh []inbox.Message) error {
+			calls++
+			var sum int64
+			for _, m := range fresh {
+				seen = append(seen, m.Key)
+				sum += m.Value.(int64)
+			}
+			return e.credit(1, sum)(ctx, tx)
+		}
+		fp := func(s string) []byte { return []byte(s) }
+		first := []inbox.Message{
+			{Key: "a", Value: int64(1), Fingerprint: fp("A")},
+			{Key: "b", Value: int64(10)},
+			{Key: "a", Value: int64(1), Fingerprint: fp("A")}, // repeat within the batch
+			{Key: "c", Value: int64(100)},
+			{Key: "a", Value: int64(1), Fingerprint: fp("other")}, // repeat, another payload
+		}
+		res, err := e.in.ProcessBatchSet(ctx, first, set, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantApplied := []bool{true, true, false, true, false}
+		for i, r := range res {
+			if r.Key != first[i].Key || r.Applied != wantApplied[i] {
+				t.Fatalf("result %d = %+v, want key %q applied %v", i, r, first[i].Key, wantApplied[i])
+			}
+			if (i == 4) != errors.Is(r.Err, inbox.ErrFingerprintMismatch) || (i != 4 && r.Err != nil) {
+				t.Fatalf("result %d err = %v", i, r.Err)
+			}
+		}
+		if calls != 1 || fmt.Sprint(seen) != "[a b c]" {
+			t.Fatalf("set called %d times with %v, want once with [a b c]", calls, seen)
+		}
+		if got := e.balance(1); got != 111 || e.keys() != 3 {
+			t.Fatalf("balance %d keys %d, want 111 and 3", got, e.keys())
+		}
+
+		// Redelivery plus two new messages: only the new ones reach set.
+		calls, seen = 0, nil
+		second := append([]inbox.Message{{Key: "d", Value: int64(1000)}}, first[:4]...)
+		second = append(second, inbox.Message{Key: "e", Value: int64(10000)}, inbox.Message{Key: "a", Fingerprint: fp("other")})
+		res, err = e.in.ProcessBatchSet(ctx, second, set, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range res {
+			applied := r.Key == "d" || r.Key == "e"
+			if r.Applied != applied || (i == len(second)-1) != errors.Is(r.Err, inbox.ErrFingerprintMismatch) {
+				t.Fatalf("redelivery result %d = %+v", i, r)
+			}
+		}
+		if calls != 1 || fmt.Sprint(seen) != "[d e]" {
+			t.Fatalf("set called %d times with %v, want once with [d e]", calls, seen)
+		}
+		if got := e.balance(1); got != 11111 || e.keys() != 5 {
+			t.Fatalf("balance %d keys %d, want 11111 and 5", got, e.keys())
+		}
+
+		// A batch of duplicates only never calls set.
+		calls = 0
+		if _, err := e.in.ProcessBatchSet(ctx, first[:2], set, nil); err != nil || calls != 0 {
+			t.Fatalf("all duplicates: err %v, set called %d times", err, calls)
+		}
+	})
+}
+
+func TestProcessBatchSetFailure(t *testing.T) {
+	forEach(t, func(t *testing.T, b backend) {
+		e := setup(t, b)
+		ctx := context.Background()
+		boom := errors.New("bad message")
+		msgs := make([]inbox.Message, 6)
+		for i := range msgs {
+			msgs[i] = inbox.Message{Key: fmt.Sprintf("m-%d", i), Value: int64(1) << i}
+		}
+		// The set handler writes its effect, then fails: the rollback must
+		// take the effect and every key with it.
+		set := func(ctx context.Context, tx *sql.Tx, fresh []inbox.Message) error {
+			if err := e.credit(1, 1000)(ctx, tx); err != nil {
+				return err
+			}
+			return boom
+		}
+		res, err := e.in.ProcessBatchSet(ctx, msgs, set, nil)
+		var he *inbox.HandlerError
+		if !errors.As(err, &he) || !errors.Is(err, boom) || res != nil {
+			t.Fatalf("ProcessBatchSet = %v, %v; want a *HandlerError wrapping the handler's error", res, err)
+		}
+		if got := e.balance(1); got != 0 || e.keys() != 0 {
+			t.Fatalf("after a failed set: balance %d keys %d, want 0 and 0", got, e.keys())
+		}
+
+		// With a per-message fallback, the failing message is isolated.
+		each := func(ctx context.Context, tx *sql.Tx, m inbox.Message) error {
+			if err := e.credit(1, m.Value.(int64))(ctx, tx); err != nil {
+				return err
+			}
+			if m.Key == "m-2" {
+				return boom
+			}
+			return nil
+		}
+		res, err = e.in.ProcessBatchSet(ctx, msgs, set, each)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range res {
+			if r.Applied != (i != 2) || (i == 2) != errors.Is(r.Err, boom) {
+				t.Fatalf("fallback result %d = %+v", i, r)
+			}
+		}
+		if got := e.balance(1); got != 63-4 || e.keys() != 5 {
+			t.Fatalf("after the fallback: balance %d keys %d, want 59 and 5", got, e.keys())
+		}
+
+		if _, err := e.in.ProcessBatchSet(ctx, msgs, nil, each); !errors.Is(err, inbox.ErrInvalidArgument) {
+			t.Fatalf("nil set handler: err = %v, want ErrInvalidArgument", err)
+		}
+	})
+}

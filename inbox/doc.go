@@ -40,6 +40,18 @@
 // again inside a fresh transaction, so fn must do all its work through tx (or
 // be safe to repeat).
 //
+// # Batches
+//
+// [Inbox.ProcessBatch] runs many messages in one transaction (one commit, one
+// fsync) with a handler per message, and records all keys with one multi-row
+// insert. Its cost is still one round trip per message: the handler's
+// statements. [Inbox.ProcessBatchSet] removes that too: its handler receives
+// all the batch's new messages at once and applies them with set-based
+// statements, so a batch of 100 costs about what one [Inbox.Process] costs.
+// Either way a failing message can be isolated: ProcessBatch reruns the
+// batch with a savepoint per message, and ProcessBatchSet does the same when
+// given a per-message handler to fall back on.
+//
 // # Retention
 //
 // Rows grow without bound unless swept. [Inbox.Sweep] deletes rows older than

@@ -151,3 +151,67 @@ func ExampleInbox_ProcessBatch() {
 	// evt-3 applied=true err=<nil>
 	// evt-1 applied=false err=<nil>
 }
+
+// ProcessBatchSet hands the batch's new messages to one set-based handler:
+// here one UPDATE credits every account of the batch. The amounts are summed
+// per account first, because an UPDATE … FROM a list that names one row twice
+// changes that row only once.
+func ExampleInbox_ProcessBatchSet() {
+	db, cleanup := openExampleDB()
+	defer cleanup()
+	ctx := context.Background()
+	if _, err := db.Exec("INSERT INTO accounts VALUES (7, 0)"); err != nil {
+		log.Fatal(err)
+	}
+	in, _ := inbox.New(db, sqldialect.SQLite, "account-service")
+	if err := in.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+	type deposit struct{ account, amount int }
+	credit := func(ctx context.Context, tx *sql.Tx, fresh []inbox.Message) error {
+		sums := map[int]int{}
+		var order []int
+		for _, m := range fresh {
+			d := m.Value.(deposit)
+			if _, ok := sums[d.account]; !ok {
+				order = append(order, d.account)
+			}
+			sums[d.account] += d.amount
+		}
+		q := "WITH v(id, amount) AS (VALUES "
+		var args []any
+		for i, id := range order {
+			if i > 0 {
+				q += ", "
+			}
+			q += "(?, ?)"
+			args = append(args, id, sums[id])
+		}
+		q += ") UPDATE accounts SET balance = balance + v.amount FROM v WHERE accounts.id = v.id"
+		_, err := tx.ExecContext(ctx, q, args...)
+		return err
+	}
+	batch := []inbox.Message{
+		{Key: "evt-1", Value: deposit{42, 50}},
+		{Key: "evt-2", Value: deposit{7, 5}},
+		{Key: "evt-3", Value: deposit{42, 25}},
+	}
+	for range 2 { // the second delivery is a redelivery of the whole batch
+		results, err := in.ProcessBatchSet(ctx, batch, credit, nil)
+		if err != nil {
+			log.Fatal(err) // nothing committed: ack nothing
+		}
+		applied := 0
+		for _, r := range results {
+			if r.Applied {
+				applied++
+			}
+		}
+		var a42, a7 int
+		_ = db.QueryRow("SELECT (SELECT balance FROM accounts WHERE id = 42), (SELECT balance FROM accounts WHERE id = 7)").Scan(&a42, &a7)
+		fmt.Printf("applied %d: account 42 = %d, account 7 = %d\n", applied, a42, a7)
+	}
+	// Output:
+	// applied 3: account 42 = 75, account 7 = 5
+	// applied 0: account 42 = 75, account 7 = 5
+}
