@@ -43,10 +43,11 @@ func WithMaxResultSize(n int) Option { return func(c *config) { c.maxResult = n 
 
 // Store is a [keystore.Store] on Redis. See the package documentation.
 type Store struct {
-	rdb       redis.UniversalClient
-	base      string // PREFIX{scope}:
-	prefix    string
-	maxResult int
+	rdb        redis.UniversalClient
+	base       string // PREFIX{scope}:
+	counterKey string // the scope's token counter: no expiry; if it is lost, the next Reserve restarts it from Redis's clock (see the package doc)
+	prefix     string
+	maxResult  int
 }
 
 // New returns a store on rdb: a *redis.Client, a Sentinel failover client
@@ -68,7 +69,8 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Store, error) {
 	if err := keystore.ValidateScope(cfg.scope); err != nil {
 		return nil, fmt.Errorf("%w: redisstore: %w", idem.ErrInvalidOption, err)
 	}
-	return &Store{rdb: rdb, prefix: cfg.prefix, base: cfg.prefix + "{" + cfg.scope + "}:", maxResult: cfg.maxResult}, nil
+	base := cfg.prefix + "{" + cfg.scope + "}:"
+	return &Store{rdb: rdb, prefix: cfg.prefix, base: base, counterKey: base + "t", maxResult: cfg.maxResult}, nil
 }
 
 // Scope returns a view of the same Redis in which keys live in the scope
@@ -81,6 +83,7 @@ func (s *Store) Scope(name string) (keystore.Store, error) {
 	}
 	v := *s
 	v.base = s.prefix + "{" + name + "}:"
+	v.counterKey = v.base + "t"
 	return &v, nil
 }
 
@@ -89,10 +92,6 @@ func (s *Store) MaxResultSize() int { return s.maxResult }
 
 // RedisKey returns the Redis key that holds key, for operators and tests.
 func (s *Store) RedisKey(key string) string { return s.base + "k:" + key }
-
-// counter is the scope's token counter. It has no expiry; if it is lost,
-// the next Reserve restarts it from Redis's clock (see the package doc).
-func (s *Store) counter() string { return s.base + "t" }
 
 // Reserve implements [keystore.Store.Reserve] with one Lua script (EVALSHA,
 // falling back to EVAL): one round trip, atomic on the server. The lease is
@@ -110,7 +109,7 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 	var nonce [12]byte
 	_, _ = rand.Read(nonce[:])
 	ms := max(lease.Milliseconds(), 1)
-	v, err := reserveScript.Run(ctx, s.rdb, []string{s.RedisKey(key), s.counter()}, fp, ms, nonce[:]).Slice()
+	v, err := s.eval(ctx, reserveScript, reserveSrc, s.RedisKey(key), s.counterKey, fp, ms, nonce[:])
 	if err != nil {
 		return keystore.Claim{}, fmt.Errorf("redisstore: reserve: %w", err)
 	}
@@ -134,20 +133,46 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 
 var errReply = errors.New("unexpected script reply")
 
-func parseReserve(v []any) (code, token, exp int64, result string, takeover int64, err error) {
-	if len(v) != 5 {
-		return 0, 0, 0, "", 0, fmt.Errorf("%w: %d elements", errReply, len(v))
+// parseReserve splits the reserve script's reply, "code token expires
+// takeover result".
+func parseReserve(v string) (code, token, exp int64, result string, takeover int64, err error) {
+	rest := v
+	var f [4]int64
+	for i := range f {
+		field, tail, ok := strings.Cut(rest, " ")
+		if !ok {
+			return 0, 0, 0, "", 0, fmt.Errorf("%w: %q", errReply, v)
+		}
+		n, perr := strconv.ParseInt(field, 10, 64)
+		if perr != nil {
+			return 0, 0, 0, "", 0, fmt.Errorf("%w: %q", errReply, v)
+		}
+		f[i], rest = n, tail
 	}
-	var ok [5]bool
-	code, ok[0] = v[0].(int64)
-	token, ok[1] = v[1].(int64)
-	exp, ok[2] = v[2].(int64)
-	result, ok[3] = v[3].(string)
-	takeover, ok[4] = v[4].(int64)
-	if ok != [5]bool{true, true, true, true, true} || code < 0 || code > 3 {
-		return 0, 0, 0, "", 0, fmt.Errorf("%w: %v", errReply, v)
+	if f[0] < 0 || f[0] > 3 || f[3] < 0 || f[3] > 1 || (rest != "" && f[0] != 2) {
+		return 0, 0, 0, "", 0, fmt.Errorf("%w: %q", errReply, v)
 	}
-	return code, token, exp, result, takeover, nil
+	return f[0], f[1], f[2], rest, f[3], nil
+}
+
+// eval runs a script by its SHA1 and, if Redis does not have it cached
+// (NOSCRIPT: a restart, a failover, SCRIPT FLUSH), by its source, which
+// caches it again. It reads the reply as one string, without the generic
+// reply's allocations.
+func (s *Store) eval(ctx context.Context, script *redis.Script, src, key, key2 string, args ...any) (string, error) {
+	a := make([]any, 5, 5+len(args))
+	a[0], a[1], a[2], a[3], a[4] = "evalsha", script.Hash(), 2, key, key2
+	a = append(a, args...)
+	cmd := redis.NewStringCmd(ctx, a...)
+	_ = s.rdb.Process(ctx, cmd)
+	v, err := cmd.Result()
+	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		a[0], a[1] = "eval", src
+		cmd = redis.NewStringCmd(ctx, a...)
+		_ = s.rdb.Process(ctx, cmd)
+		v, err = cmd.Result()
+	}
+	return v, err
 }
 
 // Complete implements [keystore.Store.Complete] with one Lua script; the
