@@ -18,6 +18,18 @@ import (
 // other error rolls this delivery back and it is retried.
 type Handler func(ctx context.Context, tx *sql.Tx, d amqp.Delivery) error
 
+// SetHandler applies several deliveries at once inside the inbox
+// transaction tx, typically with set-based statements (one multi-row INSERT
+// or UPDATE for all of them); see [WithSetHandler]. ds holds, in delivery
+// order, exactly the deliveries of one group whose keys this transaction
+// recorded: duplicates are left out, and ds is never empty. Do all database
+// work through tx; f may run again for the same deliveries (a retried
+// transaction), only one run's effect committing. Aggregate per target row
+// before a set-based UPDATE (an UPDATE … FROM a list naming one row twice
+// changes it once). Do not ack the deliveries or keep ds after returning:
+// the Consumer acks them after the commit.
+type SetHandler func(ctx context.Context, tx *sql.Tx, ds []amqp.Delivery) error
+
 // Outcome is how the Consumer settled one delivery.
 type Outcome int
 
@@ -85,16 +97,23 @@ type Consumer struct {
 
 // NewConsumer returns a Consumer of queue on conn. Run opens its own
 // channels (one to consume, one in confirm mode to requeue and
-// dead-letter) and closes them when it returns.
+// dead-letter) and closes them when it returns. With [WithSetHandler],
+// handler is the per-delivery fallback of the set handler and may be nil.
 func NewConsumer(conn *amqp.Connection, queue string, in *inbox.Inbox, handler Handler, opts ...Option) (*Consumer, error) {
-	if conn == nil || in == nil || handler == nil || queue == "" {
-		return nil, fmt.Errorf("idemamqp: %w: nil connection, inbox or handler, or empty queue", idem.ErrInvalidOption)
+	if conn == nil || in == nil || queue == "" {
+		return nil, fmt.Errorf("idemamqp: %w: nil connection or inbox, or empty queue", idem.ErrInvalidOption)
 	}
 	cfg := defaultConfig(forConsumer)
 	for _, o := range opts {
+		if o == nil {
+			return nil, invalid("nil option")
+		}
 		if err := o(&cfg); err != nil {
 			return nil, err
 		}
+	}
+	if handler == nil && cfg.set == nil {
+		return nil, fmt.Errorf("idemamqp: %w: nil handler (and no WithSetHandler)", idem.ErrInvalidOption)
 	}
 	if cfg.batch > cfg.prefetch {
 		return nil, invalid("batch size %d above prefetch %d: groups could never fill", cfg.batch, cfg.prefetch)

@@ -39,6 +39,7 @@ type config struct {
 	consumerTag  string
 	observer     func(Event)
 	confirmAfter time.Duration
+	set          SetHandler
 
 	// publisher
 	persistent bool
@@ -236,6 +237,35 @@ func WithTransient() Option {
 			return err
 		}
 		c.persistent = false
+		return nil
+	}
+}
+
+// WithSetHandler makes the Consumer apply each group with f: the group's
+// keys are recorded with one multi-row insert and f is called once, in the
+// same transaction, with the deliveries whose keys were new
+// ([inbox.Inbox.ProcessBatchSet]), so a group costs a fixed number of
+// statements however many deliveries it holds.
+//
+// The [Handler] given to [NewConsumer] becomes the fallback: when f fails,
+// the transaction is rolled back whole and the group is run again one
+// delivery at a time with that Handler, each in its own savepoint, so a
+// failing delivery is isolated and requeued with x-idem-attempts + 1 or
+// dead-lettered exactly as without WithSetHandler, while the others commit
+// and are acked. The Handler may be nil when f is given; then a failing f
+// fails the whole group like a failed transaction: nothing is acked, every
+// delivery is nacked with requeue after a pause, and no attempt is counted
+// (a delivery f can never apply is redelivered until f is fixed). Give a
+// Handler wherever such poison messages are possible.
+func WithSetHandler(f SetHandler) Option {
+	return func(c *config) error {
+		if err := c.only(forConsumer, "WithSetHandler"); err != nil {
+			return err
+		}
+		if f == nil {
+			return invalid("nil set handler")
+		}
+		c.set = f
 		return nil
 	}
 }

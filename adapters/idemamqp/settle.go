@@ -63,9 +63,7 @@ func (s *session) process(ctx context.Context, group []amqp.Delivery) error {
 	if len(items) == 0 {
 		return nil
 	}
-	results, err := c.in.ProcessBatch(ctx, items, func(ctx context.Context, tx *sql.Tx, m inbox.Message) error {
-		return c.handler(ctx, tx, m.Value.(amqp.Delivery))
-	})
+	results, err := c.apply(ctx, items)
 	if err != nil {
 		// Nothing committed, or the outcome is unknown: ack none. The
 		// store is at fault, not the messages: requeue after a pause,
@@ -114,6 +112,28 @@ func (s *session) process(ctx context.Context, group []amqp.Delivery) error {
 		}
 	}
 	return nil
+}
+
+// apply runs one group through the inbox in one transaction: per delivery
+// with the Handler, or with the set handler (the Handler, if any, as its
+// per-delivery fallback).
+func (c *Consumer) apply(ctx context.Context, items []inbox.Message) ([]inbox.Result, error) {
+	var each inbox.BatchHandler
+	if c.handler != nil {
+		each = func(ctx context.Context, tx *sql.Tx, m inbox.Message) error {
+			return c.handler(ctx, tx, m.Value.(amqp.Delivery))
+		}
+	}
+	if c.cfg.set == nil {
+		return c.in.ProcessBatch(ctx, items, each)
+	}
+	return c.in.ProcessBatchSet(ctx, items, func(ctx context.Context, tx *sql.Tx, fresh []inbox.Message) error {
+		ds := make([]amqp.Delivery, len(fresh))
+		for i, m := range fresh {
+			ds[i] = m.Value.(amqp.Delivery)
+		}
+		return c.cfg.set(ctx, tx, ds)
+	}, each)
 }
 
 func outcome(r inbox.Result) Outcome {

@@ -2,8 +2,13 @@ package idemkafka_test
 
 import (
 	"context"
+	"database/sql"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,13 +27,27 @@ const benchRecords = 20000
 
 // BenchmarkConsume compares, in one run and against one kfake cluster, the
 // raw consume rate of a franz-go group consumer (poll, mark, no database) with
-// idemkafka's loop in inbox mode (poll → inbox.ProcessBatch on SQLite with one
-// INSERT per record as the effect → mark) and in offsets-in-database mode
-// (poll → one transaction with the effects and the offset → mark). Each
-// iteration consumes benchRecords records from the start under a fresh group
-// in each variant, so group join time is included in all three.
+// idemkafka's loop:
+//
+//   - inbox: inbox mode, ProcessBatch on SQLite with one INSERT per record as
+//     the effect, random-looking keys (the "bench" topic);
+//   - offsets: offsets-in-database mode (the effects and the offset in one
+//     transaction, no key per record);
+//   - set-random: inbox mode with WithSetHandler (ProcessBatchSet; the effect
+//     is one multi-row INSERT per batch), random-looking keys;
+//   - set-ordered: the same with time-ordered keys (UUIDv7-like text: 48-bit
+//     millisecond timestamp, then random bits) from the "bench-v7" topic, so
+//     the inbox index grows at its right edge;
+//   - inbox-ordered: per-record handler with time-ordered keys, to separate
+//     the two effects.
+//
+// Each iteration consumes benchRecords records from the start under a fresh
+// group and a fresh SQLite database in each variant, so group join time is
+// included in all of them.
+//
+//	go test -run '^$' -bench 'Consume$' -benchtime 3x ./adapters/idemkafka
 func BenchmarkConsume(b *testing.B) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "bench"))
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "bench", "bench-v7"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -37,13 +56,19 @@ func BenchmarkConsume(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rs := make([]*kgo.Record, 0, benchRecords)
+	rs := make([]*kgo.Record, 0, 2*benchRecords)
 	for i := range benchRecords {
 		id, err := idem.DeriveKey("bench", strconv.Itoa(i)) // random-looking ids, as real message ids are
 		if err != nil {
 			b.Fatal(err)
 		}
 		r := &kgo.Record{Topic: "bench", Key: []byte(id), Value: []byte(`{"amount":50,"user":42}`)}
+		idemkafka.SetID(r, id)
+		rs = append(rs, r)
+	}
+	for range benchRecords {
+		id := timeOrderedID() // what a producer stamping UUIDv7 ids sends
+		r := &kgo.Record{Topic: "bench-v7", Key: []byte(id), Value: []byte(`{"amount":50,"user":42}`)}
 		idemkafka.SetID(r, id)
 		rs = append(rs, r)
 	}
@@ -54,28 +79,79 @@ func BenchmarkConsume(b *testing.B) {
 	group := 0
 	nextGroup := func() string { group++; return fmt.Sprintf("bench-%d", group) }
 
-	// The three variants are interleaved in each iteration, so that the
-	// machine's load (shared, ±30% run to run) hits them alike.
-	var raw, batch, offs time.Duration
+	// The variants are interleaved in each iteration, so that the machine's
+	// load (shared, ±30% run to run) hits them alike.
+	var raw, batch, offs, setRandom, setOrdered, batchOrdered time.Duration
 	for b.Loop() {
 		t0 := time.Now()
 		rawConsume(b, c, nextGroup())
 		raw += time.Since(t0)
-		batch += idemConsume(b, c, nextGroup(), false)
-		offs += idemConsume(b, c, nextGroup(), true)
+		batch += idemConsume(b, c, nextGroup(), "bench", modeInbox)
+		offs += idemConsume(b, c, nextGroup(), "bench", modeOffsets)
+		setRandom += idemConsume(b, c, nextGroup(), "bench", modeSet)
+		setOrdered += idemConsume(b, c, nextGroup(), "bench-v7", modeSet)
+		batchOrdered += idemConsume(b, c, nextGroup(), "bench-v7", modeInbox)
 	}
 	rate := func(d time.Duration) float64 { return float64(benchRecords*b.N) / d.Seconds() }
 	b.ReportMetric(rate(raw), "raw-records/s")
 	b.ReportMetric(rate(batch), "inbox-records/s")
 	b.ReportMetric(rate(offs), "offsets-records/s")
+	b.ReportMetric(rate(setRandom), "set-random-records/s")
+	b.ReportMetric(rate(setOrdered), "set-ordered-records/s")
+	b.ReportMetric(rate(batchOrdered), "inbox-ordered-records/s")
 	b.ReportMetric(rate(batch)/rate(raw), "inbox/raw")
 	b.ReportMetric(rate(offs)/rate(raw), "offsets/raw")
+	b.ReportMetric(rate(setRandom)/rate(raw), "set-random/raw")
+	b.ReportMetric(rate(setOrdered)/rate(raw), "set-ordered/raw")
+	b.ReportMetric(rate(batchOrdered)/rate(raw), "inbox-ordered/raw")
 }
 
-// idemConsume consumes every record of "bench" under group with a Consumer
-// (inbox mode, or offsets-in-database mode) on a fresh SQLite database, and
-// returns the time from Run to the last record's outcome.
-func idemConsume(b *testing.B, c *kfake.Cluster, group string, offsets bool) time.Duration {
+// timeOrderedID returns a UUIDv7-shaped id (RFC 9562 layout: 48-bit Unix
+// millisecond timestamp, version 7, variant bits, random rest) as canonical
+// text. Ids made later sort later, to the millisecond.
+func timeOrderedID() string {
+	var u [16]byte
+	ms := uint64(time.Now().UnixMilli())
+	for i := range 6 {
+		u[i] = byte(ms >> (40 - 8*i))
+	}
+	binary.BigEndian.PutUint64(u[8:], rand.Uint64())
+	binary.BigEndian.PutUint16(u[6:], uint16(rand.Uint32()))
+	u[6] = u[6]&0x0f | 0x70 // version 7
+	u[8] = u[8]&0x3f | 0x80 // variant 10
+	h := hex.EncodeToString(u[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+type consumeMode int
+
+const (
+	modeInbox   consumeMode = iota + 1 // NewConsumer, per-record handler
+	modeOffsets                        // NewOffsetConsumer
+	modeSet                            // NewConsumer with WithSetHandler (no fallback)
+)
+
+// setInsert is the set handler of the benchmark: the per-record handler's
+// INSERT as one multi-row statement for the batch.
+func setInsert(ctx context.Context, tx *sql.Tx, recs []*kgo.Record) error {
+	for lo := 0; lo < len(recs); lo += 500 {
+		chunk := recs[lo:min(lo+500, len(recs))]
+		q := "INSERT INTO effects (id, consumer) VALUES " + strings.Repeat("(?, ''), ", len(chunk)-1) + "(?, '')"
+		args := make([]any, len(chunk))
+		for i, r := range chunk {
+			args[i] = string(r.Value)
+		}
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// idemConsume consumes every record of topic under group with a Consumer in
+// the given mode on a fresh SQLite database, and returns the time from Run to
+// the last record's outcome.
+func idemConsume(b *testing.B, c *kfake.Cluster, group, topic string, mode consumeMode) time.Duration {
 	db := testenv.SQLite(b)
 	eff := newEffects(b, db)
 	var done atomic.Int64
@@ -87,13 +163,16 @@ func idemConsume(b *testing.B, c *kfake.Cluster, group string, offsets bool) tim
 	})
 	var con *idemkafka.Consumer
 	var err error
-	if offsets {
-		con, err = idemkafka.NewOffsetConsumer(db, sqldialect.SQLite, eff.handler(""), groupOpts(c, group, "bench"), opt)
+	switch mode {
+	case modeOffsets:
+		con, err = idemkafka.NewOffsetConsumer(db, sqldialect.SQLite, eff.handler(""), groupOpts(c, group, topic), opt)
 		if err == nil {
 			err = con.Migrate(context.Background())
 		}
-	} else {
-		con, err = idemkafka.NewConsumer(newInbox(b, db, group), eff.handler(""), groupOpts(c, group, "bench"), opt)
+	case modeSet:
+		con, err = idemkafka.NewConsumer(newInbox(b, db, group), nil, groupOpts(c, group, topic), opt, idemkafka.WithSetHandler(setInsert))
+	default:
+		con, err = idemkafka.NewConsumer(newInbox(b, db, group), eff.handler(""), groupOpts(c, group, topic), opt)
 	}
 	if err != nil {
 		b.Fatal(err)

@@ -22,6 +22,17 @@ import (
 // time); only one run's effect ever commits.
 type Handler func(ctx context.Context, tx *sql.Tx, r *kgo.Record) error
 
+// SetHandler applies the effects of several records at once inside tx,
+// typically with set-based statements (one multi-row INSERT or UPDATE for
+// all of them); see WithSetHandler. recs holds, in log order, exactly the
+// records of one partition's batch whose keys this transaction recorded:
+// duplicates are left out, and recs is never empty. The same rules as for a
+// Handler apply: all database work through tx, and it may run more than once
+// for one batch (a retry), only one run's effect committing. Aggregate per
+// target row before a set-based UPDATE (an UPDATE … FROM a list naming one
+// row twice changes it once). It must not retain recs after it returns.
+type SetHandler func(ctx context.Context, tx *sql.Tx, recs []*kgo.Record) error
+
 // Errors callers branch on.
 var (
 	// ErrClosed is returned by Run after Close, or when Run is called twice.
@@ -64,7 +75,8 @@ type Consumer struct {
 // NewConsumer builds a Consumer whose records are deduplicated by in: each
 // record's key (by default the HeaderID header; see WithKeyHeader,
 // WithKeyFunc, WithOffsetKey) and h's effect commit in one transaction, one
-// transaction per polled batch of a partition (inbox.ProcessBatch).
+// transaction per polled batch of a partition (inbox.ProcessBatch; with
+// WithSetHandler, inbox.ProcessBatchSet, and h may then be nil).
 //
 // kopts configure the franz-go client, which the Consumer owns and closes:
 // they must name the group (kgo.ConsumerGroup) and the topics. NewConsumer adds
@@ -74,9 +86,6 @@ type Consumer struct {
 func NewConsumer(in *inbox.Inbox, h Handler, kopts []kgo.Opt, opts ...Option) (*Consumer, error) {
 	if in == nil {
 		return nil, invalid("nil inbox")
-	}
-	if h == nil {
-		return nil, invalid("nil handler")
 	}
 	return newConsumer(&Consumer{in: in, h: h}, kopts, opts)
 }
@@ -148,6 +157,12 @@ func newConsumer(c *Consumer, kopts []kgo.Opt, opts []Option) (*Consumer, error)
 		if err := o(&c.cfg); err != nil {
 			return nil, err
 		}
+	}
+	switch {
+	case c.cfg.set != nil && c.in == nil:
+		return nil, invalid("WithSetHandler applies to inbox mode (NewConsumer) only")
+	case c.in != nil && c.h == nil && c.cfg.set == nil:
+		return nil, invalid("nil handler")
 	}
 	all := append(append([]kgo.Opt(nil), kopts...),
 		kgo.BlockRebalanceOnPoll(),

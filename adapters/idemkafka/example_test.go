@@ -8,11 +8,13 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	_ "modernc.org/sqlite"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemkafka"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/outbox"
@@ -151,4 +153,108 @@ func ExampleProducer_OutboxPublisher() {
 		log.Fatal(err)
 	}
 	_ = relay.Run(ctx) // until ctx ends
+}
+
+// A set handler applies the new records of each polled batch with one
+// statement: here one UPDATE adds up the batch's payments. Three records are
+// produced, the second a producer retry of the first (same idem-id); the
+// inbox records the keys with one insert and passes the set handler only the
+// records whose keys were new. The per-record handler given to NewConsumer
+// is the fallback that isolates a record the set handler cannot apply.
+func ExampleWithSetHandler() {
+	ctx := context.Background()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "payments"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cluster.Close()
+	dir, err := os.MkdirTemp("", "idemkafka-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sql.Open("sqlite", sqldialect.SQLiteDSN(filepath.Join(dir, "app.db")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`CREATE TABLE wallets (user_id INTEGER PRIMARY KEY, balance INTEGER NOT NULL); INSERT INTO wallets VALUES (42, 0)`); err != nil {
+		log.Fatal(err)
+	}
+
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pcl.Close()
+	producer, err := idemkafka.NewProducer(pcl)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, p := range []struct{ id, amount string }{{"payment-7", "50"}, {"payment-7", "50"}, {"payment-8", "25"}} {
+		if err := producer.Produce(ctx, p.id, &kgo.Record{Topic: "payments", Value: []byte(p.amount)}); err != nil {
+			log.Fatal(err)
+		}
+	}
+
+	in, err := inbox.New(db, sqldialect.SQLite, "billing")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := in.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// One record at a time: the fallback when the set handler fails.
+	credit := func(ctx context.Context, tx *sql.Tx, r *kgo.Record) error {
+		_, err := tx.ExecContext(ctx, `UPDATE wallets SET balance = balance + CAST(? AS INTEGER) WHERE user_id = 42`, string(r.Value))
+		return err
+	}
+	// The whole batch: aggregate per wallet first, then one UPDATE.
+	creditAll := func(ctx context.Context, tx *sql.Tx, recs []*kgo.Record) error {
+		total := 0
+		for _, r := range recs {
+			n, err := strconv.Atoi(string(r.Value))
+			if err != nil {
+				return idem.Permanent(err)
+			}
+			total += n
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE wallets SET balance = balance + ? WHERE user_id = 42`, total)
+		return err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	seen := 0
+	c, err := idemkafka.NewConsumer(in, credit,
+		[]kgo.Opt{
+			kgo.SeedBrokers(cluster.ListenAddrs()...),
+			kgo.ConsumerGroup("billing"),
+			kgo.ConsumeTopics("payments"),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		},
+		idemkafka.WithSetHandler(creditAll),
+		idemkafka.WithOutcome(func(r *kgo.Record, o idemkafka.Outcome, _ error) {
+			fmt.Printf("offset %d: %v\n", r.Offset, o)
+			if seen++; seen == 3 {
+				stop()
+			}
+		}),
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := c.Run(runCtx); !errors.Is(err, context.Canceled) {
+		log.Fatal(err)
+	}
+	c.Close()
+
+	var balance int
+	if err := db.QueryRow(`SELECT balance FROM wallets WHERE user_id = 42`).Scan(&balance); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("balance:", balance)
+	// Output:
+	// offset 0: applied
+	// offset 1: duplicate
+	// offset 2: applied
+	// balance: 75
 }

@@ -87,6 +87,7 @@ type config struct {
 	table       string
 	log         *slog.Logger
 	onOutcome   func(r *kgo.Record, o Outcome, err error)
+	set         SetHandler
 }
 
 func defaultConfig() config {
@@ -223,6 +224,36 @@ func WithOffsetsTable(name string) Option {
 			return invalid("offsets table %q is not a plain identifier", name)
 		}
 		c.table = name
+		return nil
+	}
+}
+
+// WithSetHandler makes a Consumer in inbox mode (NewConsumer) apply each
+// partition's polled batch with fn: the batch's keys are recorded with one
+// multi-row insert and fn is called once, in the same transaction, with the
+// records whose keys were new (inbox.ProcessBatchSet), so a batch costs a
+// fixed number of statements whatever its size.
+//
+// NewConsumer's per-message Handler becomes the fallback: when fn fails, the
+// transaction is rolled back whole and the batch is run again one record at
+// a time with that Handler (each record in its own savepoint), so a failing
+// record is isolated, retried alone and dead-lettered exactly as without
+// WithSetHandler, while the others commit. The Handler may be nil when fn is
+// given; then a failing fn fails the whole batch: nothing of it commits and
+// no offset is marked; the batch is retried as a whole with the WithRetries
+// backoff (not at all for an idem.Permanent error), and when the retries are
+// spent Run returns an error wrapping the *inbox.HandlerError. The records
+// are consumed again from the last committed offset by the next Run: a
+// record that can never succeed then blocks its partition, so give a
+// Handler wherever poison records are possible.
+//
+// Offsets-in-database and keystore modes do not take a set handler.
+func WithSetHandler(fn SetHandler) Option {
+	return func(c *config) error {
+		if fn == nil {
+			return invalid("nil set handler")
+		}
+		c.set = fn
 		return nil
 	}
 }

@@ -63,9 +63,9 @@ func (c *Consumer) processInbox(ctx context.Context, recs []*kgo.Record) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	results, err := c.in.ProcessBatch(ctx, msgs, c.batchHandler)
+	results, err := c.applyBatch(ctx, msgs)
 	if err != nil {
-		return fmt.Errorf("idemkafka: %w", err) // nothing committed (or unknown): fail closed
+		return err // nothing committed (or unknown): fail closed
 	}
 	for i, res := range results {
 		r := msgs[i].Value.(*kgo.Record)
@@ -83,8 +83,57 @@ func (c *Consumer) processInbox(ctx context.Context, recs []*kgo.Record) error {
 	return nil
 }
 
+// applyBatch runs one partition's keyed records through the inbox in one
+// transaction: per record with the Handler, or with the set handler (the
+// Handler as its per-record fallback). A set handler without a fallback that
+// fails is retried on the whole batch with backoff; an error means nothing
+// of the batch is known to have committed.
+func (c *Consumer) applyBatch(ctx context.Context, msgs []inbox.Message) ([]inbox.Result, error) {
+	if c.cfg.set == nil {
+		results, err := c.in.ProcessBatch(ctx, msgs, c.batchHandler)
+		if err != nil {
+			return nil, fmt.Errorf("idemkafka: %w", err)
+		}
+		return results, nil
+	}
+	var each inbox.BatchHandler
+	if c.h != nil {
+		each = c.batchHandler
+	}
+	for attempts := 1; ; attempts++ {
+		results, err := c.in.ProcessBatchSet(ctx, msgs, c.setHandler, each)
+		if err == nil {
+			return results, nil
+		}
+		var he *inbox.HandlerError
+		if each != nil || !errors.As(err, &he) {
+			return nil, fmt.Errorf("idemkafka: %w", err)
+		}
+		first, last := msgs[0].Value.(*kgo.Record), msgs[len(msgs)-1].Value.(*kgo.Record)
+		where := fmt.Sprintf("%s/%d@%d..%d", first.Topic, first.Partition, first.Offset, last.Offset)
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, cerr
+		}
+		if idem.IsPermanent(err) || attempts > c.cfg.retries {
+			return nil, fmt.Errorf("idemkafka: %s: set handler failed after %d attempts and there is no per-record handler to isolate the record: %w", where, attempts, err)
+		}
+		c.cfg.log.Info("idemkafka: set handler failed, retrying the batch", "records", where, "attempt", attempts, "err", err)
+		if werr := c.sleep(ctx, attempts); werr != nil {
+			return nil, werr
+		}
+	}
+}
+
 func (c *Consumer) batchHandler(ctx context.Context, tx *sql.Tx, m inbox.Message) error {
 	return c.h(ctx, tx, m.Value.(*kgo.Record))
+}
+
+func (c *Consumer) setHandler(ctx context.Context, tx *sql.Tx, fresh []inbox.Message) error {
+	recs := make([]*kgo.Record, len(fresh))
+	for i, m := range fresh {
+		recs[i] = m.Value.(*kgo.Record)
+	}
+	return c.cfg.set(ctx, tx, recs)
 }
 
 // retryInbox runs a record that failed in its batch again, alone, with

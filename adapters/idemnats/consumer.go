@@ -20,6 +20,18 @@ import (
 // this message back and it is redelivered later.
 type Handler func(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) error
 
+// SetHandler applies several messages at once inside the inbox transaction
+// tx, typically with set-based statements (one multi-row INSERT or UPDATE
+// for all of them); see [WithSetHandler]. msgs holds, in delivery order,
+// exactly the messages of one group whose keys this transaction recorded:
+// duplicates are left out, and msgs is never empty. Do all database work
+// through tx; f may run again for the same messages (a retried
+// transaction), only one run's effect committing. Aggregate per target row
+// before a set-based UPDATE (an UPDATE … FROM a list naming one row twice
+// changes it once). Do not ack the messages or keep msgs after returning:
+// the Consumer acks them after the commit.
+type SetHandler func(ctx context.Context, tx *sql.Tx, msgs []jetstream.Msg) error
+
 // Outcome is how the Consumer settled one message.
 type Outcome int
 
@@ -81,16 +93,23 @@ type Consumer struct {
 
 // NewConsumer returns a Consumer that fetches from cons (a pull consumer
 // with AckExplicit, the default), applies each message with handler through
-// in, and acks it after the commit.
+// in, and acks it after the commit. With [WithSetHandler], handler is the
+// per-message fallback of the set handler and may be nil.
 func NewConsumer(cons jetstream.Consumer, in *inbox.Inbox, handler Handler, opts ...Option) (*Consumer, error) {
-	if cons == nil || in == nil || handler == nil {
-		return nil, fmt.Errorf("idemnats: %w: nil consumer, inbox or handler", idem.ErrInvalidOption)
+	if cons == nil || in == nil {
+		return nil, fmt.Errorf("idemnats: %w: nil consumer or inbox", idem.ErrInvalidOption)
 	}
 	cfg := defaultConfig(forConsumer)
 	for _, o := range opts {
+		if o == nil {
+			return nil, invalid("nil option")
+		}
 		if err := o(&cfg); err != nil {
 			return nil, err
 		}
+	}
+	if handler == nil && cfg.set == nil {
+		return nil, fmt.Errorf("idemnats: %w: nil handler (and no WithSetHandler)", idem.ErrInvalidOption)
 	}
 	return &Consumer{cons: cons, in: in, handler: handler, cfg: cfg}, nil
 }
@@ -207,9 +226,7 @@ func (c *Consumer) process(ctx context.Context, msgs []jetstream.Msg) error {
 	if len(items) == 0 {
 		return nil
 	}
-	results, err := c.in.ProcessBatch(ctx, items, func(ctx context.Context, tx *sql.Tx, im inbox.Message) error {
-		return c.handler(ctx, tx, im.Value.(delivery).msg)
-	})
+	results, err := c.apply(ctx, items)
 	if err != nil {
 		// Nothing committed, or the commit's outcome is unknown: ack none.
 		// Shutting down: leave them to AckWait (a nak could race the
@@ -236,6 +253,28 @@ func (c *Consumer) process(ctx context.Context, msgs []jetstream.Msg) error {
 		}
 	}
 	return nil
+}
+
+// apply runs one group through the inbox in one transaction: per message
+// with the Handler, or with the set handler (the Handler, if any, as its
+// per-message fallback).
+func (c *Consumer) apply(ctx context.Context, items []inbox.Message) ([]inbox.Result, error) {
+	var each inbox.BatchHandler
+	if c.handler != nil {
+		each = func(ctx context.Context, tx *sql.Tx, im inbox.Message) error {
+			return c.handler(ctx, tx, im.Value.(delivery).msg)
+		}
+	}
+	if c.cfg.set == nil {
+		return c.in.ProcessBatch(ctx, items, each)
+	}
+	return c.in.ProcessBatchSet(ctx, items, func(ctx context.Context, tx *sql.Tx, fresh []inbox.Message) error {
+		msgs := make([]jetstream.Msg, len(fresh))
+		for i, im := range fresh {
+			msgs[i] = im.Value.(delivery).msg
+		}
+		return c.cfg.set(ctx, tx, msgs)
+	}, each)
 }
 
 // settle acks, naks or dead-letters one message after the commit.

@@ -39,6 +39,7 @@ type config struct {
 	dlqSubject    string
 	doubleAck     bool
 	observer      func(Event)
+	set           SetHandler
 
 	// publisher
 	retries        int
@@ -244,6 +245,35 @@ func WithObserver(f func(Event)) Option {
 			return invalid("nil observer")
 		}
 		c.observer = f
+		return nil
+	}
+}
+
+// WithSetHandler makes the Consumer apply each group with f: the group's
+// keys are recorded with one multi-row insert and f is called once, in the
+// same transaction, with the messages whose keys were new
+// ([inbox.Inbox.ProcessBatchSet]), so a group costs a fixed number of
+// statements however many messages it holds.
+//
+// The [Handler] given to [NewConsumer] becomes the fallback: when f fails,
+// the transaction is rolled back whole and the group is run again one
+// message at a time with that Handler, each in its own savepoint, so a
+// failing message is isolated and nak'd, retried and dead-lettered exactly
+// as without WithSetHandler, while the others commit and are acked. The
+// Handler may be nil when f is given; then a failing f fails the whole group
+// like a failed transaction: nothing is acked, every message is nak'd with a
+// delay, and none is dead-lettered for it (a message f can never apply is
+// redelivered until f is fixed). Give a Handler wherever such poison
+// messages are possible.
+func WithSetHandler(f SetHandler) Option {
+	return func(c *config) error {
+		if err := c.only(forConsumer, "WithSetHandler"); err != nil {
+			return err
+		}
+		if f == nil {
+			return invalid("nil set handler")
+		}
+		c.set = f
 		return nil
 	}
 }

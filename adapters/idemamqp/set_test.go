@@ -1,0 +1,271 @@
+package idemamqp_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/adapters/idemamqp"
+	"github.com/idem-go/idem/inbox"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// setRecorder is a set handler writing all its deliveries' effects with one
+// multi-row INSERT, and counting how often each message-id reached it.
+type setRecorder struct {
+	mu    sync.Mutex
+	seen  map[string]int
+	calls int
+	fail  func(ds []amqp.Delivery) error
+}
+
+func newSetRecorder() *setRecorder { return &setRecorder{seen: map[string]int{}} }
+
+func (s *setRecorder) handle(ctx context.Context, tx *sql.Tx, ds []amqp.Delivery) error {
+	s.mu.Lock()
+	s.calls++
+	for _, d := range ds {
+		s.seen[d.MessageId]++
+	}
+	fail := s.fail
+	s.mu.Unlock()
+	if len(ds) == 0 {
+		return errors.New("set handler called with no deliveries")
+	}
+	if fail != nil {
+		if err := fail(ds); err != nil {
+			return err
+		}
+	}
+	q := "INSERT INTO effects (key, data) VALUES " + strings.Repeat("(?, ?), ", len(ds)-1) + "(?, ?)"
+	args := make([]any, 0, 2*len(ds))
+	for _, d := range ds {
+		args = append(args, d.MessageId, string(d.Body))
+	}
+	_, err := tx.ExecContext(ctx, q, args...)
+	return err
+}
+
+func (s *setRecorder) snapshot() (map[string]int, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := make(map[string]int, len(s.seen))
+	for k, v := range s.seen {
+		m[k] = v
+	}
+	return m, s.calls
+}
+
+// With a set handler and no per-delivery handler: every message is
+// published twice with one message-id (RabbitMQ does not deduplicate), and
+// the consumer's connection dies after its first commit, before the ack.
+// The restarted consumer acks the requeued and repeated deliveries as
+// duplicates; each message-id reaches the set handler once and is applied
+// once.
+func TestSetHandlerAppliesOnce(t *testing.T) {
+	t.Parallel()
+	admin := dial(t)
+	tp := newTopology(t, admin, nil)
+	e := newEffects(t)
+	set := newSetRecorder()
+	const n = 20
+	var ids []string
+	for i := range n {
+		ids = append(ids, fmt.Sprintf("order-%d", i))
+	}
+	publishN(t, admin, tp.queue, ids...)
+	publishN(t, admin, tp.queue, ids...) // producer retries with the same ids
+
+	conn1 := dial(t)
+	c1, err := idemamqp.NewConsumer(conn1, tp.queue, e.in, nil, idemamqp.WithSetHandler(set.handle),
+		idemamqp.WithBatchSize(10), idemamqp.WithLinger(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	idemamqp.SetAfterCommit(c1, func() { conn1.Close() }) // committed, never acked
+	if err := c1.Run(context.Background()); !errors.Is(err, idemamqp.ErrClosed) {
+		t.Fatalf("Run after the connection closed = %v, want ErrClosed", err)
+	}
+	committed := len(e.counts(t))
+	if committed == 0 {
+		t.Fatal("nothing committed before the crash")
+	}
+	waitFor(t, 5*time.Second, "requeue of the unacked deliveries", func() bool { return tp.ready(t, tp.queue) == 2*n })
+
+	var ev events
+	c2, err := idemamqp.NewConsumer(dial(t), tp.queue, e.in, nil, idemamqp.WithSetHandler(set.handle), idemamqp.WithObserver(ev.observe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := start(c2)
+	waitFor(t, 20*time.Second, "all deliveries settled", func() bool {
+		return ev.count(idemamqp.Duplicate) == n+committed && ev.count(idemamqp.Applied) == n-committed
+	})
+	if err := r.stop(t); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v, want context.Canceled", err)
+	}
+	counts := e.counts(t)
+	seen, calls := set.snapshot()
+	for _, k := range ids {
+		if counts[k] != 1 || seen[k] != 1 {
+			t.Errorf("%s: applied %d times, given to the set handler %d times; want 1, 1", k, counts[k], seen[k])
+		}
+	}
+	if len(counts) != n {
+		t.Errorf("%d keys applied, want %d", len(counts), n)
+	}
+	if calls >= n {
+		t.Errorf("set handler called %d times for %d messages: not batched", calls, n)
+	}
+	waitFor(t, 5*time.Second, "an empty queue", func() bool { return tp.ready(t, tp.queue) == 0 })
+}
+
+// A group holding a poison delivery makes the set handler fail; the group is
+// run again delivery by delivery with the Handler, which isolates the poison
+// delivery: it is requeued with x-idem-attempts counted and dead-lettered at
+// the limit, while the others commit once and are acked.
+func TestSetHandlerPoisonFallback(t *testing.T) {
+	t.Parallel()
+	conn := dial(t)
+	tp := newTopology(t, conn, nil)
+	e := newEffects(t)
+	set := newSetRecorder()
+	set.fail = func(ds []amqp.Delivery) error {
+		for _, d := range ds {
+			if d.MessageId == "poison" {
+				return errors.New("group holds poison")
+			}
+		}
+		return nil
+	}
+	var poisonRuns atomic.Int32
+	each := func(ctx context.Context, tx *sql.Tx, d amqp.Delivery) error {
+		if d.MessageId == "poison" {
+			poisonRuns.Add(1)
+			return errors.New("cannot parse amount")
+		}
+		return e.apply(ctx, tx, d)
+	}
+	var ev events
+	c, err := idemamqp.NewConsumer(conn, tp.queue, e.in, each, idemamqp.WithSetHandler(set.handle), idemamqp.WithMaxAttempts(3),
+		idemamqp.WithDeadLetter(tp.dlx, ""), idemamqp.WithObserver(ev.observe), idemamqp.WithLinger(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishN(t, conn, tp.queue, "good-1", "good-2", "poison", "good-3", "good-4")
+	r := start(c)
+	waitFor(t, 20*time.Second, "the dead letter", func() bool { return ev.count(idemamqp.DeadLettered) == 1 })
+	if err := r.stop(t); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v", err)
+	}
+	got := e.counts(t)
+	for _, k := range []string{"good-1", "good-2", "good-3", "good-4"} {
+		if got[k] != 1 {
+			t.Errorf("%s applied %d times, want 1", k, got[k])
+		}
+	}
+	if len(got) != 4 || ev.count(idemamqp.Applied) != 4 {
+		t.Errorf("effects %v, applied events %d; want the four good messages", got, ev.count(idemamqp.Applied))
+	}
+	if n := poisonRuns.Load(); n != 3 {
+		t.Errorf("the Handler ran %d times on the poison delivery, want 3 (one per attempt)", n)
+	}
+	if got := tp.ready(t, tp.queue); got != 0 {
+		t.Errorf("%d messages left in the queue", got)
+	}
+	d, ok, err := tp.ch.Get(tp.dlq, true)
+	if err != nil || !ok {
+		t.Fatalf("dead letter queue: ok=%v err=%v", ok, err)
+	}
+	if d.MessageId != "poison" || d.Headers[idemamqp.HeaderReason] != idemamqp.ReasonMaxAttempts {
+		t.Errorf("dead letter %q, headers %v", d.MessageId, d.Headers)
+	}
+}
+
+// A set handler without a per-delivery handler that fails fails the whole
+// group: nothing is applied or acked, every delivery is nacked with requeue,
+// no attempt is counted and none is dead-lettered, even past the attempt
+// limit. Once the handler works, each message is applied once.
+func TestSetHandlerNoFallback(t *testing.T) {
+	t.Parallel()
+	conn := dial(t)
+	tp := newTopology(t, conn, nil)
+	e := newEffects(t)
+	set := newSetRecorder()
+	var broken atomic.Bool
+	broken.Store(true)
+	set.fail = func([]amqp.Delivery) error {
+		if broken.Load() {
+			return errors.New("set broken")
+		}
+		return nil
+	}
+	const n = 6
+	var ids []string
+	for i := range n {
+		ids = append(ids, fmt.Sprintf("order-%d", i))
+	}
+	publishN(t, conn, tp.queue, ids...)
+	var ev events
+	c, err := idemamqp.NewConsumer(conn, tp.queue, e.in, nil, idemamqp.WithSetHandler(set.handle), idemamqp.WithMaxAttempts(2),
+		idemamqp.WithDeadLetter(tp.dlx, ""), idemamqp.WithObserver(ev.observe), idemamqp.WithLinger(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := start(c)
+	waitFor(t, 20*time.Second, "three rounds of redeliveries", func() bool { return ev.count(idemamqp.Retried) >= 3*n })
+	if got := e.counts(t); len(got) != 0 || ev.count(idemamqp.Applied) != 0 || ev.count(idemamqp.DeadLettered) != 0 {
+		t.Fatalf("while the set handler fails: effects %v, applied %d, dead-lettered %d; want nothing",
+			got, ev.count(idemamqp.Applied), ev.count(idemamqp.DeadLettered))
+	}
+	ev.each(func(x idemamqp.Event) {
+		var he *inbox.HandlerError
+		if !errors.As(x.Err, &he) {
+			t.Errorf("retried event error %v, want an *inbox.HandlerError", x.Err)
+		}
+		if x.Delivery.Headers[idemamqp.HeaderAttempts] != nil {
+			t.Errorf("%s: attempt counted (%v) for a failure of the whole group", x.Key, x.Delivery.Headers[idemamqp.HeaderAttempts])
+		}
+	})
+
+	broken.Store(false)
+	waitFor(t, 20*time.Second, "all applied", func() bool { return ev.count(idemamqp.Applied) == n })
+	if err := r.stop(t); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v", err)
+	}
+	got := e.counts(t)
+	for _, k := range ids {
+		if got[k] != 1 {
+			t.Errorf("%s applied %d times, want 1", k, got[k])
+		}
+	}
+	if ev.count(idemamqp.DeadLettered) != 0 {
+		t.Errorf("%d dead-lettered, want 0", ev.count(idemamqp.DeadLettered))
+	}
+	waitFor(t, 5*time.Second, "an empty queue", func() bool { return tp.ready(t, tp.queue) == 0 })
+}
+
+func TestSetHandlerOptions(t *testing.T) {
+	t.Parallel()
+	conn := dial(t)
+	e := newEffects(t)
+	if _, err := idemamqp.NewConsumer(conn, "q", e.in, nil); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("no handler: %v", err)
+	}
+	if _, err := idemamqp.NewConsumer(conn, "q", e.in, nil, idemamqp.WithSetHandler(nil)); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("nil set handler: %v", err)
+	}
+	if _, err := idemamqp.NewPublisher(conn, idemamqp.WithSetHandler(newSetRecorder().handle)); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("set handler on a publisher: %v", err)
+	}
+	if _, err := idemamqp.NewConsumer(conn, "q", e.in, nil, idemamqp.WithSetHandler(newSetRecorder().handle)); err != nil {
+		t.Errorf("set handler alone: %v", err)
+	}
+}

@@ -1,0 +1,292 @@
+package idemkafka_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/adapters/idemkafka"
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/sqldialect"
+)
+
+// setRecorder is a set handler that writes every record's value to the
+// effects table with one multi-row INSERT and counts, per value, how often a
+// committed or rolled-back call received it.
+type setRecorder struct {
+	mu    sync.Mutex
+	seen  map[string]int
+	calls int
+	fail  func(recs []*kgo.Record) error // nil: never fails
+}
+
+func newSetRecorder() *setRecorder { return &setRecorder{seen: map[string]int{}} }
+
+func (s *setRecorder) handler(consumer string) idemkafka.SetHandler {
+	return func(ctx context.Context, tx *sql.Tx, recs []*kgo.Record) error {
+		s.mu.Lock()
+		s.calls++
+		for _, r := range recs {
+			s.seen[string(r.Value)]++
+		}
+		fail := s.fail
+		s.mu.Unlock()
+		if len(recs) == 0 {
+			return errors.New("set handler called with no records")
+		}
+		if fail != nil {
+			if err := fail(recs); err != nil {
+				return err
+			}
+		}
+		q := "INSERT INTO effects (id, consumer) VALUES " + strings.Repeat("(?, ?), ", len(recs)-1) + "(?, ?)"
+		args := make([]any, 0, 2*len(recs))
+		for _, r := range recs {
+			args = append(args, string(r.Value), consumer)
+		}
+		_, err := tx.ExecContext(ctx, q, args...)
+		return err
+	}
+}
+
+func (s *setRecorder) snapshot() (map[string]int, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := make(map[string]int, len(s.seen))
+	for k, v := range s.seen {
+		m[k] = v
+	}
+	return m, s.calls
+}
+
+// TestSetHandlerAppliesOnce: with WithSetHandler and no per-record handler,
+// ids produced twice and a whole topic consumed again by a second member
+// (the first member's offset commits never reached Kafka) reach the set
+// handler once each: its effect is applied once, the rest are duplicates,
+// and the offsets end committed.
+func TestSetHandlerAppliesOnce(t *testing.T) {
+	t.Parallel()
+	c := cluster(t, 2, "orders")
+	var block atomic.Bool
+	block.Store(true)
+	blockCommits(c, &block)
+	all := ids("s", 40)
+	produce(t, c, "orders", append(all, all[:10]...)...)
+	db := testenv.SQLite(t)
+	eff := newEffects(t, db)
+	set := newSetRecorder()
+
+	first := newTally()
+	con, err := idemkafka.NewConsumer(newInbox(t, db, "g"), nil, groupOpts(c, "g", "orders"),
+		idemkafka.WithSetHandler(set.handler("1")), first.option())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := running(t, con)
+	waitFor(t, "first member's outcomes", func() bool { return first.total() == 50 })
+	_ = stop()
+	if a, d := first.get(idemkafka.Applied), first.get(idemkafka.Duplicate); a != 40 || d != 10 {
+		t.Errorf("first member: applied %d, duplicates %d; want 40, 10", a, d)
+	}
+	eff.requireOnce(t, all)
+
+	block.Store(false)
+	second := newTally()
+	con2, err := idemkafka.NewConsumer(newInbox(t, db, "g"), nil, groupOpts(c, "g", "orders"),
+		idemkafka.WithSetHandler(set.handler("2")), second.option())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop2 := running(t, con2)
+	waitFor(t, "second member's outcomes", func() bool { return second.total() == 50 })
+	_ = stop2()
+	if d := second.get(idemkafka.Duplicate); d != 50 {
+		t.Errorf("second member: %d duplicates, want 50", d)
+	}
+	eff.requireOnce(t, all)
+	seen, calls := set.snapshot()
+	for _, id := range all {
+		if seen[id] != 1 {
+			t.Errorf("set handler received %q %d times, want 1", id, seen[id])
+		}
+	}
+	if len(seen) != len(all) {
+		t.Errorf("set handler received %d distinct values, want %d", len(seen), len(all))
+	}
+	if calls >= len(all) {
+		t.Errorf("set handler called %d times for %d records: not batched", calls, len(all))
+	}
+	requireCommittedToEnd(t, c, "g", "orders")
+}
+
+// TestSetHandlerPoisonFallback: a batch holding a poison record makes the set
+// handler fail; the batch is replayed record by record with the Handler,
+// which isolates the poison record: it is retried alone and dead-lettered,
+// the others commit once, and every offset is committed.
+func TestSetHandlerPoisonFallback(t *testing.T) {
+	t.Parallel()
+	c := cluster(t, 1, "orders")
+	all := []string{"p-0", "p-1", "poison", "p-2", "p-3"}
+	produce(t, c, "orders", all...)
+	db := testenv.SQLite(t)
+	eff := newEffects(t, db)
+	set := newSetRecorder()
+	set.fail = func(recs []*kgo.Record) error {
+		for _, r := range recs {
+			if string(r.Value) == "poison" {
+				return errors.New("batch holds poison")
+			}
+		}
+		return nil
+	}
+	var poisonRuns atomic.Int32
+	base := eff.handler("1")
+	each := func(ctx context.Context, tx *sql.Tx, r *kgo.Record) error {
+		if string(r.Value) == "poison" {
+			poisonRuns.Add(1)
+			return errors.New("boom")
+		}
+		return base(ctx, tx, r)
+	}
+	ta := newTally()
+	con, err := idemkafka.NewConsumer(newInbox(t, db, "g"), each, groupOpts(c, "g", "orders"), ta.option(),
+		idemkafka.WithSetHandler(set.handler("1")),
+		idemkafka.WithRetries(2, time.Millisecond, 5*time.Millisecond), idemkafka.WithDeadLetterTopic("dlq"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := running(t, con)
+	waitFor(t, "all outcomes", func() bool { return ta.total() == len(all) })
+	_ = stop()
+	eff.requireOnce(t, []string{"p-0", "p-1", "p-2", "p-3"})
+	if a, dl := ta.get(idemkafka.Applied), ta.get(idemkafka.DeadLettered); a != 4 || dl != 1 {
+		t.Errorf("applied %d, dead-lettered %d; want 4, 1", a, dl)
+	}
+	if n := poisonRuns.Load(); n != 3 {
+		t.Errorf("per-record handler ran %d times on the poison record, want 3 (batch replay + 2 retries)", n)
+	}
+	dl := readTopic(t, c, "dlq", 1)
+	if len(dl) != 1 || string(dl[0].Value) != "poison" {
+		t.Fatalf("dead letters %v, want the poison record", dl)
+	}
+	if hs := headers(dl[0]); hs[idemkafka.HeaderDLQReason] != idemkafka.ReasonHandler || hs[idemkafka.HeaderDLQAttempts] != "3" || hs[idemkafka.HeaderDLQOffset] != "2" {
+		t.Errorf("dead letter headers %v", hs)
+	}
+	requireCommittedToEnd(t, c, "g", "orders")
+}
+
+// TestSetHandlerNoFallback: a set handler without a per-record Handler that
+// keeps failing fails the whole batch: it is retried as a whole, then Run
+// returns an error wrapping the *inbox.HandlerError; nothing is applied and
+// no offset is committed. The next member consumes every record again and,
+// the handler fixed, applies each once.
+func TestSetHandlerNoFallback(t *testing.T) {
+	t.Parallel()
+	c := cluster(t, 1, "orders")
+	all := ids("n", 8)
+	produce(t, c, "orders", all...)
+	db := testenv.SQLite(t)
+	eff := newEffects(t, db)
+	set := newSetRecorder()
+	var broken atomic.Bool
+	broken.Store(true)
+	set.fail = func([]*kgo.Record) error {
+		if broken.Load() {
+			return errors.New("set broken")
+		}
+		return nil
+	}
+	ta := newTally()
+	con, err := idemkafka.NewConsumer(newInbox(t, db, "g"), nil, groupOpts(c, "g", "orders"), ta.option(),
+		idemkafka.WithSetHandler(set.handler("1")),
+		idemkafka.WithRetries(2, time.Millisecond, 5*time.Millisecond), idemkafka.WithDeadLetterTopic("dlq"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = con.Run(ctx)
+	con.Close()
+	var he *inbox.HandlerError
+	if !errors.As(err, &he) || !strings.Contains(err.Error(), "set broken") {
+		t.Fatalf("Run = %v, want an error wrapping *inbox.HandlerError", err)
+	}
+	if _, calls := set.snapshot(); calls < 3 {
+		t.Errorf("set handler called %d times, want at least 3 (first try + 2 retries)", calls)
+	}
+	if n := ta.total(); n != 0 {
+		t.Errorf("%d outcomes reported, want 0", n)
+	}
+	if got := eff.counts(t); len(got) != 0 {
+		t.Errorf("effects applied: %v", got)
+	}
+	if got := committed(t, c, "g", "orders"); len(got) != 0 {
+		t.Errorf("offsets committed after a failed batch: %v", got)
+	}
+
+	// A permanent error is not retried.
+	set2 := newSetRecorder()
+	set2.fail = func([]*kgo.Record) error { return idem.Permanent(errors.New("malformed")) }
+	con2, err := idemkafka.NewConsumer(newInbox(t, db, "g"), nil, groupOpts(c, "g", "orders"),
+		idemkafka.WithSetHandler(set2.handler("2")), idemkafka.WithRetries(2, time.Millisecond, 5*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := con2.Run(ctx); !idem.IsPermanent(err) {
+		t.Errorf("Run = %v, want the permanent error", err)
+	}
+	con2.Close()
+	if _, calls := set2.snapshot(); calls != 1 {
+		t.Errorf("permanent failure: set handler called %d times, want 1", calls)
+	}
+
+	broken.Store(false)
+	ta3 := newTally()
+	con3, err := idemkafka.NewConsumer(newInbox(t, db, "g"), nil, groupOpts(c, "g", "orders"),
+		idemkafka.WithSetHandler(set.handler("3")), ta3.option())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := running(t, con3)
+	waitFor(t, "outcomes after the fix", func() bool { return ta3.total() == len(all) })
+	_ = stop()
+	if a := ta3.get(idemkafka.Applied); a != len(all) {
+		t.Errorf("applied %d after the fix, want %d", a, len(all))
+	}
+	eff.requireOnce(t, all)
+	requireCommittedToEnd(t, c, "g", "orders")
+}
+
+// TestSetHandlerOptions: WithSetHandler is for inbox mode; NewConsumer needs
+// a Handler or a set handler.
+func TestSetHandlerOptions(t *testing.T) {
+	t.Parallel()
+	c := cluster(t, 1, "orders")
+	db := testenv.SQLite(t)
+	in := newInbox(t, db, "g")
+	set := func(context.Context, *sql.Tx, []*kgo.Record) error { return nil }
+	if _, err := idemkafka.NewConsumer(in, nil, groupOpts(c, "g", "orders")); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("no handler at all: %v", err)
+	}
+	if _, err := idemkafka.NewConsumer(in, nil, groupOpts(c, "g", "orders"), idemkafka.WithSetHandler(nil)); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("nil set handler: %v", err)
+	}
+	h := func(context.Context, *sql.Tx, *kgo.Record) error { return nil }
+	if _, err := idemkafka.NewOffsetConsumer(db, sqldialect.SQLite, h, groupOpts(c, "g", "orders"), idemkafka.WithSetHandler(set)); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("offsets mode with a set handler: %v", err)
+	}
+	con, err := idemkafka.NewConsumer(in, nil, groupOpts(c, "g", "orders"), idemkafka.WithSetHandler(set))
+	if err != nil {
+		t.Fatal(err)
+	}
+	con.Close()
+}

@@ -1,0 +1,281 @@
+package idemnats_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/adapters/idemnats"
+	"github.com/idem-go/idem/inbox"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// setRecorder is a set handler writing all its messages' effects with one
+// multi-row INSERT, and counting how often each key reached it.
+type setRecorder struct {
+	e     *effects
+	mu    sync.Mutex
+	seen  map[string]int
+	calls int
+	fail  func(msgs []jetstream.Msg) error
+}
+
+func newSetRecorder(e *effects) *setRecorder { return &setRecorder{e: e, seen: map[string]int{}} }
+
+func (s *setRecorder) handle(ctx context.Context, tx *sql.Tx, msgs []jetstream.Msg) error {
+	s.mu.Lock()
+	s.calls++
+	for _, m := range msgs {
+		s.seen[m.Headers().Get(jetstream.MsgIDHeader)]++
+	}
+	fail := s.fail
+	s.mu.Unlock()
+	if len(msgs) == 0 {
+		return errors.New("set handler called with no messages")
+	}
+	if fail != nil {
+		if err := fail(msgs); err != nil {
+			return err
+		}
+	}
+	q := "INSERT INTO effects (key, data) VALUES " + strings.Repeat("(?, ?), ", len(msgs)-1) + "(?, ?)"
+	args := make([]any, 0, 2*len(msgs))
+	for _, m := range msgs {
+		args = append(args, m.Headers().Get(jetstream.MsgIDHeader), string(m.Data()))
+	}
+	_, err := tx.ExecContext(ctx, q, args...)
+	return err
+}
+
+func (s *setRecorder) snapshot() (map[string]int, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := make(map[string]int, len(s.seen))
+	for k, v := range s.seen {
+		m[k] = v
+	}
+	return m, s.calls
+}
+
+// With a set handler and no per-message handler: the consumer dies after
+// the commit and before the acks; the restarted consumer gets the
+// redeliveries and acks them as duplicates without calling the set handler
+// again. Every message reaches the set handler once and is applied once.
+func TestSetHandlerAppliesOnce(t *testing.T) {
+	t.Parallel()
+	s := runServer(t, t.TempDir(), -1)
+	_, js := connect(t, s.ClientURL())
+	cons := setup(t, js)
+	e := newEffects(t)
+	set := newSetRecorder(e)
+	const n = 30
+	for i := range n {
+		publish(t, js, "orders.created", fmt.Sprintf("order-%d", i), fmt.Sprint(i))
+	}
+	// A producer retry inside the duplicate window: dropped by the stream.
+	publish(t, js, "orders.created", "order-0", "0")
+
+	nc1, js1 := connect(t, s.ClientURL())
+	cons1, err := js1.Consumer(context.Background(), "ORDERS", "worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1, err := idemnats.NewConsumer(cons1, e.in, nil, idemnats.WithSetHandler(set.handle), idemnats.WithBatchSize(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	idemnats.SetAfterCommit(c1, nc1.Close) // committed, never acked
+	if err := c1.Run(context.Background()); !errors.Is(err, idemnats.ErrClosed) {
+		t.Fatalf("Run after the connection closed = %v, want ErrClosed", err)
+	}
+	committed := len(e.counts(t))
+	if committed == 0 {
+		t.Fatal("nothing committed before the crash")
+	}
+
+	var ev events
+	c2, err := idemnats.NewConsumer(cons, e.in, nil, idemnats.WithSetHandler(set.handle), idemnats.WithObserver(ev.observe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := start(c2)
+	waitFor(t, 20*time.Second, "redeliveries acked", func() bool {
+		return ev.count(idemnats.Duplicate) == committed && ev.count(idemnats.Applied) == n-committed
+	})
+	if err := r.stop(t); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v, want context.Canceled", err)
+	}
+	counts := e.counts(t)
+	seen, calls := set.snapshot()
+	for i := range n {
+		k := fmt.Sprintf("order-%d", i)
+		if counts[k] != 1 || seen[k] != 1 {
+			t.Errorf("%s: applied %d times, given to the set handler %d times; want 1, 1", k, counts[k], seen[k])
+		}
+	}
+	if len(counts) != n {
+		t.Errorf("%d keys applied, want %d", len(counts), n)
+	}
+	if calls >= n {
+		t.Errorf("set handler called %d times for %d messages: not batched", calls, n)
+	}
+	if info := consumerInfo(t, js); info.NumAckPending != 0 || info.NumPending != 0 {
+		t.Fatalf("num_ack_pending %d, num_pending %d; want 0, 0", info.NumAckPending, info.NumPending)
+	}
+}
+
+// A group holding a poison message makes the set handler fail; the group is
+// run again message by message with the Handler, which isolates the poison
+// message: it is nak'd, redelivered and dead-lettered at the delivery
+// limit, while the others commit once and are acked.
+func TestSetHandlerPoisonFallback(t *testing.T) {
+	t.Parallel()
+	s := runServer(t, t.TempDir(), -1)
+	_, js := connect(t, s.ClientURL())
+	cons := setup(t, js)
+	e := newEffects(t)
+	set := newSetRecorder(e)
+	set.fail = func(msgs []jetstream.Msg) error {
+		for _, m := range msgs {
+			if m.Headers().Get(jetstream.MsgIDHeader) == "poison" {
+				return errors.New("group holds poison")
+			}
+		}
+		return nil
+	}
+	var poisonRuns atomic.Int32
+	each := func(ctx context.Context, tx *sql.Tx, m jetstream.Msg) error {
+		if m.Headers().Get(jetstream.MsgIDHeader) == "poison" {
+			poisonRuns.Add(1)
+			return errors.New("cannot parse amount")
+		}
+		return e.apply(ctx, tx, m)
+	}
+	for _, id := range []string{"good-1", "good-2", "poison", "good-3", "good-4"} {
+		publish(t, js, "orders.created", id, id)
+	}
+	var ev events
+	c, err := idemnats.NewConsumer(cons, e.in, each, idemnats.WithSetHandler(set.handle),
+		idemnats.WithMaxDeliveries(3), idemnats.WithRetryDelay(10*time.Millisecond, 40*time.Millisecond),
+		idemnats.WithDeadLetter(js, "dlq.orders"), idemnats.WithObserver(ev.observe), idemnats.WithMaxWait(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := start(c)
+	waitFor(t, 20*time.Second, "the dead letter", func() bool { return ev.count(idemnats.DeadLettered) == 1 })
+	waitFor(t, 5*time.Second, "acks", func() bool { return consumerInfo(t, js).NumAckPending == 0 })
+	if err := r.stop(t); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v", err)
+	}
+	got := e.counts(t)
+	for _, k := range []string{"good-1", "good-2", "good-3", "good-4"} {
+		if got[k] != 1 {
+			t.Errorf("%s applied %d times, want 1", k, got[k])
+		}
+	}
+	if len(got) != 4 || ev.count(idemnats.Applied) != 4 {
+		t.Errorf("effects %v, applied events %d; want the four good messages", got, ev.count(idemnats.Applied))
+	}
+	if n := poisonRuns.Load(); n != 3 {
+		t.Errorf("the Handler ran %d times on the poison message, want 3 (one per delivery)", n)
+	}
+	dlq, err := js.OrderedConsumer(context.Background(), "DLQ", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := dlq.Next(jetstream.FetchMaxWait(5 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := m.Headers(); string(m.Data()) != "poison" || h.Get(idemnats.HeaderReason) != idemnats.ReasonMaxDeliver || h.Get(idemnats.HeaderNumDelivered) != "3" {
+		t.Errorf("dead letter %q, headers %v", m.Data(), h)
+	}
+}
+
+// A set handler without a per-message handler that fails fails the whole
+// group: nothing is applied or acked, every message is nak'd and
+// redelivered, and none is dead-lettered for it, even past the delivery
+// limit. Once the handler works, each message is applied once.
+func TestSetHandlerNoFallback(t *testing.T) {
+	t.Parallel()
+	s := runServer(t, t.TempDir(), -1)
+	_, js := connect(t, s.ClientURL())
+	cons := setup(t, js)
+	e := newEffects(t)
+	set := newSetRecorder(e)
+	var broken atomic.Bool
+	broken.Store(true)
+	set.fail = func([]jetstream.Msg) error {
+		if broken.Load() {
+			return errors.New("set broken")
+		}
+		return nil
+	}
+	const n = 6
+	for i := range n {
+		publish(t, js, "orders.created", fmt.Sprintf("order-%d", i), fmt.Sprint(i))
+	}
+	var ev events
+	c, err := idemnats.NewConsumer(cons, e.in, nil, idemnats.WithSetHandler(set.handle),
+		idemnats.WithMaxDeliveries(2), idemnats.WithRetryDelay(10*time.Millisecond, 20*time.Millisecond),
+		idemnats.WithDeadLetter(js, "dlq.orders"), idemnats.WithObserver(ev.observe), idemnats.WithMaxWait(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := start(c)
+	waitFor(t, 20*time.Second, "three rounds of redeliveries", func() bool { return ev.count(idemnats.Retried) >= 3*n })
+	info := consumerInfo(t, js)
+	if info.AckFloor.Consumer != 0 || len(e.counts(t)) != 0 || ev.count(idemnats.Applied) != 0 || ev.count(idemnats.DeadLettered) != 0 {
+		t.Fatalf("while the set handler fails: ack floor %d, effects %v, applied %d, dead-lettered %d; want nothing",
+			info.AckFloor.Consumer, e.counts(t), ev.count(idemnats.Applied), ev.count(idemnats.DeadLettered))
+	}
+	ev.mu.Lock()
+	for _, x := range ev.all {
+		var he *inbox.HandlerError
+		if !errors.As(x.Err, &he) {
+			t.Errorf("retried event error %v, want an *inbox.HandlerError", x.Err)
+			break
+		}
+	}
+	ev.mu.Unlock()
+
+	broken.Store(false)
+	waitFor(t, 20*time.Second, "all applied", func() bool { return ev.count(idemnats.Applied) == n })
+	waitFor(t, 5*time.Second, "acks", func() bool { return consumerInfo(t, js).NumAckPending == 0 })
+	if err := r.stop(t); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v", err)
+	}
+	got := e.counts(t)
+	for i := range n {
+		if k := fmt.Sprintf("order-%d", i); got[k] != 1 {
+			t.Errorf("%s applied %d times, want 1", k, got[k])
+		}
+	}
+	if ev.count(idemnats.DeadLettered) != 0 {
+		t.Errorf("%d dead-lettered, want 0", ev.count(idemnats.DeadLettered))
+	}
+}
+
+func TestSetHandlerOptions(t *testing.T) {
+	t.Parallel()
+	s := runServer(t, t.TempDir(), -1)
+	_, js := connect(t, s.ClientURL())
+	cons := setup(t, js)
+	e := newEffects(t)
+	if _, err := idemnats.NewConsumer(cons, e.in, nil); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("no handler: %v", err)
+	}
+	if _, err := idemnats.NewConsumer(cons, e.in, nil, idemnats.WithSetHandler(nil)); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("nil set handler: %v", err)
+	}
+	if _, err := idemnats.NewPublisher(js, idemnats.WithSetHandler(newSetRecorder(e).handle)); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("set handler on a publisher: %v", err)
+	}
+}
