@@ -3,7 +3,11 @@ package idemamqp_test
 import (
 	"context"
 	"database/sql"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
+	"math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,7 +21,13 @@ import (
 // or one multiple-ack per 500 as the Consumer does for a clean group)
 // with the Consumer applying every delivery through a SQLite inbox
 // (ProcessBatch per group; "effect": an INSERT per delivery in the same
-// transaction, "noop": the key only) and acking after the commit.
+// transaction, "noop": the key only) and acking after the commit. The
+// "set-" variants use WithSetHandler (ProcessBatchSet; the effect is one
+// multi-row INSERT per group); "random-keys" and "ordered-keys" publish
+// UUIDv4-like and UUIDv7-like (time-ordered) message-ids instead of
+// "order-<i>".
+//
+//	go test -run '^$' -bench Consume -benchtime 20000x ./adapters/idemamqp
 func BenchmarkConsume(b *testing.B) {
 	const prefetch, batch = 1000, 500
 	for _, ackEvery := range []int{1, batch} {
@@ -55,24 +65,41 @@ func BenchmarkConsume(b *testing.B) {
 		name   string
 		size   int
 		effect bool
-	}{{"inbox-batch-1-effect", 1, true}, {"inbox-batch-500-effect", batch, true}, {"inbox-batch-500-noop", batch, false}} {
+		set    bool             // WithSetHandler(setInsert), no per-delivery handler
+		key    func(int) string // message-ids; nil: "order-<i>"
+	}{
+		{name: "inbox-batch-1-effect", size: 1, effect: true},
+		{name: "inbox-batch-500-effect", size: batch, effect: true},
+		{name: "inbox-batch-500-noop", size: batch},
+		// Key shapes: random (UUIDv4-like) and time-ordered (UUIDv7-like)
+		// message-ids, per-delivery handler and set handler.
+		{name: "inbox-batch-500-effect-random-keys", size: batch, effect: true, key: randomID},
+		{name: "inbox-batch-500-effect-ordered-keys", size: batch, effect: true, key: timeOrderedID},
+		{name: "set-batch-500-effect-random-keys", size: batch, effect: true, set: true, key: randomID},
+		{name: "set-batch-500-effect-ordered-keys", size: batch, effect: true, set: true, key: timeOrderedID},
+	} {
 		b.Run(bc.name, func(b *testing.B) {
 			conn := dial(b)
 			tp := newTopology(b, conn, nil)
 			e := newEffects(b)
-			fill(b, conn, tp.queue, b.N)
+			fillKeys(b, conn, tp.queue, b.N, bc.key)
 			handler := noop
 			if bc.effect {
 				handler = e.apply
 			}
 			var settled atomic.Int64
 			done := make(chan struct{})
-			c, err := idemamqp.NewConsumer(conn, tp.queue, e.in, handler, idemamqp.WithPrefetch(prefetch), idemamqp.WithBatchSize(bc.size),
+			opts := []idemamqp.Option{idemamqp.WithPrefetch(prefetch), idemamqp.WithBatchSize(bc.size),
 				idemamqp.WithObserver(func(idemamqp.Event) {
 					if settled.Add(1) == int64(b.N) {
 						close(done)
 					}
-				}))
+				})}
+			if bc.set {
+				handler = nil
+				opts = append(opts, idemamqp.WithSetHandler(setInsert))
+			}
+			c, err := idemamqp.NewConsumer(conn, tp.queue, e.in, handler, opts...)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -91,8 +118,14 @@ func BenchmarkConsume(b *testing.B) {
 func startRun(c *idemamqp.Consumer) *runner { return start(c) }
 
 // fill publishes n messages with distinct message-ids, confirmed.
-func fill(b *testing.B, conn *amqp.Connection, queue string, n int) {
+func fill(b *testing.B, conn *amqp.Connection, queue string, n int) { fillKeys(b, conn, queue, n, nil) }
+
+// fillKeys is fill with the message-ids key(i) (nil: "order-<i>").
+func fillKeys(b *testing.B, conn *amqp.Connection, queue string, n int, key func(int) string) {
 	b.Helper()
+	if key == nil {
+		key = func(i int) string { return fmt.Sprintf("order-%d", i) }
+	}
 	ch, err := conn.Channel()
 	if err != nil {
 		b.Fatal(err)
@@ -106,7 +139,7 @@ func fill(b *testing.B, conn *amqp.Connection, queue string, n int) {
 	var last *amqp.DeferredConfirmation
 	for i := range n {
 		last, err = ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, false, false,
-			amqp.Publishing{MessageId: fmt.Sprintf("order-%d", i), Body: body, DeliveryMode: amqp.Persistent})
+			amqp.Publishing{MessageId: key(i), Body: body, DeliveryMode: amqp.Persistent})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -116,4 +149,52 @@ func fill(b *testing.B, conn *amqp.Connection, queue string, n int) {
 			}
 		}
 	}
+}
+
+// setInsert is the set handler of the benchmark: e.apply's INSERT as one
+// multi-row statement per group.
+func setInsert(ctx context.Context, tx *sql.Tx, ds []amqp.Delivery) error {
+	for lo := 0; lo < len(ds); lo += 500 {
+		chunk := ds[lo:min(lo+500, len(ds))]
+		q := "INSERT INTO effects (key, data) VALUES " + strings.Repeat("(?, ?), ", len(chunk)-1) + "(?, ?)"
+		args := make([]any, 0, 2*len(chunk))
+		for _, d := range chunk {
+			args = append(args, d.MessageId, string(d.Body))
+		}
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// randomID returns a random UUIDv4-shaped id as canonical text.
+func randomID(int) string {
+	var u [16]byte
+	binary.BigEndian.PutUint64(u[:8], rand.Uint64())
+	binary.BigEndian.PutUint64(u[8:], rand.Uint64())
+	u[6] = u[6]&0x0f | 0x40 // version 4
+	u[8] = u[8]&0x3f | 0x80 // variant 10
+	return uuidText(u)
+}
+
+// timeOrderedID returns a UUIDv7-shaped id (RFC 9562 layout: 48-bit Unix
+// millisecond timestamp, version 7, variant bits, random rest) as canonical
+// text: ids made later sort later, to the millisecond.
+func timeOrderedID(int) string {
+	var u [16]byte
+	ms := uint64(time.Now().UnixMilli())
+	for i := range 6 {
+		u[i] = byte(ms >> (40 - 8*i))
+	}
+	binary.BigEndian.PutUint16(u[6:], uint16(rand.Uint32()))
+	binary.BigEndian.PutUint64(u[8:], rand.Uint64())
+	u[6] = u[6]&0x0f | 0x70 // version 7
+	u[8] = u[8]&0x3f | 0x80 // variant 10
+	return uuidText(u)
+}
+
+func uuidText(u [16]byte) string {
+	h := hex.EncodeToString(u[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }

@@ -3,7 +3,11 @@ package idemnats_test
 import (
 	"context"
 	"database/sql"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
+	"math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,7 +22,13 @@ import (
 // pull-and-ack rate (Fetch + Ack, or the Messages iterator + Ack; no
 // database) with the Consumer applying every message through a SQLite inbox
 // (ProcessBatch per group; "effect": an INSERT per message in the same
-// transaction, "noop": the key only) and acking after the commit.
+// transaction, "noop": the key only) and acking after the commit. The
+// "set-" variants use WithSetHandler (ProcessBatchSet; the effect is one
+// multi-row INSERT per group); "random-keys" and "ordered-keys" publish
+// UUIDv4-like and UUIDv7-like (time-ordered) Nats-Msg-Ids instead of
+// "order-<i>".
+//
+//	go test -run '^$' -bench Consume -benchtime 20000x ./adapters/idemnats
 func BenchmarkConsume(b *testing.B) {
 	const batch = 500
 	b.Run("raw-fetch-ack", func(b *testing.B) {
@@ -92,27 +102,41 @@ func BenchmarkConsume(b *testing.B) {
 		size   int
 		effect bool
 		runs   int
+		set    bool             // WithSetHandler(setInsert), no per-message handler
+		key    func(int) string // message ids; nil: "order-<i>"
 	}{
-		{"inbox-batch-1-effect", 1, true, 1}, {"inbox-batch-500-effect", batch, true, 1},
-		{"inbox-batch-500-noop", batch, false, 1},
+		{name: "inbox-batch-1-effect", size: 1, effect: true, runs: 1},
+		{name: "inbox-batch-500-effect", size: batch, effect: true, runs: 1},
+		{name: "inbox-batch-500-noop", size: batch, runs: 1},
+		// Key shapes: random (UUIDv4-like) and time-ordered (UUIDv7-like)
+		// ids, per-message handler and set handler.
+		{name: "inbox-batch-500-effect-random-keys", size: batch, effect: true, runs: 1, key: randomID},
+		{name: "inbox-batch-500-effect-ordered-keys", size: batch, effect: true, runs: 1, key: timeOrderedID},
+		{name: "set-batch-500-effect-random-keys", size: batch, effect: true, runs: 1, set: true, key: randomID},
+		{name: "set-batch-500-effect-ordered-keys", size: batch, effect: true, runs: 1, set: true, key: timeOrderedID},
 	} {
 		size := bc.size
 		b.Run(bc.name, func(b *testing.B) {
 			_, js, cons := benchSetup(b)
 			e := newEffects(b)
-			fill(b, js, b.N)
+			fillKeys(b, js, b.N, bc.key)
 			var settled atomic.Int64
 			done := make(chan struct{})
 			handler := noop
 			if bc.effect {
 				handler = e.apply
 			}
-			c, err := idemnats.NewConsumer(cons, e.in, handler, idemnats.WithBatchSize(size),
+			opts := []idemnats.Option{idemnats.WithBatchSize(size),
 				idemnats.WithObserver(func(idemnats.Event) {
 					if settled.Add(1) == int64(b.N) {
 						close(done)
 					}
-				}))
+				})}
+			if bc.set {
+				handler = nil
+				opts = append(opts, idemnats.WithSetHandler(setInsert))
+			}
+			c, err := idemnats.NewConsumer(cons, e.in, handler, opts...)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -151,12 +175,18 @@ func benchSetup(b *testing.B) (*nats.Conn, jetstream.JetStream, jetstream.Consum
 }
 
 // fill publishes n messages with distinct ids, asynchronously.
-func fill(b *testing.B, js jetstream.JetStream, n int) {
+func fill(b *testing.B, js jetstream.JetStream, n int) { fillKeys(b, js, n, nil) }
+
+// fillKeys is fill with the message ids key(i) (nil: "order-<i>").
+func fillKeys(b *testing.B, js jetstream.JetStream, n int, key func(int) string) {
 	b.Helper()
+	if key == nil {
+		key = func(i int) string { return fmt.Sprintf("order-%d", i) }
+	}
 	data := make([]byte, 100)
 	for i := range n {
 		msg := &nats.Msg{Subject: "orders.created", Data: data, Header: nats.Header{}}
-		msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("order-%d", i))
+		msg.Header.Set(jetstream.MsgIDHeader, key(i))
 		if _, err := js.PublishMsgAsync(msg); err != nil {
 			b.Fatal(err)
 		}
@@ -168,4 +198,52 @@ func fill(b *testing.B, js jetstream.JetStream, n int) {
 			}
 		}
 	}
+}
+
+// setInsert is the set handler of the benchmark: e.apply's INSERT as one
+// multi-row statement per group.
+func setInsert(ctx context.Context, tx *sql.Tx, msgs []jetstream.Msg) error {
+	for lo := 0; lo < len(msgs); lo += 500 {
+		chunk := msgs[lo:min(lo+500, len(msgs))]
+		q := "INSERT INTO effects (key, data) VALUES " + strings.Repeat("(?, ?), ", len(chunk)-1) + "(?, ?)"
+		args := make([]any, 0, 2*len(chunk))
+		for _, m := range chunk {
+			args = append(args, m.Headers().Get(jetstream.MsgIDHeader), string(m.Data()))
+		}
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// randomID returns a random UUIDv4-shaped id as canonical text.
+func randomID(int) string {
+	var u [16]byte
+	binary.BigEndian.PutUint64(u[:8], rand.Uint64())
+	binary.BigEndian.PutUint64(u[8:], rand.Uint64())
+	u[6] = u[6]&0x0f | 0x40 // version 4
+	u[8] = u[8]&0x3f | 0x80 // variant 10
+	return uuidText(u)
+}
+
+// timeOrderedID returns a UUIDv7-shaped id (RFC 9562 layout: 48-bit Unix
+// millisecond timestamp, version 7, variant bits, random rest) as canonical
+// text: ids made later sort later, to the millisecond.
+func timeOrderedID(int) string {
+	var u [16]byte
+	ms := uint64(time.Now().UnixMilli())
+	for i := range 6 {
+		u[i] = byte(ms >> (40 - 8*i))
+	}
+	binary.BigEndian.PutUint16(u[6:], uint16(rand.Uint32()))
+	binary.BigEndian.PutUint64(u[8:], rand.Uint64())
+	u[6] = u[6]&0x0f | 0x70 // version 7
+	u[8] = u[8]&0x3f | 0x80 // variant 10
+	return uuidText(u)
+}
+
+func uuidText(u [16]byte) string {
+	h := hex.EncodeToString(u[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
