@@ -31,6 +31,17 @@
 //     This does not count as an attempt: the store, not the message, is at
 //     fault (fail closed).
 //
+// With [WithSetHandler] a group is applied with a [SetHandler] instead,
+// through [inbox.Inbox.ProcessBatchSet]: the keys are recorded with one
+// multi-row insert and the set handler is called once with the deliveries
+// whose keys were new, so a group costs a fixed number of statements. The
+// Handler given to NewConsumer is the fallback: if the set handler fails,
+// the group is run again delivery by delivery with the Handler, each in a
+// savepoint, and each delivery is then settled as above (a poison delivery
+// is retried and dead-lettered alone). Without a Handler, a failing set
+// handler is treated like a failed transaction: the whole group is nacked
+// with requeue after a pause, nothing acked, no attempt counted.
+//
 // The key is the message-id property by default ([MessageIDKey]), or what
 // [WithKey] derives. A delivery without a usable key cannot be
 // deduplicated: it is dead-lettered at once with [ReasonNoKey].

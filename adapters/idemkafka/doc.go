@@ -20,6 +20,31 @@
 //	defer c.Close()
 //	err = c.Run(ctx)
 //
+// # Set handlers
+//
+// [WithSetHandler] gives a [SetHandler] that applies a whole batch at once:
+// the batch's keys are recorded with one multi-row insert and the set
+// handler is called once, in the same transaction, with only the records
+// whose keys were new (inbox.ProcessBatchSet), so a batch costs a fixed
+// number of statements (one multi-row INSERT, one UPDATE of aggregated
+// amounts) instead of one per record. The Handler given to NewConsumer is
+// then the fallback: if the set handler fails, the transaction rolls back
+// and the batch is run again record by record with the Handler, each in a
+// savepoint, so a poison record is isolated, retried and dead-lettered as
+// below while the rest commit. The Handler may be nil; a failing set handler
+// then fails the whole batch: it is retried as a whole with the
+// [WithRetries] backoff, and Run then returns an error without marking
+// anything.
+//
+//	c, err := idemkafka.NewConsumer(in, creditOne, kopts,
+//		idemkafka.WithSetHandler(func(ctx context.Context, tx *sql.Tx, recs []*kgo.Record) error {
+//			return creditAll(ctx, tx, recs) // aggregate per wallet, one UPDATE
+//		}))
+//
+// Time-ordered keys (UUIDv7 in the idem-id header) keep the inbox's index
+// growing at its right edge; random keys (UUIDv4) scatter its inserts, which
+// costs the most on SQLite (see docs/adapters-kafka.md for measurements).
+//
 // # Keys
 //
 // By default a record's key is its idem-id header ([HeaderID]), which

@@ -35,6 +35,17 @@
 //     These failures do not count towards dead-lettering: the store, not the
 //     message, is at fault (fail closed).
 //
+// With [WithSetHandler] a group is applied with a [SetHandler] instead,
+// through [inbox.Inbox.ProcessBatchSet]: the keys are recorded with one
+// multi-row insert and the set handler is called once with the messages
+// whose keys were new, so a group costs a fixed number of statements. The
+// Handler given to NewConsumer is the fallback: if the set handler fails,
+// the group is run again message by message with the Handler, each in a
+// savepoint, and each message is then settled as above (a poison message is
+// nak'd and dead-lettered alone). Without a Handler, a failing set handler
+// is treated like a failed transaction: the whole group is nak'd, nothing
+// acked, nothing dead-lettered.
+//
 // The key is the Nats-Msg-Id header by default ([MsgIDKey]) or what
 // [WithKey] derives from the message. A message with no usable key (no
 // header, empty, longer than 255 bytes) cannot be deduplicated; it is

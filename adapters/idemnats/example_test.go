@@ -8,8 +8,10 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemnats"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/sqldialect"
@@ -109,4 +111,101 @@ func Example() {
 	// published seq=1 duplicate=true
 	// credit-7f3a: applied
 	// balance: 50
+}
+
+// A set handler credits a whole group with one UPDATE: the inbox records the
+// group's keys with one insert and passes the handler only the messages
+// whose keys were new. The per-message handler (nil here) would be the
+// fallback that isolates a message the set handler cannot apply.
+func ExampleWithSetHandler() {
+	dir, err := os.MkdirTemp("", "idemnats-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	ns, err := server.NewServer(&server.Options{JetStream: true, StoreDir: dir, Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		log.Fatal("nats-server not ready")
+	}
+	defer ns.WaitForShutdown()
+	defer ns.Shutdown()
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "WALLET", Subjects: []string{"wallet.>"}}); err != nil {
+		log.Fatal(err)
+	}
+	pub, err := idemnats.NewPublisher(js)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for id, amount := range map[string]string{"credit-1": "50", "credit-2": "25", "credit-3": "10"} {
+		if _, err := pub.Publish(ctx, &nats.Msg{Subject: "wallet.credit", Data: []byte(amount)}, id); err != nil {
+			log.Fatal(err)
+		}
+	}
+
+	db, err := sql.Open("sqlite", sqldialect.SQLiteDSN(filepath.Join(dir, "app.db")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec("CREATE TABLE wallets (id INTEGER PRIMARY KEY, balance INTEGER NOT NULL); INSERT INTO wallets VALUES (42, 0)"); err != nil {
+		log.Fatal(err)
+	}
+	in, err := inbox.New(db, sqldialect.SQLite, "wallet-service")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := in.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, "WALLET", jetstream.ConsumerConfig{Durable: "wallet-service", MaxDeliver: -1})
+	if err != nil {
+		log.Fatal(err)
+	}
+	creditAll := func(ctx context.Context, tx *sql.Tx, msgs []jetstream.Msg) error {
+		total := 0
+		for _, m := range msgs {
+			n, err := strconv.Atoi(string(m.Data()))
+			if err != nil {
+				return idem.Permanent(err)
+			}
+			total += n
+		}
+		_, err := tx.ExecContext(ctx, "UPDATE wallets SET balance = balance + ? WHERE id = 42", total)
+		return err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	settled := 0
+	c, err := idemnats.NewConsumer(cons, in, nil, idemnats.WithSetHandler(creditAll),
+		idemnats.WithObserver(func(e idemnats.Event) {
+			if settled++; settled == 3 {
+				stop()
+			}
+		}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := c.Run(runCtx); !errors.Is(err, context.Canceled) {
+		log.Fatal(err)
+	}
+	var balance int
+	if err := db.QueryRow("SELECT balance FROM wallets WHERE id = 42").Scan(&balance); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("balance:", balance)
+	// Output:
+	// balance: 85
 }
