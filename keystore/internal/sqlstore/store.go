@@ -34,6 +34,7 @@ type Store struct {
 	d         sqldialect.Dialect
 	q         *queries
 	st        *stmts // shared with scoped views
+	grp       *group // SQLite: group commit, shared with scoped views; nil for PostgreSQL
 	name      string // package name, prefixed to errors
 	scope     string
 	maxResult int
@@ -56,7 +57,11 @@ func New(db *sql.DB, d sqldialect.Dialect, name string, cfg Config) (*Store, err
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, d: d, q: q, st: &stmts{m: map[string]*sql.Stmt{}}, name: name, scope: cfg.Scope, maxResult: cfg.MaxResult}, nil
+	st := &Store{db: db, d: d, q: q, st: &stmts{m: map[string]*sql.Stmt{}}, name: name, scope: cfg.Scope, maxResult: cfg.MaxResult}
+	if d == sqldialect.SQLite {
+		st.grp = &group{}
+	}
+	return st, nil
 }
 
 // stmts are the store's prepared statements, prepared on first use (the
@@ -87,6 +92,14 @@ func (s *Store) prep(ctx context.Context, query string) (*sql.Stmt, error) {
 	return st, nil
 }
 
+// cached returns the prepared statement for query if there is one.
+func (s *Store) cached(query string) (*sql.Stmt, bool) {
+	s.st.mu.Lock()
+	defer s.st.mu.Unlock()
+	st, ok := s.st.m[query]
+	return st, ok && !s.st.closed
+}
+
 // Close releases the prepared statements of the store and its scoped
 // views; later calls return keystore.ErrClosed. It does not close the
 // *sql.DB.
@@ -103,30 +116,6 @@ func (s *Store) Close() error {
 	}
 	s.st.m = nil
 	return errors.Join(errs...)
-}
-
-// exec runs a prepared statement and returns the number of rows it
-// affected.
-func (s *Store) exec(ctx context.Context, query string, args ...any) (int64, error) {
-	st, err := s.prep(ctx, query)
-	if err != nil {
-		return 0, err
-	}
-	res, err := st.ExecContext(ctx, args...)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
-}
-
-// queryRow runs a prepared statement that returns at most one row and
-// scans it into dest; no row is sql.ErrNoRows.
-func (s *Store) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
-	st, err := s.prep(ctx, query)
-	if err != nil {
-		return err
-	}
-	return st.QueryRowContext(ctx, args...).Scan(dest...)
 }
 
 // Scope returns a view of the same table in another scope.
@@ -190,13 +179,15 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 		fp = nil // stored as NULL: not checked
 	}
 	var r row
-	err := s.retry(ctx, func() (err error) {
-		if s.d == sqldialect.Postgres {
-			r, err = s.reservePostgres(ctx, key, fp, lease)
-		} else {
-			r, err = s.reserveSQLite(ctx, key, fp, lease)
-		}
-		return err
+	err := s.retry(ctx, func() error {
+		return s.do(ctx, func(ctx context.Context, x runner) (err error) {
+			if s.d == sqldialect.Postgres {
+				r, err = s.reservePostgres(ctx, x, key, fp, lease)
+			} else {
+				r, err = s.reserveSQLite(ctx, x, key, fp, lease)
+			}
+			return err
+		})
 	})
 	if err != nil {
 		return keystore.Claim{}, fmt.Errorf("%s: reserve: %w", s.name, err)
@@ -218,9 +209,9 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 	return c, nil
 }
 
-func (s *Store) reservePostgres(ctx context.Context, key string, fp []byte, lease time.Duration) (row, error) {
+func (s *Store) reservePostgres(ctx context.Context, x runner, key string, fp []byte, lease time.Duration) (row, error) {
 	var r row
-	err := s.queryRow(ctx, s.q.reserve, []any{s.scope, []byte(key), fp, lease.Microseconds()},
+	err := x.queryRow(ctx, s.q.reserve, []any{s.scope, []byte(key), fp, lease.Microseconds()},
 		&r.acquired, &r.state, &r.token, &r.takeovers, &r.fp, &r.res, &r.expires)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, errRace
@@ -229,13 +220,13 @@ func (s *Store) reservePostgres(ctx context.Context, key string, fp []byte, leas
 }
 
 // reserveSQLite takes the key with one upsert, or reads the live row with
-// a second statement. Without a transaction around the two, the row may
-// change in between: if the read finds no live row, the caller runs both
-// again. A read that finds one is a correct answer as of that read, and the
-// upsert wrote nothing.
-func (s *Store) reserveSQLite(ctx context.Context, key string, fp []byte, lease time.Duration) (row, error) {
+// a second statement. Run alone, without a transaction around the two, the
+// row may change in between: if the read finds no live row, the caller runs
+// both again. A read that finds one is a correct answer as of that read, and
+// the upsert wrote nothing. In a group's transaction the two are atomic.
+func (s *Store) reserveSQLite(ctx context.Context, x runner, key string, fp []byte, lease time.Duration) (row, error) {
 	var r row
-	err := s.queryRow(ctx, s.q.reserve, []any{s.scope, []byte(key), fp, lease.Microseconds()},
+	err := x.queryRow(ctx, s.q.reserve, []any{s.scope, []byte(key), fp, lease.Microseconds()},
 		&r.token, &r.takeovers, &r.expires)
 	if err == nil {
 		r.acquired = true
@@ -244,7 +235,7 @@ func (s *Store) reserveSQLite(ctx context.Context, key string, fp []byte, lease 
 	if !errors.Is(err, sql.ErrNoRows) {
 		return r, err
 	}
-	err = s.queryRow(ctx, s.q.lookup, []any{s.scope, []byte(key)},
+	err = x.queryRow(ctx, s.q.lookup, []any{s.scope, []byte(key)},
 		&r.state, &r.token, &r.takeovers, &r.fp, &r.res, &r.expires)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, errRace
@@ -260,30 +251,32 @@ func (s *Store) Complete(ctx context.Context, c keystore.Claim, result []byte, t
 	if result == nil {
 		result = []byte{}
 	}
-	var n int64
-	err := s.retry(ctx, func() (err error) {
-		n, err = s.exec(ctx, s.q.complete, s.scope, []byte(c.Key), int64(c.Token), result, ttl.Microseconds())
-		return err
+	// Nothing updated means that this claim completed already (a retried
+	// Complete whose first reply was lost) or that the lease is gone; the
+	// second statement tells which.
+	var lost bool
+	err := s.retry(ctx, func() error {
+		return s.do(ctx, func(ctx context.Context, x runner) error {
+			lost = false
+			n, err := x.exec(ctx, s.q.complete, s.scope, []byte(c.Key), int64(c.Token), result, ttl.Microseconds())
+			if err != nil || n == 1 {
+				return err
+			}
+			var state int16
+			err = x.queryRow(ctx, s.q.tokenOf, []any{s.scope, []byte(c.Key), int64(c.Token)}, &state)
+			if errors.Is(err, sql.ErrNoRows) || (err == nil && state != stDone) {
+				lost, err = true, nil
+			}
+			return err
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("%s: complete: %w", s.name, err)
 	}
-	if n == 1 {
-		return nil
-	}
-	// Nothing updated: either this claim completed already (a retried
-	// Complete whose first reply was lost), or the lease is gone.
-	var state int16
-	err = s.retry(ctx, func() error {
-		return s.queryRow(ctx, s.q.tokenOf, []any{s.scope, []byte(c.Key), int64(c.Token)}, &state)
-	})
-	switch {
-	case err == nil && state == stDone:
-		return nil
-	case err == nil || errors.Is(err, sql.ErrNoRows):
+	if lost {
 		return keystore.LeaseLostError("complete", c.Key, c.Token)
 	}
-	return fmt.Errorf("%s: complete: %w", s.name, err)
+	return nil
 }
 
 // Release implements keystore.Store.Release.
@@ -292,9 +285,11 @@ func (s *Store) Release(ctx context.Context, c keystore.Claim) error {
 		return err
 	}
 	var n int64
-	err := s.retry(ctx, func() (err error) {
-		n, err = s.exec(ctx, s.q.release, s.scope, []byte(c.Key), int64(c.Token))
-		return err
+	err := s.retry(ctx, func() error {
+		return s.do(ctx, func(ctx context.Context, x runner) (err error) {
+			n, err = x.exec(ctx, s.q.release, s.scope, []byte(c.Key), int64(c.Token))
+			return err
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("%s: release: %w", s.name, err)
@@ -317,7 +312,7 @@ func (s *Store) Sweep(ctx context.Context, batch int) (int, error) {
 	for {
 		var n int64
 		err := s.retry(ctx, func() (err error) {
-			n, err = s.exec(ctx, s.q.sweep, batch)
+			n, err = runner{s: s}.exec(ctx, s.q.sweep, batch)
 			return err
 		})
 		total += int(n)

@@ -1,0 +1,184 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"sync"
+)
+
+// maxGroup bounds the operations that share one transaction.
+const maxGroup = 64
+
+// group commits the operations of concurrent callers together (SQLite
+// only). SQLite has one writer at a time, and each write transaction pays
+// for its locks and for WAL frames of pages that every operation touches
+// (the token counter, the right edge of the expiry index); with a group,
+// the callers that queued while one transaction ran share the next one.
+//
+// There is no background goroutine: the first caller to find no
+// transaction running leads. It takes the queue (its own operation
+// included), runs it in one transaction, and on its way out hands the lead
+// to the first caller still queued. Every caller returns only after the
+// transaction holding its operation has committed (or failed), so each
+// operation still takes effect between its call and its return.
+type group struct {
+	mu      sync.Mutex
+	queue   []*groupOp
+	leading bool
+}
+
+type groupOp struct {
+	ctx  context.Context
+	fn   func(context.Context, runner) error
+	err  error
+	done chan bool // receives true: lead the next batch; false: err is final
+}
+
+// do runs fn, alone or in a transaction shared with other callers' fns.
+// fn must set all its outputs on every run: if a shared transaction fails
+// in any of its operations, it is rolled back and each operation runs again
+// on its own.
+func (s *Store) do(ctx context.Context, fn func(context.Context, runner) error) error {
+	g := s.grp
+	if g == nil {
+		return fn(ctx, runner{s: s})
+	}
+	op := &groupOp{ctx: ctx, fn: fn, done: make(chan bool, 1)}
+	g.mu.Lock()
+	g.queue = append(g.queue, op)
+	if g.leading {
+		g.mu.Unlock()
+		if lead := <-op.done; !lead {
+			return op.err
+		}
+		g.mu.Lock()
+	}
+	g.leading = true
+	n := min(len(g.queue), maxGroup)
+	batch := g.queue[:n:n]
+	g.queue = g.queue[n:]
+	g.mu.Unlock()
+
+	s.runGroup(batch)
+	for _, o := range batch {
+		if o != op {
+			o.done <- false
+		}
+	}
+
+	g.mu.Lock()
+	if len(g.queue) > 0 {
+		next := g.queue[0] // stays queued: it takes its batch itself
+		g.mu.Unlock()
+		next.done <- true
+	} else {
+		g.leading = false
+		g.mu.Unlock()
+	}
+	return op.err
+}
+
+// runGroup runs the operations of batch and sets their errors.
+func (s *Store) runGroup(batch []*groupOp) {
+	live := batch[:0:0]
+	for _, o := range batch {
+		if err := o.ctx.Err(); err != nil {
+			o.err = err // never started
+			continue
+		}
+		live = append(live, o)
+	}
+	if len(live) == 1 {
+		live[0].err = live[0].fn(live[0].ctx, runner{s: s})
+		return
+	}
+	if len(live) == 0 {
+		return
+	}
+	// Prepare on the pool before the transaction takes a connection: with
+	// a pool of one (as idem serve opens SQLite), preparing inside it would
+	// wait for the connection the transaction holds.
+	if err := s.prepAll(live[0].ctx); err != nil {
+		for _, o := range live {
+			o.err = o.fn(o.ctx, runner{s: s})
+		}
+		return
+	}
+	// One caller's cancellation must not interrupt the statements of the
+	// others: the shared transaction runs without it.
+	tx, err := s.db.BeginTx(context.WithoutCancel(live[0].ctx), nil)
+	if err != nil {
+		for _, o := range live {
+			o.err = err // retryable (busy) or not, the caller's retry decides
+		}
+		return
+	}
+	for _, o := range live {
+		if err := o.fn(context.WithoutCancel(o.ctx), runner{s: s, tx: tx}); err != nil {
+			// Whatever failed may have aborted the transaction: roll it
+			// back and give every operation its own.
+			_ = tx.Rollback()
+			for _, o := range live {
+				o.err = o.fn(o.ctx, runner{s: s})
+			}
+			return
+		}
+	}
+	err = tx.Commit()
+	for _, o := range live {
+		o.err = err
+	}
+}
+
+// runner runs the store's prepared statements on the pool or, in a group,
+// inside the shared transaction.
+type runner struct {
+	s  *Store
+	tx *sql.Tx
+}
+
+// prepAll prepares the statements that grouped operations run.
+func (s *Store) prepAll(ctx context.Context) error {
+	for _, q := range []string{s.q.reserve, s.q.lookup, s.q.complete, s.q.tokenOf, s.q.release} {
+		if _, err := s.prep(ctx, q); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r runner) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	if r.tx == nil {
+		return r.s.prep(ctx, query)
+	}
+	if st, ok := r.s.cached(query); ok {
+		return r.tx.StmtContext(ctx, st), nil
+	}
+	// Not prepared on the pool yet: prepare it for this transaction only,
+	// on the connection the transaction holds.
+	return r.tx.PrepareContext(ctx, query)
+}
+
+// exec runs a prepared statement and returns the number of rows it
+// affected.
+func (r runner) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	st, err := r.stmt(ctx, query)
+	if err != nil {
+		return 0, err
+	}
+	res, err := st.ExecContext(ctx, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// queryRow runs a prepared statement that returns at most one row and
+// scans it into dest; no row is sql.ErrNoRows.
+func (r runner) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
+	st, err := r.stmt(ctx, query)
+	if err != nil {
+		return err
+	}
+	return st.QueryRowContext(ctx, args...).Scan(dest...)
+}
