@@ -139,6 +139,7 @@ func (in *Inbox) processBatch(ctx context.Context, msgs []Message, set SetHandle
 		}
 		return err
 	})
+	in.stmts.prepareMissed(ctx)
 	if in.cfg.hooks != nil {
 		d := time.Since(start)
 		for _, r := range results {

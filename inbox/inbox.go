@@ -149,6 +149,7 @@ func (in *Inbox) ProcessMessage(ctx context.Context, m Message, fn Handler) (app
 		applied, err = in.processOnce(ctx, m, fn)
 		return err
 	})
+	in.stmts.prepareMissed(ctx)
 	if in.cfg.hooks != nil {
 		in.cfg.hooks.Processed(in.consumer, applied, err, time.Since(start))
 	}

@@ -435,3 +435,45 @@ func TestDeadlockIsRetried(t *testing.T) {
 		}
 	})
 }
+
+// TestPoolOfOneConnection: SQLite is often opened with SetMaxOpenConns(1).
+// The transaction then holds the pool's only connection, so the inbox must
+// never wait for another one inside it (preparing a statement on the pool
+// there deadlocked). Every API runs on a fresh Inbox with one connection.
+func TestPoolOfOneConnection(t *testing.T) {
+	db := testenv.SQLite(t)
+	db.SetMaxOpenConns(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	nop := func(context.Context, *sql.Tx) error { return nil }
+	each := func(context.Context, *sql.Tx, inbox.Message) error { return nil }
+	set := func(context.Context, *sql.Tx, []inbox.Message) error { return nil }
+	for round := range 2 { // the second round runs on prepared statements
+		in, err := inbox.New(db, sqldialect.SQLite, fmt.Sprint("pool-of-one-", round))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := in.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 2 {
+			if _, err := in.Process(ctx, fmt.Sprint("k", i), nop); err != nil {
+				t.Fatalf("round %d: Process: %v", round, err)
+			}
+			msgs := []inbox.Message{{Key: fmt.Sprint("a", i)}, {Key: fmt.Sprint("b", i), Fingerprint: []byte("f")}, {Key: "k0"}}
+			if _, err := in.ProcessBatch(ctx, msgs, each); err != nil {
+				t.Fatalf("round %d: ProcessBatch: %v", round, err)
+			}
+			msgs = []inbox.Message{{Key: fmt.Sprint("c", i)}, {Key: fmt.Sprint("d", i)}, {Key: "k0"}}
+			if _, err := in.ProcessBatchSet(ctx, msgs, set, nil); err != nil {
+				t.Fatalf("round %d: ProcessBatchSet: %v", round, err)
+			}
+		}
+		if _, err := in.Sweep(ctx, time.Hour, 100); err != nil {
+			t.Fatalf("round %d: Sweep: %v", round, err)
+		}
+		if err := in.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

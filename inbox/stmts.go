@@ -22,9 +22,10 @@ const maxCachedStmts = 32
 // otherwise parse (SQLite) or prepare and close (MySQL, one round trip each)
 // every statement on every call. pgx caches statements itself.
 type stmts struct {
-	p  preparer
-	mu sync.Mutex
-	m  map[string]*sql.Stmt
+	p      preparer
+	mu     sync.Mutex
+	m      map[string]*sql.Stmt
+	missed map[string]struct{} // ran unprepared; prepared after the transaction
 }
 
 func newStmts(db Beginner, d sqldialect.Dialect) *stmts {
@@ -32,28 +33,62 @@ func newStmts(db Beginner, d sqldialect.Dialect) *stmts {
 	if !ok || d == sqldialect.Postgres {
 		return nil
 	}
-	return &stmts{p: p, m: make(map[string]*sql.Stmt)}
+	return &stmts{p: p, m: make(map[string]*sql.Stmt), missed: make(map[string]struct{})}
 }
 
-// get returns query prepared for tx, or nil when it is not cached (the caller
-// then runs the plain query).
+// get returns query prepared for tx, or nil when it is not cached yet (the
+// caller then runs the plain query, and the statement is prepared after the
+// transaction by prepareMissed).
+//
+// It never prepares on the pool itself: inside a transaction that holds
+// the pool's only connection (SetMaxOpenConns(1), common with SQLite),
+// preparing would wait for that connection forever.
 func (s *stmts) get(ctx context.Context, tx *sql.Tx, query string) *sql.Stmt {
 	if s == nil {
 		return nil
 	}
 	s.mu.Lock()
 	st, ok := s.m[query]
-	if !ok && len(s.m) < maxCachedStmts {
-		var err error
-		if st, err = s.p.PrepareContext(ctx, query); err == nil {
-			s.m[query] = st
-		}
+	if !ok && len(s.m)+len(s.missed) < maxCachedStmts {
+		s.missed[query] = struct{}{}
 	}
 	s.mu.Unlock()
-	if st == nil {
+	if !ok {
 		return nil
 	}
 	return tx.StmtContext(ctx, st)
+}
+
+// prepareMissed prepares, on the pool and outside any transaction, the
+// statements that get found uncached. Failures are left for the next time.
+func (s *stmts) prepareMissed(ctx context.Context) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	if len(s.missed) == 0 {
+		s.mu.Unlock()
+		return
+	}
+	qs := make([]string, 0, len(s.missed))
+	for q := range s.missed {
+		qs = append(qs, q)
+	}
+	clear(s.missed)
+	s.mu.Unlock()
+	for _, q := range qs {
+		st, err := s.p.PrepareContext(ctx, q)
+		if err != nil {
+			continue
+		}
+		s.mu.Lock()
+		if _, dup := s.m[q]; dup || len(s.m) >= maxCachedStmts {
+			_ = st.Close()
+		} else {
+			s.m[q] = st
+		}
+		s.mu.Unlock()
+	}
 }
 
 func (s *stmts) close() error {
