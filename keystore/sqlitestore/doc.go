@@ -13,9 +13,22 @@
 // statement; when the key is live, a second statement reads it. Complete and
 // Release are single conditional statements. A busy database is retried with
 // backoff. Tokens come from the counter table, so they increase across
-// Release, expiry and [Store.Sweep]. With concurrent writers, give the
-// *sql.DB one connection (SetMaxOpenConns(1)): writers then queue in
-// database/sql instead of in SQLite's busy handler, which sleeps.
+// Release, expiry and [Store.Sweep].
+//
+// # Group commit
+//
+// SQLite has one writer at a time, so concurrent calls of one Store (and of
+// its scoped views) commit together: the first caller to find no
+// transaction running leads, runs every Reserve, Complete and Release queued
+// behind it (up to 64) in one transaction, and hands the lead on. Each call
+// returns only after the transaction holding it committed, so each still
+// takes effect between its call and its return; if any statement of a
+// shared transaction fails, it is rolled back and each call runs again on
+// its own. A call whose ctx ends while it waits for its turn does not run.
+// Several processes sharing the file each group their own calls and take
+// turns through SQLite's write lock, as before. Give the *sql.DB one
+// connection (SetMaxOpenConns(1)), or a few: writers then queue in the store
+// instead of in SQLite's busy handler, which sleeps.
 //
 // With synchronous=NORMAL a committed Reserve or Complete survives a process
 // crash; a power loss may lose the last transactions, as SQLite documents,
