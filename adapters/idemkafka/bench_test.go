@@ -18,6 +18,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemkafka"
+	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/sqldialect"
@@ -39,7 +40,14 @@ const benchRecords = 20000
 //     millisecond timestamp, then random bits) from the "bench-v7" topic, so
 //     the inbox index grows at its right edge;
 //   - inbox-ordered: per-record handler with time-ordered keys, to separate
-//     the two effects.
+//     the two effects;
+//   - db-only-set-ordered: no broker at all. The same time-ordered records
+//     (same ids, same payload) go straight into a fresh SQLite inbox with
+//     inbox.ProcessBatchSet and the same set handler, in exactly the batch
+//     sizes that the consumer handed to ProcessBatchSet in the same
+//     iteration's set-ordered run (one batch per partition per poll). This is
+//     the ceiling of any consumer of this shape on this machine: what the
+//     store alone costs, with nothing fetched.
 //
 // Each iteration consumes benchRecords records from the start under a fresh
 // group and a fresh SQLite database in each variant, so group join time is
@@ -81,7 +89,9 @@ func BenchmarkConsume(b *testing.B) {
 
 	// The variants are interleaved in each iteration, so that the machine's
 	// load (shared, ±30% run to run) hits them alike.
-	var raw, batch, offs, setRandom, setOrdered, batchOrdered time.Duration
+	ordered := rs[benchRecords:]
+	var raw, batch, offs, setRandom, setOrdered, batchOrdered, dbOnly time.Duration
+	var batches, batchRecs int
 	for b.Loop() {
 		t0 := time.Now()
 		rawConsume(b, c, nextGroup())
@@ -89,8 +99,14 @@ func BenchmarkConsume(b *testing.B) {
 		batch += idemConsume(b, c, nextGroup(), "bench", modeInbox)
 		offs += idemConsume(b, c, nextGroup(), "bench", modeOffsets)
 		setRandom += idemConsume(b, c, nextGroup(), "bench", modeSet)
-		setOrdered += idemConsume(b, c, nextGroup(), "bench-v7", modeSet)
+		var sizes []int
+		setOrdered += idemConsume(b, c, nextGroup(), "bench-v7", modeSet, &sizes)
 		batchOrdered += idemConsume(b, c, nextGroup(), "bench-v7", modeInbox)
+		dbOnly += dbOnlySet(b, nextGroup(), ordered, sizes)
+		batches += len(sizes)
+		for _, n := range sizes {
+			batchRecs += n
+		}
 	}
 	rate := func(d time.Duration) float64 { return float64(benchRecords*b.N) / d.Seconds() }
 	b.ReportMetric(rate(raw), "raw-records/s")
@@ -99,11 +115,77 @@ func BenchmarkConsume(b *testing.B) {
 	b.ReportMetric(rate(setRandom), "set-random-records/s")
 	b.ReportMetric(rate(setOrdered), "set-ordered-records/s")
 	b.ReportMetric(rate(batchOrdered), "inbox-ordered-records/s")
+	b.ReportMetric(rate(dbOnly), "db-only-set-ordered-records/s")
+	b.ReportMetric(float64(batchRecs)/float64(batches), "set-ordered-records/batch")
 	b.ReportMetric(rate(batch)/rate(raw), "inbox/raw")
 	b.ReportMetric(rate(offs)/rate(raw), "offsets/raw")
 	b.ReportMetric(rate(setRandom)/rate(raw), "set-random/raw")
 	b.ReportMetric(rate(setOrdered)/rate(raw), "set-ordered/raw")
 	b.ReportMetric(rate(batchOrdered)/rate(raw), "inbox-ordered/raw")
+	b.ReportMetric(rate(dbOnly)/rate(raw), "db-only-set-ordered/raw")
+	b.ReportMetric(rate(setOrdered)/rate(dbOnly), "set-ordered/db-only")
+}
+
+// dbOnlySet feeds recs, in order, straight into a fresh SQLite inbox with
+// ProcessBatchSet and setInsert, in batches of the given sizes (those the
+// consumer formed), building the inbox messages as the consumer does (key
+// from the idem-id header, the record as the value). It returns the time
+// from the first batch to the last commit; creating and migrating the
+// database is outside it, as in idemConsume.
+func dbOnlySet(b *testing.B, group string, recs []*kgo.Record, sizes []int) time.Duration {
+	total := 0
+	for _, n := range sizes {
+		total += n
+	}
+	if total != len(recs) {
+		b.Fatalf("db-only: batch sizes add up to %d records, want %d", total, len(recs))
+	}
+	db := testenv.SQLite(b)
+	newEffects(b, db)
+	in := newInbox(b, db, group)
+	set := func(ctx context.Context, tx *sql.Tx, fresh []inbox.Message) error {
+		rs := make([]*kgo.Record, len(fresh))
+		for i, m := range fresh {
+			rs[i] = m.Value.(*kgo.Record)
+		}
+		return setInsert(ctx, tx, rs)
+	}
+	ctx := context.Background()
+	applied := 0
+	t0 := time.Now()
+	lo := 0
+	for _, n := range sizes {
+		msgs := make([]inbox.Message, 0, n)
+		for _, r := range recs[lo : lo+n] {
+			msgs = append(msgs, inbox.Message{Key: headerID(r), Value: r})
+		}
+		lo += n
+		results, err := in.ProcessBatchSet(ctx, msgs, set, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, res := range results {
+			if res.Applied {
+				applied++
+			}
+		}
+	}
+	d := time.Since(t0)
+	if applied != len(recs) {
+		b.Fatalf("db-only: %d of %d records applied", applied, len(recs))
+	}
+	return d
+}
+
+// headerID returns the record's idem-id header, as the consumer's default
+// key function reads it.
+func headerID(r *kgo.Record) string {
+	for _, h := range r.Headers {
+		if h.Key == idemkafka.HeaderID {
+			return string(h.Value)
+		}
+	}
+	return ""
 }
 
 // timeOrderedID returns a UUIDv7-shaped id (RFC 9562 layout: 48-bit Unix
@@ -150,8 +232,9 @@ func setInsert(ctx context.Context, tx *sql.Tx, recs []*kgo.Record) error {
 
 // idemConsume consumes every record of topic under group with a Consumer in
 // the given mode on a fresh SQLite database, and returns the time from Run to
-// the last record's outcome.
-func idemConsume(b *testing.B, c *kfake.Cluster, group, topic string, mode consumeMode) time.Duration {
+// the last record's outcome. In modeSet, when sizes is not nil, the number of
+// records of each batch given to the set handler is appended to it.
+func idemConsume(b *testing.B, c *kfake.Cluster, group, topic string, mode consumeMode, sizes ...*[]int) time.Duration {
 	db := testenv.SQLite(b)
 	eff := newEffects(b, db)
 	var done atomic.Int64
@@ -170,7 +253,15 @@ func idemConsume(b *testing.B, c *kfake.Cluster, group, topic string, mode consu
 			err = con.Migrate(context.Background())
 		}
 	case modeSet:
-		con, err = idemkafka.NewConsumer(newInbox(b, db, group), nil, groupOpts(c, group, topic), opt, idemkafka.WithSetHandler(setInsert))
+		set := setInsert
+		if len(sizes) > 0 && sizes[0] != nil {
+			// Read only after Run has returned (<-errc below).
+			set = func(ctx context.Context, tx *sql.Tx, recs []*kgo.Record) error {
+				*sizes[0] = append(*sizes[0], len(recs))
+				return setInsert(ctx, tx, recs)
+			}
+		}
+		con, err = idemkafka.NewConsumer(newInbox(b, db, group), nil, groupOpts(c, group, topic), opt, idemkafka.WithSetHandler(set))
 	default:
 		con, err = idemkafka.NewConsumer(newInbox(b, db, group), eff.handler(""), groupOpts(c, group, topic), opt)
 	}
