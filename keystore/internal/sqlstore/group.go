@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"sync"
 )
 
@@ -32,6 +33,23 @@ type groupOp struct {
 	fn   func(context.Context, runner) error
 	err  error
 	done chan bool // receives true: lead the next batch; false: err is final
+
+	// panicked is what fn panicked with: a panic must neither leave the
+	// group without a leader (every later call would wait forever) nor
+	// surface in another caller's goroutine, so it is recovered where it
+	// happens and raised again in the caller of its own operation.
+	panicked any
+}
+
+// call runs o.fn, turning a panic into an error for the batch.
+func (o *groupOp) call(ctx context.Context, x runner) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			o.panicked = p
+			err = fmt.Errorf("panic in a key store operation: %v", p)
+		}
+	}()
+	return o.fn(ctx, x)
 }
 
 // do runs fn, alone or in a transaction shared with other callers' fns.
@@ -49,6 +67,9 @@ func (s *Store) do(ctx context.Context, fn func(context.Context, runner) error) 
 	if g.leading {
 		g.mu.Unlock()
 		if lead := <-op.done; !lead {
+			if op.panicked != nil {
+				panic(op.panicked)
+			}
 			return op.err
 		}
 		g.mu.Lock()
@@ -75,6 +96,9 @@ func (s *Store) do(ctx context.Context, fn func(context.Context, runner) error) 
 		g.leading = false
 		g.mu.Unlock()
 	}
+	if op.panicked != nil {
+		panic(op.panicked)
+	}
 	return op.err
 }
 
@@ -89,7 +113,7 @@ func (s *Store) runGroup(batch []*groupOp) {
 		live = append(live, o)
 	}
 	if len(live) == 1 {
-		live[0].err = live[0].fn(live[0].ctx, runner{s: s})
+		live[0].err = live[0].call(live[0].ctx, runner{s: s})
 		return
 	}
 	if len(live) == 0 {
@@ -100,7 +124,7 @@ func (s *Store) runGroup(batch []*groupOp) {
 	// wait for the connection the transaction holds.
 	if err := s.prepAll(live[0].ctx); err != nil {
 		for _, o := range live {
-			o.err = o.fn(o.ctx, runner{s: s})
+			o.err = o.call(o.ctx, runner{s: s})
 		}
 		return
 	}
@@ -114,12 +138,12 @@ func (s *Store) runGroup(batch []*groupOp) {
 		return
 	}
 	for _, o := range live {
-		if err := o.fn(context.WithoutCancel(o.ctx), runner{s: s, tx: tx}); err != nil {
+		if err := o.call(context.WithoutCancel(o.ctx), runner{s: s, tx: tx}); err != nil {
 			// Whatever failed may have aborted the transaction: roll it
 			// back and give every operation its own.
 			_ = tx.Rollback()
 			for _, o := range live {
-				o.err = o.fn(o.ctx, runner{s: s})
+				o.err = o.call(o.ctx, runner{s: s})
 			}
 			return
 		}

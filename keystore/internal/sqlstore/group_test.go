@@ -218,3 +218,61 @@ func TestGroupFreshPoolOfOne(t *testing.T) {
 		t.Fatal("no operation ran in a shared transaction")
 	}
 }
+
+// TestGroupPanic: an operation that panics fails its batch with an error,
+// the panic reaches its own caller, and the group keeps working.
+func TestGroupPanic(t *testing.T) {
+	s := newGroupStore(t)
+	var grouped atomic.Int64
+	release, held := make(chan struct{}), make(chan struct{})
+	go func() {
+		_ = s.do(context.Background(), func(context.Context, runner) error { close(held); <-release; return nil })
+	}()
+	<-held
+	var wg sync.WaitGroup
+	var panicked atomic.Bool
+	errs := make(chan error, 1)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		defer func() { panicked.Store(recover() != nil) }()
+		_ = s.do(context.Background(), func(context.Context, runner) error { panic("boom") })
+	}()
+	go func() {
+		defer wg.Done()
+		errs <- s.do(context.Background(), insert(1, nil, &grouped))
+	}()
+	for {
+		s.grp.mu.Lock()
+		queued := len(s.grp.queue)
+		s.grp.mu.Unlock()
+		if queued == 2 {
+			break
+		}
+		runtime.Gosched()
+	}
+	close(release)
+	wg.Wait()
+	if !panicked.Load() {
+		t.Fatal("the panicking operation's caller did not see the panic")
+	}
+	if err := <-errs; err == nil {
+		// It may have run before the panicking one in the shared
+		// transaction, which was then never committed: nil would be a lie.
+		var n int
+		_ = s.db.QueryRow("SELECT COUNT(*) FROM g").Scan(&n)
+		if n != 1 {
+			t.Fatalf("the other operation reported success but wrote %d rows", n)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.do(context.Background(), insert(2, nil, &grouped)) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the group is stuck after a panic")
+	}
+}
