@@ -1,12 +1,15 @@
 package idemhttp_test
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +23,7 @@ import (
 	"github.com/idem-go/idem/keystore/memstore"
 	"github.com/idem-go/idem/keystore/redisstore"
 	"github.com/idem-go/idem/keystore/sqlitestore"
+	"github.com/idem-go/idem/sqldialect"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -70,6 +74,39 @@ func BenchmarkProxy(b *testing.B) {
 			if err := s.Migrate(b.Context()); err != nil {
 				b.Fatal(err)
 			}
+			return s
+		}},
+		// As idem serve opens SQLite: one connection, and WAL checkpoints
+		// left to a checkpointer on a second one.
+		{"sqlite-serve", func(b *testing.B) keystore.Store {
+			path := filepath.Join(b.TempDir(), "keys.db")
+			db, err := sql.Open("sqlite", sqldialect.SQLiteDSN(path)+sqlitestore.DSNSuffix)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { db.Close() })
+			db.SetMaxOpenConns(1)
+			cdb, err := sql.Open("sqlite", sqldialect.SQLiteDSN(path))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { cdb.Close() })
+			cdb.SetMaxOpenConns(1)
+			s, err := sqlitestore.New(db)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := s.Migrate(b.Context()); err != nil {
+				b.Fatal(err)
+			}
+			c, err := sqlitestore.NewCheckpointer(cdb, 100*time.Millisecond)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); _ = c.Run(ctx) }()
+			b.Cleanup(func() { cancel(); <-done })
 			return s
 		}},
 		{"sqlite", func(b *testing.B) keystore.Store {

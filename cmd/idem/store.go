@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/memstore"
@@ -77,7 +78,9 @@ func openStore(ctx context.Context, spec storeSpec, maxResult int) (*openedStore
 	case "sqlite", "postgres":
 		driver, dsn := "pgx", spec.arg
 		if spec.kind == "sqlite" {
-			driver, dsn = "sqlite", sqldialect.SQLiteDSN(spec.arg)
+			// Checkpoints are left to a checkpointer on its own
+			// connection (below), not done inside a request's commit.
+			driver, dsn = "sqlite", sqldialect.SQLiteDSN(spec.arg)+sqlitestore.DSNSuffix
 		}
 		db, err := sql.Open(driver, dsn)
 		if err != nil {
@@ -106,7 +109,15 @@ func openStore(ctx context.Context, spec storeSpec, maxResult int) (*openedStore
 			db.Close()
 			return nil, fmt.Errorf("%s store: %w", spec.kind, err)
 		}
-		return &openedStore{Store: s, ping: db.PingContext, close: db.Close}, nil
+		if spec.kind == "postgres" {
+			return &openedStore{Store: s, ping: db.PingContext, close: db.Close}, nil
+		}
+		stop, err := startCheckpointer(spec.arg)
+		if err != nil {
+			db.Close()
+			return nil, fmt.Errorf("sqlite store: %w", err)
+		}
+		return &openedStore{Store: s, ping: db.PingContext, close: func() error { return errors.Join(stop(), db.Close()) }}, nil
 	case "redis":
 		opt, err := redis.ParseURL(spec.arg)
 		if err != nil {
@@ -121,4 +132,32 @@ func openStore(ctx context.Context, spec storeSpec, maxResult int) (*openedStore
 		return &openedStore{Store: s, ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, close: rdb.Close}, nil
 	}
 	return nil, fmt.Errorf("%w: unknown store kind %q", errStoreSpec, spec.kind)
+}
+
+// startCheckpointer runs sqlitestore's WAL checkpointer on its own
+// connection to path until the returned stop is called.
+func startCheckpointer(path string) (stop func() error, err error) {
+	cdb, err := sql.Open("sqlite", sqldialect.SQLiteDSN(path))
+	if err != nil {
+		return nil, err
+	}
+	cdb.SetMaxOpenConns(1)
+	c, err := sqlitestore.NewCheckpointer(cdb, 100*time.Millisecond)
+	if err != nil {
+		cdb.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = c.Run(ctx)
+	}()
+	return func() error {
+		cancel()
+		<-done
+		// A last checkpoint, so that the WAL is copied back on a clean stop.
+		_, _, cerr := c.Checkpoint(context.Background())
+		return errors.Join(cerr, cdb.Close())
+	}, nil
 }
