@@ -30,6 +30,15 @@
 // connection (SetMaxOpenConns(1)), or a few: writers then queue in the store
 // instead of in SQLite's busy handler, which sleeps.
 //
+// # Checkpoints
+//
+// SQLite copies the WAL back into the database file in whichever commit
+// makes the WAL cross 1,000 pages, and every call queued behind that commit
+// waits for the copy and its fsync. A [Checkpointer] on a second connection
+// does that work off the write path; open the store's pool with [DSNSuffix]
+// so that its own connection checkpoints only as a backstop. idem serve does
+// both.
+//
 // With synchronous=NORMAL a committed Reserve or Complete survives a process
 // crash; a power loss may lose the last transactions, as SQLite documents,
 // which can turn a completed key back into absent or in progress: the effect
