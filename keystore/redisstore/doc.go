@@ -3,7 +3,8 @@
 //
 // Each operation is one Lua script, run with EVALSHA (falling back to EVAL
 // when Redis does not have it cached): atomic on the server, one round
-// trip. A key is a hash at PREFIX{scope}:k:KEY; the scope is a Cluster hash
+// trip. A key is one string, six MessagePack values packed and unpacked by
+// the scripts, at PREFIX{scope}:s:KEY; the scope is a Cluster hash
 // tag, so a scope's keys and its token counter (PREFIX{scope}:t) share one
 // slot and the scripts may touch both. Times are Redis's: TIME for the
 // expiry reported in claims, and the key's PX expiry for the lease (plus a

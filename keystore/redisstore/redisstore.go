@@ -91,7 +91,10 @@ func (s *Store) Scope(name string) (keystore.Store, error) {
 func (s *Store) MaxResultSize() int { return s.maxResult }
 
 // RedisKey returns the Redis key that holds key, for operators and tests.
-func (s *Store) RedisKey(key string) string { return s.base + "k:" + key }
+// Its value is six MessagePack values (state, token, expiry, nonce,
+// fingerprint, result). Keys written by versions before the string format
+// lived under "k:" as hashes; they are ignored and expire on their own.
+func (s *Store) RedisKey(key string) string { return s.base + "s:" + key }
 
 // Reserve implements [keystore.Store.Reserve] with one Lua script (EVALSHA,
 // falling back to EVAL): one round trip, atomic on the server. The lease is
