@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/idem-go/idem/inbox"
@@ -274,6 +275,77 @@ func TestProcessBatchSetFailure(t *testing.T) {
 
 		if _, err := e.in.ProcessBatchSet(ctx, msgs, nil, each); !errors.Is(err, inbox.ErrInvalidArgument) {
 			t.Fatalf("nil set handler: err = %v, want ErrInvalidArgument", err)
+		}
+	})
+}
+
+// TestProcessBatchSetConcurrentDuplicates: eight deliveries of overlapping
+// batches race through two connection pools (as two consumer processes
+// would). Every message is credited exactly once, and the set handlers
+// together see each key once.
+func TestProcessBatchSetConcurrentDuplicates(t *testing.T) {
+	forEach(t, func(t *testing.T, b backend) {
+		e := setup(t, b)
+		ctx := context.Background()
+		var mu sync.Mutex
+		seen := map[string]int{}
+		var want int64
+		batches := make([][]inbox.Message, 4)
+		for i := range 12 {
+			m := inbox.Message{Key: fmt.Sprintf("m-%02d", i), Value: int64(1) << i}
+			want += m.Value.(int64)
+			for j := range batches { // each message in two or three batches
+				if i%4 == j || (i+1)%4 == j || i%3 == j {
+					batches[j] = append(batches[j], m)
+				}
+			}
+		}
+		set := func(ctx context.Context, tx *sql.Tx, fresh []inbox.Message) error {
+			var sum int64
+			for _, m := range fresh {
+				sum += m.Value.(int64)
+			}
+			if err := e.credit(1, sum)(ctx, tx); err != nil {
+				return err
+			}
+			// Counted only if this transaction commits: the caller adds
+			// them after a nil error.
+			return nil
+		}
+		var wg sync.WaitGroup
+		for g := range 8 {
+			in := e.in
+			if g%2 == 1 {
+				var err error
+				if in, err = inbox.New(e.db2, b.d, "wallet-consumer"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := in.ProcessBatchSet(ctx, batches[g%4], set, nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				for _, r := range res {
+					if r.Applied {
+						seen[r.Key]++
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		for k, n := range seen {
+			if n != 1 {
+				t.Errorf("%s applied %d times", k, n)
+			}
+		}
+		if got := e.balance(1); got != want || e.keys() != 12 || len(seen) != 12 {
+			t.Fatalf("balance %d keys %d applied %d, want %d, 12 and 12", got, e.keys(), len(seen), want)
 		}
 	})
 }

@@ -38,7 +38,7 @@ func crashChild() {
 	if err != nil {
 		panic(err)
 	}
-	_, err = in.Process(context.Background(), "evt-1", func(ctx context.Context, tx *sql.Tx) error {
+	effect := func(ctx context.Context, tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, "UPDATE wallet SET balance = balance + 50 WHERE id = 1"); err != nil {
 			return err
 		}
@@ -46,7 +46,13 @@ func crashChild() {
 			os.Exit(3)
 		}
 		return nil
-	})
+	}
+	if os.Getenv("IDEM_INBOX_CRASH_API") == "set" {
+		_, err = in.ProcessBatchSet(context.Background(), []inbox.Message{{Key: "evt-1"}},
+			func(ctx context.Context, tx *sql.Tx, _ []inbox.Message) error { return effect(ctx, tx) }, nil)
+	} else {
+		_, err = in.Process(context.Background(), "evt-1", effect)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -60,65 +66,67 @@ func crashChild() {
 func TestCrash(t *testing.T) {
 	drivers := map[sqldialect.Dialect]string{sqldialect.SQLite: "sqlite", sqldialect.Postgres: "pgx", sqldialect.MySQL: "mysql"}
 	forEach(t, func(t *testing.T, b backend) {
-		for _, at := range []string{crashInHandler, crashAfterCommit, crashNever} {
-			t.Run(at, func(t *testing.T) {
-				var dsn string
-				switch b.d {
-				case sqldialect.SQLite:
-					dsn = sqldialect.SQLiteDSN(t.TempDir() + "/crash.db")
-				default:
-					db, _ := b.open(t)
-					dsn = dsnOf(t, b, db)
-				}
-				db, err := sql.Open(drivers[b.d], dsn)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer db.Close()
-				in, _ := inbox.New(db, b.d, "wallet-consumer")
-				e := &env{t: t, d: b.d, db: db, in: in}
-				if err := in.Migrate(context.Background()); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := db.Exec("CREATE TABLE wallet (id INT PRIMARY KEY, balance BIGINT NOT NULL)"); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := db.Exec("INSERT INTO wallet (id, balance) VALUES (1, 0)"); err != nil {
-					t.Fatal(err)
-				}
-
-				cmd := exec.Command(os.Args[0], "-test.run=^$")
-				cmd.Env = append(os.Environ(), crashEnv+"="+at, "IDEM_INBOX_CRASH_DIALECT="+b.d.String(),
-					"IDEM_INBOX_CRASH_DRIVER="+drivers[b.d], "IDEM_INBOX_CRASH_DSN="+dsn)
-				out, err := cmd.CombinedOutput()
-				wantCode := 3
-				if at == crashNever {
-					wantCode = 0
-				}
-				if code := cmd.ProcessState.ExitCode(); code != wantCode {
-					t.Fatalf("child exited %d (%v), want %d: %s", code, err, wantCode, out)
-				}
-				wantBefore := int64(50)
-				if at == crashInHandler {
-					wantBefore = 0
-				}
-				if got := e.balance(1); got != wantBefore {
-					t.Fatalf("after the crash %s: balance %d, want %d", at, got, wantBefore)
-				}
-				// The broker redelivers (twice, for good measure).
-				for i := 0; i < 2; i++ {
-					applied, err := in.Process(context.Background(), "evt-1", e.credit(1, 50))
+		for _, api := range []string{"process", "set"} {
+			for _, at := range []string{crashInHandler, crashAfterCommit, crashNever} {
+				t.Run(api+"/"+at, func(t *testing.T) {
+					var dsn string
+					switch b.d {
+					case sqldialect.SQLite:
+						dsn = sqldialect.SQLiteDSN(t.TempDir() + "/crash.db")
+					default:
+						db, _ := b.open(t)
+						dsn = dsnOf(t, b, db)
+					}
+					db, err := sql.Open(drivers[b.d], dsn)
 					if err != nil {
 						t.Fatal(err)
 					}
-					if wantApplied := at == crashInHandler && i == 0; applied != wantApplied {
-						t.Fatalf("redelivery %d after %s: applied=%v, want %v", i, at, applied, wantApplied)
+					defer db.Close()
+					in, _ := inbox.New(db, b.d, "wallet-consumer")
+					e := &env{t: t, d: b.d, db: db, in: in}
+					if err := in.Migrate(context.Background()); err != nil {
+						t.Fatal(err)
 					}
-				}
-				if got := e.balance(1); got != 50 || e.keys() != 1 {
-					t.Fatalf("after crash %s and redelivery: balance %d keys %d, want 50 and 1", at, got, e.keys())
-				}
-			})
+					if _, err := db.Exec("CREATE TABLE wallet (id INT PRIMARY KEY, balance BIGINT NOT NULL)"); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := db.Exec("INSERT INTO wallet (id, balance) VALUES (1, 0)"); err != nil {
+						t.Fatal(err)
+					}
+
+					cmd := exec.Command(os.Args[0], "-test.run=^$")
+					cmd.Env = append(os.Environ(), crashEnv+"="+at, "IDEM_INBOX_CRASH_DIALECT="+b.d.String(),
+						"IDEM_INBOX_CRASH_DRIVER="+drivers[b.d], "IDEM_INBOX_CRASH_DSN="+dsn, "IDEM_INBOX_CRASH_API="+api)
+					out, err := cmd.CombinedOutput()
+					wantCode := 3
+					if at == crashNever {
+						wantCode = 0
+					}
+					if code := cmd.ProcessState.ExitCode(); code != wantCode {
+						t.Fatalf("child exited %d (%v), want %d: %s", code, err, wantCode, out)
+					}
+					wantBefore := int64(50)
+					if at == crashInHandler {
+						wantBefore = 0
+					}
+					if got := e.balance(1); got != wantBefore {
+						t.Fatalf("after the crash %s: balance %d, want %d", at, got, wantBefore)
+					}
+					// The broker redelivers (twice, for good measure).
+					for i := 0; i < 2; i++ {
+						applied, err := in.Process(context.Background(), "evt-1", e.credit(1, 50))
+						if err != nil {
+							t.Fatal(err)
+						}
+						if wantApplied := at == crashInHandler && i == 0; applied != wantApplied {
+							t.Fatalf("redelivery %d after %s: applied=%v, want %v", i, at, applied, wantApplied)
+						}
+					}
+					if got := e.balance(1); got != 50 || e.keys() != 1 {
+						t.Fatalf("after crash %s and redelivery: balance %d keys %d, want 50 and 1", at, got, e.keys())
+					}
+				})
+			}
 		}
 	})
 }
