@@ -1,7 +1,6 @@
 package idemhttp_test
 
 import (
-	"context"
 	"database/sql"
 	"fmt"
 	"io"
@@ -86,12 +85,6 @@ func BenchmarkProxy(b *testing.B) {
 			}
 			b.Cleanup(func() { db.Close() })
 			db.SetMaxOpenConns(1)
-			cdb, err := sql.Open("sqlite", sqldialect.SQLiteDSN(path))
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { cdb.Close() })
-			cdb.SetMaxOpenConns(1)
 			s, err := sqlitestore.New(db)
 			if err != nil {
 				b.Fatal(err)
@@ -99,14 +92,11 @@ func BenchmarkProxy(b *testing.B) {
 			if err := s.Migrate(b.Context()); err != nil {
 				b.Fatal(err)
 			}
-			c, err := sqlitestore.NewCheckpointer(cdb, 100*time.Millisecond)
+			stop, err := sqlitestore.StartCheckpointer(path, 100*time.Millisecond)
 			if err != nil {
 				b.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan struct{})
-			go func() { defer close(done); _ = c.Run(ctx) }()
-			b.Cleanup(func() { cancel(); <-done })
+			b.Cleanup(func() { _ = stop() })
 			return s
 		}},
 		{"sqlite", func(b *testing.B) keystore.Store {

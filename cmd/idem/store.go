@@ -112,7 +112,7 @@ func openStore(ctx context.Context, spec storeSpec, maxResult int) (*openedStore
 		if spec.kind == "postgres" {
 			return &openedStore{Store: s, ping: db.PingContext, close: db.Close}, nil
 		}
-		stop, err := startCheckpointer(spec.arg)
+		stop, err := sqlitestore.StartCheckpointer(spec.arg, 100*time.Millisecond)
 		if err != nil {
 			db.Close()
 			return nil, fmt.Errorf("sqlite store: %w", err)
@@ -132,32 +132,4 @@ func openStore(ctx context.Context, spec storeSpec, maxResult int) (*openedStore
 		return &openedStore{Store: s, ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, close: rdb.Close}, nil
 	}
 	return nil, fmt.Errorf("%w: unknown store kind %q", errStoreSpec, spec.kind)
-}
-
-// startCheckpointer runs sqlitestore's WAL checkpointer on its own
-// connection to path until the returned stop is called.
-func startCheckpointer(path string) (stop func() error, err error) {
-	cdb, err := sql.Open("sqlite", sqldialect.SQLiteDSN(path))
-	if err != nil {
-		return nil, err
-	}
-	cdb.SetMaxOpenConns(1)
-	c, err := sqlitestore.NewCheckpointer(cdb, 100*time.Millisecond)
-	if err != nil {
-		cdb.Close()
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = c.Run(ctx)
-	}()
-	return func() error {
-		cancel()
-		<-done
-		// A last checkpoint, so that the WAL is copied back on a clean stop.
-		_, _, cerr := c.Checkpoint(context.Background())
-		return errors.Join(cerr, cdb.Close())
-	}, nil
 }

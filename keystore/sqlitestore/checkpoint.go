@@ -3,10 +3,12 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/sqldialect"
 )
 
 // BackstopCheckpointPages is the wal_autocheckpoint setting (in pages) for a
@@ -77,4 +79,34 @@ func (c *Checkpointer) Run(ctx context.Context) error {
 			_, _, _ = c.Checkpoint(ctx)
 		}
 	}
+}
+
+// StartCheckpointer opens a second connection to the SQLite file at path
+// and runs a [Checkpointer] on it every interval until the returned stop is
+// called. stop ends it, runs a last checkpoint (so that a clean shutdown
+// leaves the WAL copied back) and closes the connection. The store's own
+// pool should be opened with [DSNSuffix].
+func StartCheckpointer(path string, every time.Duration) (stop func() error, err error) {
+	db, err := sql.Open("sqlite", sqldialect.SQLiteDSN(path))
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: checkpointer: %w", err)
+	}
+	db.SetMaxOpenConns(1)
+	c, err := NewCheckpointer(db, every)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = c.Run(ctx)
+	}()
+	return func() error {
+		cancel()
+		<-done
+		_, _, cerr := c.Checkpoint(context.Background())
+		return errors.Join(cerr, db.Close())
+	}, nil
 }

@@ -17,7 +17,7 @@ import (
 
 // A store opened as idem serve opens it: one connection for the store, and
 // a checkpointer on a second connection to the same file.
-func ExampleCheckpointer() {
+func ExampleStartCheckpointer() {
 	dir, err := os.MkdirTemp("", "sqlitestore-example-")
 	if err != nil {
 		log.Fatal(err)
@@ -40,19 +40,10 @@ func ExampleCheckpointer() {
 		log.Fatal(err)
 	}
 
-	cdb, err := sql.Open("sqlite", sqldialect.SQLiteDSN(path))
+	stop, err := sqlitestore.StartCheckpointer(path, 100*time.Millisecond)
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer cdb.Close()
-	cdb.SetMaxOpenConns(1)
-	cp, err := sqlitestore.NewCheckpointer(cdb, 100*time.Millisecond)
-	if err != nil {
-		log.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- cp.Run(runCtx) }()
 
 	c, err := store.Reserve(ctx, "order-42", nil, time.Minute)
 	if err != nil || c.State != keystore.Acquired {
@@ -61,12 +52,11 @@ func ExampleCheckpointer() {
 	if err := store.Complete(ctx, c, []byte("created"), time.Hour); err != nil {
 		log.Fatal(err)
 	}
-	stop()
-	<-done
-	wal, copied, err := cp.Checkpoint(ctx) // a last one on shutdown
-	if err != nil {
+	if err := stop(); err != nil { // a last checkpoint, then close
 		log.Fatal(err)
 	}
+	var wal, copied int64 // the WAL's pages, and how many are in the database file
+	_ = db.QueryRow("PRAGMA wal_checkpoint(PASSIVE)").Scan(new(int), &wal, &copied)
 	fmt.Println("WAL copied back:", wal == copied)
 	again, _ := store.Reserve(ctx, "order-42", nil, time.Minute)
 	fmt.Printf("%s %s\n", again.State, again.Result)
