@@ -112,20 +112,17 @@ func (s *Store) runGroup(batch []*groupOp) {
 		}
 		live = append(live, o)
 	}
-	if len(live) == 1 {
-		live[0].err = live[0].call(live[0].ctx, runner{s: s})
-		return
-	}
-	if len(live) == 0 {
-		return
+	// Each operation on its own, on the pool, as without a group.
+	alone := func() {
+		for _, o := range live {
+			o.err = o.call(o.ctx, runner{s: s})
+		}
 	}
 	// Prepare on the pool before the transaction takes a connection: with
 	// a pool of one (as idem serve opens SQLite), preparing inside it would
 	// wait for the connection the transaction holds.
-	if err := s.prepAll(live[0].ctx); err != nil {
-		for _, o := range live {
-			o.err = o.call(o.ctx, runner{s: s})
-		}
+	if len(live) <= 1 || s.prepAll(live[0].ctx) != nil {
+		alone()
 		return
 	}
 	// One caller's cancellation must not interrupt the statements of the
@@ -142,9 +139,7 @@ func (s *Store) runGroup(batch []*groupOp) {
 			// Whatever failed may have aborted the transaction: roll it
 			// back and give every operation its own.
 			_ = tx.Rollback()
-			for _, o := range live {
-				o.err = o.call(o.ctx, runner{s: s})
-			}
+			alone()
 			return
 		}
 	}
