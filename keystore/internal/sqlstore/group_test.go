@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -274,5 +275,72 @@ func TestGroupPanic(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the group is stuck after a panic")
+	}
+}
+
+// TestGroupWriterLockedOut: another process holds SQLite's write lock while
+// grouped calls queue (a store that cannot take writes for a while). They
+// wait, none fails or runs twice, and all land once the lock is released.
+func TestGroupWriterLockedOut(t *testing.T) {
+	dsn := testenv.SQLiteDSN(t)
+	open := func() *sql.DB {
+		db, err := sql.Open("sqlite", dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		db.SetMaxOpenConns(1)
+		return db
+	}
+	db, locker := open(), open() // a second pool stands for another process
+	s, err := New(db, sqldialect.SQLite, "sqlitestore", Config{Table: DefaultTable, Scope: keystore.DefaultScope, MaxResult: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := locker.BeginTx(ctx, nil) // BEGIN IMMEDIATE: takes the write lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, "CREATE TABLE hold (x INTEGER)"); err != nil {
+		t.Fatal(err)
+	}
+	const n = 16
+	var wg sync.WaitGroup
+	tokens := make(chan uint64, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := s.Reserve(ctx, fmt.Sprint("k", i%8), nil, time.Minute) // two callers per key
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if c.State == keystore.Acquired {
+				tokens <- c.Token
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // the callers queue behind the lock
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(tokens)
+	var acquired int
+	for range tokens {
+		acquired++
+	}
+	var rows int
+	if err := db.QueryRow("SELECT COUNT(*) FROM " + DefaultTable).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if acquired != 8 || rows != 8 {
+		t.Fatalf("%d acquired, %d rows; want 8 and 8: one Acquired per key", acquired, rows)
 	}
 }
