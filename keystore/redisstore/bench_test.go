@@ -2,7 +2,9 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,59 +13,121 @@ import (
 
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/keystore"
+	"github.com/idem-go/idem/keystore/redisstore"
 )
 
-// BenchmarkRedis compares, on one client (one connection pool) and at the
-// same concurrency (8×GOMAXPROCS goroutines, unpipelined):
+// BenchmarkRedis compares, on one client (one connection pool of 64) and at
+// the same number of goroutines (c=1, 4, 16, 64), each operation on a new key:
 //
 //   - setnx: SET key 1 NX PX, the plain dedup write issued by go-redis;
-//   - reserve: redisstore's Reserve script, one round trip like setnx;
+//   - reserve: redisstore's Reserve script as New configures it (at most
+//     DefaultMaxInFlight round trips, the calls beyond share pipelines);
+//   - setnx-batched: setnx sent through the same batching, the baseline
+//     given the store's advantage;
+//   - reserve-unbatched: Reserve with WithMaxInFlight(0), every call its
+//     own round trip, like setnx;
+//   - setnx-autopipeline, reserve-autopipeline: the same through the
+//     client's go-redis AutoPipeliner;
 //   - reserve+complete: the whole protocol for one key, two round trips.
+//
+// Every run writes keys of its own, so a repeated run (-count) never meets
+// the keys of an earlier one.
 func BenchmarkRedis(b *testing.B) {
 	ctx := context.Background()
-	rdb := client(b, func(o *redis.Options) { o.PoolSize = 32 })
-	s := newStore(b, rdb)
+	rdb := client(b, func(o *redis.Options) { o.PoolSize = 64 })
+	ap, err := rdb.AutoPipeline()
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, sap := newStore(b, rdb), newStore(b, ap)
+	unbatched := newStore(b, rdb, redisstore.WithMaxInFlight(0))
+	batched := redisstore.Batched(rdb, redisstore.DefaultMaxInFlight)
 	prefix := testenv.Name("b_") + ":"
-	b.Cleanup(func() { cleanup(rdb, prefix, s) })
-	run := func(b *testing.B, op func(key string) error) {
-		var next atomic.Uint64
-		b.SetParallelism(8)
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				if err := op("key-" + strconv.FormatUint(next.Add(1), 10)); err != nil {
+	b.Cleanup(func() { cleanup(rdb, prefix, s, sap, unbatched) })
+	var runs atomic.Uint64
+	for _, c := range []int{1, 4, 16, 64} {
+		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
+			run := func(b *testing.B, op func(key string) error) {
+				key := strconv.FormatUint(runs.Add(1), 10) + ":"
+				parallel(b, c, func(i uint64) error { return op(key + strconv.FormatUint(i, 10)) })
+			}
+			b.Run("setnx", func(b *testing.B) {
+				run(b, func(key string) error { return rdb.SetNX(ctx, prefix+key, 1, time.Minute).Err() })
+			})
+			b.Run("reserve", func(b *testing.B) {
+				run(b, func(key string) error { return reserveNew(ctx, s, key) })
+			})
+			b.Run("setnx-batched", func(b *testing.B) {
+				run(b, func(key string) error {
+					return batched(ctx, redis.NewBoolCmd(ctx, "set", prefix+key, 1, "px", 60000, "nx"))
+				})
+			})
+			b.Run("reserve-unbatched", func(b *testing.B) {
+				run(b, func(key string) error { return reserveNew(ctx, unbatched, key) })
+			})
+			b.Run("setnx-autopipeline", func(b *testing.B) {
+				run(b, func(key string) error { return ap.SetNX(ctx, prefix+key, 1, time.Minute).Err() })
+			})
+			b.Run("reserve-autopipeline", func(b *testing.B) {
+				run(b, func(key string) error { return reserveNew(ctx, sap, key) })
+			})
+			b.Run("reserve+complete", func(b *testing.B) {
+				run(b, func(key string) error {
+					c, err := s.Reserve(ctx, key, nil, time.Minute)
+					if err == nil && c.State != keystore.Acquired {
+						err = fmt.Errorf("reserve %s: %v, want acquired", key, c.State)
+					}
+					if err != nil {
+						return err
+					}
+					return s.Complete(ctx, c, []byte("ok"), time.Minute)
+				})
+			})
+		})
+	}
+}
+
+// reserveNew reserves a key that must be new, so that every benchmarked call
+// takes the new-key path.
+func reserveNew(ctx context.Context, s keystore.Store, key string) error {
+	c, err := s.Reserve(ctx, key, nil, time.Minute)
+	if err == nil && c.State != keystore.Acquired {
+		err = fmt.Errorf("reserve %s: %v, want acquired", key, c.State)
+	}
+	return err
+}
+
+// parallel runs op b.N times in total on exactly c goroutines.
+func parallel(b *testing.B, c int, op func(i uint64) error) {
+	var next atomic.Uint64
+	var wg sync.WaitGroup
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range c {
+		wg.Go(func() {
+			for {
+				i := next.Add(1)
+				if i > uint64(b.N) {
+					return
+				}
+				if err := op(i); err != nil {
 					b.Error(err)
 					return
 				}
 			}
 		})
 	}
-	b.Run("setnx", func(b *testing.B) {
-		run(b, func(key string) error {
-			return rdb.SetNX(ctx, prefix+b.Name()+key, 1, time.Minute).Err()
-		})
-	})
-	b.Run("reserve", func(b *testing.B) {
-		run(b, func(key string) error {
-			_, err := s.Reserve(ctx, b.Name()+key, nil, time.Minute)
-			return err
-		})
-	})
-	b.Run("reserve+complete", func(b *testing.B) {
-		run(b, func(key string) error {
-			c, err := s.Reserve(ctx, b.Name()+key, nil, time.Minute)
-			if err != nil || c.State != keystore.Acquired {
-				return err
-			}
-			return s.Complete(ctx, c, []byte("ok"), time.Minute)
-		})
-	})
+	wg.Wait()
 }
 
 // cleanup deletes the benchmark's keys from the shared test server.
-func cleanup(rdb *redis.Client, prefix string, s interface{ RedisKey(string) string }) {
+func cleanup(rdb *redis.Client, prefix string, stores ...interface{ RedisKey(string) string }) {
 	ctx := context.Background()
-	for _, pattern := range []string{prefix + "*", s.RedisKey("") + "*"} {
+	patterns := []string{prefix + "*"}
+	for _, s := range stores {
+		patterns = append(patterns, s.RedisKey("")+"*")
+	}
+	for _, pattern := range patterns {
 		iter := rdb.Scan(ctx, 0, pattern, 1000).Iterator()
 		for iter.Next(ctx) {
 			rdb.Unlink(ctx, iter.Val())

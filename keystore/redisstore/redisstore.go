@@ -26,6 +26,7 @@ type config struct {
 	prefix    string
 	scope     string
 	maxResult int
+	inFlight  int
 }
 
 // WithPrefix sets the prefix of every Redis key the store writes (default
@@ -41,11 +42,24 @@ func WithScope(name string) Option { return func(c *config) { c.scope = name } }
 // (default keystore.DefaultMaxResultSize).
 func WithMaxResultSize(n int) Option { return func(c *config) { c.maxResult = n } }
 
+// DefaultMaxInFlight is how many round trips to Redis a store has in flight
+// at once before further calls wait and share a pipeline; see
+// WithMaxInFlight.
+const DefaultMaxInFlight = 4
+
+// WithMaxInFlight sets how many round trips to Redis the store (and its
+// scopes) keeps in flight at once (default [DefaultMaxInFlight]). A call that
+// finds one free goes out at once; the calls that find none wait, and the
+// first round trip to end sends them all as one pipeline. 0 sends every call
+// on its own, as plain go-redis calls. A store on an *redis.AutoPipeliner
+// defaults to 0: the autopipeliner batches already.
+func WithMaxInFlight(n int) Option { return func(c *config) { c.inFlight = n } }
+
 // Store is a [keystore.Store] on Redis. See the package documentation.
 type Store struct {
-	rdb        redis.UniversalClient
-	base       string // PREFIX{scope}:
-	counterKey string // the scope's token counter: no expiry; if it is lost, the next Reserve restarts it from Redis's clock (see the package doc)
+	conn       *batcher // sends the scripts, sharing pipelines under load
+	base       string   // PREFIX{scope}:
+	counterKey string   // the scope's token counter: no expiry; if it is lost, the next Reserve restarts it from Redis's clock (see the package doc)
 	prefix     string
 	maxResult  int
 }
@@ -54,7 +68,10 @@ type Store struct {
 // or a *redis.ClusterClient. The store does not own rdb and never closes it.
 // Bad options return an error wrapping idem.ErrInvalidOption.
 func New(rdb redis.UniversalClient, opts ...Option) (*Store, error) {
-	cfg := config{prefix: DefaultPrefix, scope: keystore.DefaultScope, maxResult: keystore.DefaultMaxResultSize}
+	cfg := config{prefix: DefaultPrefix, scope: keystore.DefaultScope, maxResult: keystore.DefaultMaxResultSize, inFlight: DefaultMaxInFlight}
+	if _, ok := rdb.(*redis.AutoPipeliner); ok {
+		cfg.inFlight = 0
+	}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -65,12 +82,14 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("%w: redisstore: prefix %q: want at most 64 bytes without '{' or '}'", idem.ErrInvalidOption, cfg.prefix)
 	case cfg.maxResult < 0:
 		return nil, fmt.Errorf("%w: redisstore: max result size %d is negative", idem.ErrInvalidOption, cfg.maxResult)
+	case cfg.inFlight < 0:
+		return nil, fmt.Errorf("%w: redisstore: max in flight %d is negative", idem.ErrInvalidOption, cfg.inFlight)
 	}
 	if err := keystore.ValidateScope(cfg.scope); err != nil {
 		return nil, fmt.Errorf("%w: redisstore: %w", idem.ErrInvalidOption, err)
 	}
 	base := cfg.prefix + "{" + cfg.scope + "}:"
-	return &Store{rdb: rdb, prefix: cfg.prefix, base: base, counterKey: base + "t", maxResult: cfg.maxResult}, nil
+	return &Store{conn: &batcher{rdb: rdb, slots: cfg.inFlight}, prefix: cfg.prefix, base: base, counterKey: base + "t", maxResult: cfg.maxResult}, nil
 }
 
 // Scope returns a view of the same Redis in which keys live in the scope
@@ -112,11 +131,11 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 	var nonce [12]byte
 	_, _ = rand.Read(nonce[:])
 	ms := max(lease.Milliseconds(), 1)
-	v, err := s.eval(ctx, reserveScript, reserveSrc, s.RedisKey(key), s.counterKey, fp, ms, nonce[:])
+	cmd, err := eval(ctx, s, redis.NewStringCmd, reserveScript, 2, s.RedisKey(key), s.counterKey, fp, ms, nonce[:])
 	if err != nil {
 		return keystore.Claim{}, fmt.Errorf("redisstore: reserve: %w", err)
 	}
-	code, token, exp, result, takeover, err := parseReserve(v)
+	code, token, exp, result, takeover, err := parseReserve(cmd.Val())
 	if err != nil {
 		return keystore.Claim{}, fmt.Errorf("redisstore: reserve: %w", err)
 	}
@@ -158,24 +177,28 @@ func parseReserve(v string) (code, token, exp int64, result string, takeover int
 	return f[0], f[1], f[2], rest, f[3], nil
 }
 
-// eval runs a script by its SHA1 and, if Redis does not have it cached
-// (NOSCRIPT: a restart, a failover, SCRIPT FLUSH), by its source, which
-// caches it again. It reads the reply as one string, without the generic
-// reply's allocations.
-func (s *Store) eval(ctx context.Context, script *redis.Script, src, key, key2 string, args ...any) (string, error) {
-	a := make([]any, 5, 5+len(args))
-	a[0], a[1], a[2], a[3], a[4] = "evalsha", script.Hash(), 2, key, key2
+// script is a Lua script and its SHA1.
+type script struct{ src, hash string }
+
+func newScript(src string) script { return script{src: src, hash: redis.NewScript(src).Hash()} }
+
+// eval runs sc by its SHA1 and, if Redis does not have it cached (NOSCRIPT:
+// a restart, a failover, SCRIPT FLUSH), by its source, which caches it
+// again. args are the key count, the keys and the arguments. newCmd makes the
+// command that reads the reply (a StringCmd reads a flat string without the
+// generic reply's allocations).
+func eval[C redis.Cmder](ctx context.Context, s *Store, newCmd func(context.Context, ...any) C, sc script, args ...any) (C, error) {
+	a := make([]any, 2, 2+len(args))
+	a[0], a[1] = "evalsha", sc.hash
 	a = append(a, args...)
-	cmd := redis.NewStringCmd(ctx, a...)
-	_ = s.rdb.Process(ctx, cmd)
-	v, err := cmd.Result()
+	cmd := newCmd(ctx, a...)
+	err := s.conn.process(ctx, cmd)
 	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		a[0], a[1] = "eval", src
-		cmd = redis.NewStringCmd(ctx, a...)
-		_ = s.rdb.Process(ctx, cmd)
-		v, err = cmd.Result()
+		a[0], a[1] = "eval", sc.src
+		cmd = newCmd(ctx, a...)
+		err = s.conn.process(ctx, cmd)
 	}
-	return v, err
+	return cmd, err
 }
 
 // Complete implements [keystore.Store.Complete] with one Lua script; the
@@ -193,11 +216,11 @@ func (s *Store) Complete(ctx context.Context, c keystore.Claim, result []byte, t
 		result = []byte{}
 	}
 	ms := max(ttl.Milliseconds(), 1)
-	n, err := completeScript.Run(ctx, s.rdb, []string{s.RedisKey(c.Key)}, strconv.FormatUint(c.Token, 10), result, ms).Int64()
+	cmd, err := eval(ctx, s, redis.NewIntCmd, completeScript, 1, s.RedisKey(c.Key), strconv.FormatUint(c.Token, 10), result, ms)
 	if err != nil {
 		return fmt.Errorf("redisstore: complete: %w", err)
 	}
-	if n != 1 {
+	if cmd.Val() != 1 {
 		return keystore.LeaseLostError("complete", c.Key, c.Token)
 	}
 	return nil
@@ -213,11 +236,11 @@ func (s *Store) Release(ctx context.Context, c keystore.Claim) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("redisstore: release: %w", err)
 	}
-	n, err := releaseScript.Run(ctx, s.rdb, []string{s.RedisKey(c.Key)}, strconv.FormatUint(c.Token, 10)).Int64()
+	cmd, err := eval(ctx, s, redis.NewIntCmd, releaseScript, 1, s.RedisKey(c.Key), strconv.FormatUint(c.Token, 10))
 	if err != nil {
 		return fmt.Errorf("redisstore: release: %w", err)
 	}
-	if n != 1 {
+	if cmd.Val() != 1 {
 		return keystore.LeaseLostError("release", c.Key, c.Token)
 	}
 	return nil

@@ -43,8 +43,8 @@ func client(t testing.TB, opts ...func(*redis.Options)) *redis.Client {
 	return rdb
 }
 
-func newStore(t testing.TB, rdb redis.UniversalClient) *redisstore.Store {
-	s, err := redisstore.New(rdb, redisstore.WithPrefix(testenv.Name("t_")+":"))
+func newStore(t testing.TB, rdb redis.UniversalClient, opts ...redisstore.Option) *redisstore.Store {
+	s, err := redisstore.New(rdb, append([]redisstore.Option{redisstore.WithPrefix(testenv.Name("t_") + ":")}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,11 +55,88 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) keystore.Store { return newStore(t, client(t)) })
 }
 
+// With one round trip in flight, the suite's concurrent calls (64 goroutines
+// on one key, the linearizability histories) queue and share pipelines.
+func TestConformanceOneInFlight(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) keystore.Store {
+		return newStore(t, client(t), redisstore.WithMaxInFlight(1))
+	})
+}
+
+// Every call on its own connection round trip, as plain go-redis calls.
+func TestConformanceUnbatched(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) keystore.Store {
+		return newStore(t, client(t), redisstore.WithMaxInFlight(0))
+	})
+}
+
+// On go-redis's AutoPipeliner, which batches by itself.
+func TestConformanceAutoPipeline(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) keystore.Store {
+		ap, err := client(t).AutoPipeline()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newStore(t, ap)
+	})
+}
+
+// After SCRIPT FLUSH (as after a restart or a failover) every operation
+// loads its script again, also when the calls share a pipeline.
+func TestScriptsFlushed(t *testing.T) {
+	ctx := context.Background()
+	rdb := client(t)
+	s := newStore(t, rdb, redisstore.WithMaxInFlight(1))
+	var wg sync.WaitGroup
+	for round := range 3 {
+		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for g := range 16 {
+			wg.Go(func() {
+				key := fmt.Sprintf("r%d-g%d", round, g)
+				c, err := s.Reserve(ctx, key, nil, time.Minute)
+				if err != nil || c.State != keystore.Acquired {
+					t.Errorf("reserve %s: %+v %v", key, c, err)
+					return
+				}
+				if g%2 == 0 {
+					err = s.Complete(ctx, c, []byte("ok"), time.Minute)
+				} else {
+					err = s.Release(ctx, c)
+				}
+				if err != nil {
+					t.Errorf("%s: %v", key, err)
+				}
+			})
+		}
+		wg.Wait()
+		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		// Complete and Release alone, each the first script after a flush.
+		c, err := s.Reserve(ctx, fmt.Sprintf("alone-%d", round), nil, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rdb.ScriptFlush(ctx)
+		if round%2 == 0 {
+			err = s.Complete(ctx, c, nil, time.Minute)
+		} else {
+			err = s.Release(ctx, c)
+		}
+		if err != nil {
+			t.Fatalf("after a flush: %v", err)
+		}
+	}
+}
+
 func TestOptions(t *testing.T) {
 	rdb := client(t)
 	for _, o := range []redisstore.Option{
 		redisstore.WithPrefix("a{b"), redisstore.WithPrefix(string(make([]byte, 65))),
 		redisstore.WithScope(""), redisstore.WithScope("a}"), redisstore.WithMaxResultSize(-1),
+		redisstore.WithMaxInFlight(-1),
 	} {
 		if _, err := redisstore.New(rdb, o); !errors.Is(err, idem.ErrInvalidOption) {
 			t.Errorf("New: %v, want ErrInvalidOption", err)

@@ -1,7 +1,5 @@
 package redisstore
 
-import "github.com/redis/go-redis/v9"
-
 // A key is one string value: six MessagePack values one after the other,
 // written and read by Redis's built-in cmsgpack library:
 //
@@ -31,7 +29,7 @@ import "github.com/redis/go-redis/v9"
 //
 // The nonce makes a Reserve that go-redis retries after a lost reply answer
 // Acquired again, instead of finding its own lease "in progress".
-const reserveSrc = `
+var reserveScript = newScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local v = redis.call('GET', KEYS[1])
@@ -67,13 +65,11 @@ local lease = tonumber(ARGV[2])
 local e = now + lease
 redis.call('SET', KEYS[1], cmsgpack.pack(1, token, e, ARGV[3], ARGV[1], ''), 'PX', lease + math.max(lease, 60000))
 return string.format('0 %d %d %d ', token, e, takeover)
-`
-
-var reserveScript = redis.NewScript(reserveSrc)
+`)
 
 // completeScript: KEYS[1] key; ARGV token, result, ttl ms. Returns 1 when
 // the claim's token holds the key (or completed it already), 0 otherwise.
-var completeScript = redis.NewScript(`
+var completeScript = newScript(`
 local v = redis.call('GET', KEYS[1])
 if not v then
 	return 0
@@ -94,7 +90,7 @@ return 1
 
 // releaseScript: KEYS[1] key; ARGV token. Deletes the key if the token
 // holds it in progress; returns 1 if it did.
-var releaseScript = redis.NewScript(`
+var releaseScript = newScript(`
 local v = redis.call('GET', KEYS[1])
 if not v then
 	return 0

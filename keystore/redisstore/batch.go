@@ -1,0 +1,131 @@
+package redisstore
+
+import (
+	"context"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// batcher sends a store's commands to Redis, at most slots round trips at a
+// time. A command that finds a slot free goes out at once on the caller's
+// goroutine, exactly as a plain go-redis call does; one that finds every
+// slot busy is queued, and the first slot to come free takes the whole queue
+// out as one pipeline. Under light load nothing waits and nothing is
+// batched; under heavy load N waiting calls cost one round trip (one write
+// and one read on each side) instead of N, which is what bounds a Redis
+// client on a loaded host. Each command is still its own atomic script on
+// the server; only the trip there and back is shared.
+//
+// go-redis's own AutoPipeliner batches too, but hands every command to a
+// flusher goroutine even when it is alone, which doubles the latency of a
+// lone caller (see docs/benchmarks.md); a store given an *AutoPipeliner uses
+// it as it is, without this layer.
+type batcher struct {
+	rdb   redis.UniversalClient
+	slots int // 0: every command goes out on its own
+
+	mu    sync.Mutex
+	busy  int // slots in use
+	queue []*queued
+}
+
+type queued struct {
+	ctx  context.Context
+	cmd  redis.Cmder
+	done chan struct{} // closed once cmd holds its reply or error
+}
+
+// process sends cmd and returns when it has its reply, or when ctx ends
+// first: then the command may still run, as a go-redis call cancelled in
+// flight may.
+func (b *batcher) process(ctx context.Context, cmd redis.Cmder) error {
+	if b.slots == 0 {
+		return b.rdb.Process(ctx, cmd)
+	}
+	b.mu.Lock()
+	if b.busy < b.slots {
+		b.busy++
+		b.mu.Unlock()
+		err := b.rdb.Process(ctx, cmd)
+		b.release()
+		return err
+	}
+	q := &queued{ctx: ctx, cmd: cmd, done: make(chan struct{})}
+	b.queue = append(b.queue, q)
+	b.mu.Unlock()
+	select {
+	case <-q.done:
+		return cmd.Err()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// release frees the caller's slot or, if calls are waiting, hands it to a
+// goroutine that sends them, so that the caller returns at once.
+func (b *batcher) release() {
+	b.mu.Lock()
+	if len(b.queue) == 0 {
+		b.busy--
+		b.mu.Unlock()
+		return
+	}
+	batch := b.queue
+	b.queue = nil
+	b.mu.Unlock()
+	go b.drain(batch)
+}
+
+// drain sends batch as one pipeline, then whatever queued meanwhile, until
+// the queue is empty; then it frees its slot.
+func (b *batcher) drain(batch []*queued) {
+	for {
+		b.send(batch)
+		b.mu.Lock()
+		if len(b.queue) == 0 {
+			b.busy--
+			b.mu.Unlock()
+			return
+		}
+		batch, b.queue = b.queue, batch[:0]
+		b.mu.Unlock()
+	}
+}
+
+// send runs the batch's commands whose callers still wait in one pipeline
+// and wakes every caller. The pipeline runs under the first caller's
+// context values but no caller's deadline: one caller giving up must not
+// fail the others (each caller still stops waiting at its own deadline).
+func (b *batcher) send(batch []*queued) {
+	defer func() {
+		for i, q := range batch {
+			close(q.done)
+			batch[i] = nil
+		}
+	}()
+	var ctx context.Context
+	pipe := b.rdb.Pipeline()
+	for _, q := range batch {
+		if err := q.ctx.Err(); err != nil {
+			q.cmd.SetErr(err)
+			continue
+		}
+		if ctx == nil {
+			ctx = context.WithoutCancel(q.ctx)
+		}
+		_ = pipe.Process(ctx, q.cmd)
+	}
+	switch pipe.Len() {
+	case 0:
+	case 1:
+		// One command needs no pipeline.
+		for _, q := range batch {
+			if q.cmd.Err() == nil {
+				_ = b.rdb.Process(ctx, q.cmd)
+			}
+		}
+	default:
+		_, _ = pipe.Exec(ctx)
+	}
+}
