@@ -30,8 +30,10 @@ import (
 //     client's go-redis AutoPipeliner;
 //   - reserve+complete: the whole protocol for one key, two round trips.
 //
-// Every run writes keys of its own, so a repeated run (-count) never meets
-// the keys of an earlier one.
+// Every run writes keys of its own and deletes them when it ends, so a run
+// never meets the keys of an earlier one nor pays for rehashing them. The
+// numbers move by ±20% from run to run on a shared host: compare variants
+// across several interleaved runs (docs/benchmarks.md shows how).
 func BenchmarkRedis(b *testing.B) {
 	ctx := context.Background()
 	rdb := client(b, func(o *redis.Options) { o.PoolSize = 64 })
@@ -50,6 +52,8 @@ func BenchmarkRedis(b *testing.B) {
 			run := func(b *testing.B, op func(key string) error) {
 				key := strconv.FormatUint(runs.Add(1), 10) + ":"
 				parallel(b, c, func(i uint64) error { return op(key + strconv.FormatUint(i, 10)) })
+				b.StopTimer()
+				cleanup(rdb, prefix, s, sap, unbatched) // every run starts on an empty keyspace
 			}
 			b.Run("setnx", func(b *testing.B) {
 				run(b, func(key string) error { return rdb.SetNX(ctx, prefix+key, 1, time.Minute).Err() })
