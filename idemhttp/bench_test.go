@@ -109,15 +109,8 @@ func BenchmarkProxy(b *testing.B) {
 			}
 			return s
 		}},
-		{"redis", func(b *testing.B) keystore.Store {
-			rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(b), PoolSize: 32})
-			b.Cleanup(func() { rdb.Close() })
-			s, err := redisstore.New(rdb, redisstore.WithPrefix(testenv.Name("bench")))
-			if err != nil {
-				b.Fatal(err)
-			}
-			return s
-		}},
+		{"redis", func(b *testing.B) keystore.Store { return redisStore(b) }},
+		{"redis-unbatched", func(b *testing.B) keystore.Store { return redisStore(b, redisstore.WithMaxInFlight(0)) }},
 	}
 	for _, st := range stores {
 		for _, mode := range []string{"new-keys", "replays"} {
@@ -192,4 +185,16 @@ func load(b *testing.B, client *http.Client, url string, key func(int64) string)
 	b.ReportMetric(float64(p99)/1e3, "p99-µs")
 	b.ReportMetric(0, "ns/op")
 	return [2]time.Duration{p50, p99}
+}
+
+// redisStore opens a store on the test Redis; without options it batches
+// as idem serve's does.
+func redisStore(b *testing.B, opts ...redisstore.Option) keystore.Store {
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(b), PoolSize: 32})
+	b.Cleanup(func() { rdb.Close() })
+	s, err := redisstore.New(rdb, append([]redisstore.Option{redisstore.WithPrefix(testenv.Name("bench"))}, opts...)...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
 }
