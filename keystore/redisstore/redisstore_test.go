@@ -203,12 +203,15 @@ func TestRedisDown(t *testing.T) {
 }
 
 // cutProxy forwards connections to Redis, but cuts the first connection that
-// sends a script after forwarding it: the script runs, its reply is lost.
+// sends a script (or, armed with armBatch, at least min scripts in one
+// write: a pipeline) after forwarding it: the scripts run, their replies are
+// lost.
 type cutProxy struct {
 	l     net.Listener
 	to    string
 	mu    sync.Mutex
 	armed bool
+	min   int // scripts in one write that trigger the cut
 	wg    sync.WaitGroup
 }
 
@@ -223,7 +226,9 @@ func newCutProxy(t *testing.T, to string) *cutProxy {
 	return p
 }
 
-func (p *cutProxy) arm() { p.mu.Lock(); p.armed = true; p.mu.Unlock() }
+func (p *cutProxy) arm() { p.armBatch(1) }
+
+func (p *cutProxy) armBatch(min int) { p.mu.Lock(); p.armed, p.min = true, min; p.mu.Unlock() }
 
 func (p *cutProxy) accept() {
 	for {
@@ -260,7 +265,7 @@ func (p *cutProxy) accept() {
 				n, err := c.Read(buf)
 				if n > 0 {
 					p.mu.Lock()
-					cut := p.armed && bytes.Contains(bytes.ToLower(buf[:n]), []byte("evalsha"))
+					cut := p.armed && bytes.Count(bytes.ToLower(buf[:n]), []byte("evalsha")) >= p.min
 					if cut {
 						p.armed = false
 						mute.Store(true)
@@ -346,4 +351,71 @@ func TestRetriedReserveIsIdempotent(t *testing.T) {
 func prefixOf(s keystore.Store) string {
 	k := s.(*redisstore.Store).RedisKey("")
 	return k[:bytes.IndexByte([]byte(k), '{')]
+}
+
+// The connection drops after Redis ran a whole pipeline of Reserves: go-redis
+// sends the pipeline again, every script recognises its caller's lease by
+// the nonce, and each caller holds its key exactly once.
+func TestRetriedPipelineIsIdempotent(t *testing.T) {
+	ctx := context.Background()
+	direct := newStore(t, client(t))
+	if _, err := direct.Reserve(ctx, "warm-up", nil, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p := newCutProxy(t, testenv.RedisAddr(t))
+	cut, err := redisstore.New(client(t, func(o *redis.Options) { o.Addr = p.l.Addr().String() }),
+		redisstore.WithPrefix(prefixOf(direct)), redisstore.WithMaxInFlight(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.armBatch(4)
+	var wg sync.WaitGroup
+	for round := 0; ; round++ {
+		for g := range 32 {
+			wg.Go(func() {
+				key := fmt.Sprintf("r%d-g%d", round, g)
+				c, err := cut.Reserve(ctx, key, []byte("fp"), time.Minute)
+				if err != nil || c.State != keystore.Acquired {
+					t.Errorf("reserve %s: %+v %v, want acquired", key, c, err)
+					return
+				}
+				if err := cut.Complete(ctx, c, []byte(key), time.Minute); err != nil {
+					t.Errorf("complete %s: %v", key, err)
+				}
+			})
+		}
+		wg.Wait()
+		p.mu.Lock()
+		fired := !p.armed
+		p.mu.Unlock()
+		if fired || t.Failed() {
+			break
+		}
+		if round == 20 {
+			t.Fatal("no pipeline of 4 scripts in 20 rounds of 32 concurrent calls")
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	// Every key holds its own caller's result.
+	iter := 0
+	for round := 0; ; round++ {
+		c, err := direct.Reserve(ctx, fmt.Sprintf("r%d-g0", round), nil, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.State == keystore.Acquired {
+			break
+		}
+		for g := range 32 {
+			key := fmt.Sprintf("r%d-g%d", round, g)
+			d, err := direct.Reserve(ctx, key, []byte("fp"), time.Minute)
+			if err != nil || d.State != keystore.Done || string(d.Result) != key {
+				t.Fatalf("%s afterwards: %+v %v, want done with its own result", key, d, err)
+			}
+			iter++
+		}
+	}
+	t.Logf("%d keys checked", iter)
 }
