@@ -55,50 +55,40 @@ func BenchmarkRedis(b *testing.B) {
 				b.StopTimer()
 				cleanup(rdb, prefix, s, sap, unbatched) // every run starts on an empty keyspace
 			}
-			b.Run("setnx", func(b *testing.B) {
-				run(b, func(key string) error { return rdb.SetNX(ctx, prefix+key, 1, time.Minute).Err() })
-			})
-			b.Run("reserve", func(b *testing.B) {
-				run(b, func(key string) error { return reserveNew(ctx, s, key) })
-			})
-			b.Run("setnx-batched", func(b *testing.B) {
-				run(b, func(key string) error {
+			for _, v := range []struct {
+				name string
+				op   func(key string) error
+			}{
+				{"setnx", func(key string) error { return rdb.SetNX(ctx, prefix+key, 1, time.Minute).Err() }},
+				{"reserve", func(key string) error { _, err := reserveNew(ctx, s, key); return err }},
+				{"setnx-batched", func(key string) error {
 					return batched(ctx, redis.NewBoolCmd(ctx, "set", prefix+key, 1, "px", 60000, "nx"))
-				})
-			})
-			b.Run("reserve-unbatched", func(b *testing.B) {
-				run(b, func(key string) error { return reserveNew(ctx, unbatched, key) })
-			})
-			b.Run("setnx-autopipeline", func(b *testing.B) {
-				run(b, func(key string) error { return ap.SetNX(ctx, prefix+key, 1, time.Minute).Err() })
-			})
-			b.Run("reserve-autopipeline", func(b *testing.B) {
-				run(b, func(key string) error { return reserveNew(ctx, sap, key) })
-			})
-			b.Run("reserve+complete", func(b *testing.B) {
-				run(b, func(key string) error {
-					c, err := s.Reserve(ctx, key, nil, time.Minute)
-					if err == nil && c.State != keystore.Acquired {
-						err = fmt.Errorf("reserve %s: %v, want acquired", key, c.State)
-					}
+				}},
+				{"reserve-unbatched", func(key string) error { _, err := reserveNew(ctx, unbatched, key); return err }},
+				{"setnx-autopipeline", func(key string) error { return ap.SetNX(ctx, prefix+key, 1, time.Minute).Err() }},
+				{"reserve-autopipeline", func(key string) error { _, err := reserveNew(ctx, sap, key); return err }},
+				{"reserve+complete", func(key string) error {
+					c, err := reserveNew(ctx, s, key)
 					if err != nil {
 						return err
 					}
 					return s.Complete(ctx, c, []byte("ok"), time.Minute)
-				})
-			})
+				}},
+			} {
+				b.Run(v.name, func(b *testing.B) { run(b, v.op) })
+			}
 		})
 	}
 }
 
 // reserveNew reserves a key that must be new, so that every benchmarked call
 // takes the new-key path.
-func reserveNew(ctx context.Context, s keystore.Store, key string) error {
+func reserveNew(ctx context.Context, s keystore.Store, key string) (keystore.Claim, error) {
 	c, err := s.Reserve(ctx, key, nil, time.Minute)
 	if err == nil && c.State != keystore.Acquired {
 		err = fmt.Errorf("reserve %s: %v, want acquired", key, c.State)
 	}
-	return err
+	return c, err
 }
 
 // parallel runs op b.N times in total on exactly c goroutines.

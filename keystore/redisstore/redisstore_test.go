@@ -292,19 +292,7 @@ func (p *cutProxy) accept() {
 // lease expires: nothing blocks a retry forever.
 func TestReplyLostAfterReserve(t *testing.T) {
 	ctx := context.Background()
-	direct := newStore(t, client(t))
-	if _, err := direct.Reserve(ctx, "warm-up", nil, time.Second); err != nil { // loads the script
-		t.Fatal(err)
-	}
-	p := newCutProxy(t, testenv.RedisAddr(t))
-	viaProxy, err := direct.Scope(keystore.DefaultScope)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cut, err := redisstore.New(client(t, func(o *redis.Options) { o.Addr, o.MaxRetries = p.l.Addr().String(), -1 }), redisstore.WithPrefix(prefixOf(viaProxy)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	direct, cut, p := aroundCut(t, func(o *redis.Options) { o.MaxRetries = -1 })
 	p.arm()
 	const lease = 300 * time.Millisecond
 	if _, err := cut.Reserve(ctx, "k", nil, lease); err == nil {
@@ -325,15 +313,7 @@ func TestReplyLostAfterReserve(t *testing.T) {
 // lease by its nonce and answers Acquired.
 func TestRetriedReserveIsIdempotent(t *testing.T) {
 	ctx := context.Background()
-	direct := newStore(t, client(t))
-	if _, err := direct.Reserve(ctx, "warm-up", nil, time.Second); err != nil {
-		t.Fatal(err)
-	}
-	p := newCutProxy(t, testenv.RedisAddr(t))
-	cut, err := redisstore.New(client(t, func(o *redis.Options) { o.Addr = p.l.Addr().String() }), redisstore.WithPrefix(prefixOf(direct)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	direct, cut, p := aroundCut(t, func(*redis.Options) {})
 	p.arm()
 	c, err := cut.Reserve(ctx, "k", nil, time.Minute)
 	if err != nil || c.State != keystore.Acquired {
@@ -347,6 +327,24 @@ func TestRetriedReserveIsIdempotent(t *testing.T) {
 	}
 }
 
+// aroundCut returns a store on the test Redis, with its scripts loaded, and
+// a store on the same keys whose client (options changed by setOpts) reaches
+// Redis through a cutProxy.
+func aroundCut(t *testing.T, setOpts func(*redis.Options), opts ...redisstore.Option) (direct, cut *redisstore.Store, p *cutProxy) {
+	t.Helper()
+	direct = newStore(t, client(t))
+	if _, err := direct.Reserve(context.Background(), "warm-up", nil, time.Second); err != nil { // loads the script
+		t.Fatal(err)
+	}
+	p = newCutProxy(t, testenv.RedisAddr(t))
+	rdb := client(t, func(o *redis.Options) { o.Addr = p.l.Addr().String(); setOpts(o) })
+	cut, err := redisstore.New(rdb, append([]redisstore.Option{redisstore.WithPrefix(prefixOf(direct))}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return direct, cut, p
+}
+
 // prefixOf recovers a store's prefix from its Redis key layout.
 func prefixOf(s keystore.Store) string {
 	k := s.(*redisstore.Store).RedisKey("")
@@ -358,16 +356,7 @@ func prefixOf(s keystore.Store) string {
 // the nonce, and each caller holds its key exactly once.
 func TestRetriedPipelineIsIdempotent(t *testing.T) {
 	ctx := context.Background()
-	direct := newStore(t, client(t))
-	if _, err := direct.Reserve(ctx, "warm-up", nil, time.Second); err != nil {
-		t.Fatal(err)
-	}
-	p := newCutProxy(t, testenv.RedisAddr(t))
-	cut, err := redisstore.New(client(t, func(o *redis.Options) { o.Addr = p.l.Addr().String() }),
-		redisstore.WithPrefix(prefixOf(direct)), redisstore.WithMaxInFlight(1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	direct, cut, p := aroundCut(t, func(*redis.Options) {}, redisstore.WithMaxInFlight(1))
 	p.armBatch(4)
 	var wg sync.WaitGroup
 	for round := 0; ; round++ {
