@@ -52,7 +52,9 @@ const DefaultMaxInFlight = 4
 // finds one free goes out at once; the calls that find none wait, and the
 // first round trip to end sends them all as one pipeline. 0 sends every call
 // on its own, as plain go-redis calls. A store on an *redis.AutoPipeliner
-// defaults to 0: the autopipeliner batches already.
+// defaults to 0: the autopipeliner batches already. go-redis hooks (tracing,
+// metrics) see the calls that went out together as one pipeline, through
+// their ProcessPipelineHook.
 func WithMaxInFlight(n int) Option { return func(c *config) { c.inFlight = n } }
 
 // Store is a [keystore.Store] on Redis. See the package documentation.
