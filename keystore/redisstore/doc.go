@@ -12,15 +12,16 @@
 // Every script sets the expiry in the same step as the write, so no crash,
 // timeout or lost reply can leave a key that never expires.
 //
-// Round trips: a store keeps at most [DefaultMaxInFlight] commands in
-// flight at once (see [WithMaxInFlight]). A call that finds a free slot goes
-// out at once on its own goroutine, like any go-redis call, so a lone caller
-// pays nothing; calls that find every slot busy wait, and the first round
+// Round trips: a store keeps at most [DefaultMaxInFlight] round trips to
+// Redis in flight at once (see [WithMaxInFlight]). A call that finds a free
+// slot goes out at once on its own goroutine, like any go-redis call, so a
+// lone caller pays only a mutex; calls that find every slot busy wait, and the first round
 // trip to end sends them together as one pipeline. Each is still its own
 // atomic script on the server; what they share is the write, the read and
 // the wake-ups, which on a busy host cost more than the scripts. At 64
-// concurrent callers a store reserves about twice as many keys per second as
-// go-redis issues bare SET NX PX commands (docs/benchmarks.md). A store on a
+// concurrent callers a store reserved 1.7 times as many keys per second as
+// go-redis issued bare SET NX PX commands, on a two-core VM
+// (docs/benchmarks.md). A store on a
 // go-redis *AutoPipeliner leaves the batching to it.
 //
 // Redis unreachable: every call returns an error (fail closed) and writes
