@@ -47,9 +47,8 @@ func (b *batcher) process(ctx context.Context, cmd redis.Cmder) error {
 	if b.busy < b.slots {
 		b.busy++
 		b.mu.Unlock()
-		err := b.rdb.Process(ctx, cmd)
-		b.release()
-		return err
+		defer b.release()
+		return b.rdb.Process(ctx, cmd)
 	}
 	q := &queued{ctx: ctx, cmd: cmd, done: make(chan struct{})}
 	b.queue = append(b.queue, q)
