@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,53 +12,20 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemamqp"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/settest"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // setRecorder is a set handler writing all its deliveries' effects with one
 // multi-row INSERT, and counting how often each message-id reached it.
 type setRecorder struct {
-	mu    sync.Mutex
-	seen  map[string]int
-	calls int
-	fail  func(ds []amqp.Delivery) error
+	*settest.Recorder[amqp.Delivery]
+	handle func(context.Context, *sql.Tx, []amqp.Delivery) error
 }
 
-func newSetRecorder() *setRecorder { return &setRecorder{seen: map[string]int{}} }
-
-func (s *setRecorder) handle(ctx context.Context, tx *sql.Tx, ds []amqp.Delivery) error {
-	s.mu.Lock()
-	s.calls++
-	for _, d := range ds {
-		s.seen[d.MessageId]++
-	}
-	fail := s.fail
-	s.mu.Unlock()
-	if len(ds) == 0 {
-		return errors.New("set handler called with no deliveries")
-	}
-	if fail != nil {
-		if err := fail(ds); err != nil {
-			return err
-		}
-	}
-	q := "INSERT INTO effects (key, data) VALUES " + strings.Repeat("(?, ?), ", len(ds)-1) + "(?, ?)"
-	args := make([]any, 0, 2*len(ds))
-	for _, d := range ds {
-		args = append(args, d.MessageId, string(d.Body))
-	}
-	_, err := tx.ExecContext(ctx, q, args...)
-	return err
-}
-
-func (s *setRecorder) snapshot() (map[string]int, int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m := make(map[string]int, len(s.seen))
-	for k, v := range s.seen {
-		m[k] = v
-	}
-	return m, s.calls
+func newSetRecorder() *setRecorder {
+	r := settest.New(func(d amqp.Delivery) string { return d.MessageId })
+	return &setRecorder{r, r.Handler("INSERT INTO effects (key, data)", func(d amqp.Delivery) []any { return []any{d.MessageId, string(d.Body)} })}
 }
 
 // With a set handler and no per-delivery handler: every message is
@@ -112,7 +77,7 @@ func TestSetHandlerAppliesOnce(t *testing.T) {
 		t.Fatalf("Run = %v, want context.Canceled", err)
 	}
 	counts := e.counts(t)
-	seen, calls := set.snapshot()
+	seen, calls := set.Snapshot()
 	for _, k := range ids {
 		if counts[k] != 1 || seen[k] != 1 {
 			t.Errorf("%s: applied %d times, given to the set handler %d times; want 1, 1", k, counts[k], seen[k])
@@ -137,7 +102,7 @@ func TestSetHandlerPoisonFallback(t *testing.T) {
 	tp := newTopology(t, conn, nil)
 	e := newEffects(t)
 	set := newSetRecorder()
-	set.fail = func(ds []amqp.Delivery) error {
+	set.Fail = func(ds []amqp.Delivery) error {
 		for _, d := range ds {
 			if d.MessageId == "poison" {
 				return errors.New("group holds poison")
@@ -201,7 +166,7 @@ func TestSetHandlerNoFallback(t *testing.T) {
 	set := newSetRecorder()
 	var broken atomic.Bool
 	broken.Store(true)
-	set.fail = func([]amqp.Delivery) error {
+	set.Fail = func([]amqp.Delivery) error {
 		if broken.Load() {
 			return errors.New("set broken")
 		}

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemkafka"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/settest"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/sqldialect"
 )
@@ -22,50 +22,15 @@ import (
 // setRecorder is a set handler that writes every record's value to the
 // effects table with one multi-row INSERT and counts, per value, how often a
 // committed or rolled-back call received it.
-type setRecorder struct {
-	mu    sync.Mutex
-	seen  map[string]int
-	calls int
-	fail  func(recs []*kgo.Record) error // nil: never fails
+type setRecorder struct{ *settest.Recorder[*kgo.Record] }
+
+func newSetRecorder() setRecorder {
+	return setRecorder{settest.New(func(r *kgo.Record) string { return string(r.Value) })}
 }
 
-func newSetRecorder() *setRecorder { return &setRecorder{seen: map[string]int{}} }
-
-func (s *setRecorder) handler(consumer string) idemkafka.SetHandler {
-	return func(ctx context.Context, tx *sql.Tx, recs []*kgo.Record) error {
-		s.mu.Lock()
-		s.calls++
-		for _, r := range recs {
-			s.seen[string(r.Value)]++
-		}
-		fail := s.fail
-		s.mu.Unlock()
-		if len(recs) == 0 {
-			return errors.New("set handler called with no records")
-		}
-		if fail != nil {
-			if err := fail(recs); err != nil {
-				return err
-			}
-		}
-		q := "INSERT INTO effects (id, consumer) VALUES " + strings.Repeat("(?, ?), ", len(recs)-1) + "(?, ?)"
-		args := make([]any, 0, 2*len(recs))
-		for _, r := range recs {
-			args = append(args, string(r.Value), consumer)
-		}
-		_, err := tx.ExecContext(ctx, q, args...)
-		return err
-	}
-}
-
-func (s *setRecorder) snapshot() (map[string]int, int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m := make(map[string]int, len(s.seen))
-	for k, v := range s.seen {
-		m[k] = v
-	}
-	return m, s.calls
+// handler is the set handler of the consumer named consumer.
+func (s setRecorder) handler(consumer string) idemkafka.SetHandler {
+	return s.Handler("INSERT INTO effects (id, consumer)", func(r *kgo.Record) []any { return []any{string(r.Value), consumer} })
 }
 
 // TestSetHandlerAppliesOnce: with WithSetHandler and no per-record handler,
@@ -113,7 +78,7 @@ func TestSetHandlerAppliesOnce(t *testing.T) {
 		t.Errorf("second member: %d duplicates, want 50", d)
 	}
 	eff.requireOnce(t, all)
-	seen, calls := set.snapshot()
+	seen, calls := set.Snapshot()
 	for _, id := range all {
 		if seen[id] != 1 {
 			t.Errorf("set handler received %q %d times, want 1", id, seen[id])
@@ -140,7 +105,7 @@ func TestSetHandlerPoisonFallback(t *testing.T) {
 	db := testenv.SQLite(t)
 	eff := newEffects(t, db)
 	set := newSetRecorder()
-	set.fail = func(recs []*kgo.Record) error {
+	set.Fail = func(recs []*kgo.Record) error {
 		for _, r := range recs {
 			if string(r.Value) == "poison" {
 				return errors.New("batch holds poison")
@@ -199,7 +164,7 @@ func TestSetHandlerNoFallback(t *testing.T) {
 	set := newSetRecorder()
 	var broken atomic.Bool
 	broken.Store(true)
-	set.fail = func([]*kgo.Record) error {
+	set.Fail = func([]*kgo.Record) error {
 		if broken.Load() {
 			return errors.New("set broken")
 		}
@@ -220,7 +185,7 @@ func TestSetHandlerNoFallback(t *testing.T) {
 	if !errors.As(err, &he) || !strings.Contains(err.Error(), "set broken") {
 		t.Fatalf("Run = %v, want an error wrapping *inbox.HandlerError", err)
 	}
-	if _, calls := set.snapshot(); calls < 3 {
+	if _, calls := set.Snapshot(); calls < 3 {
 		t.Errorf("set handler called %d times, want at least 3 (first try + 2 retries)", calls)
 	}
 	if n := ta.total(); n != 0 {
@@ -235,7 +200,7 @@ func TestSetHandlerNoFallback(t *testing.T) {
 
 	// A permanent error is not retried.
 	set2 := newSetRecorder()
-	set2.fail = func([]*kgo.Record) error { return idem.Permanent(errors.New("malformed")) }
+	set2.Fail = func([]*kgo.Record) error { return idem.Permanent(errors.New("malformed")) }
 	con2, err := idemkafka.NewConsumer(newInbox(t, db, "g"), nil, groupOpts(c, "g", "orders"),
 		idemkafka.WithSetHandler(set2.handler("2")), idemkafka.WithRetries(2, time.Millisecond, 5*time.Millisecond))
 	if err != nil {
@@ -245,7 +210,7 @@ func TestSetHandlerNoFallback(t *testing.T) {
 		t.Errorf("Run = %v, want the permanent error", err)
 	}
 	con2.Close()
-	if _, calls := set2.snapshot(); calls != 1 {
+	if _, calls := set2.Snapshot(); calls != 1 {
 		t.Errorf("permanent failure: set handler called %d times, want 1", calls)
 	}
 

@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,54 +12,21 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemnats"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/settest"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // setRecorder is a set handler writing all its messages' effects with one
 // multi-row INSERT, and counting how often each key reached it.
 type setRecorder struct {
-	e     *effects
-	mu    sync.Mutex
-	seen  map[string]int
-	calls int
-	fail  func(msgs []jetstream.Msg) error
+	*settest.Recorder[jetstream.Msg]
+	handle func(context.Context, *sql.Tx, []jetstream.Msg) error
 }
 
-func newSetRecorder(e *effects) *setRecorder { return &setRecorder{e: e, seen: map[string]int{}} }
-
-func (s *setRecorder) handle(ctx context.Context, tx *sql.Tx, msgs []jetstream.Msg) error {
-	s.mu.Lock()
-	s.calls++
-	for _, m := range msgs {
-		s.seen[m.Headers().Get(jetstream.MsgIDHeader)]++
-	}
-	fail := s.fail
-	s.mu.Unlock()
-	if len(msgs) == 0 {
-		return errors.New("set handler called with no messages")
-	}
-	if fail != nil {
-		if err := fail(msgs); err != nil {
-			return err
-		}
-	}
-	q := "INSERT INTO effects (key, data) VALUES " + strings.Repeat("(?, ?), ", len(msgs)-1) + "(?, ?)"
-	args := make([]any, 0, 2*len(msgs))
-	for _, m := range msgs {
-		args = append(args, m.Headers().Get(jetstream.MsgIDHeader), string(m.Data()))
-	}
-	_, err := tx.ExecContext(ctx, q, args...)
-	return err
-}
-
-func (s *setRecorder) snapshot() (map[string]int, int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m := make(map[string]int, len(s.seen))
-	for k, v := range s.seen {
-		m[k] = v
-	}
-	return m, s.calls
+func newSetRecorder(*effects) *setRecorder {
+	id := func(m jetstream.Msg) string { return m.Headers().Get(jetstream.MsgIDHeader) }
+	r := settest.New(id)
+	return &setRecorder{r, r.Handler("INSERT INTO effects (key, data)", func(m jetstream.Msg) []any { return []any{id(m), string(m.Data())} })}
 }
 
 // With a set handler and no per-message handler: the consumer dies after
@@ -113,7 +78,7 @@ func TestSetHandlerAppliesOnce(t *testing.T) {
 		t.Fatalf("Run = %v, want context.Canceled", err)
 	}
 	counts := e.counts(t)
-	seen, calls := set.snapshot()
+	seen, calls := set.Snapshot()
 	for i := range n {
 		k := fmt.Sprintf("order-%d", i)
 		if counts[k] != 1 || seen[k] != 1 {
@@ -142,7 +107,7 @@ func TestSetHandlerPoisonFallback(t *testing.T) {
 	cons := setup(t, js)
 	e := newEffects(t)
 	set := newSetRecorder(e)
-	set.fail = func(msgs []jetstream.Msg) error {
+	set.Fail = func(msgs []jetstream.Msg) error {
 		for _, m := range msgs {
 			if m.Headers().Get(jetstream.MsgIDHeader) == "poison" {
 				return errors.New("group holds poison")
@@ -212,7 +177,7 @@ func TestSetHandlerNoFallback(t *testing.T) {
 	set := newSetRecorder(e)
 	var broken atomic.Bool
 	broken.Store(true)
-	set.fail = func([]jetstream.Msg) error {
+	set.Fail = func([]jetstream.Msg) error {
 		if broken.Load() {
 			return errors.New("set broken")
 		}
