@@ -3,22 +3,20 @@ package idemkafka_test
 import (
 	"context"
 	"database/sql"
-	"encoding/binary"
-	"encoding/hex"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemkafka"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/settest"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/sqldialect"
@@ -188,22 +186,9 @@ func headerID(r *kgo.Record) string {
 	return ""
 }
 
-// timeOrderedID returns a UUIDv7-shaped id (RFC 9562 layout: 48-bit Unix
-// millisecond timestamp, version 7, variant bits, random rest) as canonical
-// text. Ids made later sort later, to the millisecond.
-func timeOrderedID() string {
-	var u [16]byte
-	ms := uint64(time.Now().UnixMilli())
-	for i := range 6 {
-		u[i] = byte(ms >> (40 - 8*i))
-	}
-	binary.BigEndian.PutUint64(u[8:], rand.Uint64())
-	binary.BigEndian.PutUint16(u[6:], uint16(rand.Uint32()))
-	u[6] = u[6]&0x0f | 0x70 // version 7
-	u[8] = u[8]&0x3f | 0x80 // variant 10
-	h := hex.EncodeToString(u[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
-}
+// timeOrderedID returns a version 7 UUID (RFC 9562: Unix milliseconds
+// first) as canonical text: ids made later sort later.
+func timeOrderedID() string { return uuid.Must(uuid.NewV7()).String() }
 
 type consumeMode int
 
@@ -216,18 +201,7 @@ const (
 // setInsert is the set handler of the benchmark: the per-record handler's
 // INSERT as one multi-row statement for the batch.
 func setInsert(ctx context.Context, tx *sql.Tx, recs []*kgo.Record) error {
-	for lo := 0; lo < len(recs); lo += 500 {
-		chunk := recs[lo:min(lo+500, len(recs))]
-		q := "INSERT INTO effects (id, consumer) VALUES " + strings.Repeat("(?, ''), ", len(chunk)-1) + "(?, '')"
-		args := make([]any, len(chunk))
-		for i, r := range chunk {
-			args[i] = string(r.Value)
-		}
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-			return err
-		}
-	}
-	return nil
+	return settest.Insert(ctx, tx, "INSERT INTO effects (id, consumer)", recs, func(r *kgo.Record) []any { return []any{string(r.Value), ""} })
 }
 
 // idemConsume consumes every record of topic under group with a Consumer in

@@ -3,19 +3,18 @@ package idemnats_test
 import (
 	"context"
 	"database/sql"
-	"encoding/binary"
-	"encoding/hex"
 	"fmt"
-	"math/rand/v2"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem/adapters/idemnats"
-	"github.com/idem-go/idem/inbox"
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idem-go/idem/adapters/idemnats"
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/settest"
 )
 
 // BenchmarkConsume compares, on one embedded server in one run, the raw
@@ -203,47 +202,14 @@ func fillKeys(b *testing.B, js jetstream.JetStream, n int, key func(int) string)
 // setInsert is the set handler of the benchmark: e.apply's INSERT as one
 // multi-row statement per group.
 func setInsert(ctx context.Context, tx *sql.Tx, msgs []jetstream.Msg) error {
-	for lo := 0; lo < len(msgs); lo += 500 {
-		chunk := msgs[lo:min(lo+500, len(msgs))]
-		q := "INSERT INTO effects (key, data) VALUES " + strings.Repeat("(?, ?), ", len(chunk)-1) + "(?, ?)"
-		args := make([]any, 0, 2*len(chunk))
-		for _, m := range chunk {
-			args = append(args, m.Headers().Get(jetstream.MsgIDHeader), string(m.Data()))
-		}
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-			return err
-		}
-	}
-	return nil
+	return settest.Insert(ctx, tx, "INSERT INTO effects (key, data)", msgs, func(m jetstream.Msg) []any {
+		return []any{m.Headers().Get(jetstream.MsgIDHeader), string(m.Data())}
+	})
 }
 
-// randomID returns a random UUIDv4-shaped id as canonical text.
-func randomID(int) string {
-	var u [16]byte
-	binary.BigEndian.PutUint64(u[:8], rand.Uint64())
-	binary.BigEndian.PutUint64(u[8:], rand.Uint64())
-	u[6] = u[6]&0x0f | 0x40 // version 4
-	u[8] = u[8]&0x3f | 0x80 // variant 10
-	return uuidText(u)
-}
+// randomID returns a random (version 4) UUID as canonical text.
+func randomID(int) string { return uuid.NewString() }
 
-// timeOrderedID returns a UUIDv7-shaped id (RFC 9562 layout: 48-bit Unix
-// millisecond timestamp, version 7, variant bits, random rest) as canonical
-// text: ids made later sort later, to the millisecond.
-func timeOrderedID(int) string {
-	var u [16]byte
-	ms := uint64(time.Now().UnixMilli())
-	for i := range 6 {
-		u[i] = byte(ms >> (40 - 8*i))
-	}
-	binary.BigEndian.PutUint16(u[6:], uint16(rand.Uint32()))
-	binary.BigEndian.PutUint64(u[8:], rand.Uint64())
-	u[6] = u[6]&0x0f | 0x70 // version 7
-	u[8] = u[8]&0x3f | 0x80 // variant 10
-	return uuidText(u)
-}
-
-func uuidText(u [16]byte) string {
-	h := hex.EncodeToString(u[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
-}
+// timeOrderedID returns a version 7 UUID (RFC 9562: Unix milliseconds
+// first) as canonical text: ids made later sort later.
+func timeOrderedID(int) string { return uuid.Must(uuid.NewV7()).String() }

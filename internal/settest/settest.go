@@ -29,10 +29,8 @@ func New[M any](key func(M) string) *Recorder[M] {
 }
 
 // Handler returns a set handler that counts its batch, calls Fail, then
-// writes one row per message, row(m), with a single multi-row insert: insert
-// is "INSERT INTO table (columns)" and the values use ? placeholders. An
-// empty batch is an error: the adapters never call a set handler without
-// messages.
+// writes one row per message with [Insert]. An empty batch is an error: the
+// adapters never call a set handler without messages.
 func (r *Recorder[M]) Handler(insert string, row func(M) []any) func(context.Context, *sql.Tx, []M) error {
 	return func(ctx context.Context, tx *sql.Tx, msgs []M) error {
 		r.mu.Lock()
@@ -50,16 +48,28 @@ func (r *Recorder[M]) Handler(insert string, row func(M) []any) func(context.Con
 				return err
 			}
 		}
+		return Insert(ctx, tx, insert, msgs, row)
+	}
+}
+
+// Insert writes one row per message, row(m), with multi-row inserts of at
+// most 500 rows: insert is "INSERT INTO table (columns)", and the values use
+// ? placeholders.
+func Insert[M any](ctx context.Context, tx *sql.Tx, insert string, msgs []M, row func(M) []any) error {
+	for lo := 0; lo < len(msgs); lo += 500 {
+		chunk := msgs[lo:min(lo+500, len(msgs))]
 		var args []any
-		tuples := make([]string, len(msgs))
-		for i, m := range msgs {
+		tuples := make([]string, len(chunk))
+		for i, m := range chunk {
 			vals := row(m)
 			tuples[i] = "(?" + strings.Repeat(", ?", len(vals)-1) + ")"
 			args = append(args, vals...)
 		}
-		_, err := tx.ExecContext(ctx, insert+" VALUES "+strings.Join(tuples, ", "), args...)
-		return err
+		if _, err := tx.ExecContext(ctx, insert+" VALUES "+strings.Join(tuples, ", "), args...); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
 // Snapshot returns how often each key reached a handler, and the number of
