@@ -104,7 +104,7 @@ func (b *batcher) send(batch []*queued) {
 		}
 	}()
 	var ctx context.Context
-	pipe := b.rdb.Pipeline()
+	cmds := make([]redis.Cmder, 0, len(batch))
 	for _, q := range batch {
 		if err := q.ctx.Err(); err != nil {
 			q.cmd.SetErr(err)
@@ -113,18 +113,17 @@ func (b *batcher) send(batch []*queued) {
 		if ctx == nil {
 			ctx = context.WithoutCancel(q.ctx)
 		}
-		_ = pipe.Process(ctx, q.cmd)
+		cmds = append(cmds, q.cmd)
 	}
-	switch pipe.Len() {
+	switch len(cmds) {
 	case 0:
-	case 1:
-		// One command needs no pipeline.
-		for _, q := range batch {
-			if q.cmd.Err() == nil {
-				_ = b.rdb.Process(ctx, q.cmd)
-			}
-		}
+	case 1: // one command needs no pipeline
+		_ = b.rdb.Process(ctx, cmds[0])
 	default:
+		pipe := b.rdb.Pipeline()
+		for _, cmd := range cmds {
+			_ = pipe.Process(ctx, cmd)
+		}
 		_, _ = pipe.Exec(ctx)
 	}
 }
