@@ -3,6 +3,8 @@ package idem
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"unicode/utf8"
 )
 
 // Sentinel errors shared by idem's packages. Packages re-export them under
@@ -21,16 +23,41 @@ var (
 // IETF Idempotency-Key draft and of Stripe).
 const MaxKeyLen = 255
 
-// ValidateKey reports whether key is usable as an idempotency key: not empty
-// and at most [MaxKeyLen] bytes. The error wraps [ErrInvalidKey].
+// ValidateKey reports whether key is usable as an idempotency key: 1 to
+// [MaxKeyLen] bytes of valid UTF-8 with no NUL byte. The error wraps
+// [ErrInvalidKey] and names the problem.
+//
+// The rule is the same for every store and dialect, and it is checked before
+// any I/O: a key that one database would store and another would reject
+// (PostgreSQL's text refuses NUL and invalid UTF-8 with SQLSTATE 22021) is
+// refused everywhere, up front, instead of failing on every redelivery of its
+// message. Binary identifiers (a raw 16-byte UUID, say) must be encoded
+// first, as hex or base64.
 func ValidateKey(key string) error {
 	switch {
 	case key == "":
 		return fmt.Errorf("%w: key is empty", ErrInvalidKey)
 	case len(key) > MaxKeyLen:
 		return fmt.Errorf("%w: key is %d bytes, longer than the maximum of %d", ErrInvalidKey, len(key), MaxKeyLen)
+	case !utf8.ValidString(key):
+		return fmt.Errorf("%w: key is not valid UTF-8 (byte %d); encode binary ids as hex or base64", ErrInvalidKey, invalidUTF8At(key))
+	case strings.IndexByte(key, 0) >= 0:
+		return fmt.Errorf("%w: key contains a NUL byte at %d", ErrInvalidKey, strings.IndexByte(key, 0))
 	}
 	return nil
+}
+
+// invalidUTF8At returns the offset of the first byte of key that is not part
+// of a valid UTF-8 sequence.
+func invalidUTF8At(key string) int {
+	for i, r := range key {
+		if r == utf8.RuneError {
+			if _, size := utf8.DecodeRuneInString(key[i:]); size == 1 {
+				return i
+			}
+		}
+	}
+	return -1
 }
 
 // permanentError marks an error that retrying cannot fix.

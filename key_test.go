@@ -69,10 +69,20 @@ func TestValidateKey(t *testing.T) {
 	}{
 		{"", "empty"},
 		{strings.Repeat("k", 256), "256 bytes"},
+		{"evt\x00-1", "NUL byte at 3"},
+		{"\x00", "NUL byte at 0"},
+		{"ab\xff", "not valid UTF-8 (byte 2)"},
+		{"\xc3\x28", "not valid UTF-8 (byte 0)"},
+		{string([]byte{0x6b, 0xed, 0xa0, 0x80}), "not valid UTF-8 (byte 1)"}, // a UTF-16 surrogate
 	} {
 		err := idem.ValidateKey(tc.key)
 		if !errors.Is(err, idem.ErrInvalidKey) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("ValidateKey(len %d) = %v, want ErrInvalidKey naming %q", len(tc.key), err, tc.want)
+		}
+	}
+	for _, ok := range []string{"evt-1", "ключ-1", "\uFFFD", "tab\there", strings.Repeat("é", 127)} {
+		if err := idem.ValidateKey(ok); err != nil {
+			t.Errorf("ValidateKey(%q) = %v, want nil", ok, err)
 		}
 	}
 	if err := idem.ValidateKey(strings.Repeat("k", 255)); err != nil {
