@@ -23,7 +23,18 @@ const (
 	MaxScopeLen = 255
 	// DefaultScope is the scope of a store that was not given one.
 	DefaultScope = "default"
+	// MaxDuration is the longest lease or TTL a store applies: 100 years
+	// of 365 days. A longer one (up to math.MaxInt64 ns, about 292 years)
+	// is shortened to it, so that it means "practically forever" in every
+	// store, never an overflow that ends it at once (time.Time.Add, µs in
+	// SQL, ms in Redis's Lua) and never a store error (PostgreSQL's
+	// interval and timestamp ranges, Redis's PX limit).
+	MaxDuration = 100 * 365 * 24 * time.Hour
 )
+
+// CapDuration returns d shortened to at most [MaxDuration]. Stores apply
+// it to every lease and TTL after validation.
+func CapDuration(d time.Duration) time.Duration { return min(d, MaxDuration) }
 
 // The functions below are for implementers of [Store]: idem's stores call
 // them first so that every backend rejects the same input with the same

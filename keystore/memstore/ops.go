@@ -56,7 +56,7 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 		}
 	}
 	sh.tokens++
-	exp := now + int64(lease)
+	exp := after(now, lease)
 	n := entry{data: string(fp), exp: exp, token: sh.tokens, fpLen: uint32(len(fp)), state: stInProgress}
 	if ok {
 		*e = n
@@ -93,7 +93,7 @@ func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, 
 		return nil // this claim completed already
 	}
 	now := c.now()
-	e.exp = now + int64(ttl)
+	e.exp = after(now, ttl)
 	e.state = stDone
 	e.data = e.fp() + string(result)
 	sh.lower(e.exp)
@@ -161,6 +161,17 @@ func (s *Store) Sweep(ctx context.Context, batch int) (int, error) {
 		}
 	}
 	return deleted, nil
+}
+
+// after returns the time d after now (ns since base), d capped at
+// keystore.MaxDuration and the sum saturated at the largest time, so that a
+// huge lease or TTL never wraps around into the past.
+func after(now int64, d time.Duration) int64 {
+	d = keystore.CapDuration(d)
+	if int64(d) > math.MaxInt64-now {
+		return math.MaxInt64
+	}
+	return now + int64(d)
 }
 
 // lower records that the shard holds an entry expiring at exp. Called with

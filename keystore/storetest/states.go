@@ -205,6 +205,10 @@ func testBadInput(t *testing.T, s keystore.Store, _ config) {
 	}{
 		{"empty key", "", nil, long, keystore.ErrInvalidKey},
 		{"256-byte key", strings.Repeat("k", 256), nil, long, keystore.ErrInvalidKey},
+		{"key of invalid UTF-8", key + "\xff", nil, long, keystore.ErrInvalidKey},
+		{"key with a truncated rune", key + "\xe2\x82", nil, long, keystore.ErrInvalidKey},
+		{"key with NUL", key + "\x00", nil, long, keystore.ErrInvalidKey},
+		{"key of one NUL", "\x00", nil, long, keystore.ErrInvalidKey},
 		{"zero lease", key, nil, 0, keystore.ErrInvalidArgument},
 		{"negative lease", key, nil, -time.Second, keystore.ErrInvalidArgument},
 		{"oversized fingerprint", key, make([]byte, keystore.MaxFingerprintLen+1), long, keystore.ErrInvalidArgument},
@@ -212,7 +216,12 @@ func testBadInput(t *testing.T, s keystore.Store, _ config) {
 		_, err := s.Reserve(ctx, tc.key, tc.fp, tc.lease)
 		wantErr(t, "Reserve with "+tc.name, err, tc.want)
 	}
-	// Nothing was written by the rejected calls.
+	// Nothing was written by the rejected calls: not the key they share a
+	// prefix with, nor a key that a store might have derived by dropping
+	// or replacing the bad bytes.
+	for _, k := range []string{key + "\ufffd", key + "\ufffd\ufffd"} {
+		wantState(t, reserve(t, s, k, nil, long), keystore.Acquired)
+	}
 	c := reserve(t, s, key, nil, long)
 	wantState(t, c, keystore.Acquired)
 	longest := strings.Repeat("k", 255)
@@ -226,6 +235,8 @@ func testBadInput(t *testing.T, s keystore.Store, _ config) {
 		{Key: key, State: keystore.Done, Token: c.Token},
 		{Key: key, State: keystore.Acquired},
 		{Key: "", State: keystore.Acquired, Token: c.Token},
+		{Key: key + "\xff", State: keystore.Acquired, Token: c.Token},
+		{Key: key + "\x00", State: keystore.Acquired, Token: c.Token},
 	} {
 		err := s.Complete(ctx, bad, nil, long)
 		if !errors.Is(err, keystore.ErrInvalidArgument) && !errors.Is(err, keystore.ErrInvalidKey) {
@@ -253,7 +264,9 @@ func testBadInput(t *testing.T, s keystore.Store, _ config) {
 
 func testBinary(t *testing.T, s keystore.Store, _ config) {
 	ctx := testCtx(t)
-	key := newKey("bin\x00\xff\n{x}:")
+	// Keys are UTF-8 without NUL (idem.ValidateKey); within that rule any
+	// character goes, including the ones stores use as separators.
+	key := newKey("bin\n\t {x}:\x01\x7f é\u2028🙂")
 	fp := []byte{0, 1, 2, 0xff, 0}
 	result := []byte{0, 0xfe, '\n', 0, 'x'}
 	c := reserve(t, s, key, fp, long)
@@ -282,5 +295,14 @@ func testCancelled(t *testing.T, s keystore.Store, _ config) {
 	_, err := s.Reserve(ctx, key, nil, long)
 	wantErr(t, "Reserve with a cancelled context", err, context.Canceled)
 	// Fail closed, and nothing held: the key is free.
+	c := reserve(t, s, key, nil, long)
+	wantState(t, c, keystore.Acquired)
+
+	// A Complete or Release that starts under a cancelled ctx writes
+	// nothing: the key stays in progress under c, which still releases it.
+	wantErr(t, "Complete with a cancelled context", s.Complete(ctx, c, []byte("x"), long), context.Canceled)
+	wantErr(t, "Release with a cancelled context", s.Release(ctx, c), context.Canceled)
+	wantState(t, reserve(t, s, key, nil, long), keystore.InProgress)
+	noErr(t, "Release", s.Release(testCtx(t), c))
 	wantState(t, reserve(t, s, key, nil, long), keystore.Acquired)
 }
