@@ -36,6 +36,7 @@ func Example() {
 
 	for _, key := range []string{`"order-42"`, `"order-42"`, ""} {
 		req, _ := http.NewRequest("POST", srv.URL+"/charges", strings.NewReader(`{"amount":5000}`))
+		req.Header.Set("Authorization", "Bearer sk_test_alice") // the principal keys are scoped by
 		if key != "" {
 			req.Header.Set("Idempotency-Key", key)
 		}

@@ -8,9 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idem-go/idem/keystore"
@@ -19,8 +19,10 @@ import (
 // Middleware applies Idempotency-Key semantics to a handler. It is safe for
 // concurrent use and starts no goroutines.
 type Middleware struct {
-	store keystore.Store
-	cfg   config
+	store  keystore.Store
+	cfg    config
+	budget budget
+	took   estimate
 }
 
 // New returns a Middleware that keeps keys and responses in s.
@@ -37,10 +39,20 @@ func New(s keystore.Store, opts ...Option) (*Middleware, error) {
 			return nil, err
 		}
 	}
-	return &Middleware{store: s, cfg: cfg}, nil
+	if cfg.maxBuffered < cfg.maxRequest+1 {
+		return nil, invalid("max buffered bytes %d must exceed the request body limit %d", cfg.maxBuffered, cfg.maxRequest)
+	}
+	m := &Middleware{store: s, cfg: cfg}
+	m.budget.max = cfg.maxBuffered
+	return m, nil
 }
 
 // Handler wraps next.
+//
+// Store calls run under a context that the client's disconnect does not
+// cancel, bounded by the store timeout: a reservation is never left half
+// made. If the client is gone once the key is reserved, the handler does not
+// run and the key is released, so the retry executes.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -62,6 +74,13 @@ func storeKey(scope, key string) string {
 	return "http:" + base64.RawURLEncoding.EncodeToString(h.Sum(nil))
 }
 
+// storeCtx is the context of a store call: not cancelled by the client's
+// disconnect (a call cancelled half-way may have committed), bounded by the
+// store timeout.
+func (m *Middleware) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), m.cfg.storeTimeout)
+}
+
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) Outcome {
 	if !m.cfg.methods[r.Method] {
 		next.ServeHTTP(w, r)
@@ -79,14 +98,23 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.problem(w, http.StatusBadRequest, probInvalidKey, err.Error(), nil)
 		return OutcomeBadRequest
 	}
-	scope, err := m.cfg.scope(r)
-	if err != nil {
+	// Echoed on every answer from here on (executed, replayed, problem), as
+	// Stripe does, so that a client can correlate a response with its key.
+	echo := strings.Trim(r.Header.Get(HeaderKey), " \t")
+	w.Header().Set(HeaderKey, echo)
+	scope, err := m.cfg.scopeOf(r)
+	switch {
+	case errors.Is(err, ErrNoPrincipal):
+		m.problem(w, http.StatusBadRequest, probNoPrincipal, err.Error()+"; keyed requests must identify their principal so that no client is replayed another's response", nil)
+		return OutcomeBadRequest
+	case err != nil:
 		m.problem(w, http.StatusBadRequest, probBadScope, err.Error(), nil)
 		return OutcomeBadRequest
 	}
-	body, ok := m.readBody(w, r)
-	if !ok {
-		return OutcomeTooLarge
+	body, release, o := m.readBody(w, r)
+	defer release()
+	if o != "" {
+		return o
 	}
 	fp := Fingerprint(r, body, m.cfg.fpHeaders)
 	sk := storeKey(scope, key)
@@ -105,22 +133,30 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	case keystore.Done:
 		return m.replay(w, claim)
 	case keystore.InProgress:
-		retry := int(math.Ceil(time.Until(claim.Expires).Seconds()))
-		retry = max(1, min(retry, int(m.cfg.lease/time.Second)+1))
-		m.problem(w, http.StatusConflict, probInProgress, "a request with this key is being processed; retry after it completes", map[string]string{"Retry-After": strconv.Itoa(retry)})
+		m.problem(w, http.StatusConflict, probInProgress, "a request with this key is being processed; retry after it completes", map[string]string{"Retry-After": strconv.Itoa(m.retryAfter(claim))})
 		return OutcomeInProgress
+	}
+	if r.Context().Err() != nil {
+		// The client left while the key was being reserved: nobody would
+		// get the answer, so do not act; the retry executes.
+		m.release(r.Context(), claim, "client gone after the reservation")
+		return OutcomeClientGone
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
-	return m.execute(w, r, next, claim)
+	return m.execute(w, r, next, claim, echo)
 }
 
 // reserve calls Reserve, waiting for an in-progress holder when configured.
+// Each call runs under storeCtx; only the waits between calls end with the
+// client.
 func (m *Middleware) reserve(ctx context.Context, key string, fp []byte) (keystore.Claim, error) {
 	deadline := time.Now().Add(m.cfg.wait)
 	poll := 10 * time.Millisecond
 	for {
-		c, err := m.store.Reserve(ctx, key, fp, m.cfg.lease)
+		sctx, cancel := m.storeCtx(ctx)
+		c, err := m.store.Reserve(sctx, key, fp, m.cfg.lease)
+		cancel()
 		if err != nil || c.State != keystore.InProgress || m.cfg.wait == 0 || time.Now().Add(poll).After(deadline) {
 			return c, err
 		}
@@ -135,27 +171,13 @@ func (m *Middleware) reserve(ctx context.Context, key string, fp []byte) (keysto
 	}
 }
 
-// readBody reads the whole request body up to the limit; a larger body is
-// answered 413 before the store is touched.
-func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	limit := m.cfg.maxRequest
-	if r.ContentLength > limit {
-		m.problem(w, http.StatusRequestEntityTooLarge, probTooLarge, fmt.Sprintf("keyed request bodies are limited to %d bytes", limit), nil)
-		return nil, false
+// release gives the key back, so that a retry executes.
+func (m *Middleware) release(ctx context.Context, c keystore.Claim, why string) {
+	sctx, cancel := m.storeCtx(ctx)
+	defer cancel()
+	if err := m.store.Release(sctx, c); err != nil {
+		m.cfg.logger.ErrorContext(sctx, "idemhttp: release failed; the key stays in progress until its lease ends", "why", why, "err", err)
 	}
-	if r.Body == nil || r.Body == http.NoBody {
-		return nil, true
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
-	if err != nil {
-		m.problem(w, http.StatusBadRequest, probInvalidKey, "reading the request body: "+err.Error(), nil)
-		return nil, false
-	}
-	if int64(len(body)) > limit {
-		m.problem(w, http.StatusRequestEntityTooLarge, probTooLarge, fmt.Sprintf("keyed request bodies are limited to %d bytes", limit), nil)
-		return nil, false
-	}
-	return body, true
 }
 
 func (m *Middleware) replay(w http.ResponseWriter, c keystore.Claim) Outcome {
@@ -164,8 +186,13 @@ func (m *Middleware) replay(w http.ResponseWriter, c keystore.Claim) Outcome {
 		m.problem(w, http.StatusInternalServerError, probCorrupt, err.Error(), nil)
 		return OutcomeStoreError
 	}
-	if rec.notStored {
-		m.problem(w, http.StatusGone, probNotStored, fmt.Sprintf("the request was executed and answered %d, but the response was too large or streamed and was not kept; it will not be executed again", rec.status), map[string]string{HeaderReplayed: "true"})
+	replayed := map[string]string{HeaderReplayed: "true"}
+	switch {
+	case rec.lost:
+		m.problem(w, http.StatusBadGateway, probLost, fmt.Sprintf("the request was executed and answered %d, but the response was cut off before it was complete; it will not be executed again", rec.status), replayed)
+		return OutcomeReplayed
+	case rec.notStored:
+		m.problem(w, http.StatusGone, probNotStored, fmt.Sprintf("the request was executed and answered %d, but the response was too large or streamed and was not kept; it will not be executed again", rec.status), replayed)
 		return OutcomeReplayed
 	}
 	h := w.Header()
@@ -177,65 +204,4 @@ func (m *Middleware) replay(w http.ResponseWriter, c keystore.Claim) Outcome {
 	w.WriteHeader(rec.status)
 	_, _ = w.Write(rec.body)
 	return OutcomeReplayed
-}
-
-// execute runs the handler under the claim and stores or releases the key.
-// Store calls after the handler use a context that the client's disconnect
-// does not cancel: the effect has happened and must be recorded.
-func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, claim keystore.Claim) (o Outcome) {
-	rec := newRecorder(w, m.cfg.maxResponse)
-	storeCtx := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.WithoutCancel(r.Context()), m.cfg.storeTimeout)
-	}
-	defer func() {
-		if p := recover(); p != nil {
-			ctx, cancel := storeCtx()
-			defer cancel()
-			if err := m.store.Release(ctx, claim); err != nil {
-				m.cfg.logger.ErrorContext(ctx, "idemhttp: release after panic failed; the lease will expire", "err", err)
-			}
-			panic(p)
-		}
-	}()
-	next.ServeHTTP(rec, r)
-	if rec.status == 0 {
-		rec.WriteHeader(http.StatusOK) // handler wrote nothing: net/http sends 200
-	}
-
-	ctx, cancel := storeCtx()
-	defer cancel()
-	if rec.status >= 500 && !m.cfg.store5xx {
-		if err := m.store.Release(ctx, claim); err != nil {
-			m.cfg.logger.ErrorContext(ctx, "idemhttp: release failed; the lease will expire", "err", err)
-		}
-		return OutcomeReleased
-	}
-	stored := &record{status: rec.status, header: http.Header{}}
-	o = OutcomeExecuted
-	if rec.overflow || rec.streamed {
-		stored.notStored = true
-		o = OutcomeNotStored
-	} else {
-		for name, vals := range rec.header {
-			if m.cfg.replay[name] {
-				stored.header[name] = vals
-			}
-		}
-		stored.body = rec.body.Bytes()
-	}
-	err := m.store.Complete(ctx, claim, stored.encode(), m.cfg.ttl)
-	if errors.Is(err, keystore.ErrResultTooLarge) && !stored.notStored {
-		stored = &record{status: rec.status, notStored: true}
-		o = OutcomeNotStored
-		err = m.store.Complete(ctx, claim, stored.encode(), m.cfg.ttl)
-	}
-	switch {
-	case errors.Is(err, keystore.ErrLeaseLost):
-		m.cfg.logger.WarnContext(ctx, "idemhttp: handler outlived its lease; response not stored (raise the lease)", "lease", m.cfg.lease)
-		return OutcomeLeaseLost
-	case err != nil:
-		m.cfg.logger.ErrorContext(ctx, "idemhttp: storing the response failed; the key stays in progress until its lease ends", "err", err)
-		return OutcomeStoreError
-	}
-	return o
 }

@@ -73,10 +73,11 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 type fixture struct {
-	t     *testing.T
-	store *countingStore
-	up    *upstream
-	h     http.Handler
+	t         *testing.T
+	anonymous bool // send no Authorization header
+	store     *countingStore
+	up        *upstream
+	h         http.Handler
 }
 
 func newFixture(t *testing.T, opts ...idemhttp.Option) *fixture {
@@ -103,6 +104,9 @@ func (f *fixture) do(method, path, key, body string, hdr ...string) *http.Respon
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
 		r.Header.Add(hdr[i], hdr[i+1])
+	}
+	if r.Header.Get("Authorization") == "" && !f.anonymous {
+		r.Header.Set("Authorization", "Bearer test-client") // keyed requests need a principal
 	}
 	w := httptest.NewRecorder()
 	f.h.ServeHTTP(w, r)
@@ -399,6 +403,7 @@ func TestLimits(t *testing.T) {
 		t.Fatalf("replay of a large response: %d", r.StatusCode)
 	}
 	f.up.hook = func(w http.ResponseWriter, r *http.Request) bool {
+		w.Header().Set("Content-Type", "text/event-stream") // a real stream
 		_, _ = io.WriteString(w, "data: 1\n\n")
 		w.(http.Flusher).Flush()
 		return true

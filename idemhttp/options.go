@@ -1,8 +1,6 @@
 package idemhttp
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -33,7 +31,7 @@ var neverReplayed = map[string]bool{
 	"X-Request-Id": true, "X-Correlation-Id": true, "Traceparent": true, "Tracestate": true,
 	"Ratelimit": true, "Ratelimit-Policy": true, "Ratelimit-Limit": true, "Ratelimit-Remaining": true,
 	"Ratelimit-Reset": true, "X-Ratelimit-Limit": true, "X-Ratelimit-Remaining": true, "X-Ratelimit-Reset": true,
-	"Idempotent-Replayed": true,
+	"Idempotent-Replayed": true, "Idempotency-Key": true, "Request-Id": true, "Original-Request": true,
 }
 
 type config struct {
@@ -52,6 +50,12 @@ type config struct {
 	logger       *slog.Logger
 	hooks        Hooks
 	storeTimeout time.Duration
+
+	allowAnonymous bool
+	bodyTimeout    time.Duration // keyed request body read deadline
+	writeTimeout   time.Duration // per write to the client
+	maxBuffered    int64         // all keyed request bodies held at once
+	streamTypes    map[string]bool
 }
 
 func defaultConfig() config {
@@ -65,6 +69,10 @@ func defaultConfig() config {
 		docs:         "https://github.com/idem-go/idem/blob/main/docs/http.md",
 		logger:       slog.New(slog.DiscardHandler),
 		storeTimeout: 5 * time.Second,
+		bodyTimeout:  30 * time.Second,
+		writeTimeout: 30 * time.Second,
+		maxBuffered:  128 << 20,
+		streamTypes:  map[string]bool{"text/event-stream": true},
 	}
 	c.replay = headerSet(DefaultReplayHeaders)
 	return c
@@ -83,17 +91,6 @@ func headerSet(names []string) map[string]bool {
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("idemhttp: %w: "+format, append([]any{idem.ErrInvalidOption}, args...)...)
-}
-
-// authorizationScope is the default principal: a digest of the Authorization
-// header, so stored keys never hold a credential.
-func authorizationScope(r *http.Request) (string, error) {
-	a := r.Header.Get("Authorization")
-	if a == "" {
-		return "anonymous", nil
-	}
-	sum := sha256.Sum256([]byte(a))
-	return "auth:" + hex.EncodeToString(sum[:16]), nil
 }
 
 // WithMethods sets the methods that use idempotency keys (default POST and
@@ -169,38 +166,6 @@ func WithWait(d time.Duration) Option {
 // default a 5xx releases the key so that a retry executes.
 func WithStore5xx(store bool) Option {
 	return func(c *config) error { c.store5xx = store; return nil }
-}
-
-// WithScopeHeader scopes keys by the value of header (a tenant or API key
-// id). Requests without it get 400.
-func WithScopeHeader(header string) Option {
-	return func(c *config) error {
-		h := http.CanonicalHeaderKey(strings.TrimSpace(header))
-		if h == "" {
-			return invalid("empty scope header")
-		}
-		c.scope = func(r *http.Request) (string, error) {
-			v := r.Header.Values(h)
-			if len(v) != 1 || v[0] == "" {
-				return "", fmt.Errorf("exactly one %s header is required", h)
-			}
-			return "hdr:" + v[0], nil
-		}
-		return nil
-	}
-}
-
-// WithScopeFunc scopes keys by f's result, typically the authenticated
-// principal from the request's context. An error from f answers 400 without
-// running the handler.
-func WithScopeFunc(f func(*http.Request) (string, error)) Option {
-	return func(c *config) error {
-		if f == nil {
-			return invalid("nil scope func")
-		}
-		c.scope = f
-		return nil
-	}
 }
 
 // WithFingerprintHeaders adds request headers to the fingerprint (the
@@ -303,8 +268,12 @@ const (
 	OutcomeReplayed    Outcome = "replayed"
 	OutcomeInProgress  Outcome = "in_progress" // 409
 	OutcomeMismatch    Outcome = "mismatch"    // 422
-	OutcomeBadRequest  Outcome = "bad_request" // 400: missing or invalid key, bad scope
+	OutcomeBadRequest  Outcome = "bad_request" // 400: missing or invalid key, bad or missing principal
 	OutcomeTooLarge    Outcome = "too_large"   // 413
 	OutcomeStoreError  Outcome = "store_error" // 503
 	OutcomeLeaseLost   Outcome = "lease_lost"  // handler ran past its lease; response not stored
+	OutcomeLost        Outcome = "lost"        // handler answered non-5xx, then failed mid-body: completed as "response-lost"
+	OutcomeClientGone  Outcome = "client_gone" // the client left after the reservation, before the handler: released
+	OutcomeBusy        Outcome = "busy"        // 503: the buffered-bytes bound was reached
+	OutcomeTimeout     Outcome = "timeout"     // 408: the request body did not arrive in time
 )

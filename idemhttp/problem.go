@@ -16,29 +16,39 @@ type problem struct {
 
 // The problem types, each an anchor of docs/http.md.
 const (
-	probMissingKey = "missing-key"
-	probInvalidKey = "invalid-key"
-	probInProgress = "in-progress"
-	probMismatch   = "key-reused"
-	probTooLarge   = "request-too-large"
-	probNotStored  = "response-not-stored"
-	probStore      = "store-unavailable"
-	probBadScope   = "invalid-scope"
-	probCorrupt    = "stored-response-corrupt"
-	probUpstream   = "upstream-unreachable"
+	probMissingKey  = "missing-key"
+	probInvalidKey  = "invalid-key"
+	probInProgress  = "in-progress"
+	probMismatch    = "key-reused"
+	probTooLarge    = "request-too-large"
+	probNotStored   = "response-not-stored"
+	probStore       = "store-unavailable"
+	probBadScope    = "invalid-scope"
+	probCorrupt     = "stored-response-corrupt"
+	probUpstream    = "upstream-unreachable"
+	probNoPrincipal = "no-principal"
+	probLost        = "response-lost"
+	probBusy        = "busy"
+	probTimeout     = "request-timeout"
+	probBodyRead    = "request-body-incomplete"
 )
 
 var problemTitles = map[string]string{
-	probMissingKey: "Idempotency-Key header is required",
-	probInvalidKey: "Idempotency-Key header is invalid",
-	probInProgress: "A request with this Idempotency-Key is still being processed",
-	probMismatch:   "Idempotency-Key was already used with a different request",
-	probTooLarge:   "Request body is too large",
-	probNotStored:  "The original response was delivered but not stored",
-	probStore:      "The idempotency store is unavailable",
-	probBadScope:   "The request's principal could not be determined",
-	probCorrupt:    "The stored response could not be read",
-	probUpstream:   "The upstream server could not be reached",
+	probMissingKey:  "Idempotency-Key header is required",
+	probInvalidKey:  "Idempotency-Key header is invalid",
+	probInProgress:  "A request with this Idempotency-Key is still being processed",
+	probMismatch:    "Idempotency-Key was already used with a different request",
+	probTooLarge:    "Request body is too large",
+	probNotStored:   "The original response was delivered but not stored",
+	probStore:       "The idempotency store is unavailable",
+	probBadScope:    "The request's principal could not be determined",
+	probCorrupt:     "The stored response could not be read",
+	probUpstream:    "The upstream server could not be reached",
+	probNoPrincipal: "The request does not identify its principal",
+	probLost:        "The request was executed but its response was lost",
+	probBusy:        "The server is holding too many request bodies",
+	probTimeout:     "The request body did not arrive in time",
+	probBodyRead:    "The request body could not be read",
 }
 
 func (m *Middleware) problem(w http.ResponseWriter, status int, typ, detail string, hdr map[string]string) {

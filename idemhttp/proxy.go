@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
 
@@ -12,9 +13,17 @@ import (
 )
 
 // Proxy is a reverse proxy that applies Idempotency-Key semantics in front of
-// any HTTP API: [Middleware] around an httputil.ReverseProxy. Upstream
-// failures (unreachable, reset, timed out) answer 502 and release the key, so
-// a retry executes.
+// any HTTP API: [Middleware] around an httputil.ReverseProxy.
+//
+// When the upstream gives no response (unreachable, refused, reset or timed
+// out before its status line) the proxy answers 502 (504 on the lease
+// timeout) and releases the key, so a retry executes; that made-up answer is
+// never stored, with or without [WithStore5xx]. If the request had been
+// written to the upstream, its outcome is unknown: the upstream receives the
+// client's Idempotency-Key, so an upstream that honours it absorbs the
+// retry. Once the upstream's status line has arrived (and is not a 5xx) the
+// upstream has acted: if its body then breaks off, the key is completed as
+// "response-lost" (502 on every retry) and never executed again.
 type Proxy struct {
 	m        *Middleware
 	rp       *httputil.ReverseProxy
@@ -42,12 +51,21 @@ func NewProxy(target *url.URL, s keystore.Store, opts ...Option) (*Proxy, error)
 			pr.SetURL(target)
 			pr.SetXForwarded()
 			pr.Out.Host = pr.In.Host
-			if m.cfg.methods[pr.In.Method] && pr.In.Header.Get(HeaderKey) != "" {
-				ctx, cancel := context.WithTimeout(context.WithoutCancel(pr.In.Context()), m.cfg.lease)
-				stop := context.AfterFunc(p.abortCtx, cancel)
-				done := context.CancelFunc(func() { stop(); cancel() })
-				pr.Out = pr.Out.WithContext(context.WithValue(ctx, cancelKey{}, done))
+			att := attemptOf(pr.In.Context())
+			if att == nil {
+				return // not a keyed request running under a claim
 			}
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(pr.In.Context()), m.cfg.lease)
+			stop := context.AfterFunc(p.abortCtx, cancel)
+			done := context.CancelFunc(func() { stop(); cancel() })
+			ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+				WroteRequest: func(i httptrace.WroteRequestInfo) {
+					if i.Err == nil {
+						att.wrote.Store(true)
+					}
+				},
+			})
+			pr.Out = pr.Out.WithContext(context.WithValue(ctx, cancelKey{}, done))
 		},
 		Transport: cancelOnClose{upstreamTransport()},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -55,8 +73,15 @@ func NewProxy(target *url.URL, s keystore.Store, opts ...Option) (*Proxy, error)
 			if errors.Is(err, context.DeadlineExceeded) {
 				status = http.StatusGatewayTimeout
 			}
+			detail := "the request did not reach the upstream; the key was released and a retry will execute"
+			if att := attemptOf(r.Context()); att != nil {
+				att.madeUp.Store(true)
+				if att.wrote.Load() {
+					detail = "the request was sent but the upstream gave no response, so its outcome is unknown; the key was released and a retry will execute, carrying the same Idempotency-Key to the upstream"
+				}
+			}
 			m.cfg.logger.WarnContext(r.Context(), "idemhttp: upstream failed", "err", err)
-			m.problem(w, status, probUpstream, "the upstream request failed; the key was released and a retry will execute", nil)
+			m.problem(w, status, probUpstream, detail, nil)
 		},
 	}
 	p.handler = m.Handler(p.rp)
@@ -93,13 +118,25 @@ func (t cancelOnClose) RoundTrip(r *http.Request) (*http.Response, error) {
 		cancel()
 		return nil, err
 	}
-	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
+	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel, att: attemptOf(r.Context())}
 	return resp, nil
 }
 
 type cancelBody struct {
 	io.ReadCloser
 	cancel context.CancelFunc
+	att    *attempt
+}
+
+// Read notes a body that breaks off (reset, lease timeout, abort), so that
+// the middleware completes the key as response-lost even when ReverseProxy
+// does not panic (it panics only under an http.Server).
+func (b *cancelBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) && b.att != nil {
+		b.att.bodyFailed.Store(true)
+	}
+	return n, err
 }
 
 func (b *cancelBody) Close() error {
@@ -109,9 +146,10 @@ func (b *cancelBody) Close() error {
 }
 
 // Abort cancels every upstream call in flight, for a shutdown that cannot
-// wait any longer: each aborted request answers 502 and releases its key, so
-// the client's retry executes (on this or another proxy). Requests that
-// arrive after Abort fail the same way.
+// wait any longer: an aborted request whose upstream had not answered yet
+// answers 502 and releases its key, so the client's retry executes (on this
+// or another proxy); one whose upstream status line had arrived is completed
+// as response-lost. Requests that arrive after Abort fail the same way.
 func (p *Proxy) Abort() { p.abort() }
 
 // ServeHTTP implements http.Handler.

@@ -15,13 +15,18 @@ import (
 //	| body (the rest)
 //
 // Flag notStored marks a response that was delivered but is not replayable
-// (too large, or streamed).
+// (too large, or streamed); flag lost one whose status was sent but whose
+// body broke off (the handler panicked, the upstream's body failed).
 const recordMagic = "IDH1"
 
-const flagNotStored = 1
+const (
+	flagNotStored = 1
+	flagLost      = 2
+)
 
 type record struct {
 	notStored bool
+	lost      bool
 	status    int
 	header    http.Header
 	body      []byte
@@ -45,6 +50,9 @@ func (r *record) encode() []byte {
 	if r.notStored {
 		flags |= flagNotStored
 	}
+	if r.lost {
+		flags |= flagLost
+	}
 	b = append(b, flags, byte(r.status>>8), byte(r.status))
 	count := 0
 	for _, vals := range r.header {
@@ -67,7 +75,7 @@ func decodeRecord(b []byte) (*record, error) {
 		return nil, fmt.Errorf("%w: bad header", errBadRecord)
 	}
 	b = b[len(recordMagic):]
-	r := &record{notStored: b[0]&flagNotStored != 0, status: int(b[1])<<8 | int(b[2]), header: http.Header{}}
+	r := &record{notStored: b[0]&flagNotStored != 0, lost: b[0]&flagLost != 0, status: int(b[1])<<8 | int(b[2]), header: http.Header{}}
 	if r.status < 100 || r.status > 999 {
 		return nil, fmt.Errorf("%w: status %d", errBadRecord, r.status)
 	}

@@ -3,26 +3,38 @@ package idemhttp
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"net"
 	"net/http"
+	"time"
 )
 
 // recorder passes a response to the client and keeps a copy for the store,
 // up to a limit. A failed write to the client does not stop the copy: the
 // effect happened, and the client's retry must be able to replay it.
+//
+// Flushes reach the client at once but do not make a response a stream:
+// httputil.ReverseProxy flushes every response of unknown length, and Go
+// handlers flush once they pass the server's buffer, so treating a flush as a
+// stream would leave every chunked response unstored. Only a stream media
+// type (text/event-stream by default) or a hijack are streams.
 type recorder struct {
-	w         http.ResponseWriter
-	limit     int
-	status    int
-	header    http.Header // snapshot at WriteHeader
-	body      bytes.Buffer
-	overflow  bool
-	streamed  bool
-	clientErr error
+	w            http.ResponseWriter
+	rc           *http.ResponseController
+	cfg          *config
+	echo         string // the Idempotency-Key value sent back
+	writeTimeout time.Duration
+	deadlineSet  bool
+	status       int
+	header       http.Header // snapshot at WriteHeader
+	body         bytes.Buffer
+	overflow     bool
+	streamed     bool
+	clientErr    error
 }
 
-func newRecorder(w http.ResponseWriter, limit int) *recorder {
-	return &recorder{w: w, limit: limit}
+func newRecorder(w http.ResponseWriter, cfg *config, echo string) *recorder {
+	return &recorder{w: w, rc: http.NewResponseController(w), cfg: cfg, echo: echo, writeTimeout: cfg.writeTimeout}
 }
 
 func (r *recorder) Header() http.Header { return r.w.Header() }
@@ -36,7 +48,14 @@ func (r *recorder) WriteHeader(code int) {
 		return
 	}
 	r.status = code
-	r.header = r.w.Header().Clone()
+	h := r.w.Header()
+	if r.echo != "" {
+		h.Set(HeaderKey, r.echo) // once, even if the upstream echoed it too
+	}
+	r.header = h.Clone()
+	if r.cfg.isStream(h.Get("Content-Type")) {
+		r.streamed = true
+	}
 	r.w.WriteHeader(code)
 }
 
@@ -44,8 +63,8 @@ func (r *recorder) Write(p []byte) (int, error) {
 	if r.status == 0 {
 		r.WriteHeader(http.StatusOK)
 	}
-	if !r.overflow {
-		if r.body.Len()+len(p) > r.limit {
+	if !r.overflow && !r.streamed {
+		if r.body.Len()+len(p) > r.cfg.maxResponse {
 			r.overflow = true
 			r.body = bytes.Buffer{}
 		} else {
@@ -53,6 +72,7 @@ func (r *recorder) Write(p []byte) (int, error) {
 		}
 	}
 	if r.clientErr == nil {
+		r.deadline()
 		if _, err := r.w.Write(p); err != nil {
 			r.clientErr = err
 		}
@@ -60,14 +80,38 @@ func (r *recorder) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Flush marks the response as streamed: it is delivered but not stored.
+// deadline bounds the next write to the client, so that a client that stops
+// reading cannot hold the response (and the key) past the lease.
+func (r *recorder) deadline() {
+	if r.writeTimeout <= 0 {
+		return
+	}
+	if err := r.rc.SetWriteDeadline(time.Now().Add(r.writeTimeout)); errors.Is(err, http.ErrNotSupported) {
+		r.writeTimeout = 0
+		return
+	}
+	r.deadlineSet = true
+}
+
+// resetDeadline clears the write deadline, so that it does not outlive this
+// response on a kept-alive connection.
+func (r *recorder) resetDeadline() {
+	if r.deadlineSet {
+		_ = r.rc.SetWriteDeadline(time.Time{})
+	}
+}
+
+// Flush sends what was written so far to the client; the response is still
+// recorded.
 func (r *recorder) Flush() {
 	if r.status == 0 {
 		r.WriteHeader(http.StatusOK)
 	}
-	r.streamed = true
-	if f, ok := r.w.(http.Flusher); ok && r.clientErr == nil {
-		f.Flush()
+	if r.clientErr == nil {
+		r.deadline()
+		if err := r.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			r.clientErr = err
+		}
 	}
 }
 
@@ -77,7 +121,7 @@ func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if r.status == 0 {
 		r.status = http.StatusSwitchingProtocols
 	}
-	return http.NewResponseController(r.w).Hijack()
+	return r.rc.Hijack()
 }
 
 // Unwrap lets http.ResponseController reach the underlying writer for

@@ -1,0 +1,149 @@
+package idemhttp
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/idem-go/idem/keystore"
+)
+
+// attempt is what the proxy learns about one upstream call, shared with the
+// middleware through the request's context.
+type attempt struct {
+	wrote      atomic.Bool // the request was written to the upstream
+	madeUp     atomic.Bool // the proxy answered itself: no upstream response
+	bodyFailed atomic.Bool // the upstream's response body broke off
+}
+
+type attemptKey struct{}
+
+func attemptOf(ctx context.Context) *attempt {
+	a, _ := ctx.Value(attemptKey{}).(*attempt)
+	return a
+}
+
+// execute runs the handler under the claim and stores or releases the key.
+// Store calls after the handler use a context that the client's disconnect
+// does not cancel: the effect has happened and must be recorded.
+func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, claim keystore.Claim, echo string) Outcome {
+	rec := newRecorder(w, &m.cfg, echo)
+	defer rec.resetDeadline()
+	att := &attempt{}
+	r = r.WithContext(context.WithValue(r.Context(), attemptKey{}, att))
+	start := time.Now()
+	defer func() {
+		if p := recover(); p != nil {
+			m.took.observe(time.Since(start))
+			m.settle(r.Context(), claim, rec, att, true)
+			panic(p)
+		}
+	}()
+	next.ServeHTTP(rec, r)
+	m.took.observe(time.Since(start))
+	return m.settle(r.Context(), claim, rec, att, false)
+}
+
+// settle stores or releases the key once the handler has returned or
+// panicked. The rule: once a status line that would be stored (below 500, or
+// any with WithStore5xx) has been sent, the handler has acted, so the key is
+// completed, with the response if it is whole, or as "response-lost" if the
+// handler panicked or the upstream's body broke off. A response the proxy
+// made up (the upstream never answered) is never stored.
+func (m *Middleware) settle(ctx context.Context, claim keystore.Claim, rec *recorder, att *attempt, panicked bool) Outcome {
+	storable := func() bool { return rec.status != 0 && (rec.status < 500 || m.cfg.store5xx) }
+	switch {
+	case att.madeUp.Load():
+		m.release(ctx, claim, "no upstream response")
+		return OutcomeReleased
+	case panicked || att.bodyFailed.Load():
+		if !storable() {
+			m.release(ctx, claim, "handler failed before a storable status")
+			return OutcomeReleased
+		}
+		m.cfg.logger.WarnContext(ctx, "idemhttp: the handler answered, then failed mid-response; completing the key as response-lost", "status", rec.status)
+		return m.complete(ctx, claim, &record{status: rec.status, lost: true}, OutcomeLost)
+	}
+	if rec.status == 0 {
+		rec.WriteHeader(http.StatusOK) // handler wrote nothing: net/http sends 200
+	}
+	if !storable() {
+		m.release(ctx, claim, "5xx")
+		return OutcomeReleased
+	}
+	if rec.overflow || rec.streamed {
+		return m.complete(ctx, claim, &record{status: rec.status, notStored: true}, OutcomeNotStored)
+	}
+	stored := &record{status: rec.status, header: http.Header{}, body: rec.body.Bytes()}
+	for name, vals := range rec.header {
+		if m.cfg.replay[name] {
+			stored.header[name] = vals
+		}
+	}
+	if id := firstOf(rec.header, "Request-Id", "X-Request-Id"); id != "" {
+		stored.header.Set("Original-Request", id)
+	}
+	return m.complete(ctx, claim, stored, OutcomeExecuted)
+}
+
+func firstOf(h http.Header, names ...string) string {
+	for _, n := range names {
+		if v := h.Get(n); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// complete stores rec under the claim; a record the store finds too large is
+// stored as "not stored" instead.
+func (m *Middleware) complete(ctx context.Context, claim keystore.Claim, rec *record, o Outcome) Outcome {
+	ctx, cancel := m.storeCtx(ctx)
+	defer cancel()
+	err := m.store.Complete(ctx, claim, rec.encode(), m.cfg.ttl)
+	if errors.Is(err, keystore.ErrResultTooLarge) && !rec.notStored && !rec.lost {
+		rec = &record{status: rec.status, notStored: true}
+		o = OutcomeNotStored
+		err = m.store.Complete(ctx, claim, rec.encode(), m.cfg.ttl)
+	}
+	switch {
+	case errors.Is(err, keystore.ErrLeaseLost):
+		m.cfg.logger.WarnContext(ctx, "idemhttp: handler outlived its lease; response not stored (raise the lease)", "lease", m.cfg.lease)
+		return OutcomeLeaseLost
+	case err != nil:
+		m.cfg.logger.ErrorContext(ctx, "idemhttp: storing the response failed; the key stays in progress until its lease ends", "err", err)
+		return OutcomeStoreError
+	}
+	return o
+}
+
+// estimate is a moving average of recent execution times (an EWMA with
+// weight 1/8), for the Retry-After of a 409.
+type estimate struct{ ns atomic.Int64 }
+
+func (e *estimate) observe(d time.Duration) {
+	x := max(int64(d), 1)
+	for {
+		old := e.ns.Load()
+		nw := x
+		if old != 0 {
+			nw = old + (x-old)/8
+		}
+		if e.ns.CompareAndSwap(old, nw) {
+			return
+		}
+	}
+}
+
+// retryAfter is the 409's hint, in seconds: how long executions take
+// recently, minus how long the holder has run (its lease's age), bounded by
+// the lease left and at least 1.
+func (m *Middleware) retryAfter(c keystore.Claim) int {
+	left := time.Until(c.Expires)
+	age := m.cfg.lease - left
+	hint := min(time.Duration(m.took.ns.Load())-age, left)
+	return max(1, int(math.Ceil(hint.Seconds())))
+}

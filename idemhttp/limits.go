@@ -1,0 +1,182 @@
+package idemhttp
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// WithBodyTimeout bounds the time a keyed request's body may take to arrive
+// (default 30s), counted from the moment the middleware starts reading it. A
+// body that has not fully arrived by then (a client that sent its headers and
+// stalled, or trickles a byte a second) is answered 408 "request-timeout"
+// before any store I/O, and its connection is closed. The deadline is set on
+// the connection with http.ResponseController and replaces any read deadline
+// the server set; writers that cannot take deadlines (httptest recorders) are
+// not bounded.
+func WithBodyTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return invalid("body timeout %v must be positive", d)
+		}
+		c.bodyTimeout = d
+		return nil
+	}
+}
+
+// WithClientWriteTimeout bounds each write of a keyed response to the client
+// (default 30s). A client that stops reading would otherwise block the
+// handler before its response is stored, until the lease ends and a retry
+// executes again. When a write times out the client's copy is abandoned, the
+// response is still recorded and stored, and the retry replays it.
+func WithClientWriteTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return invalid("client write timeout %v must be positive", d)
+		}
+		c.writeTimeout = d
+		return nil
+	}
+}
+
+// WithMaxBufferedBytes bounds the request bytes buffered by all keyed
+// requests at once (default 128 MiB; at least the request body limit). Each
+// keyed body is read whole to fingerprint it and held until its response is
+// stored; a request that would take the total past n is answered at once
+// with 503 "busy" and Retry-After: 1, before any store I/O, instead of
+// growing the process.
+func WithMaxBufferedBytes(n int64) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return invalid("max buffered bytes %d must be positive", n)
+		}
+		c.maxBuffered = n
+		return nil
+	}
+}
+
+// WithStreamContentTypes replaces the media types whose responses are
+// streams (default text/event-stream): they are passed to the client as they
+// are written and never stored; a retry gets 410 "response-not-stored".
+// Responses of other types are buffered and stored up to the response limit
+// even when the handler flushes or their length is unknown (chunked);
+// flushes still reach the client at once. A handler that hijacks the
+// connection is always a stream.
+func WithStreamContentTypes(types ...string) Option {
+	return func(c *config) error {
+		c.streamTypes = map[string]bool{}
+		for _, t := range types {
+			mt, _, err := mime.ParseMediaType(t)
+			if err != nil {
+				return invalid("stream content type %q: %v", t, err)
+			}
+			c.streamTypes[mt] = true
+		}
+		return nil
+	}
+}
+
+// budget accounts the request bytes buffered at once.
+type budget struct {
+	max  int64
+	used atomic.Int64
+	peak atomic.Int64
+}
+
+func (b *budget) acquire(n int64) bool {
+	for {
+		u := b.used.Load()
+		if u+n > b.max {
+			return false
+		}
+		if b.used.CompareAndSwap(u, u+n) {
+			for p := b.peak.Load(); u+n > p && !b.peak.CompareAndSwap(p, u+n); p = b.peak.Load() {
+			}
+			return true
+		}
+	}
+}
+
+func (b *budget) release(n int64) { b.used.Add(-n) }
+
+const minBodyStep = 32 << 10
+
+// readBody reads the whole request body up to the limit, under the body
+// deadline and within the buffered-bytes budget. A larger body is answered
+// 413, a late one 408, one over the budget 503, all before the store is
+// touched. release gives the body's bytes back to the budget; call it when
+// the body is no longer held.
+func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), o Outcome) {
+	var held int64
+	release = func() { m.budget.release(held) }
+	limit := m.cfg.maxRequest
+	if r.ContentLength > limit {
+		m.tooLarge(w)
+		return nil, release, OutcomeTooLarge
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, release, ""
+	}
+	rc := http.NewResponseController(w)
+	if rc.SetReadDeadline(time.Now().Add(m.cfg.bodyTimeout)) == nil {
+		defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+	}
+	step := int64(minBodyStep)
+	if r.ContentLength >= 0 {
+		step = r.ContentLength + 1 // room to see EOF
+	}
+	var buf []byte
+	for {
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) > limit {
+				m.tooLarge(w)
+				return nil, release, OutcomeTooLarge
+			}
+			n := min(max(step, int64(cap(buf))), limit+1-int64(cap(buf)))
+			if !m.budget.acquire(n) {
+				w.Header().Set("Connection", "close")
+				m.problem(w, http.StatusServiceUnavailable, probBusy, "too many request bodies are being held; the request was not executed, retry later with the same key", map[string]string{"Retry-After": "1"})
+				return nil, release, OutcomeBusy
+			}
+			held += n
+			nb := make([]byte, len(buf), int64(cap(buf))+n)
+			copy(nb, buf)
+			buf = nb
+		}
+		k, err := r.Body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+k]
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			w.Header().Set("Connection", "close")
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				m.problem(w, http.StatusRequestTimeout, probTimeout, fmt.Sprintf("the request body did not arrive within %v; the request was not executed", m.cfg.bodyTimeout), nil)
+				return nil, release, OutcomeTimeout
+			}
+			m.problem(w, http.StatusBadRequest, probBodyRead, "reading the request body: "+err.Error(), nil)
+			return nil, release, OutcomeBadRequest
+		}
+	}
+	if int64(len(buf)) > limit {
+		m.tooLarge(w)
+		return nil, release, OutcomeTooLarge
+	}
+	return buf, release, ""
+}
+
+func (m *Middleware) tooLarge(w http.ResponseWriter) {
+	m.problem(w, http.StatusRequestEntityTooLarge, probTooLarge, fmt.Sprintf("keyed request bodies are limited to %d bytes", m.cfg.maxRequest), nil)
+}
+
+// isStream reports whether a response of this Content-Type is a stream.
+func (c *config) isStream(contentType string) bool {
+	mt, _, _ := strings.Cut(contentType, ";")
+	return c.streamTypes[strings.ToLower(strings.TrimSpace(mt))]
+}
