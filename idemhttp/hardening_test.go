@@ -1,0 +1,318 @@
+package idemhttp_test
+
+// Regression tests for issue 13 (HTTP hardening) that use only the API
+// idemhttp had before it, so each can be run against the old code too.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"database/sql"
+
+	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/keystore"
+	"github.com/idem-go/idem/keystore/memstore"
+	"github.com/idem-go/idem/keystore/pgstore"
+	"github.com/idem-go/idem/keystore/sqlitestore"
+	"github.com/idem-go/idem/sqldialect"
+)
+
+func memStore(t *testing.T) keystore.Store {
+	t.Helper()
+	ms, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ms.Close() })
+	return ms
+}
+
+// keyed sends a keyed POST with a principal to a live server.
+func keyed(t *testing.T, base, path, key string, hdr ...string) (int, http.Header, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", base+path, strings.NewReader("x"))
+	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Authorization", "Bearer alice")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	res, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return -1, nil, err.Error()
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, res.Header, string(b)
+}
+
+// halfBody answers status with a Content-Length of 100 and 4 bytes of body,
+// then resets the connection: the upstream acted and its response broke off.
+func halfBody(status int) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			panic(err)
+		}
+		fmt.Fprintf(buf, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"ha", status, http.StatusText(status))
+		_ = buf.Flush()
+		if tc, ok := conn.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0) // RST, not FIN
+		}
+		conn.Close()
+	}
+}
+
+// Case 1: once a non-5xx status line has arrived, the upstream has acted:
+// the key is completed as response-lost, never released.
+func TestProxyUpstreamDiesMidBody(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		status   int
+		direct   bool // ServeHTTP on a recorder: ReverseProxy does not panic
+		wantRuns int32
+		wantCode int
+	}{
+		{"201 under a server", 201, false, 1, 502},
+		{"201 called directly", 201, true, 1, 502},
+		{"400 under a server", 400, false, 1, 502},
+		{"503 under a server: released", 503, false, 2, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var runs atomic.Int32
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				runs.Add(1)
+				halfBody(tc.status)(w, r)
+			}))
+			defer up.Close()
+			target, _ := url.Parse(up.URL)
+			p, err := idemhttp.NewProxy(target, memStore(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			send := func() (int, http.Header, string) {
+				if !tc.direct {
+					srv := httptest.NewServer(p)
+					defer srv.Close()
+					return keyed(t, srv.URL, "/charges", "k")
+				}
+				r := httptest.NewRequest("POST", "/charges", strings.NewReader("x"))
+				r.Header.Set("Idempotency-Key", "k")
+				r.Header.Set("Authorization", "Bearer alice")
+				w := httptest.NewRecorder()
+				p.ServeHTTP(w, r)
+				return w.Code, w.Header(), w.Body.String()
+			}
+			send() // the client sees a broken response (or a reset)
+			code, h, body := send()
+			if runs.Load() != tc.wantRuns {
+				t.Fatalf("upstream ran %d times, want %d (second answer %d %s)", runs.Load(), tc.wantRuns, code, body)
+			}
+			if tc.wantCode > 0 && (code != tc.wantCode || !strings.Contains(body, "response-lost") || h.Get("Idempotent-Replayed") != "true") {
+				t.Fatalf("retry: %d %q, want %d response-lost", code, body, tc.wantCode)
+			}
+		})
+	}
+}
+
+// Case 1, plain middleware: a handler that panics after sending a non-5xx
+// status has acted; one that panics before, or after a 5xx, has not (as far
+// as idem can know) and its key is released.
+func TestPanicAfterStatus(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		write    func(w http.ResponseWriter)
+		wantRuns int32
+	}{
+		{"after 201 and half a body", func(w http.ResponseWriter) { w.WriteHeader(201); _, _ = io.WriteString(w, `{"ha`) }, 1},
+		{"after 409", func(w http.ResponseWriter) { w.WriteHeader(409) }, 1},
+		{"before any write", func(http.ResponseWriter) {}, 2},
+		{"after 500", func(w http.ResponseWriter) { w.WriteHeader(500) }, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var runs atomic.Int32
+			m, err := idemhttp.New(memStore(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := httptest.NewServer(m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if runs.Add(1) == 1 {
+					tc.write(w)
+					panic(http.ErrAbortHandler)
+				}
+				w.WriteHeader(201)
+			})))
+			defer srv.Close()
+			keyed(t, srv.URL, "/charges", "k")
+			code, _, body := keyed(t, srv.URL, "/charges", "k")
+			if runs.Load() != tc.wantRuns {
+				t.Fatalf("handler ran %d times, want %d (retry: %d %s)", runs.Load(), tc.wantRuns, code, body)
+			}
+			if tc.wantRuns == 1 && (code != 502 || !strings.Contains(body, "response-lost")) {
+				t.Fatalf("retry after a lost response: %d %s", code, body)
+			}
+		})
+	}
+}
+
+// Case 2: a 502 the proxy made up is never stored, in any mode.
+func TestProxyMadeUpAnswersAreNeverStored(t *testing.T) {
+	t.Parallel()
+	for _, store5xx := range []bool{false, true} {
+		t.Run(fmt.Sprintf("store5xx=%v/not listening", store5xx), func(t *testing.T) {
+			t.Parallel()
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := l.Addr().String()
+			l.Close() // nothing listens: the request never reaches the upstream
+			target, _ := url.Parse("http://" + addr)
+			p, err := idemhttp.NewProxy(target, memStore(t), idemhttp.WithStore5xx(store5xx))
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := httptest.NewServer(p)
+			defer srv.Close()
+			if code, _, body := keyed(t, srv.URL, "/charges", "k"); code != 502 {
+				t.Fatalf("upstream down: %d %s", code, body)
+			}
+			var runs atomic.Int32
+			l, err = net.Listen("tcp", addr)
+			if err != nil {
+				t.Skipf("port %s taken meanwhile: %v", addr, err)
+			}
+			up := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1); w.WriteHeader(201) })}
+			go func() { _ = up.Serve(l) }()
+			defer up.Close()
+			if code, h, body := keyed(t, srv.URL, "/charges", "k"); code != 201 || h.Get("Idempotent-Replayed") != "" || runs.Load() != 1 {
+				t.Fatalf("upstream back: %d %s, upstream ran %d times, want a fresh execution", code, body, runs.Load())
+			}
+		})
+		t.Run(fmt.Sprintf("store5xx=%v/written, no response", store5xx), func(t *testing.T) {
+			t.Parallel()
+			var runs atomic.Int32
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if runs.Add(1) == 1 {
+					conn, _, _ := http.NewResponseController(w).Hijack()
+					conn.Close() // outcome unknown
+					return
+				}
+				w.WriteHeader(201)
+			}))
+			defer up.Close()
+			target, _ := url.Parse(up.URL)
+			p, err := idemhttp.NewProxy(target, memStore(t), idemhttp.WithStore5xx(store5xx))
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := httptest.NewServer(p)
+			defer srv.Close()
+			if code, _, _ := keyed(t, srv.URL, "/charges", "k"); code != 502 {
+				t.Fatalf("no response: %d", code)
+			}
+			if code, _, body := keyed(t, srv.URL, "/charges", "k"); code != 201 || runs.Load() != 2 {
+				t.Fatalf("retry: %d %s, upstream ran %d times", code, body, runs.Load())
+			}
+		})
+	}
+}
+
+// Case 4: requests whose client goes away at any moment leave no key in
+// progress, on the SQL stores.
+func TestCancelledClientsLeaveNoKeyInProgress(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		open  func(t *testing.T) keystore.Store
+		count int
+	}{
+		{"sqlite", openSQLite, 3000},
+		{"postgres", openPostgres, 1000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m, err := idemhttp.New(tc.open(t), idemhttp.WithLease(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) }))
+			do := func(ctx context.Context, key string) int {
+				r := httptest.NewRequestWithContext(ctx, "POST", "/charges", strings.NewReader("x"))
+				r.Header.Set("Idempotency-Key", key)
+				r.Header.Set("Authorization", "Bearer alice")
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				return w.Code
+			}
+			var wg sync.WaitGroup
+			sem := make(chan struct{}, 16)
+			for i := range tc.count {
+				wg.Add(1)
+				sem <- struct{}{}
+				go func() {
+					defer func() { <-sem; wg.Done() }()
+					ctx, cancel := context.WithCancel(context.Background())
+					time.AfterFunc(time.Duration(rand.IntN(2000))*time.Microsecond, cancel)
+					do(ctx, "k"+strconv.Itoa(i))
+				}()
+			}
+			wg.Wait()
+			held := 0
+			for i := range tc.count {
+				if do(context.Background(), "k"+strconv.Itoa(i)) == http.StatusConflict {
+					held++
+				}
+			}
+			if held != 0 {
+				t.Fatalf("%d of %d keys left in progress by cancelled clients", held, tc.count)
+			}
+		})
+	}
+}
+
+func openSQLite(t *testing.T) keystore.Store {
+	path := filepath.Join(t.TempDir(), "idem.db")
+	db, err := sql.Open("sqlite", sqldialect.SQLiteDSN(path)+sqlitestore.DSNSuffix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1) // as idem serve opens it
+	t.Cleanup(func() { db.Close() })
+	s, err := sqlitestore.New(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func openPostgres(t *testing.T) keystore.Store {
+	s, err := pgstore.New(testenv.Postgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
