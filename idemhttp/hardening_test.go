@@ -316,3 +316,158 @@ func openPostgres(t *testing.T) keystore.Store {
 	}
 	return s
 }
+
+// Case 5: responses of unknown length, flushed or not, are stored; only
+// real streams are not.
+func TestChunkedResponsesAreStored(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("y", 5000) // past net/http's 4 KiB buffer: chunked
+	for _, tc := range []struct {
+		name   string
+		proxy  bool
+		handle func(w http.ResponseWriter)
+		stored bool
+	}{
+		{"handler writes 5 KB", false, func(w http.ResponseWriter) { _, _ = io.WriteString(w, big) }, true},
+		{"handler flushes", false, func(w http.ResponseWriter) {
+			_, _ = io.WriteString(w, big[:10])
+			_ = http.NewResponseController(w).Flush()
+			_, _ = io.WriteString(w, big[10:])
+		}, true},
+		{"proxy, upstream writes 5 KB", true, func(w http.ResponseWriter) { _, _ = io.WriteString(w, big) }, true},
+		{"proxy, chunked upstream", true, func(w http.ResponseWriter) {
+			_, _ = io.WriteString(w, big[:10])
+			_ = http.NewResponseController(w).Flush()
+			_, _ = io.WriteString(w, big[10:])
+		}, true},
+		{"proxy, event stream", true, func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, big)
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var runs atomic.Int32
+			app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1); tc.handle(w) })
+			var h http.Handler
+			if tc.proxy {
+				up := httptest.NewServer(app)
+				defer up.Close()
+				target, _ := url.Parse(up.URL)
+				p, err := idemhttp.NewProxy(target, memStore(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				h = p
+			} else {
+				m, err := idemhttp.New(memStore(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				h = m.Handler(app)
+			}
+			srv := httptest.NewServer(h)
+			defer srv.Close()
+			if code, _, body := keyed(t, srv.URL, "/report", "k"); code != 200 || body != big {
+				t.Fatalf("first: %d, %d bytes", code, len(body))
+			}
+			code, h2, body := keyed(t, srv.URL, "/report", "k")
+			if tc.stored && (code != 200 || body != big || h2.Get("Idempotent-Replayed") != "true") {
+				t.Fatalf("replay: %d %q, %d bytes, want the stored 200", code, h2.Get("Idempotent-Replayed"), len(body))
+			}
+			if !tc.stored && code != 410 {
+				t.Fatalf("replay of a stream: %d, want 410", code)
+			}
+			if runs.Load() != 1 {
+				t.Fatalf("handler ran %d times", runs.Load())
+			}
+		})
+	}
+}
+
+// Case 6: the 409's Retry-After reflects how long executions take, not the
+// lease left.
+func TestRetryAfterFollowsExecutionTime(t *testing.T) {
+	t.Parallel()
+	m, err := idemhttp.New(memStore(t), idemhttp.WithLease(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	srv := httptest.NewServer(m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			entered <- struct{}{}
+			<-hold
+		}
+		w.WriteHeader(201)
+	})))
+	defer srv.Close()
+	for i := range 5 { // executions that take next to no time
+		keyed(t, srv.URL, "/quick", "q"+strconv.Itoa(i))
+	}
+	done := make(chan struct{})
+	go func() { keyed(t, srv.URL, "/hold", "h"); close(done) }()
+	<-entered
+	code, h, _ := keyed(t, srv.URL, "/hold", "h")
+	close(hold)
+	<-done
+	ra, err := strconv.Atoi(h.Get("Retry-After"))
+	if code != 409 || err != nil || ra < 1 || ra > 2 {
+		t.Fatalf("409 Retry-After %q (status %d), want 1 or 2 s: executions take milliseconds, not the 30 s lease", h.Get("Retry-After"), code)
+	}
+}
+
+// Case 7: a keyed request with no principal is refused by default, before
+// any store I/O or execution.
+func TestNoPrincipalIsRefused(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	m, err := idemhttp.New(memStore(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1); w.WriteHeader(201) }))
+	do := func(key, cookie string) *http.Response {
+		r := httptest.NewRequest("POST", "/orders", strings.NewReader("pen"))
+		if key != "" {
+			r.Header.Set("Idempotency-Key", key)
+		}
+		r.Header.Set("Cookie", "session="+cookie) // not a principal unless configured
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Result()
+	}
+	for _, user := range []string{"alice", "bob"} {
+		if r := do("k", user); r.StatusCode != 400 || problemType(t, r) != "no-principal" {
+			t.Fatalf("%s's anonymous keyed request: %d", user, r.StatusCode)
+		}
+	}
+	if runs.Load() != 0 {
+		t.Fatalf("anonymous keyed requests executed %d times", runs.Load())
+	}
+	// Unkeyed requests are not affected.
+	if r := do("", "alice"); r.StatusCode != 201 {
+		t.Fatalf("unkeyed anonymous POST: %d", r.StatusCode)
+	}
+}
+
+// Case 8: every answer to a keyed request echoes its Idempotency-Key.
+func TestIdempotencyKeyIsEchoed(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	for _, tc := range []struct {
+		name, key, body string
+		want            int
+	}{
+		{"executed", `"k-1"`, "pen", 201},
+		{"replayed", `"k-1"`, "pen", 201},
+		{"reused", `"k-1"`, "pencil", 422},
+		{"bare", "k-2", "pen", 201},
+	} {
+		r := f.do("POST", "/orders", tc.key, tc.body, "X-Request-Id", "abc")
+		if r.StatusCode != tc.want || r.Header.Get("Idempotency-Key") != tc.key || len(r.Header.Values("Idempotency-Key")) != 1 {
+			t.Errorf("%s: %d, Idempotency-Key %q, want %d and %q", tc.name, r.StatusCode, r.Header.Values("Idempotency-Key"), tc.want, tc.key)
+		}
+	}
+}
