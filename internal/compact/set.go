@@ -1,0 +1,249 @@
+package compact
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrFull is returned by [Set.Append] when the set cannot number another
+// record: its live records span MaxRecords record ids.
+var ErrFull = errors.New("compact: full")
+
+const (
+	chunkBits = 10
+	chunkLen  = 1 << chunkBits // records per chunk: 16 KiB
+	// idChunkBits is how many bits of a record id number its chunk.
+	idChunkBits = 32 - chunkBits
+	chunkMask   = 1<<idChunkBits - 1
+
+	// MaxRecords bounds the records a Set holds at once: half the 32-bit
+	// record id space, so that ids of live records never wrap onto each
+	// other even when chunks are closed early.
+	MaxRecords = 1 << 31
+)
+
+// rec is one record: a 96-bit fingerprint and its time as an offset from
+// its chunk's base time. 16 bytes, no pointers.
+type rec struct {
+	lo  uint64
+	hi  uint32
+	off uint32
+}
+
+// chunk holds up to chunkLen records appended in order. Its records have
+// consecutive sequence numbers from seq and times base+off; a record whose
+// time or sequence would not fit starts a new chunk. No pointers, so a
+// chunk costs the garbage collector nothing to scan.
+type chunk struct {
+	base int64
+	seq  uint64
+	n    int
+	recs [chunkLen]rec
+}
+
+// Set is an arrival-ordered set of fingerprints with a time and a sequence
+// number each: a ring of fixed-size records in 16 KiB chunks (16 bytes a
+// record) and a Robin Hood index of record ids (5 bytes a slot). Records
+// are appended in nondecreasing time and dropped oldest first, a chunk at a
+// time, so memory follows the live records and no call scans them.
+//
+// A Set is not safe for concurrent use; its owner locks.
+type Set struct {
+	chunks []*chunk // oldest first; chunks[i] is chunk number first+i
+	first  uint32   // chunk number of chunks[0], modulo 1<<idChunkBits
+	head   int      // index in chunks[0] of the oldest record
+	count  int
+	spare  *chunk // one released chunk kept for reuse
+	idx    index
+	// homeMask is applied to the 32 fingerprint bits that choose a home
+	// slot; tests narrow it to force long probe chains.
+	homeMask uint32
+}
+
+// NewSet returns an empty set.
+func NewSet() *Set {
+	return &Set{idx: newIndex(minSlots), homeMask: ^uint32(0)}
+}
+
+// Len returns the number of records.
+func (s *Set) Len() int { return s.count }
+
+func (s *Set) homeBits(fp FP) uint32 { return uint32(fp.Lo>>32) & s.homeMask }
+
+func (s *Set) rec(id uint32) (*chunk, *rec) {
+	c := s.chunks[(id>>chunkBits-s.first)&chunkMask]
+	return c, &c.recs[id&(chunkLen-1)]
+}
+
+func (s *Set) id(pos int, i int) uint32 {
+	return (s.first+uint32(pos))&chunkMask<<chunkBits | uint32(i)
+}
+
+// Find returns the time and sequence of the record with fingerprint fp.
+func (s *Set) Find(fp FP) (t int64, seq uint64, ok bool) {
+	x := &s.idx
+	i := x.home(s.homeBits(fp))
+	for d := uint8(1); ; d++ {
+		pd, pid := x.at(i)
+		if *pd < d {
+			return 0, 0, false
+		}
+		if *pd == d {
+			c, r := s.rec(*pid)
+			if r.lo == fp.Lo && r.hi == fp.Hi {
+				j := int(*pid & (chunkLen - 1))
+				return c.base + int64(r.off), c.seq + uint64(j), true
+			}
+		}
+		if d == maxDist {
+			return 0, 0, false
+		}
+		i = x.next(i)
+	}
+}
+
+// Append adds a record for fp, which the caller has checked is absent,
+// with time t (not before the newest record's) and sequence seq. It
+// returns ErrFull, adding nothing, when the set holds MaxRecords records
+// or their ids would wrap.
+func (s *Set) Append(fp FP, t int64, seq uint64) error {
+	c := s.tail()
+	if c == nil || c.n == chunkLen || t < c.base || t-c.base > 1<<32-1 || seq != c.seq+uint64(c.n) {
+		if s.count >= MaxRecords || len(s.chunks) >= MaxRecords/chunkLen {
+			return fmt.Errorf("%w: %d records in %d chunks", ErrFull, s.count, len(s.chunks))
+		}
+		c = s.newChunk(t, seq)
+	}
+	i := c.n
+	c.recs[i] = rec{lo: fp.Lo, hi: fp.Hi, off: uint32(t - c.base)}
+	c.n++
+	s.count++
+	id := s.id(len(s.chunks)-1, i)
+	if s.idx.n+1 > int(s.idx.m*maxLoadPct/100) {
+		s.rebuild(slotsFor(s.count))
+		return nil
+	}
+	if !s.idx.insert(s.homeBits(fp), id) {
+		s.rebuild(slotsFor(s.count) * 2)
+	}
+	return nil
+}
+
+// Oldest returns the time of the oldest record.
+func (s *Set) Oldest() (t int64, ok bool) {
+	if s.count == 0 {
+		return 0, false
+	}
+	c := s.chunks[0]
+	return c.base + int64(c.recs[s.head].off), true
+}
+
+// DropThrough drops the records whose time is at most t, oldest first, and
+// returns how many it dropped. Each costs one index deletion, which reads
+// no other record; emptied chunks are released whole.
+func (s *Set) DropThrough(t int64) int {
+	dropped := 0
+	for s.count > 0 {
+		c := s.chunks[0]
+		r := &c.recs[s.head]
+		if c.base+int64(r.off) > t {
+			break
+		}
+		if !s.idx.remove(s.homeBits(FP{Lo: r.lo, Hi: r.hi}), s.id(0, s.head)) {
+			panic("compact: index lost a record")
+		}
+		s.count--
+		dropped++
+		if s.head++; s.head == c.n && (c.n == chunkLen || len(s.chunks) > 1 || s.count == 0) {
+			s.releaseFront()
+		}
+	}
+	if dropped > 0 && s.idx.m > minSlots && s.idx.n < int(s.idx.m*shrinkLoadPct/100) {
+		s.rebuild(slotsFor(s.count))
+	}
+	return dropped
+}
+
+// Each calls fn for every record, oldest first.
+func (s *Set) Each(fn func(fp FP, t int64, seq uint64)) {
+	for p, c := range s.chunks {
+		start := 0
+		if p == 0 {
+			start = s.head
+		}
+		for j := start; j < c.n; j++ {
+			r := &c.recs[j]
+			fn(FP{Lo: r.lo, Hi: r.hi}, c.base+int64(r.off), c.seq+uint64(j))
+		}
+	}
+}
+
+// Bytes reports the memory the set holds: chunks (the spare included),
+// index and chunk directory.
+func (s *Set) Bytes() int {
+	n := len(s.chunks)
+	if s.spare != nil {
+		n++
+	}
+	return n*int(chunkSize) + s.idx.bytes() + cap(s.chunks)*8
+}
+
+const chunkSize = 24 + chunkLen*16
+
+func (s *Set) tail() *chunk {
+	if len(s.chunks) == 0 {
+		return nil
+	}
+	return s.chunks[len(s.chunks)-1]
+}
+
+func (s *Set) newChunk(t int64, seq uint64) *chunk {
+	c := s.spare
+	if c != nil {
+		s.spare = nil
+		c.n = 0
+	} else {
+		c = new(chunk)
+	}
+	c.base, c.seq = t, seq
+	if len(s.chunks) == 0 {
+		s.head = 0
+	}
+	s.chunks = append(s.chunks, c)
+	return c
+}
+
+func (s *Set) releaseFront() {
+	s.spare = s.chunks[0]
+	s.chunks[0] = nil
+	s.chunks = s.chunks[1:]
+	s.first = (s.first + 1) & chunkMask
+	s.head = 0
+}
+
+// rebuild replaces the index with one of the given size holding every
+// record, read from the chunks in order.
+func (s *Set) rebuild(slots uint64) {
+	for {
+		x := newIndex(slots)
+		ok := true
+		for p, c := range s.chunks {
+			start := 0
+			if p == 0 {
+				start = s.head
+			}
+			for j := start; j < c.n && ok; j++ {
+				r := &c.recs[j]
+				ok = x.insert(s.homeBits(FP{Lo: r.lo, Hi: r.hi}), s.id(p, j))
+			}
+		}
+		if ok {
+			s.idx = x
+			return
+		}
+		if slots > 64*slotsFor(s.count) {
+			panic("compact: probe distances overflow at any table size: fingerprints are not random")
+		}
+		slots *= 2
+	}
+}

@@ -1,0 +1,121 @@
+package compact
+
+import (
+	"errors"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+type modelRec struct {
+	t   int64
+	seq uint64
+}
+
+// TestSetMatchesModel runs random appends, lookups and drops against a map
+// and a list, with the home bits narrowed (all ids share a few homes, so
+// probe chains are long and wrap the table end) or not, and with time
+// jumps that close chunks early.
+func TestSetMatchesModel(t *testing.T) {
+	t.Parallel()
+	for _, mask := range []uint32{^uint32(0), 0xf0000000, 0x80000001} {
+		rapid.Check(t, func(rt *rapid.T) {
+			s := NewSet()
+			s.homeMask = mask
+			model := map[FP]modelRec{}
+			var order []FP
+			now := int64(rapid.Int64Range(-1<<40, 1<<40).Draw(rt, "t0"))
+			seq := uint64(1)
+			universe := rapid.IntRange(1, 150).Draw(rt, "universe")
+			fpOf := func(k int) FP { return FP{Lo: uint64(k)*0x9e3779b97f4a7c15 ^ uint64(k)<<32, Hi: uint32(k)} }
+			for range rapid.IntRange(1, 2000).Draw(rt, "ops") {
+				switch rapid.IntRange(0, 9).Draw(rt, "op") {
+				case 0:
+					now += rapid.Int64Range(0, 1<<33).Draw(rt, "jump")
+				case 1:
+					cut := now - rapid.Int64Range(0, 100).Draw(rt, "age")
+					want := 0
+					for len(order) > 0 && model[order[0]].t <= cut {
+						delete(model, order[0])
+						order = order[1:]
+						want++
+					}
+					if got := s.DropThrough(cut); got != want {
+						rt.Fatalf("DropThrough(%d) = %d, want %d", cut, got, want)
+					}
+				default:
+					now += rapid.Int64Range(0, 3).Draw(rt, "tick")
+					fp := fpOf(rapid.IntRange(0, universe).Draw(rt, "k"))
+					gt, gs, ok := s.Find(fp)
+					m, mok := model[fp]
+					if ok != mok || gt != m.t || gs != m.seq {
+						rt.Fatalf("Find = (%d, %d, %v), model (%d, %d, %v)", gt, gs, ok, m.t, m.seq, mok)
+					}
+					if ok {
+						continue
+					}
+					if err := s.Append(fp, now, seq); err != nil {
+						rt.Fatal(err)
+					}
+					model[fp] = modelRec{now, seq}
+					order = append(order, fp)
+					seq += uint64(rapid.IntRange(1, 2).Draw(rt, "seqstep")) // gaps start new chunks
+				}
+				if s.Len() != len(model) || s.idx.n != len(model) {
+					rt.Fatalf("Len %d, index %d, model %d", s.Len(), s.idx.n, len(model))
+				}
+			}
+			i := 0
+			s.Each(func(fp FP, tm int64, sq uint64) {
+				if i >= len(order) || order[i] != fp || model[fp] != (modelRec{tm, sq}) {
+					rt.Fatalf("Each record %d = (%v, %d, %d) out of order or wrong", i, fp, tm, sq)
+				}
+				i++
+			})
+			if i != len(order) {
+				rt.Fatalf("Each gave %d records, want %d", i, len(order))
+			}
+			if n := s.DropThrough(now); n != len(order) || s.Len() != 0 || len(s.chunks) != 0 {
+				rt.Fatalf("final drop %d of %d, Len %d, chunks %d", n, len(order), s.Len(), len(s.chunks))
+			}
+		})
+	}
+}
+
+// TestSetGrowsAndShrinks checks that the index and chunks follow the live
+// records through a burst and its expiry, and that the index never holds
+// more than it should.
+func TestSetGrowsAndShrinks(t *testing.T) {
+	t.Parallel()
+	s := NewSet()
+	k := NewKey()
+	const n = 200_000
+	for i := range n {
+		fp := k.Sum("s", string(rune(i))+"x")
+		if _, _, ok := s.Find(fp); ok {
+			continue
+		}
+		if err := s.Append(fp, int64(i), uint64(i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if load := float64(s.idx.n) / float64(s.idx.m); load > 0.92 || load < 0.6 {
+		t.Fatalf("load %.2f after growth", load)
+	}
+	if perRec := float64(s.Bytes()) / float64(s.Len()); perRec > 24 {
+		t.Fatalf("%.1f bytes per record", perRec)
+	}
+	s.DropThrough(n - 11)
+	if s.Len() != 10 || s.idx.m > minSlots || len(s.chunks) != 1 {
+		t.Fatalf("after expiry: Len %d, index slots %d, chunks %d", s.Len(), s.idx.m, len(s.chunks))
+	}
+}
+
+func TestAppendFull(t *testing.T) {
+	t.Parallel()
+	s := NewSet()
+	s.count = MaxRecords
+	if err := s.Append(FP{Lo: 1}, 0, 1); !errors.Is(err, ErrFull) {
+		t.Fatalf("Append at MaxRecords = %v, want ErrFull", err)
+	}
+}
