@@ -181,10 +181,12 @@ func (c *Consumer) retryInbox(ctx context.Context, m inbox.Message, err error) e
 
 // sleep waits a jittered exponential backoff (half fixed, half random)
 // before retry number attempt.
-func (c *Consumer) sleep(ctx context.Context, attempt int) error {
-	d := c.cfg.retryMin << min(attempt-1, 30)
-	if d <= 0 || d > c.cfg.retryMax {
-		d = c.cfg.retryMax
+func (c *Consumer) sleep(ctx context.Context, attempt int) error { return c.cfg.sleep(ctx, attempt) }
+
+func (c *config) sleep(ctx context.Context, attempt int) error {
+	d := c.retryMin << min(attempt-1, 30)
+	if d <= 0 || d > c.retryMax {
+		d = c.retryMax
 	}
 	d = d/2 + rand.N(d/2+1)
 	t := time.NewTimer(d)
@@ -206,6 +208,18 @@ func (c *Consumer) deadLetter(ctx context.Context, r *kgo.Record, reason string,
 	if c.cfg.dlq == "" {
 		return fmt.Errorf("idemkafka: %s (%s): no dead-letter topic: %w: %w", where, reason, ErrDeadLetter, cause)
 	}
+	out := deadLetterRecord(c.cfg.dlq, c.group, r, reason, attempts, cause)
+	if err := c.cl.ProduceSync(ctx, out).FirstErr(); err != nil {
+		return fmt.Errorf("idemkafka: %s (%s): produce to %q: %w: %w", where, reason, c.cfg.dlq, ErrDeadLetter, err)
+	}
+	c.cfg.log.Warn("idemkafka: record dead-lettered", "record", where, "reason", reason, "attempts", attempts, "err", cause)
+	c.outcome(r, DeadLettered, cause)
+	return nil
+}
+
+// deadLetterRecord is the copy of r that goes to the dead-letter topic dlq:
+// r's key, value, headers and timestamp, and the HeaderDLQ* headers.
+func deadLetterRecord(dlq, group string, r *kgo.Record, reason string, attempts int, cause error) *kgo.Record {
 	headers := make([]kgo.RecordHeader, 0, len(r.Headers)+7)
 	headers = append(headers, r.Headers...)
 	headers = append(headers,
@@ -215,13 +229,7 @@ func (c *Consumer) deadLetter(ctx context.Context, r *kgo.Record, reason string,
 		kgo.RecordHeader{Key: HeaderDLQPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
 		kgo.RecordHeader{Key: HeaderDLQOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
 		kgo.RecordHeader{Key: HeaderDLQAttempts, Value: []byte(strconv.Itoa(attempts))},
-		kgo.RecordHeader{Key: HeaderDLQGroup, Value: []byte(c.group)},
+		kgo.RecordHeader{Key: HeaderDLQGroup, Value: []byte(group)},
 	)
-	out := &kgo.Record{Topic: c.cfg.dlq, Key: r.Key, Value: r.Value, Headers: headers, Timestamp: r.Timestamp}
-	if err := c.cl.ProduceSync(ctx, out).FirstErr(); err != nil {
-		return fmt.Errorf("idemkafka: %s (%s): produce to %q: %w: %w", where, reason, c.cfg.dlq, ErrDeadLetter, err)
-	}
-	c.cfg.log.Warn("idemkafka: record dead-lettered", "record", where, "reason", reason, "attempts", attempts, "err", cause)
-	c.outcome(r, DeadLettered, cause)
-	return nil
+	return &kgo.Record{Topic: dlq, Key: r.Key, Value: r.Value, Headers: headers, Timestamp: r.Timestamp}
 }

@@ -1,0 +1,269 @@
+package idemkafka_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/adapters/idemkafka"
+)
+
+// TestTransactCrash kills consumer processes with SIGKILL after producing
+// and before the commit, after the commit, and during a rebalance, once with
+// the plain loop (consume, produce, commit offsets) and once with the
+// TransactConsumer, on the same 200 payments. A read_committed reader of the
+// ledger then finds every entry of the transactional loop exactly once and in
+// order per key, and duplicates from the plain one.
+//
+// The lives of each loop, in one group: a1 is killed before a commit (at its
+// 25th record or later, once records of the open batch are acknowledged);
+// a2, with the same transactional id, after a commit; a3 before a commit
+// and then, when b1 joins and the group revokes a3's partitions, during the
+// rebalance; a4 (the same id again) and b1 finish.
+func TestTransactCrash(t *testing.T) {
+	t.Parallel()
+	const n = 200
+	c := txnCluster(t, "payments", "ledger-plain", "ledger-txn")
+	payments(t, c, "payments", n)
+	for _, mode := range []string{"plain", "txn"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			group, out := "g-"+mode, "ledger-"+mode
+			spec := func(id, life, kill string) childSpec {
+				return childSpec{mode: mode, id: id, life: life, group: group, in: "payments", out: out, kill: kill}
+			}
+			a1 := startChild(t, c, spec("a", "a1", killBeforeCommit+":25"))
+			a1.await("BLOCKED")
+			a1.kill()
+			a2 := startChild(t, c, spec("a", "a2", killAfterCommit+":25"))
+			a2.await("BLOCKED")
+			a2.kill()
+			a3 := startChild(t, c, spec("a", "a3", killRebalance+":25"))
+			a3.await("BLOCKED")
+			b1 := startChild(t, c, spec("b", "b1", ""))
+			a3.await("REVOKED")
+			a3.kill()
+			a4 := startChild(t, c, spec("a", "a4", ""))
+			waitCommitted(t, c, group, "payments")
+			b1.kill()
+			a4.kill()
+
+			rc := checkLedger(readAll(t, c, out, true), n)
+			ru := checkLedger(readAll(t, c, out, false), n)
+			t.Logf("%s: read_committed sees %d entries, %d duplicates, %d missing, %d keys out of order, by life %v; read_uncommitted sees %d",
+				mode, rc.records, rc.duplicates, rc.missing, rc.outOfOrder, rc.lives, ru.records)
+			if rc.missing != 0 {
+				t.Errorf("%d payments have no ledger entry", rc.missing)
+			}
+			if mode == "plain" {
+				if rc.duplicates == 0 {
+					t.Errorf("the plain loop produced no duplicates under the same kills: the kills did not land between produce and commit")
+				}
+				return
+			}
+			if rc.duplicates != 0 || rc.outOfOrder != 0 || rc.records != n {
+				t.Errorf("transactional loop: %d entries, %d duplicates, %d keys out of order; want %d, 0, 0", rc.records, rc.duplicates, rc.outOfOrder, n)
+			}
+			if ru.records <= n {
+				t.Errorf("read_uncommitted sees %d entries: no aborted output, so no kill landed after producing", ru.records)
+			}
+		})
+	}
+}
+
+// TestTransactZombieFenced: instance z1 has produced part of a batch when
+// it is frozen (SIGSTOP, as a long GC pause or a partition would) past its
+// session timeout. z2 starts with the same transactional id, which fences
+// z1 and aborts its transaction, and processes everything. Then z1 resumes
+// and tries to finish its batch: Run returns an error wrapping ErrFenced,
+// and none of the records z1 produced in that transaction are visible.
+func TestTransactZombieFenced(t *testing.T) {
+	t.Parallel()
+	const n = 100
+	c := txnCluster(t, "payments", "ledger")
+	payments(t, c, "payments", n)
+	spec := func(life, kill string) childSpec {
+		return childSpec{mode: "txn", id: "z", life: life, group: "g", in: "payments", out: "ledger", kill: kill}
+	}
+	z1 := startChild(t, c, spec("z1", killZombie+":15"))
+	z1.await("BLOCKED")
+	z1.signal(syscall.SIGSTOP)
+	z2 := startChild(t, c, spec("z2", ""))
+	waitCommitted(t, c, "g", "payments")
+	z2.kill()
+	if _, err := z1.stdin.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	z1.signal(syscall.SIGCONT)
+	line := z1.await("RUN")
+	t.Logf("zombie: %s", line)
+	if !strings.Contains(line, "fenced=true") {
+		t.Errorf("zombie's Run: %s; want an error wrapping ErrFenced", line)
+	}
+	rc := checkLedger(readAll(t, c, "ledger", true), n)
+	ru := checkLedger(readAll(t, c, "ledger", false), n)
+	t.Logf("read_committed: %d entries by life %v; read_uncommitted: %d by life %v", rc.records, rc.lives, ru.records, ru.lives)
+	if rc.records != n || rc.duplicates != 0 || rc.missing != 0 || rc.outOfOrder != 0 {
+		t.Errorf("read_committed: %d entries, %d duplicates, %d missing, %d keys out of order; want %d, 0, 0, 0",
+			rc.records, rc.duplicates, rc.missing, rc.outOfOrder, n)
+	}
+	if ru.lives["z1"] <= rc.lives["z1"] {
+		t.Errorf("z1 wrote %d entries, %d visible: the fenced transaction produced nothing, so nothing was fenced", ru.lives["z1"], rc.lives["z1"])
+	}
+}
+
+// TestTransactAbortOnHandlerError: a record whose handler fails for good,
+// with no dead-letter topic, aborts the whole transaction: the entries of
+// the records before it in the batch are not visible, no offset is
+// committed, Run returns ErrDeadLetter, and the next instance (the same
+// transactional id) processes the batch from the start. With a dead-letter
+// topic, the record is dead-lettered in the transaction, exactly once.
+func TestTransactAbortOnHandlerError(t *testing.T) {
+	t.Parallel()
+	c := txnCluster(t, "payments", "ledger", "dlq")
+	payments(t, c, "payments", 20)
+	poison := func(r *kgo.Record) bool { return string(r.Value) == "acct-3:1" }
+	h := func(fail bool) idemkafka.TransactHandler {
+		return func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+			if fail && poison(r) {
+				return nil, idem.Permanent(errors.New("bad payment"))
+			}
+			return []*kgo.Record{{Topic: "ledger", Key: r.Key, Value: r.Value}}, nil
+		}
+	}
+	kopts := groupOpts(c, "g", "payments")
+	first, err := idemkafka.NewTransactional("inst-0", h(true), kopts, idemkafka.WithRetries(0, time.Millisecond, time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = first.Run(context.Background())
+	first.Close()
+	if !errors.Is(err, idemkafka.ErrDeadLetter) {
+		t.Fatalf("Run = %v, want ErrDeadLetter", err)
+	}
+	if got := readAll(t, c, "ledger", true); len(got) != 0 {
+		t.Errorf("read_committed sees %d entries of the aborted transaction", len(got))
+	}
+	if got := committed(t, c, "g", "payments"); len(got) != 0 {
+		t.Errorf("offsets committed by the aborted transaction: %v", got)
+	}
+
+	ta := newTally()
+	second, err := idemkafka.NewTransactional("inst-0", h(true), kopts, ta.option(),
+		idemkafka.WithDeadLetterTopic("dlq"), idemkafka.WithRetries(1, time.Millisecond, time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := func() func() error {
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() { errc <- second.Run(ctx) }()
+		return func() error { cancel(); err := <-errc; second.Close(); return err }
+	}()
+	waitFor(t, "20 outcomes", func() bool { return ta.total() == 20 })
+	if err := stop(); !errors.Is(err, context.Canceled) {
+		t.Errorf("Run = %v, want context.Canceled", err)
+	}
+	lc := checkLedger(readAll(t, c, "ledger", true), 20)
+	if lc.records != 19 || lc.duplicates != 0 || lc.missing != 1 {
+		t.Errorf("ledger: %d entries, %d duplicates, %d missing; want 19, 0, 1", lc.records, lc.duplicates, lc.missing)
+	}
+	dl := readAll(t, c, "dlq", true)
+	if len(dl) != 1 || header(dl[0], idemkafka.HeaderDLQReason) != idemkafka.ReasonPermanent || !poison(dl[0]) {
+		t.Fatalf("dead letters: %d, want the poison payment once with reason %q", len(dl), idemkafka.ReasonPermanent)
+	}
+	if a, d := ta.get(idemkafka.Applied), ta.get(idemkafka.DeadLettered); a != 19 || d != 1 {
+		t.Errorf("outcomes: %d applied, %d dead-lettered; want 19, 1", a, d)
+	}
+}
+
+func TestTransactOptions(t *testing.T) {
+	t.Parallel()
+	c := cluster(t, 1, "in")
+	ok := func(context.Context, *kgo.Record) ([]*kgo.Record, error) { return nil, nil }
+	kopts := groupOpts(c, "g", "in")
+	cases := []struct {
+		name  string
+		id    string
+		h     idemkafka.TransactHandler
+		kopts []kgo.Opt
+		opts  []idemkafka.Option
+	}{
+		{name: "empty id", id: "", h: ok, kopts: kopts},
+		{name: "id with a trailing space", id: "inst-0 ", h: ok, kopts: kopts},
+		{name: "id with NUL", id: "inst\x000", h: ok, kopts: kopts},
+		{name: "id not UTF-8", id: "inst-\xff", h: ok, kopts: kopts},
+		{name: "id too long", id: strings.Repeat("i", idem.MaxKeyLen+1), h: ok, kopts: kopts},
+		{name: "nil handler", id: "inst-0", kopts: kopts},
+		{name: "no group", id: "inst-0", h: ok, kopts: []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics("in")}},
+		{name: "nil option", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{nil}},
+		{name: "key option", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{idemkafka.WithOffsetKey()}},
+		{name: "key header", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{idemkafka.WithKeyHeader("k")}},
+		{name: "missing key", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{idemkafka.WithMissingKey(idemkafka.StopOnMissing)}},
+		{name: "offsets table", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{idemkafka.WithOffsetsTable("t")}},
+		{name: "fingerprint", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{idemkafka.WithFingerprint(func(*kgo.Record) []byte { return nil })}},
+		{name: "bad retries", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{idemkafka.WithRetries(-1, time.Second, time.Second)}},
+	}
+	for _, tc := range cases {
+		if tc.name == "no group" {
+			// franz-go refuses a transact session without a group.
+			_, err := idemkafka.NewTransactional(tc.id, tc.h, tc.kopts)
+			if !errors.Is(err, idem.ErrInvalidOption) {
+				t.Errorf("%s: err = %v, want ErrInvalidOption", tc.name, err)
+			}
+			continue
+		}
+		if c, err := idemkafka.NewTransactional(tc.id, tc.h, tc.kopts, tc.opts...); !errors.Is(err, idem.ErrInvalidOption) {
+			if c != nil {
+				c.Close()
+			}
+			t.Errorf("%s: err = %v, want ErrInvalidOption", tc.name, err)
+		}
+	}
+	con, err := idemkafka.NewTransactional("inst-0", ok, kopts, idemkafka.WithDeadLetterTopic("dlq"),
+		idemkafka.WithMaxPollRecords(5), idemkafka.WithRetries(1, time.Millisecond, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer con.Close()
+	if con.TransactionalID() != "inst-0" {
+		t.Errorf("TransactionalID = %q", con.TransactionalID())
+	}
+	if id, _ := con.Client().OptValue(kgo.TransactionalID).(string); id != "inst-0" {
+		t.Errorf("client transactional id %q", id)
+	}
+	con.Close()
+	if err := con.Run(context.Background()); !errors.Is(err, idemkafka.ErrClosed) {
+		t.Errorf("Run after Close = %v, want ErrClosed", err)
+	}
+}
+
+func TestOutputID(t *testing.T) {
+	t.Parallel()
+	r := &kgo.Record{Topic: "payments", Partition: 1, Offset: 7}
+	a, _ := idemkafka.OutputID("ledger", r, 0)
+	b, _ := idemkafka.OutputID("ledger", r, 1)
+	again, _ := idemkafka.OutputID("ledger", &kgo.Record{Topic: "payments", Partition: 1, Offset: 7}, 0)
+	other, _ := idemkafka.OutputID("audit", r, 0)
+	if a != again || a == b || a == other {
+		t.Errorf("offset ids: %s %s %s %s", a, b, again, other)
+	}
+	idemkafka.SetID(r, "pay-7")
+	byID, _ := idemkafka.OutputID("ledger", r, 0)
+	moved, _ := idemkafka.OutputID("ledger", func() *kgo.Record { c := *r; c.Offset = 99; return &c }(), 0)
+	if byID == a || byID != moved {
+		t.Errorf("a record with an idem-id keeps its output ids across offsets: %s vs %s", byID, moved)
+	}
+	if err := idem.ValidateKey(byID); err != nil {
+		t.Error(err)
+	}
+	if _, err := idemkafka.OutputID("ledger", nil, 0); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("nil record: %v", err)
+	}
+}
