@@ -75,8 +75,8 @@ const DefaultEndTimeout = 30 * time.Second
 // running with the same id (a zombie, paused past its session timeout) is
 // fenced: its produce and commit fail, Run returns an error wrapping
 // [ErrFenced], and nothing it produced becomes visible. With KIP-447
-// (Kafka 2.5+, and kfake), which franz-go always requires
-// (RequireStableFetchOffsets), a member that takes over a partition waits
+// (Kafka 2.5+, and kfake), whose stable fetch offsets franz-go always
+// requires, a member that takes over a partition waits
 // until the transaction that committed its offsets has ended, so ids need not
 // be tied to partitions.
 //
@@ -103,10 +103,10 @@ type TransactConsumer struct {
 // valid idem key without leading or trailing spaces). kopts configure the
 // franz-go client, which the TransactConsumer owns: they must name the group
 // (kgo.ConsumerGroup) and the input topics. NewTransactional adds
-// kgo.TransactionalID(transactionalID), read_committed fetching (so that
-// inputs written by other transactions are read once too) and
-// kgo.RequireStableFetchOffsets, replacing any given in kopts; set
-// kgo.TransactionTimeout there if needed (Kafka's default, 40 s in
+// kgo.TransactionalID(transactionalID) and read_committed fetching (so that
+// inputs written by other transactions are read once too), replacing any
+// given in kopts; franz-go always requires stable fetch offsets (KIP-447).
+// Set kgo.TransactionTimeout in kopts if needed (Kafka's default, 40 s in
 // franz-go, bounds how long a crashed instance's open transaction can block
 // a new owner when the crashed instance does not come back).
 //
@@ -151,7 +151,6 @@ func NewTransactional(transactionalID string, h TransactHandler, kopts []kgo.Opt
 	all := append(append([]kgo.Opt(nil), kopts...),
 		kgo.TransactionalID(transactionalID),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.RequireStableFetchOffsets(),
 	)
 	s, err := kgo.NewGroupTransactSession(all...)
 	if err != nil {
