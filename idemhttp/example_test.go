@@ -55,3 +55,42 @@ func Example() {
 	// 400  {"type":"https://github.com/idem-go/idem
 	// charges: 1
 }
+
+// An API authenticated by a session cookie: keys are scoped by a hash of the
+// cookie, so two users who happen to send the same key never see each
+// other's response, and a request with no principal is refused.
+func ExampleWithScopeCookie() {
+	store, err := memstore.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	mw, err := idemhttp.New(store, idemhttp.WithScopeCookie("session"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	api := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, _ := r.Cookie("session")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, "order for %s", c.Value)
+	}))
+	for _, session := range []string{"alice", "bob", "alice", ""} {
+		req := httptest.NewRequest("POST", "/orders", strings.NewReader(`{"sku":"pen"}`))
+		req.Header.Set("Idempotency-Key", "cart-1")
+		if session != "" {
+			req.AddCookie(&http.Cookie{Name: "session", Value: session})
+		}
+		w := httptest.NewRecorder()
+		api.ServeHTTP(w, req)
+		body := w.Body.String()
+		if w.Code == http.StatusBadRequest {
+			body = body[strings.Index(body, "#")+1 : strings.Index(body, `","title`)]
+		}
+		fmt.Println(w.Code, w.Header().Get("Idempotent-Replayed"), body)
+	}
+	// Output:
+	// 201  order for alice
+	// 201  order for bob
+	// 201 true order for alice
+	// 400  no-principal
+}

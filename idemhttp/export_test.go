@@ -1,0 +1,7 @@
+package idemhttp
+
+// BufferedBytes exposes the buffered-bytes accounting to tests: the bytes
+// held now and the most ever held at once.
+func BufferedBytes(m *Middleware) (now, peak int64) {
+	return m.budget.used.Load(), m.budget.peak.Load()
+}
