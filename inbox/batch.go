@@ -112,13 +112,54 @@ func (in *Inbox) ProcessBatchSet(ctx context.Context, msgs []Message, set SetHan
 }
 
 func (in *Inbox) processBatch(ctx context.Context, msgs []Message, set SetHandler, fn BatchHandler) ([]Result, error) {
+	// A message with an unusable key or fingerprint fails alone, before any
+	// I/O: it can never be processed, and must not hold the others back.
+	var results []Result // nil while every message is valid
+	var valid []Message
+	var pos []int // pos[j] is valid[j]'s index in msgs
 	for i, m := range msgs {
-		if err := in.checkMessage(m); err != nil {
-			return nil, fmt.Errorf("message %d: %w", i, err)
+		err := in.checkMessage(m)
+		if err == nil {
+			if results != nil {
+				valid, pos = append(valid, m), append(pos, i)
+			}
+			continue
+		}
+		if results == nil {
+			results = make([]Result, len(msgs))
+			valid = append(make([]Message, 0, len(msgs)), msgs[:i]...)
+			for j := range i {
+				pos = append(pos, j)
+			}
+		}
+		results[i] = Result{Key: m.Key, Err: fmt.Errorf("message %d: %w", i, err)}
+		if in.cfg.hooks != nil {
+			in.cfg.hooks.Processed(in.consumer, false, results[i].Err, 0)
 		}
 	}
+	if results == nil {
+		return in.runBatch(ctx, msgs, set, fn)
+	}
+	if len(valid) == 0 {
+		return results, nil
+	}
+	r, err := in.runBatch(ctx, valid, set, fn)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range pos {
+		results[i] = r[j]
+	}
+	return results, nil
+}
+
+// runBatch processes msgs, all of them valid.
+func (in *Inbox) runBatch(ctx context.Context, msgs []Message, set SetHandler, fn BatchHandler) ([]Result, error) {
 	if len(msgs) == 0 {
 		return nil, nil
+	}
+	if err := in.ready(ctx); err != nil {
+		return nil, err
 	}
 	start := time.Now()
 	var results []Result
@@ -252,16 +293,14 @@ func (in *Inbox) insertMany(ctx context.Context, tx *sql.Tx, msgs []Message, idx
 		}
 		q := multiInsert(in.dialect, in.cfg.table, len(chunk))
 		if in.dialect == sqldialect.MySQL {
-			res, err := in.exec(ctx, tx, q, args...)
-			if err != nil {
+			// A plain multi-row INSERT: it inserts every row or, when a key
+			// is recorded, fails whole with 1062 (never depending on
+			// clientFoundRows, as an affected-row count would).
+			if _, err := in.exec(ctx, tx, q, args...); err != nil {
+				if in.dialect.IsUniqueViolation(err) {
+					return nil, errSlowPath
+				}
 				return nil, fmt.Errorf("inbox: record keys: %w", err)
-			}
-			n, err := res.RowsAffected()
-			if err != nil {
-				return nil, fmt.Errorf("inbox: record keys: rows affected: %w", err)
-			}
-			if n != int64(len(chunk)) {
-				return nil, errSlowPath
 			}
 			for _, i := range chunk {
 				inserted[msgs[i].Key] = true

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idem-go/idem"
@@ -18,7 +20,10 @@ var (
 	// ErrFingerprintMismatch: the key is recorded with another fingerprint.
 	// Nothing was applied; the message is a reused key, not a retry.
 	ErrFingerprintMismatch = idem.ErrFingerprintMismatch
-	// ErrInvalidKey: the key is empty or longer than 255 bytes.
+	// ErrInvalidKey: the key (or the consumer name, in New) is empty,
+	// longer than 255 bytes, not valid UTF-8 or contains a NUL byte (see
+	// [idem.ValidateKey]). It is returned before any I/O: such a message
+	// can never be processed, so dead-letter it.
 	ErrInvalidKey = idem.ErrInvalidKey
 	// ErrInvalidOption is wrapped by New's errors.
 	ErrInvalidOption = idem.ErrInvalidOption
@@ -53,12 +58,18 @@ type Inbox struct {
 	cfg      config
 	q        queries
 	stmts    *stmts
+
+	readyMu sync.Mutex  // serialises the first use (see ready)
+	isReady atomic.Bool // Verify passed and the horizon is recorded
 }
 
 // New returns an Inbox for consumer on db. The consumer name scopes keys:
-// the same key under two consumers is two keys. New checks its arguments and
-// options and touches no table; call [Inbox.Migrate] or apply
-// [Inbox.SchemaSQL] with your migration tool.
+// the same key under two consumers is two keys; it obeys the key rule of
+// [idem.ValidateKey] (an error wrapping [ErrInvalidOption] and
+// [ErrInvalidKey] otherwise). New checks its arguments and options and
+// touches no table; call [Inbox.Migrate] or apply [Inbox.SchemaSQL] with
+// your migration tool. The first call that uses the table runs
+// [Inbox.Verify] (and records the redelivery horizon, if set) once.
 func New(db Beginner, d sqldialect.Dialect, consumer string, opts ...Option) (*Inbox, error) {
 	if db == nil {
 		return nil, invalid("nil database")
@@ -66,8 +77,10 @@ func New(db Beginner, d sqldialect.Dialect, consumer string, opts ...Option) (*I
 	if err := d.Validate(); err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
-	if consumer == "" || len(consumer) > idem.MaxKeyLen {
-		return nil, invalid("consumer name must be 1 to %d bytes, got %d", idem.MaxKeyLen, len(consumer))
+	if err := idem.ValidateKey(consumer); err != nil {
+		// The consumer name is stored next to every key: the key rule
+		// applies to it (PostgreSQL's text refuses NUL and invalid UTF-8).
+		return nil, fmt.Errorf("inbox: %w: consumer name: %w", idem.ErrInvalidOption, err)
 	}
 	cfg := defaultConfig()
 	for _, o := range opts {
@@ -94,8 +107,18 @@ func (in *Inbox) Consumer() string { return in.consumer }
 // for migration tools. They are idempotent (IF NOT EXISTS).
 func (in *Inbox) SchemaSQL() []string { return append([]string(nil), in.q.schema...) }
 
-// Migrate creates the key table and its index if they do not exist.
+// Migrate creates the key table, its index and the horizon table if they do
+// not exist, then runs [Inbox.Verify] (an existing table is not trusted)
+// and records the redelivery horizon if [WithRedeliveryHorizon] is set.
+// Each step is idempotent: a crash midway is repaired by the next Migrate.
 func (in *Inbox) Migrate(ctx context.Context) error {
+	if err := in.createSchema(ctx); err != nil {
+		return err
+	}
+	return in.ready(ctx)
+}
+
+func (in *Inbox) createSchema(ctx context.Context) error {
 	return in.withRetry(ctx, func() error {
 		tx, err := in.db.BeginTx(ctx, nil)
 		if err != nil {
@@ -143,6 +166,9 @@ func (in *Inbox) ProcessMessage(ctx context.Context, m Message, fn Handler) (app
 	}
 	if fn == nil {
 		return false, fmt.Errorf("%w: nil handler", ErrInvalidArgument)
+	}
+	if err := in.ready(ctx); err != nil {
+		return false, err
 	}
 	start := time.Now()
 	err = in.withRetry(ctx, func() (err error) {
@@ -193,6 +219,12 @@ func (in *Inbox) processOnce(ctx context.Context, m Message, fn Handler) (bool, 
 func (in *Inbox) insertOne(ctx context.Context, tx *sql.Tx, m Message) (bool, error) {
 	res, err := in.exec(ctx, tx, in.q.insert, in.consumer, m.Key, nullBytes(m.Fingerprint))
 	if err != nil {
+		if in.dialect == sqldialect.MySQL && in.dialect.IsUniqueViolation(err) {
+			// The key is recorded. MySQL rolled back this statement
+			// only; the transaction goes on. Verify made sure the only
+			// unique index that can fire is (consumer, idem_key).
+			return false, nil
+		}
 		return false, fmt.Errorf("inbox: record key: %w", err)
 	}
 	n, err := res.RowsAffected()

@@ -12,7 +12,17 @@ type queries struct {
 	insert      string // (consumer, key, fingerprint) → rows affected 0 or 1
 	fingerprint string // (consumer, key) → fingerprint
 	sweep       string // (consumer, older-than µs or ms, limit) → rows deleted
+
+	horizonTable string // the key table's horizon table (see horizon.go)
+	horizonRaise string // (consumer, horizon µs) → stored horizon = max(stored, given)
+	horizonSet   string // (consumer, horizon µs) → stored horizon = given
+	horizonRead  string // (consumer) → stored horizon µs
 }
+
+// horizonTableName is the name of the table that records each consumer's
+// redelivery horizon next to the key table t: t + "_horizon", in t's
+// schema.
+func horizonTableName(t string) string { return t + "_horizon" }
 
 // indexName is the (consumer, processed_at) index's name: unqualified,
 // derived from the table's own name.
@@ -28,6 +38,54 @@ func indexName(table string) string {
 const sqliteNowMS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
 
 func buildQueries(d sqldialect.Dialect, t string) queries {
+	q := keyQueries(d, t)
+	h := horizonTableName(t)
+	q.horizonTable = h
+	q.horizonRead = `SELECT horizon_us FROM ` + h + ` WHERE consumer = ` + d.Placeholder(1)
+	switch d {
+	case sqldialect.Postgres:
+		q.schema = append(q.schema, `CREATE TABLE IF NOT EXISTS `+h+` (
+	consumer   text        PRIMARY KEY,
+	horizon_us bigint      NOT NULL,
+	updated_at timestamptz NOT NULL DEFAULT now()
+)`)
+		ins := `INSERT INTO ` + h + ` (consumer, horizon_us, updated_at) VALUES ($1, $2, now()) ON CONFLICT (consumer) DO UPDATE SET horizon_us = excluded.horizon_us, updated_at = now()`
+		q.horizonSet = ins
+		q.horizonRaise = ins + ` WHERE ` + tableRef(h) + `.horizon_us < excluded.horizon_us`
+	case sqldialect.SQLite:
+		q.schema = append(q.schema, `CREATE TABLE IF NOT EXISTS `+h+` (
+	consumer   TEXT    PRIMARY KEY,
+	horizon_us INTEGER NOT NULL,
+	updated_at INTEGER NOT NULL -- Unix milliseconds, SQLite's clock
+) WITHOUT ROWID`)
+		ins := `INSERT INTO ` + h + ` (consumer, horizon_us, updated_at) VALUES (?1, ?2, ` + sqliteNowMS + `) ON CONFLICT (consumer) DO UPDATE SET horizon_us = excluded.horizon_us, updated_at = excluded.updated_at`
+		q.horizonSet = ins
+		q.horizonRaise = ins + ` WHERE ` + h + `.horizon_us < excluded.horizon_us`
+	case sqldialect.MySQL:
+		q.schema = append(q.schema, `CREATE TABLE IF NOT EXISTS `+h+` (
+	consumer   VARBINARY(255) NOT NULL PRIMARY KEY,
+	horizon_us BIGINT         NOT NULL,
+	updated_at DATETIME(6)    NOT NULL
+) ENGINE=InnoDB`)
+		ins := `INSERT INTO ` + h + ` (consumer, horizon_us, updated_at) VALUES (?, ?, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE `
+		q.horizonSet = ins + `horizon_us = VALUES(horizon_us), updated_at = VALUES(updated_at)`
+		// Assignments run left to right: updated_at tests the old value.
+		q.horizonRaise = ins + `updated_at = IF(horizon_us < VALUES(horizon_us), VALUES(updated_at), updated_at), horizon_us = GREATEST(horizon_us, VALUES(horizon_us))`
+	}
+	return q
+}
+
+// tableRef is how an ON CONFLICT clause names the existing row: the table's
+// own name, without its schema.
+func tableRef(name string) string {
+	if i := strings.LastIndexByte(name, '.'); i >= 0 {
+		return name[i+1:]
+	}
+	return name
+}
+
+// keyQueries builds the key table's statements.
+func keyQueries(d sqldialect.Dialect, t string) queries {
 	idx := indexName(t)
 	switch d {
 	case sqldialect.Postgres:
@@ -42,7 +100,7 @@ func buildQueries(d sqldialect.Dialect, t string) queries {
 )`,
 				`CREATE INDEX IF NOT EXISTS ` + idx + ` ON ` + t + ` (consumer, processed_at)`,
 			},
-			insert:      `INSERT INTO ` + t + ` (consumer, idem_key, fingerprint, processed_at) VALUES ($1, $2, $3, now()) ON CONFLICT DO NOTHING`,
+			insert:      `INSERT INTO ` + t + ` (consumer, idem_key, fingerprint, processed_at) VALUES ($1, $2, $3, now()) ON CONFLICT (consumer, idem_key) DO NOTHING`,
 			fingerprint: `SELECT fingerprint FROM ` + t + ` WHERE consumer = $1 AND idem_key = $2`,
 			sweep: `DELETE FROM ` + t + ` WHERE consumer = $1 AND idem_key IN (
 	SELECT idem_key FROM ` + t + ` WHERE consumer = $1 AND processed_at < now() - $2 * interval '1 microsecond'
@@ -60,7 +118,7 @@ func buildQueries(d sqldialect.Dialect, t string) queries {
 ) WITHOUT ROWID`,
 				`CREATE INDEX IF NOT EXISTS ` + idx + ` ON ` + t + ` (consumer, processed_at)`,
 			},
-			insert:      `INSERT INTO ` + t + ` (consumer, idem_key, fingerprint, processed_at) VALUES (?, ?, ?, ` + sqliteNowMS + `) ON CONFLICT DO NOTHING`,
+			insert:      `INSERT INTO ` + t + ` (consumer, idem_key, fingerprint, processed_at) VALUES (?, ?, ?, ` + sqliteNowMS + `) ON CONFLICT (consumer, idem_key) DO NOTHING`,
 			fingerprint: `SELECT fingerprint FROM ` + t + ` WHERE consumer = ? AND idem_key = ?`,
 			sweep: `DELETE FROM ` + t + ` WHERE consumer = ?1 AND idem_key IN (
 	SELECT idem_key FROM ` + t + ` WHERE consumer = ?1 AND processed_at < ` + sqliteNowMS + ` - ?2
@@ -80,10 +138,13 @@ func buildQueries(d sqldialect.Dialect, t string) queries {
 	KEY ` + idx + ` (consumer, processed_at)
 ) ENGINE=InnoDB`,
 			},
-			// ON DUPLICATE KEY UPDATE with no change reports 0 affected rows
-			// (the driver's default, clientFoundRows=false); INSERT IGNORE
-			// would also swallow unrelated errors.
-			insert:      `INSERT INTO ` + t + ` (consumer, idem_key, fingerprint, processed_at) VALUES (?, ?, ?, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE consumer = consumer`,
+			// A plain INSERT: a recorded key fails it with error 1062,
+			// which rolls back that statement only, never the transaction
+			// (see insertOne). Its outcome does not depend on the DSN: ON
+			// DUPLICATE KEY UPDATE with no change reports 1 affected row
+			// under clientFoundRows=true, which would apply every duplicate,
+			// and INSERT IGNORE would also swallow unrelated errors.
+			insert:      `INSERT INTO ` + t + ` (consumer, idem_key, fingerprint, processed_at) VALUES (?, ?, ?, UTC_TIMESTAMP(6))`,
 			fingerprint: `SELECT fingerprint FROM ` + t + ` WHERE consumer = ? AND idem_key = ? LOCK IN SHARE MODE`,
 			sweep:       `DELETE FROM ` + t + ` WHERE consumer = ? AND processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?`,
 		}
@@ -92,7 +153,9 @@ func buildQueries(d sqldialect.Dialect, t string) queries {
 }
 
 // multiInsert returns the multi-row "insert unless present" for n rows, with
-// RETURNING idem_key where the dialect has it (PostgreSQL, SQLite).
+// RETURNING idem_key where the dialect has it (PostgreSQL, SQLite). On MySQL
+// it is a plain INSERT that fails whole (error 1062) when any key is
+// recorded.
 func multiInsert(d sqldialect.Dialect, t string, n int) string {
 	var b strings.Builder
 	b.WriteString("INSERT INTO " + t + " (consumer, idem_key, fingerprint, processed_at) VALUES ")
@@ -111,11 +174,8 @@ func multiInsert(d sqldialect.Dialect, t string, n int) string {
 			b.WriteString(",UTC_TIMESTAMP(6))")
 		}
 	}
-	switch d {
-	case sqldialect.MySQL:
-		b.WriteString(" ON DUPLICATE KEY UPDATE consumer = consumer")
-	default:
-		b.WriteString(" ON CONFLICT DO NOTHING RETURNING idem_key")
+	if d != sqldialect.MySQL { // MySQL: a plain INSERT, failing with 1062 if any key is recorded
+		b.WriteString(" ON CONFLICT (consumer, idem_key) DO NOTHING RETURNING idem_key")
 	}
 	return b.String()
 }

@@ -20,8 +20,12 @@ const MaxSweepBatch = 100_000
 // retried.
 //
 // Age is measured by the database's clock. olderThan must be at least the
-// redelivery horizon, when one is configured ([ErrHorizon] otherwise): a key
-// swept while a duplicate can still arrive lets that duplicate apply again.
+// redelivery horizon ([ErrHorizon] otherwise): this Inbox's
+// [WithRedeliveryHorizon], and the largest horizon any Inbox of this
+// consumer recorded in the horizon table, which every Sweep reads, so an
+// Inbox built without the option cannot sweep below it. A key swept while a
+// duplicate can still arrive lets that duplicate apply again. Sweep fails
+// (and deletes nothing) when the horizon table is missing: apply SchemaSQL.
 //
 // If the process dies during Sweep, the batches already deleted stay deleted
 // and the rest are deleted by the next Sweep; no key younger than olderThan is
@@ -35,6 +39,9 @@ func (in *Inbox) Sweep(ctx context.Context, olderThan time.Duration, batch int) 
 	}
 	if in.cfg.horizon > 0 && olderThan < in.cfg.horizon {
 		return 0, fmt.Errorf("%w: asked to delete keys older than %v, horizon is %v", ErrHorizon, olderThan, in.cfg.horizon)
+	}
+	if err := in.ready(ctx); err != nil {
+		return 0, err
 	}
 	age := olderThan.Microseconds()
 	if in.dialect == sqldialect.SQLite {
@@ -51,6 +58,15 @@ func (in *Inbox) Sweep(ctx context.Context, olderThan time.Duration, batch int) 
 				return fmt.Errorf("inbox: sweep: begin: %w", err)
 			}
 			defer tx.Rollback()
+			// The horizon recorded by any Inbox of this consumer binds
+			// this one too, with or without WithRedeliveryHorizon.
+			h, err := in.storedHorizon(ctx, tx)
+			if err != nil {
+				return err
+			}
+			if olderThan < h {
+				return fmt.Errorf("%w: asked to delete keys older than %v, the horizon recorded for consumer %q in %s is %v", ErrHorizon, olderThan, in.consumer, in.q.horizonTable, h)
+			}
 			res, err := tx.ExecContext(ctx, in.q.sweep, in.consumer, age, batch)
 			if err != nil {
 				return fmt.Errorf("inbox: sweep: %w", err)

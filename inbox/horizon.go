@@ -1,0 +1,97 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// The redelivery horizon is a property of the stored data, not of one Inbox
+// value: an Inbox built with [WithRedeliveryHorizon] records it, per
+// consumer, in the table next to the key table (SchemaSQL creates it; its
+// name is the key table's plus "_horizon"), and every Sweep reads it there.
+// An Inbox of the same consumer built without the option, in another
+// process or by another team, therefore cannot sweep keys younger than the
+// horizon by omission. The recorded value only grows, unless lowered with
+// [Inbox.LowerRedeliveryHorizon].
+
+// ready runs, once per Inbox, what must precede the first use of the table:
+// Verify, then recording this Inbox's horizon. A failure is returned and
+// tried again by the next call; a success is never repeated, so the hot
+// path pays one atomic load.
+func (in *Inbox) ready(ctx context.Context) error {
+	if in.isReady.Load() {
+		return nil
+	}
+	in.readyMu.Lock()
+	defer in.readyMu.Unlock()
+	if in.isReady.Load() {
+		return nil
+	}
+	if err := in.Verify(ctx); err != nil {
+		return err
+	}
+	if in.cfg.horizon > 0 {
+		if err := in.writeHorizon(ctx, in.q.horizonRaise, in.cfg.horizon); err != nil {
+			return err
+		}
+	}
+	in.isReady.Store(true)
+	return nil
+}
+
+func (in *Inbox) writeHorizon(ctx context.Context, stmt string, d time.Duration) error {
+	return in.withRetry(ctx, func() error {
+		tx, err := in.db.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("inbox: record redelivery horizon: begin: %w", err)
+		}
+		defer tx.Rollback()
+		if _, err := tx.ExecContext(ctx, stmt, in.consumer, d.Microseconds()); err != nil {
+			return fmt.Errorf("inbox: record redelivery horizon in %s (apply SchemaSQL or call Migrate): %w", in.q.horizonTable, err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("inbox: record redelivery horizon: commit: %w", err)
+		}
+		return nil
+	})
+}
+
+// storedHorizon reads the consumer's recorded horizon inside tx; 0 if none
+// is recorded.
+func (in *Inbox) storedHorizon(ctx context.Context, tx *sql.Tx) (time.Duration, error) {
+	var us int64
+	err := tx.QueryRowContext(ctx, in.q.horizonRead, in.consumer).Scan(&us)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("inbox: sweep: read the redelivery horizon from %s (apply SchemaSQL or call Migrate): %w", in.q.horizonTable, err)
+	}
+	return time.Duration(us) * time.Microsecond, nil
+}
+
+// LowerRedeliveryHorizon sets the consumer's recorded redelivery horizon to
+// d, even when a larger one is recorded; d == 0 removes the guard. It is the
+// only way to lower the horizon that Sweep enforces for every Inbox of this
+// consumer: do it when the broker's retention or the clients' retry window
+// really shrank. An Inbox still configured with a larger
+// [WithRedeliveryHorizon] raises it again the first time it is used, so
+// change the option in every process first.
+//
+// It is one short transaction: if the process dies before it commits, the
+// old horizon stays.
+func (in *Inbox) LowerRedeliveryHorizon(ctx context.Context, d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("%w: redelivery horizon %v must not be negative", ErrInvalidArgument, d)
+	}
+	if in.cfg.horizon > d {
+		return fmt.Errorf("%w: this Inbox is configured with a redelivery horizon of %v; lower the option first", ErrInvalidArgument, in.cfg.horizon)
+	}
+	if err := in.ready(ctx); err != nil {
+		return err
+	}
+	return in.writeHorizon(ctx, in.q.horizonSet, d)
+}
