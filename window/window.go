@@ -5,12 +5,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/maphash"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/compact"
 )
 
 var (
@@ -31,7 +31,7 @@ var (
 // MaxKeyLen is the longest scope plus id, in bytes, a Dedup records.
 // JetStream message ids and SQS deduplication ids (at most 128 characters)
 // are far shorter.
-const MaxKeyLen = chunkSize
+const MaxKeyLen = 64 << 10
 
 // Option configures New.
 type Option func(*config) error
@@ -54,50 +54,28 @@ func WithMaxEntries(n int) Option {
 	}
 }
 
-// entry is one live id, kept in arrival order in the ring. Its sequence is
-// implied by its position: the oldest entry has sequence Dedup.headSeq.
-type entry struct {
-	first    int64 // Unix nanoseconds of the first accept
-	chunk    uint32
-	off      uint32
-	scopeLen uint32
-	idLen    uint32
-}
-
-// scopedID is the key of the rare ids whose 64-bit hash collides with
-// another live id's.
-type scopedID struct{ scope, id string }
-
 // Dedup remembers message ids for a fixed window after their first accept,
 // as NATS JetStream and SQS FIFO do, and reports later arrivals of the same
 // id in the same scope as duplicates. It is safe for concurrent use; one
-// mutex guards it, held for a map lookup and an append per call, with
-// hashing done outside it.
+// mutex guards it, held for one index probe and an append per call, with
+// fingerprinting done outside it.
 //
-// Memory follows the live ids: about 60 bytes each plus len(scope) +
-// len(id) (a 24-byte ring slot, a 16-byte index slot at the Go map's load
-// factor, and the key bytes; 102 B per 36-character UUID id at 1M ids,
-// measured), in structures without pointers for the garbage collector to
-// trace. Expired ids are dropped
-// from the front of an arrival-ordered ring at the start of each call, so
-// no call scans the whole set.
+// Each live id costs 16 bytes of record (its 96-bit fingerprint and a
+// 4-byte time offset, in arrival order; the sequence is implied by the
+// position) plus a 5-byte index slot at a load of 0.66 to 0.92: 21 to 24
+// bytes an id whatever the length of scope and id, in structures without
+// pointers for the garbage collector to trace. Expired ids are dropped
+// from the front of the arrival-ordered ring at the start of each call, one
+// index deletion each (amortised O(1)), so no call scans the whole set.
 type Dedup struct {
-	w    int64 // window, nanoseconds
-	max  int
-	seed maphash.Seed
-	mask uint64 // applied to every hash; tests narrow it to force collisions
+	w   int64 // window, nanoseconds
+	max int
+	key atomic.Pointer[compact.Key] // replaced only by a restore
 
-	mu       sync.Mutex
-	latest   int64             // the latest now seen, Unix nanoseconds
-	index    map[uint64]uint64 // key hash -> sequence of the live id with that hash
-	overflow map[scopedID]uint64
-	peak     int // index size at its largest since it was last rebuilt
-
-	ring    []entry // circular, len a power of two
-	head    int     // ring index of the oldest live id
-	count   int     // live ids
-	headSeq uint64  // sequence of the oldest live id (the next id's, when empty)
-	arena   arena
+	mu      sync.Mutex
+	latest  int64  // the latest now seen, Unix nanoseconds
+	nextSeq uint64 // the next accepted id's sequence
+	set     *compact.Set
 }
 
 // New returns a Dedup with window w (w > 0): an id is a duplicate while less
@@ -115,16 +93,10 @@ func New(w time.Duration, opts ...Option) (*Dedup, error) {
 			return nil, err
 		}
 	}
-	return &Dedup{
-		w:        int64(w),
-		max:      c.max,
-		seed:     maphash.MakeSeed(),
-		mask:     ^uint64(0),
-		index:    make(map[uint64]uint64),
-		overflow: make(map[scopedID]uint64),
-		ring:     make([]entry, 16),
-		headSeq:  1,
-	}, nil
+	d := &Dedup{w: int64(w), max: c.max, nextSeq: 1, set: compact.NewSet()}
+	k := compact.NewKey()
+	d.key.Store(&k)
+	return d, nil
 }
 
 // Seen reports whether id was first accepted in scope less than the window
@@ -143,6 +115,9 @@ func New(w time.Duration, opts ...Option) (*Dedup, error) {
 // stream or queue name as the scope, or queue plus message group for SQS
 // FIFO's per-group deduplication.
 //
+// Ids are compared by a keyed 96-bit fingerprint, not byte for byte: see
+// the package documentation for the bound on false duplicates.
+//
 // Time: the window is measured on now's wall clock reading (UnixNano). A now
 // earlier than the latest now passed to any call is treated as that latest
 // now: the clock never runs backwards inside a Dedup, so a clock step back
@@ -153,7 +128,8 @@ func New(w time.Duration, opts ...Option) (*Dedup, error) {
 // MaxKeyLen, the id is not recorded and Seen returns (false, 0); 0 is never a
 // valid sequence. Use Add to get the reason as an error.
 //
-// The ids live in memory only: after a restart every id is new again.
+// The ids live in memory only, unless saved with [Dedup.SaveSnapshot] and
+// loaded after a restart with [Dedup.LoadSnapshot].
 func (d *Dedup) Seen(scope, id string, now time.Time) (dup bool, original uint64) {
 	dup, original, _ = d.Add(scope, id, now)
 	return dup, original
@@ -167,19 +143,27 @@ func (d *Dedup) Add(scope, id string, now time.Time) (dup bool, original uint64,
 	if len(scope)+len(id) > MaxKeyLen {
 		return false, 0, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLong, len(scope)+len(id), MaxKeyLen)
 	}
-	h := d.hashStrings(scope, id)
+	k := d.key.Load()
+	fp := k.Sum(scope, id)
 	nowNs := now.UnixNano()
 
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if k2 := d.key.Load(); k2 != k { // a restore changed the key meanwhile
+		fp = k2.Sum(scope, id)
+	}
 	d.advance(nowNs)
-	if seq, ok := d.find(h, scope, id); ok {
+	if _, seq, ok := d.set.Find(fp); ok {
 		return true, seq, nil
 	}
-	if d.max > 0 && d.count >= d.max {
-		return false, 0, fmt.Errorf("%w (%d live ids)", ErrFull, d.count)
+	if d.max > 0 && d.set.Len() >= d.max {
+		return false, 0, fmt.Errorf("%w (%d live ids)", ErrFull, d.set.Len())
 	}
-	return false, d.insert(h, scope, id), nil
+	if err := d.set.Append(fp, d.latest, d.nextSeq); err != nil {
+		return false, 0, fmt.Errorf("%w (%d live ids): %w", ErrFull, d.set.Len(), err)
+	}
+	d.nextSeq++
+	return false, d.nextSeq - 1, nil
 }
 
 // Expire drops the ids whose window has closed at now (or at the latest now
@@ -188,16 +172,22 @@ func (d *Dedup) Add(scope, id string, now time.Time) (dup bool, original uint64,
 func (d *Dedup) Expire(now time.Time) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	before := d.count
-	d.advance(now.UnixNano())
-	return before - d.count
+	return d.advance(now.UnixNano())
 }
 
 // Len reports the live ids as of the latest now seen.
 func (d *Dedup) Len() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.count
+	return d.set.Len()
+}
+
+// Bytes reports the memory the Dedup holds for its ids: records, index and
+// the chunk directory.
+func (d *Dedup) Bytes() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.set.Bytes()
 }
 
 // ContentID returns a content-based message id for body, as SQS FIFO
@@ -209,131 +199,15 @@ func ContentID(body []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// keySep separates scope from id in the hashed byte stream. Ambiguous
-// splits ("a"+"bc" vs "ab"+"c") could only cause a hash collision, which
-// the exact comparison resolves.
-const keySep = 0xff
-
-func (d *Dedup) hashStrings(scope, id string) uint64 {
-	var h maphash.Hash
-	h.SetSeed(d.seed)
-	h.WriteString(scope)
-	h.WriteByte(keySep)
-	h.WriteString(id)
-	return h.Sum64() & d.mask
-}
-
-func (d *Dedup) hashBytes(scope, id []byte) uint64 {
-	var h maphash.Hash
-	h.SetSeed(d.seed)
-	h.Write(scope)
-	h.WriteByte(keySep)
-	h.Write(id)
-	return h.Sum64() & d.mask
-}
-
-func (d *Dedup) at(seq uint64) *entry {
-	return &d.ring[(d.head+int(seq-d.headSeq))&(len(d.ring)-1)]
-}
-
-func (d *Dedup) equal(e *entry, scope, id string) bool {
-	s, i := d.arena.key(e)
-	return string(s) == scope && string(i) == id
-}
-
-// find returns the sequence of the live id (scope, id) with hash h.
-func (d *Dedup) find(h uint64, scope, id string) (uint64, bool) {
-	if seq, ok := d.index[h]; ok && d.equal(d.at(seq), scope, id) {
-		return seq, true
-	}
-	if len(d.overflow) > 0 {
-		seq, ok := d.overflow[scopedID{scope, id}]
-		return seq, ok
-	}
-	return 0, false
-}
-
-func (d *Dedup) insert(h uint64, scope, id string) uint64 {
-	if d.count == len(d.ring) {
-		d.resize(2 * len(d.ring))
-	}
-	seq := d.headSeq + uint64(d.count)
-	chunk, off := d.arena.add(scope, id)
-	d.ring[(d.head+d.count)&(len(d.ring)-1)] = entry{
-		first: d.latest, chunk: chunk, off: off,
-		scopeLen: uint32(len(scope)), idLen: uint32(len(id)),
-	}
-	d.count++
-	if _, taken := d.index[h]; taken {
-		// Another live id has this 64-bit hash: keep this one exactly.
-		d.overflow[scopedID{strings.Clone(scope), strings.Clone(id)}] = seq
-	} else {
-		d.index[h] = seq
-		d.peak = max(d.peak, len(d.index))
-	}
-	return seq
-}
-
 // advance moves the clock to nowNs (never backwards) and drops the ids
-// whose window has closed, oldest first.
-func (d *Dedup) advance(nowNs int64) {
+// whose window has closed (latest − first ≥ w), oldest first.
+func (d *Dedup) advance(nowNs int64) int {
 	if nowNs > d.latest {
 		d.latest = nowNs
 	}
-	dropped := false
-	for d.count > 0 {
-		e := &d.ring[d.head]
-		if d.latest-e.first < d.w {
-			break
-		}
-		scope, id := d.arena.key(e)
-		h := d.hashBytes(scope, id)
-		if seq, ok := d.index[h]; ok && seq == d.headSeq {
-			delete(d.index, h)
-		} else if len(d.overflow) > 0 {
-			delete(d.overflow, scopedID{string(scope), string(id)})
-		}
-		*e = entry{}
-		d.head = (d.head + 1) & (len(d.ring) - 1)
-		d.count--
-		d.headSeq++
-		dropped = true
+	cut := d.latest - d.w
+	if cut > d.latest { // underflow: nothing is that old
+		return 0
 	}
-	if !dropped {
-		return
-	}
-	if d.count == 0 {
-		d.arena.releaseAll()
-	} else {
-		d.arena.releaseBefore(d.ring[d.head].chunk)
-	}
-	d.shrink()
-}
-
-// shrink returns memory after a burst: the ring halves until it is at
-// least a quarter full, and the index map (Go maps never shrink) is rebuilt once it holds
-// a quarter of its peak.
-func (d *Dedup) shrink() {
-	n := len(d.ring)
-	for n > 1024 && d.count < n/4 {
-		n /= 2
-	}
-	if n != len(d.ring) {
-		d.resize(n)
-	}
-	if d.peak > 4096 && len(d.index) < d.peak/4 {
-		m := make(map[uint64]uint64, len(d.index))
-		for h, seq := range d.index {
-			m[h] = seq
-		}
-		d.index, d.peak = m, len(m)
-	}
-}
-
-func (d *Dedup) resize(n int) {
-	ring := make([]entry, n)
-	for i := range d.count {
-		ring[i] = d.ring[(d.head+i)&(len(d.ring)-1)]
-	}
-	d.ring, d.head = ring, 0
+	return d.set.DropThrough(cut)
 }

@@ -1,0 +1,225 @@
+package window
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/idem-go/idem/internal/compact"
+)
+
+// ErrCorruptSnapshot is wrapped by the errors of ReadSnapshot and
+// LoadSnapshot when the data is not a complete, intact snapshot: bad magic,
+// unknown version, truncated, a checksum mismatch, or records that break
+// the Dedup's invariants. The Dedup is left unchanged.
+var ErrCorruptSnapshot = errors.New("window: corrupt snapshot")
+
+// Snapshot encoding, version 1. Integers are big-endian and fixed width.
+//
+//	magic     4 bytes  "IDWN"
+//	version   uint8    1
+//	window    int64    nanoseconds (informational: the loading Dedup's own window applies)
+//	key       16 bytes the fingerprint key
+//	latest    int64    the latest now seen, Unix nanoseconds
+//	next      uint64   the next accepted id's sequence
+//	count     uint64   live ids N; their sequences are next−N … next−1
+//	N records, oldest first:
+//	    fingerprint 12 bytes (uint64 then uint32), first accept int64 (Unix ns)
+//	checksum  uint32   CRC-32C (Castagnoli) of every preceding byte
+//
+// The file holds the fingerprint key: whoever can read it can craft ids
+// that collide, so SaveSnapshot creates it readable by its owner only.
+const (
+	snapMagic     = "IDWN"
+	snapVersion   = 1
+	snapHeaderLen = 4 + 1 + 8 + 16 + 8 + 8 + 8
+	snapRecordLen = 12 + 8
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// WriteSnapshot writes every live id (fingerprint, first accept, sequence
+// implied by order), the clock and the fingerprint key to w, in the format
+// above: 20 bytes an id. Calls on the Dedup wait while it writes. Ids
+// accepted after the snapshot are not in it: after a crash and a restore
+// their duplicates are let through, as they would be without the snapshot.
+func (d *Dedup) WriteSnapshot(w io.Writer) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	crc := crc32.New(castagnoli)
+	bw := bufio.NewWriterSize(io.MultiWriter(w, crc), 64<<10)
+	var b [snapHeaderLen]byte
+	h := append(b[:0], snapMagic...)
+	h = append(h, snapVersion)
+	h = binary.BigEndian.AppendUint64(h, uint64(d.w))
+	h = append(h, d.key.Load()[:]...)
+	h = binary.BigEndian.AppendUint64(h, uint64(d.latest))
+	h = binary.BigEndian.AppendUint64(h, d.nextSeq)
+	h = binary.BigEndian.AppendUint64(h, uint64(d.set.Len()))
+	_, _ = bw.Write(h)
+	var r [snapRecordLen]byte
+	d.set.Each(func(fp compact.FP, t int64, _ uint64) {
+		binary.BigEndian.PutUint64(r[0:], fp.Lo)
+		binary.BigEndian.PutUint32(r[8:], fp.Hi)
+		binary.BigEndian.PutUint64(r[12:], uint64(t))
+		_, _ = bw.Write(r[:]) // a write error sticks in bw and is reported by Flush
+	})
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("window: write snapshot: %w", err)
+	}
+	var sum [4]byte
+	binary.BigEndian.PutUint32(sum[:], crc.Sum32())
+	if _, err := w.Write(sum[:]); err != nil {
+		return fmt.Errorf("window: write snapshot: %w", err)
+	}
+	return nil
+}
+
+// ReadSnapshot replaces the Dedup's ids, clock, sequence and fingerprint
+// key with a snapshot written by WriteSnapshot, reading r to its end. The
+// input is checked completely (magic, version, length, checksum, order and
+// uniqueness of the records) before anything is replaced; on error, which
+// wraps ErrCorruptSnapshot for bad data, the Dedup is unchanged. The clock
+// becomes the later of the Dedup's and the snapshot's, and ids whose window
+// has closed by it, under this Dedup's window, are dropped.
+func (d *Dedup) ReadSnapshot(r io.Reader) error {
+	crc := crc32.New(castagnoli)
+	br := &snapReader{r: bufio.NewReaderSize(r, 64<<10), crc: crc}
+	var h [snapHeaderLen]byte
+	if err := br.full(h[:], "header"); err != nil {
+		return err
+	}
+	if string(h[:4]) != snapMagic {
+		return fmt.Errorf("%w: bad magic %q", ErrCorruptSnapshot, h[:4])
+	}
+	if h[4] != snapVersion {
+		return fmt.Errorf("%w: unsupported version %d (this build reads version %d)", ErrCorruptSnapshot, h[4], snapVersion)
+	}
+	var key compact.Key
+	copy(key[:], h[13:29])
+	latest := int64(binary.BigEndian.Uint64(h[29:]))
+	next := binary.BigEndian.Uint64(h[37:])
+	count := binary.BigEndian.Uint64(h[45:])
+	if count >= next || count > compact.MaxRecords {
+		return fmt.Errorf("%w: %d live ids with next sequence %d", ErrCorruptSnapshot, count, next)
+	}
+	set := compact.NewSet()
+	prev := int64(0)
+	var rb [snapRecordLen]byte
+	for i := range count {
+		if err := br.full(rb[:], "records"); err != nil {
+			return fmt.Errorf("%w (record %d of %d)", err, i, count)
+		}
+		fp := compact.FP{Lo: binary.BigEndian.Uint64(rb[0:]), Hi: binary.BigEndian.Uint32(rb[8:])}
+		t := int64(binary.BigEndian.Uint64(rb[12:]))
+		if (i > 0 && t < prev) || t > latest {
+			return fmt.Errorf("%w: record %d at %d is out of time order", ErrCorruptSnapshot, i, t)
+		}
+		if _, _, dup := set.Find(fp); dup {
+			return fmt.Errorf("%w: record %d repeats a fingerprint", ErrCorruptSnapshot, i)
+		}
+		if err := set.Append(fp, t, next-count+i); err != nil {
+			return fmt.Errorf("window: read snapshot: %w", err)
+		}
+		prev = t
+	}
+	want := crc.Sum32()
+	var sum [4]byte
+	br.crc = nil
+	if err := br.full(sum[:], "checksum"); err != nil {
+		return err
+	}
+	if got := binary.BigEndian.Uint32(sum[:]); got != want {
+		return fmt.Errorf("%w: checksum mismatch: stored %#08x, computed %#08x", ErrCorruptSnapshot, got, want)
+	}
+	if _, err := br.r.ReadByte(); err != io.EOF {
+		if err != nil {
+			return fmt.Errorf("window: read snapshot: %w", err)
+		}
+		return fmt.Errorf("%w: trailing bytes after the checksum", ErrCorruptSnapshot)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.key.Store(&key)
+	d.set, d.nextSeq = set, next
+	d.advance(max(d.latest, latest)) // the clock never runs backwards
+	return nil
+}
+
+type snapReader struct {
+	r   *bufio.Reader
+	crc hash.Hash32
+}
+
+func (s *snapReader) full(p []byte, what string) error {
+	if _, err := io.ReadFull(s.r, p); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return fmt.Errorf("%w: truncated in the %s", ErrCorruptSnapshot, what)
+		}
+		return fmt.Errorf("window: read snapshot: %w", err)
+	}
+	if s.crc != nil {
+		_, _ = s.crc.Write(p)
+	}
+	return nil
+}
+
+// SaveSnapshot writes a snapshot to path atomically: to a temporary file
+// in the same directory (mode 0600: it holds the fingerprint key), synced,
+// then renamed over path, and the directory synced. A crash at any point
+// leaves either the previous file or the new one, never a partial file.
+func (d *Dedup) SaveSnapshot(path string) (err error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, base+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("window: save snapshot: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(f.Name())
+		}
+	}()
+	if err := d.WriteSnapshot(f); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("window: save snapshot: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("window: save snapshot: %w", err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("window: save snapshot: %w", err)
+	}
+	if df, err := os.Open(dir); err == nil {
+		_ = df.Sync() // best effort: not every file system syncs directories
+		_ = df.Close()
+	}
+	return nil
+}
+
+// LoadSnapshot restores the Dedup from a file written by SaveSnapshot (see
+// ReadSnapshot). A missing file returns an error wrapping fs.ErrNotExist,
+// which a caller starting for the first time can ignore; a corrupt or
+// truncated one is refused with ErrCorruptSnapshot and changes nothing.
+func (d *Dedup) LoadSnapshot(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("window: load snapshot: %w", err)
+	}
+	defer f.Close()
+	if err := d.ReadSnapshot(f); err != nil {
+		return fmt.Errorf("%w (file %s)", err, path)
+	}
+	return nil
+}
