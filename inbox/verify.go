@@ -194,7 +194,7 @@ WHERE a.attrelid = to_regclass($1::text) AND a.attname IN ('consumer', 'idem_key
 		v.flawf("%s can rewrite or skip the key's insert (a skipped insert reads as a duplicate)", hooks)
 	}
 	rows, err = tx.QueryContext(ctx, `SELECT ic.relname::text,
-	array_to_string(ARRAY(SELECT COALESCE(a.attname::text, '')
+	array_to_string(ARRAY(SELECT COALESCE(a.attname::text, '(expression)')
 		FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
 		LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
 		WHERE k.ord <= i.indnkeyatts ORDER BY k.ord), ','),
@@ -305,7 +305,7 @@ func (v *verifier) sqlite(ctx context.Context, tx *sql.Tx, table string) error {
 		if x.partial {
 			u.flaw = "is partial"
 		}
-		rows, err := tx.QueryContext(ctx, `SELECT COALESCE(name, ''), COALESCE(coll, '') FROM pragma_index_xinfo(?) WHERE key = 1 ORDER BY seqno`, x.name)
+		rows, err := tx.QueryContext(ctx, `SELECT COALESCE(name, '(expression)'), COALESCE(coll, '') FROM pragma_index_xinfo(?) WHERE key = 1 ORDER BY seqno`, x.name)
 		if err != nil {
 			return wrap(err)
 		}
@@ -383,7 +383,7 @@ WHERE EVENT_OBJECT_SCHEMA = COALESCE(?, DATABASE()) AND EVENT_OBJECT_TABLE = ? A
 	if triggers != "" {
 		v.flawf("BEFORE INSERT trigger %s can rewrite the key", triggers)
 	}
-	rows, err = tx.QueryContext(ctx, `SELECT INDEX_NAME, COALESCE(COLUMN_NAME, ''), SUB_PART IS NOT NULL FROM information_schema.STATISTICS
+	rows, err = tx.QueryContext(ctx, `SELECT INDEX_NAME, COALESCE(COLUMN_NAME, '(expression)'), SUB_PART IS NOT NULL FROM information_schema.STATISTICS
 WHERE `+where+` AND NON_UNIQUE = 0 ORDER BY INDEX_NAME, SEQ_IN_INDEX`, db, name)
 	if err != nil {
 		return wrap(err)
