@@ -120,6 +120,18 @@
 // again once the lease expires: send the key downstream so that the repeat is
 // absorbed there.
 //
+// # Kafka transactions
+//
+// [NewTransactional] is for consumers whose only effects are records
+// produced to Kafka: a [TransactConsumer] runs each poll as one Kafka
+// transaction (kgo.GroupTransactSession), so the outputs and the consumed
+// offsets commit together and read_committed readers see each output once,
+// through crashes, rebalances and fenced zombie instances. It covers
+// nothing outside Kafka: a handler that also writes to a database uses a
+// Consumer with an outbox, or produces with [OutputID]s that a downstream
+// Consumer deduplicates (see docs/adapters-kafka.md, "Which exactly-once do
+// I need").
+//
 // # Producing
 //
 // franz-go's producer is idempotent by default: the broker drops a batch the
