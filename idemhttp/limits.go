@@ -123,10 +123,11 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) (body []by
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, release, ""
 	}
+	// The deadline is lifted only once the whole body is read. On a failure
+	// it stays, so that net/http's discard of the unread rest fails at once
+	// and the connection closes, instead of waiting on the client for ever.
 	rc := http.NewResponseController(w)
-	if rc.SetReadDeadline(time.Now().Add(m.cfg.bodyTimeout)) == nil {
-		defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
-	}
+	deadlined := rc.SetReadDeadline(time.Now().Add(m.cfg.bodyTimeout)) == nil
 	step := int64(minBodyStep)
 	if r.ContentLength >= 0 {
 		step = r.ContentLength + 1 // room to see EOF
@@ -168,6 +169,9 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) (body []by
 		m.tooLarge(w)
 		return nil, release, OutcomeTooLarge
 	}
+	if deadlined {
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	return buf, release, ""
 }
 
@@ -179,4 +183,19 @@ func (m *Middleware) tooLarge(w http.ResponseWriter) {
 func (c *config) isStream(contentType string) bool {
 	mt, _, _ := strings.Cut(contentType, ";")
 	return c.streamTypes[strings.ToLower(strings.TrimSpace(mt))]
+}
+
+// WithStoreTimeout bounds each key-store call (default 5s). Store calls are
+// not cancelled by the client's disconnect, since a call cancelled half-way
+// may have committed; this is their only bound. A Reserve that times out
+// answers 503; if it had committed regardless, the key stays in progress
+// until its lease ends.
+func WithStoreTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return invalid("store timeout %v must be positive", d)
+		}
+		c.storeTimeout = d
+		return nil
+	}
 }

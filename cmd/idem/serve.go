@@ -25,9 +25,14 @@ type serveFlags struct {
 	ttl, lease, wait, drain        time.Duration
 	requireKey, strictKey, store5x bool
 	methods                        string
-	scopeHeader                    string
-	maxBody                        int64
+	scopeHeader, scopeCookie       string
+	allowAnonymous                 bool
+	maxBody, maxBuffered           int64
 	maxResponse                    int
+	readHeaderTimeout, readTimeout time.Duration
+	bodyTimeout, idleTimeout       time.Duration
+	writeTimeout, storeTimeout     time.Duration
+	storeCheck                     string
 }
 
 func newServe() *cobra.Command {
@@ -61,8 +66,11 @@ for --drain, then aborts the rest, releasing their keys so that retries execute.
 	fl.BoolVar(&f.store5x, "store-5xx", false, "store and replay 5xx responses (Stripe's behaviour) instead of releasing the key")
 	fl.StringVar(&f.methods, "methods", "POST,PATCH", "comma-separated methods that use keys")
 	fl.StringVar(&f.scopeHeader, "scope-header", "", "scope keys by this header (default: a hash of Authorization)")
+	fl.StringVar(&f.scopeCookie, "scope-cookie", "", "scope keys by a hash of this cookie, else of Authorization")
+	fl.BoolVar(&f.allowAnonymous, "allow-anonymous", false, "let keyed requests without a principal share one scope (default: 400 no-principal)")
 	fl.Int64Var(&f.maxBody, "max-body", 8<<20, "largest keyed request body, bytes (larger: 413)")
 	fl.IntVar(&f.maxResponse, "max-response", 1<<20, "largest response stored for replay, bytes")
+	addLimitFlags(fl, &f)
 	return cmd
 }
 
@@ -71,6 +79,9 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 	if f.upstream == "" {
 		return errors.New("serve: --upstream is required")
+	}
+	if err := checkServeFlags(f); err != nil {
+		return fmt.Errorf("serve: %w", err)
 	}
 	target, err := url.Parse(f.upstream)
 	if err != nil || (target.Scheme != "http" && target.Scheme != "https") || target.Host == "" {
@@ -85,6 +96,12 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		return fmt.Errorf("serve: open store: %w", err)
 	}
 	defer store.close()
+	if err := checkStore(ctx, store, f.storeTimeout); err != nil {
+		if f.storeCheck == "fail" {
+			return fmt.Errorf("serve: --store %s does not answer (start it, or pass --store-check=warn to start anyway): %w", redactURL(f.store), err)
+		}
+		log.Error("STORE DOES NOT ANSWER: starting anyway (--store-check=warn); keyed requests get 503 and /readyz is unready until it does", "store", redactURL(f.store), "err", err)
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -97,9 +114,15 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		idemhttp.WithRequired(f.requireKey), idemhttp.WithStrictKey(f.strictKey), idemhttp.WithStore5xx(f.store5x),
 		idemhttp.WithMethods(strings.Split(f.methods, ",")...), idemhttp.WithMaxRequestBody(f.maxBody),
 		idemhttp.WithMaxResponseBody(f.maxResponse), idemhttp.WithLogger(log), idemhttp.WithHooks(hooks),
+		idemhttp.WithAllowAnonymous(f.allowAnonymous), idemhttp.WithBodyTimeout(f.bodyTimeout),
+		idemhttp.WithClientWriteTimeout(f.writeTimeout), idemhttp.WithMaxBufferedBytes(f.maxBuffered),
+		idemhttp.WithStoreTimeout(f.storeTimeout),
 	}
 	if f.scopeHeader != "" {
 		opts = append(opts, idemhttp.WithScopeHeader(f.scopeHeader))
+	}
+	if f.scopeCookie != "" {
+		opts = append(opts, idemhttp.WithScopeCookie(f.scopeCookie))
 	}
 	proxy, err := idemhttp.NewProxy(target, store, opts...)
 	if err != nil {
@@ -113,7 +136,9 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 			defer inflight.Done()
 			proxy.ServeHTTP(w, r)
 		}),
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: f.readHeaderTimeout,
+		ReadTimeout:       f.readTimeout,
+		IdleTimeout:       f.idleTimeout,
 	}
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
@@ -141,7 +166,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 			}
 			fmt.Fprintln(w, "ready")
 		})
-		admin = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		admin = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: f.idleTimeout}
 		go func() { errc <- admin.Serve(aln) }()
 		log.Info("admin listening", "addr", aln.Addr().String())
 	}

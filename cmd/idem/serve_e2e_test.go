@@ -181,7 +181,14 @@ func post(t *testing.T, base, path, key, body string, hdr ...string) reply {
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
+	// Keyed requests need a principal (no anonymous scope by default); a
+	// header given with an empty value is removed.
+	req.Header.Set("Authorization", "Bearer e2e-client")
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i+1] == "" {
+			req.Header.Del(hdr[i])
+			continue
+		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	res, err := client.Do(req)
@@ -215,6 +222,9 @@ func TestServeDraftCases(t *testing.T) {
 	}
 	if again.header.Get("Set-Cookie") != "" || again.header.Get("X-Request-Id") != "" {
 		t.Errorf("replay carried Set-Cookie or X-Request-Id: %v", again.header)
+	}
+	if first.header.Get("Idempotency-Key") != "order-1" || again.header.Get("Idempotency-Key") != "order-1" || again.header.Get("Original-Request") != first.header.Get("X-Request-Id") {
+		t.Errorf("correlation headers: first %v, replay %v", first.header, again.header)
 	}
 	if r := post(t, p.url, "/orders", "order-1", "pencil"); r.status != 422 {
 		t.Errorf("reused key: %d", r.status)
@@ -358,6 +368,7 @@ func TestServeExpiryAndLease(t *testing.T) {
 	go func() {
 		req, _ := http.NewRequest("POST", p.url+"/very-slow", strings.NewReader("x"))
 		req.Header.Set("Idempotency-Key", "stuck")
+		req.Header.Set("Authorization", "Bearer e2e-client")
 		if res, err := client.Do(req); err == nil {
 			res.Body.Close()
 		}
@@ -387,7 +398,7 @@ func TestServeExpiryAndLease(t *testing.T) {
 
 func TestServeStoreDown(t *testing.T) {
 	up := newUpstream(t)
-	p := startServe(t, up.srv.URL, "redis://"+freeAddr(t)+"/0") // nothing listens there
+	p := startServe(t, up.srv.URL, "redis://"+freeAddr(t)+"/0", "--store-check=warn") // nothing listens there
 	r := post(t, p.url, "/orders", "k", "x")
 	if r.status != 503 || up.total.Load() != 0 {
 		t.Fatalf("store down: %d, upstream calls %d", r.status, up.total.Load())
@@ -427,6 +438,7 @@ func TestServeSIGTERMDrains(t *testing.T) {
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "POST", p2.url+"/orders", strings.NewReader("x"))
 	req.Header.Set("Idempotency-Key", "d2-check")
+	req.Header.Set("Authorization", "Bearer e2e-client")
 	if r, err := client.Do(req); err != nil || r.StatusCode != 201 {
 		t.Fatalf("fresh proxy: %v %v", r, err)
 	}

@@ -133,3 +133,12 @@ func openStore(ctx context.Context, spec storeSpec, maxResult int) (*openedStore
 	}
 	return nil, fmt.Errorf("%w: unknown store kind %q", errStoreSpec, spec.kind)
 }
+
+// checkStore asks the store to answer once, within timeout: a store nobody
+// listens on (a redis:// address, say) is otherwise only found by the first
+// request.
+func checkStore(ctx context.Context, s *openedStore, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return s.ping(ctx)
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+var errFlag = errors.New("invalid flag")
+
+// checkServeFlags rejects values that would make idem serve run without a
+// bound it relies on (a zero timeout is no timeout), or with a meaningless
+// one. Each error names its flag.
+func checkServeFlags(f serveFlags) error {
+	var errs []error
+	positive := func(name string, d time.Duration) {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%w --%s %v: must be positive", errFlag, name, d))
+		}
+	}
+	notNegative := func(name string, d time.Duration) {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%w --%s %v: must not be negative", errFlag, name, d))
+		}
+	}
+	positive("ttl", f.ttl)
+	positive("lease", f.lease)
+	notNegative("wait", f.wait)
+	notNegative("drain", f.drain)
+	positive("read-header-timeout", f.readHeaderTimeout)
+	positive("read-timeout", f.readTimeout)
+	positive("idle-timeout", f.idleTimeout)
+	positive("body-timeout", f.bodyTimeout)
+	positive("write-timeout", f.writeTimeout)
+	positive("store-timeout", f.storeTimeout)
+	if f.maxBody <= 0 {
+		errs = append(errs, fmt.Errorf("%w --max-body %d: must be positive", errFlag, f.maxBody))
+	}
+	if f.maxResponse <= 0 {
+		errs = append(errs, fmt.Errorf("%w --max-response %d: must be positive", errFlag, f.maxResponse))
+	}
+	if f.maxBuffered <= f.maxBody {
+		errs = append(errs, fmt.Errorf("%w --max-buffered %d: must exceed --max-body %d", errFlag, f.maxBuffered, f.maxBody))
+	}
+	if f.storeCheck != "fail" && f.storeCheck != "warn" {
+		errs = append(errs, fmt.Errorf("%w --store-check %q: want fail or warn", errFlag, f.storeCheck))
+	}
+	if f.scopeHeader != "" && f.scopeCookie != "" {
+		errs = append(errs, fmt.Errorf("%w --scope-header and --scope-cookie: choose one", errFlag))
+	}
+	for _, m := range strings.Split(f.methods, ",") {
+		if strings.TrimSpace(m) == "" {
+			errs = append(errs, fmt.Errorf("%w --methods %q: empty method", errFlag, f.methods))
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// addLimitFlags declares the timeouts and bounds of idem serve.
+func addLimitFlags(fl *pflag.FlagSet, f *serveFlags) {
+	fl.DurationVar(&f.readHeaderTimeout, "read-header-timeout", 10*time.Second, "time a client has to send its request headers")
+	fl.DurationVar(&f.readTimeout, "read-timeout", 60*time.Second, "time a client has to send its whole request, headers and body (every request)")
+	fl.DurationVar(&f.bodyTimeout, "body-timeout", 30*time.Second, "time a keyed request's body has to arrive once the proxy reads it (later: 408)")
+	fl.DurationVar(&f.idleTimeout, "idle-timeout", 120*time.Second, "how long an idle keep-alive connection stays open")
+	fl.DurationVar(&f.writeTimeout, "write-timeout", 30*time.Second, "bound on each write of a keyed response to a client that stopped reading (the response is still stored)")
+	fl.DurationVar(&f.storeTimeout, "store-timeout", 5*time.Second, "bound on each key-store call, and on the start-up store check")
+	fl.Int64Var(&f.maxBuffered, "max-buffered", 128<<20, "request bytes all keyed requests may buffer at once (beyond: 503 with Retry-After)")
+	fl.StringVar(&f.storeCheck, "store-check", "fail", "at start-up, if the store does not answer: fail (exit), or warn (log, start, /readyz unready)")
+}
