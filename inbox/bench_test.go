@@ -43,6 +43,8 @@ func openBench(b *testing.B, d sqldialect.Dialect) *benchDB {
 		db = testenv.SQLite(b)
 	case sqldialect.Postgres:
 		db = testenv.Postgres(b)
+	case sqldialect.MySQL:
+		db = testenv.MySQL(b)
 	}
 	db.SetMaxOpenConns(16)
 	db.SetMaxIdleConns(16)
