@@ -3,31 +3,39 @@ GO      ?= go
 TIMEOUT ?= 20m
 FUZZTIME ?= 15s
 
-.PHONY: test deps lint unit bench fuzz demo chaos
+.PHONY: test deps lint unit modules bench fuzz demo chaos
+
+# Every package of every module in go.work. In workspace mode `./...` at the
+# root covers only the root module, so the targets name each module's tree.
+PKGS = $(shell $(GO) list -m -f '{{.Path}}/...')
 
 ## test: install missing servers, lint, then run every test with -race.
-test: deps lint unit
+test: deps modules lint unit
 
 deps:
 	./scripts/install-deps.sh
 
+## modules: fail if a go.mod in the tree is not in go.work (it would be skipped).
+modules:
+	GO=$(GO) ./scripts/check-modules.sh
+
 unit:
-	$(GO) test -race -timeout $(TIMEOUT) ./...
+	$(GO) test -race -timeout $(TIMEOUT) $(PKGS)
 
 ## lint: gofmt, go vet and staticcheck (pinned in go.mod as a go tool).
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
-	$(GO) tool staticcheck ./...
+	$(GO) vet $(PKGS)
+	$(GO) tool staticcheck $(PKGS)
 
 ## bench: the benchmarks, each beside its baseline in the same run.
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchtime 2s -timeout 60m ./...
+	$(GO) test -run '^$$' -bench . -benchtime 2s -timeout 60m $(PKGS)
 
 ## fuzz: run every fuzz target for FUZZTIME each.
 fuzz:
-	@for pkg in $$($(GO) list ./...); do \
+	@for pkg in $$($(GO) list $(PKGS)); do \
 		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
 			echo "fuzz $$pkg $$f"; \
 			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
