@@ -210,9 +210,12 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-// running starts c.Run in a goroutine; the returned stop cancels it, waits,
-// closes c and returns Run's error.
-func running(t testing.TB, c *idemkafka.Consumer) (stop func() error) {
+// running starts c.Run (a Consumer or a TransactConsumer) in a goroutine;
+// the returned stop cancels it, waits, closes c and returns Run's error.
+func running(t testing.TB, c interface {
+	Run(context.Context) error
+	Close()
+}) (stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)

@@ -3,7 +3,10 @@ package idemkafka_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -160,12 +163,7 @@ func TestTransactAbortOnHandlerError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := func() func() error {
-		ctx, cancel := context.WithCancel(context.Background())
-		errc := make(chan error, 1)
-		go func() { errc <- second.Run(ctx) }()
-		return func() error { cancel(); err := <-errc; second.Close(); return err }
-	}()
+	stop := running(t, second)
 	waitFor(t, "20 outcomes", func() bool { return ta.total() == 20 })
 	if err := stop(); !errors.Is(err, context.Canceled) {
 		t.Errorf("Run = %v, want context.Canceled", err)
@@ -266,4 +264,84 @@ func TestOutputID(t *testing.T) {
 	if _, err := idemkafka.OutputID("ledger", nil, 0); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Errorf("nil record: %v", err)
 	}
+}
+
+// TestTransactRebalanceAborts: member 1 is in the middle of a transaction
+// when member 2 joins and the group revokes some of member 1's partitions.
+// Member 1's End then aborts instead of committing (committed=false, no
+// error), Run goes on, and the batch is consumed again by the partitions'
+// owners: every entry is visible once, in order per key.
+func TestTransactRebalanceAborts(t *testing.T) {
+	t.Parallel()
+	const n = 100
+	c := txnCluster(t, "payments", "ledger")
+	payments(t, c, "payments", n)
+	revoked := make(chan struct{})
+	var once sync.Once
+	onRevoked := kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, rev map[string][]int32) {
+		if len(rev) > 0 {
+			once.Do(func() { close(revoked) })
+		}
+	})
+	var held atomic.Bool
+	ledger := func(wait bool) idemkafka.TransactHandler {
+		return func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+			if wait && held.CompareAndSwap(false, true) {
+				select { // hold the open transaction until the rebalance revokes
+				case <-revoked:
+				case <-time.After(20 * time.Second):
+				}
+			}
+			return []*kgo.Record{{Topic: "ledger", Key: r.Key, Value: r.Value}}, nil
+		}
+	}
+	var logs lockedBuffer
+	ta := newTally()
+	m1, err := idemkafka.NewTransactional("m1", ledger(true), append(groupOpts(c, "g", "payments"), onRevoked),
+		ta.option(), idemkafka.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))), idemkafka.WithMaxPollRecords(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop1 := running(t, m1)
+	waitFor(t, "member 1 holding a transaction", held.Load)
+	m2, err := idemkafka.NewTransactional("m2", ledger(false), groupOpts(c, "g", "payments"), ta.option())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop2 := running(t, m2)
+	waitCommitted(t, c, "g", "payments")
+	if err := stop1(); !errors.Is(err, context.Canceled) {
+		t.Errorf("member 1: Run = %v", err)
+	}
+	if err := stop2(); !errors.Is(err, context.Canceled) {
+		t.Errorf("member 2: Run = %v", err)
+	}
+	if !strings.Contains(logs.String(), "transaction aborted by a rebalance") {
+		t.Errorf("member 1's transaction was not aborted by the rebalance; log:\n%s", logs.String())
+	}
+	rc := checkLedger(readAll(t, c, "ledger", true), n)
+	if rc.records != n || rc.duplicates != 0 || rc.missing != 0 || rc.outOfOrder != 0 {
+		t.Errorf("read_committed: %d entries, %d duplicates, %d missing, %d keys out of order; want %d, 0, 0, 0",
+			rc.records, rc.duplicates, rc.missing, rc.outOfOrder, n)
+	}
+	if got := ta.get(idemkafka.Applied); got != n {
+		t.Errorf("%d applied outcomes, want %d (outcomes only after a commit)", got, n)
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
