@@ -52,7 +52,7 @@ func TestServeRejectsBadFlags(t *testing.T) {
 // Case 9: a store nobody listens on is found at start.
 func TestServeChecksTheStoreAtStart(t *testing.T) {
 	t.Parallel()
-	out, err := runServeExit(t, "--upstream", "http://127.0.0.1:1", "--store", "redis://"+freeAddr(t)+"/0", "--store-timeout", "2s")
+	out, err := runServeExit(t, "--upstream", "http://127.0.0.1:1", "--store", "redis://"+freeAddr(t)+"/0")
 	if err == nil || !strings.Contains(out, "does not answer") {
 		t.Fatalf("redis store down: exit %v, output %q; want a start-up failure", err, out)
 	}
