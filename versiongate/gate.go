@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/idem-go/idem"
@@ -97,14 +98,24 @@ func build(d sqldialect.Dialect, t Table) (update, upsert string) {
 			strings.Join(ex, ", ") + ", " + t.Version + " = excluded." + t.Version + " WHERE " + tableRef(t.Name) + "." + t.Version + " < excluded." + t.Version
 	case sqldialect.MySQL:
 		// MySQL evaluates the assignments left to right, so the version
-		// column, which the others test, is assigned last. A statement that
-		// changes nothing reports 0 affected rows.
+		// column, which the others test, is assigned last. The affected-row
+		// count alone cannot tell an insert from a found, unchanged row:
+		// under clientFoundRows=true both count 1. So the statement also
+		// sets its insert id: LAST_INSERT_ID(0) in the VALUES list, which
+		// every row attempt evaluates, then LAST_INSERT_ID(dupMarker) in the
+		// version's test, which only a found row evaluates (the column term
+		// keeps it from being folded into a constant at prepare time). See
+		// mysqlApplied.
 		var ex []string
 		newer := t.Version + " < VALUES(" + t.Version + ")"
 		for _, c := range t.Columns {
 			ex = append(ex, c+" = IF("+newer+", VALUES("+c+"), "+c+")")
 		}
-		ex = append(ex, t.Version+" = IF("+newer+", VALUES("+t.Version+"), "+t.Version+")")
+		ex = append(ex, t.Version+" = IF(LAST_INSERT_ID("+dupMarker+" + 0 * "+t.Version+") AND "+newer+", VALUES("+t.Version+"), "+t.Version+")")
+		vals = "?, IF(LAST_INSERT_ID(0), NULL, ?)"
+		if n > 0 {
+			vals += ", " + d.Placeholders(3, n)
+		}
 		upsert = "INSERT INTO " + t.Name + " (" + cols + ") VALUES (" + vals + ") ON DUPLICATE KEY UPDATE " + strings.Join(ex, ", ")
 	}
 	return update, upsert
@@ -146,12 +157,48 @@ func (g *Gate) Update(ctx context.Context, ex Execer, id any, version int64, val
 // Upsert inserts the row when it does not exist, or updates it as Update
 // does when version is newer than the stored one. applied is false when the
 // stored version is equal or newer.
+//
+// On MySQL the outcome is read from the affected-row count and the insert
+// id, so it is right with or without clientFoundRows=true in the DSN; a
+// side effect is that, when the row existed, the session's
+// LAST_INSERT_ID() is left at 18446744073709551615 (read your own
+// AUTO_INCREMENT id before calling Upsert).
 func (g *Gate) Upsert(ctx context.Context, ex Execer, id any, version int64, values ...any) (applied bool, err error) {
 	if err := g.check(values); err != nil {
 		return false, err
 	}
 	args := append([]any{id, version}, values...)
+	if g.d == sqldialect.MySQL {
+		return mysqlApplied(ex.ExecContext(ctx, g.upsert, args...))
+	}
 	return affected(ex.ExecContext(ctx, g.upsert, args...))
+}
+
+// dupMarker is the insert id a MySQL upsert reports when it found the row:
+// the largest BIGINT UNSIGNED, which no AUTO_INCREMENT column reaches (an
+// insert reports 0, or its AUTO_INCREMENT value).
+const dupMarker = "18446744073709551615"
+
+// mysqlApplied reads a MySQL upsert's outcome whatever the DSN's
+// clientFoundRows says: 2 affected rows is a changed row; 1 is an insert,
+// unless the insert id is dupMarker (then a found, unchanged row, counted by
+// clientFoundRows=true); 0 is a found, unchanged row.
+func mysqlApplied(res sql.Result, err error) (bool, error) {
+	if err != nil {
+		return false, fmt.Errorf("versiongate: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("versiongate: rows affected: %w", err)
+	}
+	if n != 1 {
+		return n == 2, nil
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return false, fmt.Errorf("versiongate: insert id: %w", err)
+	}
+	return uint64(id) != math.MaxUint64, nil
 }
 
 func affected(res sql.Result, err error) (bool, error) {

@@ -19,12 +19,17 @@ import (
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 var dbs = []struct {
+	name string
 	d    sqldialect.Dialect
 	open func(testing.TB) *sql.DB
 }{
-	{sqldialect.SQLite, testenv.SQLite},
-	{sqldialect.Postgres, testenv.Postgres},
-	{sqldialect.MySQL, testenv.MySQL},
+	{"sqlite", sqldialect.SQLite, testenv.SQLite},
+	{"postgres", sqldialect.Postgres, testenv.Postgres},
+	{"mysql", sqldialect.MySQL, testenv.MySQL},
+	// Under clientFoundRows=true the driver reports a found, unchanged row
+	// as 1 affected row, like an insert: a stale upsert must still report
+	// applied=false (issue 13 case 11).
+	{"mysql-clientFoundRows", sqldialect.MySQL, func(t testing.TB) *sql.DB { return testenv.MySQLWith(t, "clientFoundRows=true") }},
 }
 
 var productView = versiongate.Table{Name: "product_view", ID: "id", Version: "version", Columns: []string{"price", "name"}}
@@ -52,7 +57,7 @@ func read(t *testing.T, db *sql.DB, d sqldialect.Dialect, id string) (version, p
 
 func TestGate(t *testing.T) {
 	for _, b := range dbs {
-		t.Run(b.d.String(), func(t *testing.T) {
+		t.Run(b.name, func(t *testing.T) {
 			db, g := setup(t, b.d, b.open)
 			ctx := context.Background()
 			steps := []struct {
@@ -98,7 +103,7 @@ func TestGate(t *testing.T) {
 // carries its own value, whatever the arrival order.
 func TestGateConcurrentOutOfOrder(t *testing.T) {
 	for _, b := range dbs {
-		t.Run(b.d.String(), func(t *testing.T) {
+		t.Run(b.name, func(t *testing.T) {
 			db, g := setup(t, b.d, b.open)
 			db.SetMaxOpenConns(8)
 			versions := rand.Perm(60)
@@ -219,5 +224,39 @@ func TestMemory(t *testing.T) {
 	wg.Wait()
 	if v, ver, _ := m.Get("q"); ver != 7999 || v != 7999 {
 		t.Fatalf("concurrent: %v %v", v, ver)
+	}
+}
+
+// TestGateMySQLAutoIncrement: the MySQL upsert reads its outcome from the
+// insert id as well as the affected-row count; a table with an
+// AUTO_INCREMENT column reports its own ids on insert, and the outcome must
+// still be right, with and without clientFoundRows.
+func TestGateMySQLAutoIncrement(t *testing.T) {
+	for _, b := range dbs {
+		if b.d != sqldialect.MySQL {
+			continue
+		}
+		t.Run(b.name, func(t *testing.T) {
+			db := b.open(t)
+			db.SetMaxOpenConns(1) // one session: LAST_INSERT_ID() carries over between calls
+			if _, err := db.Exec("CREATE TABLE counted (seq BIGINT AUTO_INCREMENT PRIMARY KEY, id VARCHAR(64) NOT NULL UNIQUE, version BIGINT NOT NULL, price BIGINT NOT NULL)"); err != nil {
+				t.Fatal(err)
+			}
+			g, err := versiongate.New(b.d, versiongate.Table{Name: "counted", ID: "id", Version: "version", Columns: []string{"price"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			for i, s := range []struct {
+				id      string
+				version int64
+				applied bool
+			}{{"a", 1, true}, {"a", 1, false}, {"b", 1, true}, {"a", 0, false}, {"a", 2, true}, {"c", -3, true}, {"c", -3, false}, {"b", 1, false}} {
+				applied, err := g.Upsert(ctx, db, s.id, s.version, s.version*10)
+				if err != nil || applied != s.applied {
+					t.Fatalf("step %d %s v%d: applied=%v err=%v, want %v", i, s.id, s.version, applied, err, s.applied)
+				}
+			}
+		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -57,6 +58,24 @@ func MySQLDSN(t testing.TB) string {
 func MySQL(t testing.TB) *sql.DB {
 	t.Helper()
 	db, err := sql.Open("mysql", MySQLDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// MySQLWith is [MySQL] with extra go-sql-driver DSN parameters appended,
+// such as "clientFoundRows=true".
+func MySQLWith(t testing.TB, params string) *sql.DB {
+	t.Helper()
+	dsn := MySQLDSN(t)
+	if strings.Contains(dsn, "?") {
+		dsn += "&" + params
+	} else {
+		dsn += "?" + params
+	}
+	db, err := sql.Open("mysql", dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
