@@ -88,6 +88,7 @@ func Run(t *testing.T, newStore func(t *testing.T) keystore.Store, opts ...Optio
 		{"TinyLeaseAndTTL", testTinyDurations},
 		{"FingerprintAtLimit", testFingerprintAtLimit},
 		{"CancelledContext", testCancelled},
+		{"CancelMidCall", testCancelMidCall},
 		{"ConcurrentReserve", testConcurrentReserve},
 		{"Do", testDo},
 		{"Scopes", testScopes},

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"sync"
+
+	"github.com/idem-go/idem/keystore"
 )
 
 // maxGroup bounds the operations that share one transaction.
@@ -56,10 +58,21 @@ func (o *groupOp) call(ctx context.Context, x runner) (err error) {
 // fn must set all its outputs on every run: if a shared transaction fails
 // in any of its operations, it is rolled back and each operation runs again
 // on its own.
+//
+// ctx is looked at only before fn starts: an operation whose ctx has ended
+// by then is not run and returns ctx.Err(). Once started, fn runs under
+// keystore.Detach(ctx), so that the caller's cancellation cannot cut a
+// statement (or a COMMIT) whose write may already have landed and turn
+// its true answer into context.Canceled.
 func (s *Store) do(ctx context.Context, fn func(context.Context, runner) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	g := s.grp
 	if g == nil {
-		return fn(ctx, runner{s: s})
+		dctx, cancel := keystore.Detach(ctx)
+		defer cancel()
+		return fn(dctx, runner{s: s})
 	}
 	op := &groupOp{ctx: ctx, fn: fn, done: make(chan bool, 1)}
 	g.mu.Lock()
@@ -112,22 +125,31 @@ func (s *Store) runGroup(batch []*groupOp) {
 		}
 		live = append(live, o)
 	}
-	// Each operation on its own, on the pool, as without a group.
+	if len(live) == 0 {
+		return
+	}
+	// Each operation on its own, on the pool, as without a group. Started
+	// operations run detached from their callers' cancellation (see do).
 	alone := func() {
 		for _, o := range live {
-			o.err = o.call(o.ctx, runner{s: s})
+			dctx, cancel := keystore.Detach(o.ctx)
+			o.err = o.call(dctx, runner{s: s})
+			cancel()
 		}
 	}
+	// One caller's cancellation must not interrupt the statements of the
+	// others, nor its own once started: the shared transaction runs
+	// detached, bounded by keystore.CallTimeout.
+	tctx, cancel := keystore.Detach(live[0].ctx)
+	defer cancel()
 	// Prepare on the pool before the transaction takes a connection: with
 	// a pool of one (as idem serve opens SQLite), preparing inside it would
 	// wait for the connection the transaction holds.
-	if len(live) <= 1 || s.prepAll(live[0].ctx) != nil {
+	if len(live) <= 1 || s.prepAll(tctx) != nil {
 		alone()
 		return
 	}
-	// One caller's cancellation must not interrupt the statements of the
-	// others: the shared transaction runs without it.
-	tx, err := s.db.BeginTx(context.WithoutCancel(live[0].ctx), nil)
+	tx, err := s.db.BeginTx(tctx, nil)
 	if err != nil {
 		for _, o := range live {
 			o.err = err // retryable (busy) or not, the caller's retry decides
@@ -135,7 +157,7 @@ func (s *Store) runGroup(batch []*groupOp) {
 		return
 	}
 	for _, o := range live {
-		if err := o.call(context.WithoutCancel(o.ctx), runner{s: s, tx: tx}); err != nil {
+		if err := o.call(tctx, runner{s: s, tx: tx}); err != nil {
 			// Whatever failed may have aborted the transaction: roll it
 			// back and give every operation its own.
 			_ = tx.Rollback()

@@ -211,7 +211,7 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 
 func (s *Store) reservePostgres(ctx context.Context, x runner, key string, fp []byte, lease time.Duration) (row, error) {
 	var r row
-	err := x.queryRow(ctx, s.q.reserve, []any{s.scope, []byte(key), fp, lease.Microseconds()},
+	err := x.queryRow(ctx, s.q.reserve, []any{s.scope, []byte(key), fp, micros(lease)},
 		&r.acquired, &r.state, &r.token, &r.takeovers, &r.fp, &r.res, &r.expires)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, errRace
@@ -226,7 +226,7 @@ func (s *Store) reservePostgres(ctx context.Context, x runner, key string, fp []
 // the upsert wrote nothing. In a group's transaction the two are atomic.
 func (s *Store) reserveSQLite(ctx context.Context, x runner, key string, fp []byte, lease time.Duration) (row, error) {
 	var r row
-	err := x.queryRow(ctx, s.q.reserve, []any{s.scope, []byte(key), fp, lease.Microseconds()},
+	err := x.queryRow(ctx, s.q.reserve, []any{s.scope, []byte(key), fp, micros(lease)},
 		&r.token, &r.takeovers, &r.expires)
 	if err == nil {
 		r.acquired = true
@@ -241,6 +241,16 @@ func (s *Store) reserveSQLite(ctx context.Context, x runner, key string, fp []by
 		return r, errRace
 	}
 	return r, err
+}
+
+// micros is a lease or TTL in whole microseconds, the unit of the SQL
+// arithmetic: capped at keystore.MaxDuration (about 3.2e15 µs, far inside
+// PostgreSQL's interval and timestamptz ranges and int64 arithmetic in
+// SQLite) and rounded up, so that a lease below 1 µs is not one of 0 that
+// has ended before Reserve returns.
+func micros(d time.Duration) int64 {
+	d = keystore.CapDuration(d)
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
 
 // Complete implements keystore.Store.Complete.
@@ -258,7 +268,7 @@ func (s *Store) Complete(ctx context.Context, c keystore.Claim, result []byte, t
 	err := s.retry(ctx, func() error {
 		return s.do(ctx, func(ctx context.Context, x runner) error {
 			lost = false
-			n, err := x.exec(ctx, s.q.complete, s.scope, []byte(c.Key), int64(c.Token), result, ttl.Microseconds())
+			n, err := x.exec(ctx, s.q.complete, s.scope, []byte(c.Key), int64(c.Token), result, micros(ttl))
 			if err != nil || n == 1 {
 				return err
 			}

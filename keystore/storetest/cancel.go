@@ -1,0 +1,140 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/keystore"
+)
+
+// cancelRounds is how many keys testCancelMidCall reserves, each under a
+// context cancelled at a random moment.
+const cancelRounds = 3000
+
+// testCancelMidCall cancels Reserve, Complete and Release at random moments
+// (before the call, during it, after it) and then checks that each answer
+// was true: a Reserve that returned an error holds nothing (the key is
+// absent, not in progress for a whole lease with no one able to release
+// it); a Complete or Release that returned an error wrote nothing (the key
+// is still in progress under the caller's claim, which releases it); one
+// that returned nil did what it says.
+func testCancelMidCall(t *testing.T, s keystore.Store, _ config) {
+	bg := testCtx(t)
+	prefix := newKey("cancel-mid")
+	var mu sync.Mutex
+	var problems []string
+	report := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(problems) < 10 {
+			problems = append(problems, fmt.Sprintf(format, args...))
+		}
+	}
+	var stats struct {
+		sync.Mutex
+		reserveErr, reserveOK, completeErr, releaseErr int
+	}
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for i := range work {
+				key := fmt.Sprintf("%s-%d", prefix, i)
+				c, err := s.Reserve(cancelSoon(bg), key, nil, long)
+				if err != nil {
+					stats.Lock()
+					stats.reserveErr++
+					stats.Unlock()
+					// The caller holds no claim: the key must be free.
+					r, rerr := s.Reserve(bg, key, nil, long)
+					if rerr != nil || r.State != keystore.Acquired {
+						report("Reserve(%q) failed with %v, yet the key is %v (%v) afterwards: held for a whole lease by a claim nobody has", key, err, r.State, rerr)
+					}
+					continue
+				}
+				stats.Lock()
+				stats.reserveOK++
+				stats.Unlock()
+				if c.State != keystore.Acquired {
+					report("Reserve(%q) of a fresh key answered %v", key, c.State)
+					continue
+				}
+				if i%2 == 0 {
+					checkCancelledComplete(bg, s, c, report, &stats.Mutex, &stats.completeErr)
+				} else {
+					checkCancelledRelease(bg, s, c, report, &stats.Mutex, &stats.releaseErr)
+				}
+			}
+		})
+	}
+	for i := range cancelRounds {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	t.Logf("%d Reserves failed, %d succeeded; %d Completes and %d Releases failed", stats.reserveErr, stats.reserveOK, stats.completeErr, stats.releaseErr)
+	for _, p := range problems {
+		t.Error(p)
+	}
+}
+
+func checkCancelledComplete(bg context.Context, s keystore.Store, c keystore.Claim, report func(string, ...any), mu *sync.Mutex, n *int) {
+	err := s.Complete(cancelSoon(bg), c, []byte("r"), long)
+	r, rerr := s.Reserve(bg, c.Key, nil, long)
+	switch {
+	case rerr != nil:
+		report("Reserve(%q) after a cancelled Complete: %v", c.Key, rerr)
+	case err == nil && (r.State != keystore.Done || string(r.Result) != "r"):
+		report("Complete(%q) returned nil, yet the key is %+v", c.Key, r)
+	case err != nil && r.State != keystore.InProgress:
+		report("Complete(%q) failed with %v, yet the key is %v: the error was not the whole truth", c.Key, err, r.State)
+	case err != nil:
+		mu.Lock()
+		*n++
+		mu.Unlock()
+		if rerr := s.Release(bg, c); rerr != nil {
+			report("Release(%q) after a failed Complete: %v", c.Key, rerr)
+		}
+	}
+}
+
+func checkCancelledRelease(bg context.Context, s keystore.Store, c keystore.Claim, report func(string, ...any), mu *sync.Mutex, n *int) {
+	err := s.Release(cancelSoon(bg), c)
+	r, rerr := s.Reserve(bg, c.Key, nil, long)
+	switch {
+	case rerr != nil:
+		report("Reserve(%q) after a cancelled Release: %v", c.Key, rerr)
+	case err == nil && r.State != keystore.Acquired:
+		report("Release(%q) returned nil, yet the key is %v", c.Key, r.State)
+	case err != nil && r.State != keystore.InProgress:
+		report("Release(%q) failed with %v, yet the key is %v: the error was not the whole truth", c.Key, err, r.State)
+	case err != nil:
+		mu.Lock()
+		*n++
+		mu.Unlock()
+		if rerr := s.Release(bg, c); rerr != nil {
+			report("second Release(%q) after a failed one: %v", c.Key, rerr)
+		}
+	}
+	if errors.Is(rerr, context.Canceled) {
+		report("a call under a live context failed with context.Canceled")
+	}
+}
+
+// cancelSoon returns a child of ctx cancelled at a random moment in the
+// next few hundred microseconds, sometimes at once: before, during or after
+// the call it is given to.
+func cancelSoon(ctx context.Context) context.Context {
+	ctx, cancel := context.WithCancel(ctx)
+	if rand.N(8) == 0 {
+		cancel()
+		return ctx
+	}
+	time.AfterFunc(time.Duration(rand.N(400))*time.Microsecond, cancel)
+	return ctx
+}
