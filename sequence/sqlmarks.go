@@ -8,6 +8,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -17,9 +18,9 @@ import (
 // consumer's effect commit or roll back together.
 //
 // Supported dialects: sqldialect.Postgres, sqldialect.SQLite (3.35 or
-// newer), sqldialect.MySQL (MySQL 8 or MariaDB; the DSN must not set
-// clientFoundRows, whose changed meaning of the affected-row count would
-// hide duplicates).
+// newer), sqldialect.MySQL (MySQL 8 or MariaDB, with or without
+// clientFoundRows in the DSN; Advance leaves the session's
+// LAST_INSERT_ID() at 18446744073709551615 when the mark existed).
 type SQLMarks struct {
 	d        sqldialect.Dialect
 	consumer string
@@ -47,13 +48,19 @@ func NewSQLMarks(d sqldialect.Dialect, consumer string, opts ...Option) (*SQLMar
 	if err := d.ValidateIdentifier(c.table); err != nil {
 		return nil, fmt.Errorf("sequence: %w: table: %w", ErrInvalidOption, err)
 	}
-	if consumer == "" || len(consumer) > 255 {
-		return nil, fmt.Errorf("sequence: %w: consumer name must be 1 to 255 bytes, got %d", ErrInvalidOption, len(consumer))
+	if err := idem.ValidateKey(consumer); err != nil {
+		// Stored in every mark row: PostgreSQL's text refuses NUL and
+		// invalid UTF-8, so refuse them everywhere, up front.
+		return nil, fmt.Errorf("sequence: %w: consumer name: %w", ErrInvalidOption, err)
 	}
 	m := &SQLMarks{d: d, consumer: consumer, table: c.table}
 	m.upsert, m.read = m.statements()
 	return m, nil
 }
+
+// mysqlFoundID is the insert id the MySQL upsert reports when it found the
+// mark: the largest BIGINT UNSIGNED, which no AUTO_INCREMENT value reaches.
+const mysqlFoundID = "18446744073709551615"
 
 func (m *SQLMarks) statements() (upsert, read string) {
 	p := m.d.Placeholder
@@ -63,9 +70,14 @@ func (m *SQLMarks) statements() (upsert, read string) {
 		// Assignments run left to right and see earlier ones, so seq is
 		// set first while epoch still holds the old value. A new epoch at
 		// seq 0 always applies, so epoch's own test needs no seq term.
-		// The affected-row count is 1 (inserted), 2 (changed) or 0.
-		upsert = "INSERT INTO " + m.table + " " + cols + " VALUES (?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE " +
-			"seq = IF((epoch = VALUES(epoch) AND seq = ?) OR (epoch < VALUES(epoch) AND VALUES(seq) = 0), VALUES(seq), seq), " +
+		// The affected-row count is 1 (inserted), 2 (changed) or 0, but
+		// clientFoundRows=true counts an unchanged row 1 too, so the
+		// statement also sets its insert id: 0 in the VALUES list, which
+		// every attempt evaluates, then mysqlFoundID in seq's test, which
+		// only a found row evaluates (the column term keeps it from being
+		// folded into a constant). See Advance.
+		upsert = "INSERT INTO " + m.table + " " + cols + " VALUES (?, ?, ?, ?, IF(LAST_INSERT_ID(0), NULL, ?)) ON DUPLICATE KEY UPDATE " +
+			"seq = IF(LAST_INSERT_ID(" + mysqlFoundID + " + 0 * seq) AND ((epoch = VALUES(epoch) AND seq = ?) OR (epoch < VALUES(epoch) AND VALUES(seq) = 0)), VALUES(seq), seq), " +
 			"epoch = IF(epoch < VALUES(epoch) AND VALUES(seq) = 0, VALUES(epoch), epoch)"
 	default:
 		// PostgreSQL and SQLite: the conflicting row is updated only when
@@ -93,8 +105,11 @@ func (m *SQLMarks) createTable() string {
 		b.WriteString("  consumer     TEXT     NOT NULL,\n  producer_id  BIGINT   NOT NULL,\n  partition_id INTEGER  NOT NULL,\n" +
 			"  epoch        SMALLINT NOT NULL,\n  seq          INTEGER  NOT NULL,\n")
 	case sqldialect.MySQL:
-		b.WriteString("  consumer     VARCHAR(255) NOT NULL,\n  producer_id  BIGINT       NOT NULL,\n  partition_id INT          NOT NULL,\n" +
-			"  epoch        SMALLINT     NOT NULL,\n  seq          INT          NOT NULL,\n")
+		// VARBINARY: consumer names compare byte for byte. A VARCHAR's
+		// default collation would make "Orders" and "orders " one consumer
+		// sharing marks.
+		b.WriteString("  consumer     VARBINARY(255) NOT NULL,\n  producer_id  BIGINT         NOT NULL,\n  partition_id INT            NOT NULL,\n" +
+			"  epoch        SMALLINT       NOT NULL,\n  seq          INT            NOT NULL,\n")
 	default:
 		b.WriteString("  consumer     TEXT    NOT NULL,\n  producer_id  INTEGER NOT NULL,\n  partition_id INTEGER NOT NULL,\n" +
 			"  epoch        INTEGER NOT NULL,\n  seq          INTEGER NOT NULL,\n")
@@ -152,6 +167,16 @@ func (m *SQLMarks) Advance(ctx context.Context, tx *sql.Tx, producer int64, epoc
 	n, err := res.RowsAffected()
 	if err != nil {
 		return false, fmt.Errorf("sequence: advance mark: rows affected: %w", err)
+	}
+	if n == 1 && m.d == sqldialect.MySQL {
+		// An insert, or (clientFoundRows=true) a found, unchanged mark.
+		id, err := res.LastInsertId()
+		if err != nil {
+			return false, fmt.Errorf("sequence: advance mark: insert id: %w", err)
+		}
+		if uint64(id) == math.MaxUint64 {
+			n = 0
+		}
 	}
 	if n > 0 {
 		return true, nil

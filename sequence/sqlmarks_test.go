@@ -21,19 +21,24 @@ import (
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 var sqlDialects = []struct {
+	name string
 	d    sqldialect.Dialect
 	open func(testing.TB) *sql.DB
 }{
-	{sqldialect.SQLite, testenv.SQLite},
-	{sqldialect.Postgres, testenv.Postgres},
-	{sqldialect.MySQL, testenv.MySQL},
+	{"sqlite", sqldialect.SQLite, testenv.SQLite},
+	{"postgres", sqldialect.Postgres, testenv.Postgres},
+	{"mysql", sqldialect.MySQL, testenv.MySQL},
+	// Under clientFoundRows=true a found, unchanged mark counts 1 affected
+	// row, like an insert: duplicates must still be duplicates (issue 13
+	// case 11).
+	{"mysql-clientFoundRows", sqldialect.MySQL, func(t testing.TB) *sql.DB { return testenv.MySQLWith(t, "clientFoundRows=true") }},
 }
 
 // forEachDialect runs f on a fresh database of every dialect, with the
 // marks table and an effects table created.
 func forEachDialect(t *testing.T, f func(t *testing.T, d sqldialect.Dialect, db *sql.DB)) {
 	for _, sd := range sqlDialects {
-		t.Run(sd.d.String(), func(t *testing.T) {
+		t.Run(sd.name, func(t *testing.T) {
 			t.Parallel()
 			db := sd.open(t)
 			m, err := sequence.NewSQLMarks(sd.d, "setup")
@@ -253,6 +258,8 @@ func TestNewSQLMarksOptions(t *testing.T) {
 		{"unknown dialect", 0, "c", nil},
 		{"empty consumer", sqldialect.SQLite, "", nil},
 		{"long consumer", sqldialect.SQLite, strings.Repeat("c", 256), nil},
+		{"consumer with NUL", sqldialect.Postgres, "c\x00", nil},
+		{"consumer not UTF-8", sqldialect.Postgres, "c\xff", nil},
 		{"table not an identifier", sqldialect.Postgres, "c", []sequence.Option{sequence.WithTable("marks; DROP TABLE x")}},
 		{"schema on sqlite", sqldialect.SQLite, "c", []sequence.Option{sequence.WithTable("s.marks")}},
 		{"idle expiry", sqldialect.SQLite, "c", []sequence.Option{sequence.WithIdleExpiry(time.Hour)}},
@@ -269,4 +276,23 @@ func TestNewSQLMarksOptions(t *testing.T) {
 	if s := m.SchemaSQL(); len(s) != 1 || !strings.HasPrefix(s[0], "CREATE TABLE IF NOT EXISTS app.marks (") {
 		t.Fatalf("schema: %q", s)
 	}
+}
+
+// TestSQLMarksConsumersCompareBytes: marks are scoped by the consumer name
+// byte for byte; on MySQL a VARCHAR consumer column with the default
+// collation made "Orders" and "orders" share marks.
+func TestSQLMarksConsumersCompareBytes(t *testing.T) {
+	t.Parallel()
+	forEachDialect(t, func(t *testing.T, d sqldialect.Dialect, db *sql.DB) {
+		ctx := context.Background()
+		for _, c := range []string{"Orders", "orders", "orders "} {
+			m, err := sequence.NewSQLMarks(d, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if applied, err := deliver(ctx, d, db, m, c, 7, 0, 0, 0); err != nil || !applied {
+				t.Fatalf("consumer %q: first message (%v, %v), want applied: another consumer's mark was seen", c, applied, err)
+			}
+		}
+	})
 }
