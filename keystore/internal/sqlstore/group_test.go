@@ -101,13 +101,13 @@ func TestGroupCommit(t *testing.T) {
 	}
 }
 
-// TestGroupCancelled: an operation whose ctx ended before its turn is not
-// run, reports ctx's error, and does not disturb the others.
+// TestGroupCancelled: an operation whose ctx ended while it was queued, before
+// its turn, is not run, reports ctx's error, and does not disturb the others.
+// (One whose ctx ended before the call does not even queue.)
 func TestGroupCancelled(t *testing.T) {
 	s := newGroupStore(t)
 	var grouped atomic.Int64
 	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
 	release := make(chan struct{})
 	// Hold the lead so that the next operations queue behind it.
 	started := make(chan struct{})
@@ -135,6 +135,7 @@ func TestGroupCancelled(t *testing.T) {
 		}
 		runtime.Gosched()
 	}
+	cancel()
 	close(release)
 	wg.Wait()
 	close(errs)
