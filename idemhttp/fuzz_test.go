@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/idem-go/idem/keystore"
 )
 
 // FuzzParseKey: whatever is accepted is a usable key (1 to 255 printable
@@ -72,14 +74,51 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add((&record{status: 201, header: http.Header{"Location": {"/a"}}, body: []byte("ok")}).encode())
 	f.Add((&record{status: 500, notStored: true, header: http.Header{}}).encode())
 	f.Add([]byte("IDH1\x00\x00"))
+	f.Add((&record{status: 201, lost: true, header: http.Header{}}).encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := decodeRecord(b)
 		if err != nil {
 			return
 		}
 		again, err := decodeRecord(r.encode())
-		if err != nil || again.status != r.status || again.notStored != r.notStored || !bytes.Equal(again.body, r.body) || len(again.header) != len(r.header) {
+		if err != nil || again.status != r.status || again.notStored != r.notStored || again.lost != r.lost || !bytes.Equal(again.body, r.body) || len(again.header) != len(r.header) {
 			t.Fatalf("round trip changed the record: %+v → %+v (%v)", r, again, err)
 		}
 	})
 }
+
+// FuzzReadBody: whatever the body and its declared length, readBody either
+// returns the body whole (within the limit) or refuses it, and gives every
+// byte it accounted back to the budget.
+func FuzzReadBody(f *testing.F) {
+	f.Add([]byte("hello"), int64(5), 8)
+	f.Add([]byte(""), int64(-1), 1)
+	f.Add(bytes.Repeat([]byte("x"), 100), int64(-1), 64)
+	f.Add([]byte("short"), int64(100), 16)
+	f.Fuzz(func(t *testing.T, body []byte, declared int64, limit int) {
+		if limit <= 0 || limit > 1<<16 {
+			return
+		}
+		m, err := New(nopStore{}, WithMaxRequestBody(int64(limit)), WithMaxBufferedBytes(int64(limit)+1+minBodyStep))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := httptest.NewRequest("POST", "/", bytes.NewReader(body))
+		r.ContentLength = max(declared, -1)
+		w := httptest.NewRecorder()
+		got, release, o := m.readBody(w, r)
+		if o == "" && (len(got) > limit || !bytes.Equal(got, body)) {
+			t.Fatalf("accepted %d bytes (limit %d) of a %d-byte body", len(got), limit, len(body))
+		}
+		if o != "" && len(body) <= limit && declared <= int64(limit) {
+			t.Fatalf("refused a %d-byte body under the limit %d: %s", len(body), limit, o)
+		}
+		release()
+		if n := m.budget.used.Load(); n != 0 {
+			t.Fatalf("%d bytes left accounted", n)
+		}
+	})
+}
+
+// nopStore is never called by readBody.
+type nopStore struct{ keystore.Store }
