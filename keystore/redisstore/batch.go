@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idem-go/idem/keystore"
 )
 
 // batcher sends a store's commands to Redis, at most slots round trips at a
@@ -36,19 +38,27 @@ type queued struct {
 	done chan struct{} // closed once cmd holds its reply or error
 }
 
-// process sends cmd and returns when it has its reply, or when ctx ends
-// first: then the command may still run, as a go-redis call cancelled in
-// flight may.
+// process sends cmd and returns its reply. ctx only decides whether cmd is
+// sent at all: a command that ends up not sent (its ctx ended first,
+// before it went out or while it waited in the queue) returns ctx.Err() at
+// once, and one that went out waits for its reply, under
+// keystore.Detach(ctx), whatever ctx does meanwhile. A script whose reply
+// a cancelled caller stopped reading may have run (a Reserve that holds
+// the key, a Complete that stored the result), so the caller must not be
+// told context.Canceled then.
 func (b *batcher) process(ctx context.Context, cmd redis.Cmder) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if b.slots == 0 {
-		return b.rdb.Process(ctx, cmd)
+		return processDetached(ctx, b.rdb, cmd)
 	}
 	b.mu.Lock()
 	if b.busy < b.slots {
 		b.busy++
 		b.mu.Unlock()
 		defer b.release()
-		return b.rdb.Process(ctx, cmd)
+		return processDetached(ctx, b.rdb, cmd)
 	}
 	q := &queued{ctx: ctx, cmd: cmd, done: make(chan struct{})}
 	b.queue = append(b.queue, q)
@@ -57,8 +67,27 @@ func (b *batcher) process(ctx context.Context, cmd redis.Cmder) error {
 	case <-q.done:
 		return cmd.Err()
 	case <-ctx.Done():
-		return ctx.Err()
 	}
+	b.mu.Lock()
+	for i, o := range b.queue {
+		if o == q { // not taken by a sender: withdraw it, never sent
+			b.queue = append(b.queue[:i], b.queue[i+1:]...)
+			b.mu.Unlock()
+			return ctx.Err()
+		}
+	}
+	b.mu.Unlock()
+	// A sender took it: it is being sent, or send found ctx ended and did
+	// not send it. Either way its error says which.
+	<-q.done
+	return cmd.Err()
+}
+
+// processDetached sends cmd on rdb under keystore.Detach(ctx).
+func processDetached(ctx context.Context, rdb redis.UniversalClient, cmd redis.Cmder) error {
+	dctx, cancel := keystore.Detach(ctx)
+	defer cancel()
+	return rdb.Process(dctx, cmd)
 }
 
 // release frees the caller's slot or, if calls are waiting, hands it to a
@@ -92,10 +121,11 @@ func (b *batcher) drain(batch []*queued) {
 	}
 }
 
-// send runs the batch's commands whose callers still wait in one pipeline
-// and wakes every caller. The pipeline runs under the first caller's
-// context values but no caller's deadline: one caller giving up must not
-// fail the others (each caller still stops waiting at its own deadline).
+// send runs the batch's commands whose callers' contexts are live in one
+// pipeline and wakes every caller. The pipeline runs under the first
+// caller's context values but no caller's cancellation or deadline
+// (keystore.Detach): one caller giving up must not fail the others, nor
+// turn its own command's true reply into an error.
 func (b *batcher) send(batch []*queued) {
 	defer func() {
 		for i, q := range batch {
@@ -103,20 +133,24 @@ func (b *batcher) send(batch []*queued) {
 			batch[i] = nil
 		}
 	}()
-	var ctx context.Context
+	var first context.Context
 	cmds := make([]redis.Cmder, 0, len(batch))
 	for _, q := range batch {
 		if err := q.ctx.Err(); err != nil {
-			q.cmd.SetErr(err)
+			q.cmd.SetErr(err) // never sent: its caller is told so
 			continue
 		}
-		if ctx == nil {
-			ctx = context.WithoutCancel(q.ctx)
+		if first == nil {
+			first = q.ctx
 		}
 		cmds = append(cmds, q.cmd)
 	}
+	if len(cmds) == 0 {
+		return
+	}
+	ctx, cancel := keystore.Detach(first)
+	defer cancel()
 	switch len(cmds) {
-	case 0:
 	case 1: // one command needs no pipeline
 		_ = b.rdb.Process(ctx, cmds[0])
 	default:

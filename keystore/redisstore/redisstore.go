@@ -132,7 +132,7 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 	}
 	var nonce [12]byte
 	_, _ = rand.Read(nonce[:])
-	ms := max(lease.Milliseconds(), 1)
+	ms := millis(lease)
 	cmd, err := eval(ctx, s, redis.NewStringCmd, reserveScript, 2, s.RedisKey(key), s.counterKey, fp, ms, nonce[:])
 	if err != nil {
 		return keystore.Claim{}, fmt.Errorf("redisstore: reserve: %w", err)
@@ -153,6 +153,16 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 		return keystore.Claim{}, keystore.MismatchError(key)
 	}
 	return c, nil
+}
+
+// millis is a lease or TTL in whole milliseconds, the unit of PX and of
+// the scripts' arithmetic: capped at keystore.MaxDuration (about 3.2e12
+// ms, so that now plus twice it stays an exact Lua double and far below
+// Redis's PX limit) and rounded up, so that a lease is never shorter than
+// asked and never 0.
+func millis(d time.Duration) int64 {
+	d = keystore.CapDuration(d)
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 var errReply = errors.New("unexpected script reply")
@@ -217,7 +227,7 @@ func (s *Store) Complete(ctx context.Context, c keystore.Claim, result []byte, t
 	if result == nil {
 		result = []byte{}
 	}
-	ms := max(ttl.Milliseconds(), 1)
+	ms := millis(ttl)
 	cmd, err := eval(ctx, s, redis.NewIntCmd, completeScript, 1, s.RedisKey(c.Key), strconv.FormatUint(c.Token, 10), result, ms)
 	if err != nil {
 		return fmt.Errorf("redisstore: complete: %w", err)
