@@ -54,7 +54,9 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 // handler panicked or the upstream's body broke off. A response the proxy
 // made up (the upstream never answered) is never stored.
 func (m *Middleware) settle(ctx context.Context, claim keystore.Claim, rec *recorder, att *attempt, panicked bool) Outcome {
-	storable := func() bool { return rec.status != 0 && (rec.status < 500 || m.cfg.store5xx) }
+	storable := func() bool {
+		return rec.status != 0 && !notExecuted[rec.status] && (rec.status < 500 || m.cfg.store5xx)
+	}
 	switch {
 	case att.madeUp.Load():
 		m.release(ctx, claim, "no upstream response")
@@ -118,6 +120,15 @@ func (m *Middleware) complete(ctx context.Context, claim keystore.Claim, rec *re
 		return OutcomeStoreError
 	}
 	return o
+}
+
+// notExecuted are the statuses that say the request was refused before it
+// was acted on and should be retried: storing one would refuse every retry
+// for the TTL. They release the key in every mode, as a 5xx does by default.
+var notExecuted = map[int]bool{
+	http.StatusRequestTimeout:  true, // 408
+	http.StatusTooEarly:        true, // 425
+	http.StatusTooManyRequests: true, // 429
 }
 
 // estimate is a moving average of recent execution times (an EWMA with

@@ -471,3 +471,32 @@ func TestIdempotencyKeyIsEchoed(t *testing.T) {
 		}
 	}
 }
+
+// Beyond the list: statuses that mean "not acted on, retry" (429 from a rate
+// limiter, 408, 425) are not stored, or every retry would get them for the
+// TTL and the effect would never happen.
+func TestNotExecutedStatusesAreNotStored(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{408, 425, 429} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			first := true
+			f.up.hook = func(w http.ResponseWriter, r *http.Request) bool {
+				if first {
+					first = false
+					w.Header().Set("Retry-After", "1")
+					w.WriteHeader(status)
+					return true
+				}
+				return false
+			}
+			if r := f.do("POST", "/orders", "k", "pen", "Authorization", "Bearer a"); r.StatusCode != status {
+				t.Fatalf("first: %d", r.StatusCode)
+			}
+			if r := f.do("POST", "/orders", "k", "pen", "Authorization", "Bearer a"); r.StatusCode != 201 || f.up.total.Load() != 2 {
+				t.Fatalf("retry after %d: %d, executions %d, want a fresh execution", status, r.StatusCode, f.up.total.Load())
+			}
+		})
+	}
+}
