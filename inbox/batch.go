@@ -61,7 +61,8 @@ var errSlowPath = errors.New("inbox: batch needs the per-message path")
 //
 // The fast path records every key with one multi-row insert and runs the
 // handlers in the same transaction. If any handler fails (or, on MySQL, any
-// key is already present), that transaction is rolled back whole and the batch
+// key is already present: the plain multi-row INSERT fails with 1062),
+// that transaction is rolled back whole and the batch
 // is run again with a savepoint around each message's key and effect, so a
 // failed message's key is never committed without its effect. Handlers must
 // therefore be safe to run again, as they must be for serialization retries:
@@ -69,6 +70,12 @@ var errSlowPath = errors.New("inbox: batch needs the per-message path")
 //
 // A key that appears twice in msgs is applied once, by its first occurrence
 // that succeeds.
+//
+// A message whose key fails [idem.ValidateKey] (empty, over 255 bytes, not
+// UTF-8, a NUL byte) or whose fingerprint is over 64 bytes fails alone,
+// before any I/O: its Result.Err wraps [ErrInvalidKey] or
+// [ErrInvalidArgument], and the other messages are processed. Such a
+// message can never succeed: dead-letter it.
 //
 // If ProcessBatch returns an error, nothing was committed (or, for a
 // *CommitError, the outcome is unknown): acknowledge none of the messages.
@@ -159,6 +166,9 @@ func (in *Inbox) runBatch(ctx context.Context, msgs []Message, set SetHandler, f
 		return nil, nil
 	}
 	if err := in.ready(ctx); err != nil {
+		if in.cfg.hooks != nil {
+			in.cfg.hooks.Processed(in.consumer, false, err, 0)
+		}
 		return nil, err
 	}
 	start := time.Now()

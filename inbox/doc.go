@@ -1,14 +1,15 @@
 // Package inbox is the transactional inbox: an idempotent consumer whose
 // dedup record and business effect commit in one database transaction.
 //
-// For each delivery, [Inbox.Process] begins a transaction, inserts the
-// (consumer, key) row with the dialect's "insert unless present"
-// (PostgreSQL and SQLite: INSERT ... ON CONFLICT DO NOTHING; MySQL: INSERT
-// ... ON DUPLICATE KEY UPDATE with no change), and reads the affected-row
-// count. One row: the key is new, fn runs in the same transaction, and both
-// commit together. Zero rows: the key is already recorded, fn is not run, and
-// Process reports applied == false. Duplicates are never detected by parsing
-// error text.
+// For each delivery, [Inbox.Process] begins a transaction and inserts the
+// (consumer, key) row: PostgreSQL and SQLite with INSERT ... ON CONFLICT
+// (consumer, idem_key) DO NOTHING and the affected-row count (one row: new;
+// zero: recorded); MySQL with a plain INSERT, whose duplicate-key error 1062
+// means "recorded" (MySQL rolls back that statement only, not the
+// transaction), so that the outcome never depends on the DSN's
+// clientFoundRows. A new key runs fn in the same transaction, and both
+// commit together; a recorded key is not run, and Process reports applied
+// == false. Duplicates are recognised by error code, never by error text.
 //
 //	applied, err := in.Process(ctx, msg.ID, func(ctx context.Context, tx *sql.Tx) error {
 //		_, err := tx.ExecContext(ctx, "UPDATE wallets SET balance = balance + $1 WHERE user_id = $2", 50, 42)
@@ -63,6 +64,18 @@
 // fresh messages. [WithRedeliveryHorizon] makes New and Sweep refuse a
 // shorter retention.
 //
+// The horizon is a property of the stored data: an Inbox with the option
+// records it in the horizon table, and every Sweep of the consumer, from
+// any Inbox, obeys the largest one recorded; only
+// [Inbox.LowerRedeliveryHorizon] lowers it.
+//
+// # The key table is verified
+//
 // The schema is in [Inbox.SchemaSQL] for migration tools; [Inbox.Migrate]
-// applies it.
+// applies it. Either way, before its first use each Inbox runs
+// [Inbox.Verify] once: the table must have a unique index or primary key on
+// exactly (consumer, idem_key), comparing bytes, and nothing that could
+// drop or rewrite a key's insert. A table that cannot dedupe (a wider
+// primary key, say, as a partitioned table needs) is refused with
+// [ErrUnsafeTable] instead of applying every redelivery again.
 package inbox

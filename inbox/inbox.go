@@ -168,6 +168,9 @@ func (in *Inbox) ProcessMessage(ctx context.Context, m Message, fn Handler) (app
 		return false, fmt.Errorf("%w: nil handler", ErrInvalidArgument)
 	}
 	if err := in.ready(ctx); err != nil {
+		if in.cfg.hooks != nil {
+			in.cfg.hooks.Processed(in.consumer, false, err, 0)
+		}
 		return false, err
 	}
 	start := time.Now()

@@ -44,8 +44,12 @@ func WithTable(name string) Option {
 
 // WithRedeliveryHorizon declares the longest time after which a duplicate
 // can still arrive (broker retention or redelivery window plus client retry
-// horizon). New rejects a [WithRetention] shorter than it, and Sweep refuses
-// to delete rows younger than it.
+// horizon). New rejects a [WithRetention] shorter than it. Migrate, or the
+// Inbox's first use, records it for the consumer in the horizon table
+// (raising, never lowering, what is recorded), and every Sweep of the
+// consumer refuses to delete rows younger than the largest recorded
+// horizon, including Sweeps by Inbox values built without this option. To
+// lower it, see [Inbox.LowerRedeliveryHorizon].
 func WithRedeliveryHorizon(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
