@@ -1,146 +1,175 @@
 package compact
 
-// index maps fingerprints to record ids: an open-addressing table with
-// linear probing in Robin Hood order (Celis, 1986) and backward-shift
-// deletion, so it never holds tombstones and needs no periodic clean-up.
+import (
+	"encoding/binary"
+	"math/bits"
+)
+
+// index maps fingerprints to record ids: an open-addressing table of
+// 64-byte groups (one cache line each), 12 slots to a group, in the manner
+// of folly's F14 tables: a slot is a 4-byte record id and a 1-byte tag (8
+// fingerprint bits; 0 = empty), and each group counts the ids whose home
+// group is this one or an earlier one on their probe path but which
+// overflowed past it. Probing moves to the next group only while that count
+// is nonzero, so:
 //
-// A slot is 5 bytes, a 4-byte record id and a 1-byte probe distance (0 =
-// empty, d = the record sits d-1 slots after its home), grouped 16 to a
-// block so that both live in one or two adjacent cache lines. The distance
-// is what makes the table cheap to keep without the fingerprints in it:
-//
-//   - a lookup only reads a record (a cache miss in the ring) for slots
-//     whose distance says they share the wanted home, about one per call
-//     at the load factors used here;
-//   - a lookup of an absent fingerprint stops at the first slot whose
-//     distance is shorter than its own probe (Robin Hood's invariant);
-//   - insertion and deletion move slots with their distances, never
-//     reading a record.
+//   - a lookup, present or absent, reads one cache line in the common case
+//     and a record (a cache miss in the ring) only for slots whose tag
+//     matches: the true one, plus 12/256 false ones per group read;
+//   - an insertion takes the first empty slot on the path and never moves
+//     another slot;
+//   - a deletion clears its slot and decrements the overflow counts of the
+//     groups it had passed, so the table holds no tombstones and needs no
+//     periodic clean-up however many ids come and go.
 //
 // Homes are Lemire's multiply-shift reduction of 32 fingerprint bits, so
-// the table can have any number of slots (a multiple of 16), not just a
-// power of two: its size follows the live ids in steps of about 1.4×,
-// keeping the load between minLoad and maxLoad.
+// the table can have any number of groups, not just a power of two: its
+// size follows the live ids, keeping the load between targetLoad (after a
+// rebuild) and maxLoad.
 type index struct {
-	blocks []block
-	m      uint64 // slots: 16 × len(blocks)
+	groups []group
+	ng     uint64 // len(groups)
 	n      int    // occupied slots
+	touch  uint16 // see Set.rebuild
 }
 
-type block struct {
-	dist [blockLen]uint8
-	ids  [blockLen]uint32
+const groupLen = 12
+
+type group struct {
+	tags [groupLen]uint8
+	over uint16 // ids that probed past this group; saturates
+	_    uint16
+	ids  [groupLen]uint32
 }
 
 const (
-	blockLen = 16
 	// The table grows when an insert would take the load past maxLoad,
 	// and is rebuilt smaller when deletions take it under shrinkLoad; a
-	// rebuild targets targetLoad. Robin Hood probing keeps probes short at
-	// these loads (mean distance about 2 at 0.92).
+	// rebuild targets targetLoad. At 5⅓ bytes a slot, the index then costs
+	// 5.8 to 7.9 bytes a live id.
 	maxLoadPct    = 92
-	targetLoadPct = 66
+	targetLoadPct = 68
 	shrinkLoadPct = 25
-	minSlots      = 4 * blockLen
-	// maxDist is the longest probe a slot can record; an insert that would
-	// need a longer one grows the table instead.
-	maxDist = 255
+	minGroups     = 4
+	groupBytes    = 64
+	lsb           = 0x0101010101010101
+	msb           = 0x8080808080808080
 )
 
-func newIndex(slots uint64) index {
-	nb := max((slots+blockLen-1)/blockLen, minSlots/blockLen)
-	return index{blocks: make([]block, nb), m: nb * blockLen}
+func newIndex(groups uint64) index {
+	groups = max(groups, minGroups)
+	return index{groups: make([]group, groups), ng: groups}
 }
 
-// slotsFor returns the table size that holds n at targetLoad.
-func slotsFor(n int) uint64 {
-	return max(uint64(n)*100/targetLoadPct+1, minSlots)
+// groupsFor returns the table size that holds n at targetLoad.
+func groupsFor(n int) uint64 {
+	return uint64(n)*100/(targetLoadPct*groupLen) + 1
 }
 
-func (x *index) home(h uint32) uint64 { return (uint64(h) * x.m) >> 32 }
+func (x *index) slots() int { return int(x.ng) * groupLen }
 
-func (x *index) at(i uint64) (*uint8, *uint32) {
-	b := &x.blocks[i/blockLen]
-	return &b.dist[i%blockLen], &b.ids[i%blockLen]
-}
+func (x *index) full() bool { return (x.n+1)*100 > x.slots()*maxLoadPct }
 
-func (x *index) next(i uint64) uint64 {
-	if i++; i == x.m {
+func (x *index) home(h uint32) uint64 { return (uint64(h) * x.ng) >> 32 }
+
+func (x *index) next(g uint64) uint64 {
+	if g++; g == x.ng {
 		return 0
 	}
-	return i
+	return g
 }
 
-// insert adds id, whose home bits are h and which is not in the table. It
-// reports false, leaving the table unusable until rebuilt, if a probe
-// distance would exceed maxDist.
-func (x *index) insert(h uint32, id uint32) bool {
-	i := x.home(h)
-	for d := uint8(1); ; d++ {
-		if pd, _ := x.at(i); *pd < d {
-			return x.place(i, d, id)
-		}
-		if d == maxDist {
-			return false
-		}
-		i = x.next(i)
+// tagOf returns the 8 fingerprint bits kept in a slot, never 0.
+func tagOf(fp FP) uint8 {
+	if t := uint8(fp.Hi >> 24); t != 0 {
+		return t
 	}
+	return 1
 }
 
-// place inserts id starting the probe at slot i with
-// distance d (as left by a failed lookup). It reports false, leaving the
-// table unusable until rebuilt, if a distance would exceed maxDist.
-func (x *index) place(i uint64, d uint8, id uint32) bool {
+// match returns two masks, for slots 0-7 and 8-11, with bit 8i+7 set for
+// each slot i whose tag may equal t: zero-byte detection on tags XOR t, the
+// classic SWAR trick. Callers check each candidate's tag, which filters the
+// trick's rare false positives.
+func (g *group) match(t uint8) (lo uint64, hi uint32) {
+	b := uint64(t) * lsb
+	a := binary.LittleEndian.Uint64(g.tags[0:8]) ^ b
+	c := uint64(binary.LittleEndian.Uint32(g.tags[8:12])) ^ b
+	lo = (a - lsb) & ^a & msb
+	hi = uint32((c - lsb) & ^c & msb)
+	return lo, hi
+}
+
+// free returns the first empty slot of the group, or -1.
+func (g *group) free() int {
+	for i, t := range g.tags {
+		if t == 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// insert adds id, whose fingerprint is fp and which is not in the table.
+func (x *index) insert(h uint32, t uint8, id uint32) { x.insertAt(x.home(h), t, id) }
+
+// insertAt is insert given the home group g.
+func (x *index) insertAt(g uint64, t uint8, id uint32) {
 	for {
-		pd, pid := x.at(i)
-		if *pd == 0 {
-			*pd, *pid = d, id
+		gr := &x.groups[g]
+		if i := gr.free(); i >= 0 {
+			gr.tags[i], gr.ids[i] = t, id
 			x.n++
-			return true
+			return
 		}
-		if *pd < d {
-			*pd, d = d, *pd
-			*pid, id = id, *pid
+		if gr.over != ^uint16(0) {
+			gr.over++
 		}
-		if d == maxDist {
-			return false
-		}
-		d++
-		i = x.next(i)
+		g = x.next(g)
 	}
 }
 
-// remove deletes the slot holding id, whose home is h, and shifts the
-// slots after it back by one until one is empty or at its home. It
-// reports false if id is not in the table.
-func (x *index) remove(h uint32, id uint32) bool {
-	i := x.home(h)
-	for d := uint8(1); ; d++ {
-		pd, pid := x.at(i)
-		if *pd < d {
-			return false
-		}
-		if *pd == d && *pid == id {
-			break
-		}
-		if d == maxDist {
-			return false
-		}
-		i = x.next(i)
-	}
+// remove deletes id, whose home bits are h and tag t, and undoes the
+// overflow counts its insertion left. It reports false if id is absent.
+func (x *index) remove(h uint32, t uint8, id uint32) bool {
+	home := x.home(h)
+	g := home
+	steps := 0
 	for {
-		j := x.next(i)
-		nd, nid := x.at(j)
-		pd, pid := x.at(i)
-		if *nd <= 1 {
-			*pd, *pid = 0, 0
-			x.n--
-			return true
+		gr := &x.groups[g]
+		lo, hi := gr.match(t)
+		for m := lo; m != 0; m &= m - 1 {
+			if i := trailing(m); gr.tags[i] == t && gr.ids[i] == id {
+				return x.clear(gr, i, home, steps)
+			}
 		}
-		*pd, *pid = *nd-1, *nid
-		i = j
+		for m := hi; m != 0; m &= m - 1 {
+			if i := 8 + trailing(uint64(m)); gr.tags[i] == t && gr.ids[i] == id {
+				return x.clear(gr, i, home, steps)
+			}
+		}
+		if gr.over == 0 || steps == int(x.ng) {
+			return false
+		}
+		steps++
+		g = x.next(g)
 	}
 }
+
+func (x *index) clear(gr *group, i int, home uint64, steps int) bool {
+	gr.tags[i], gr.ids[i] = 0, 0
+	x.n--
+	for g := home; steps > 0; steps-- {
+		if p := &x.groups[g]; p.over != ^uint16(0) {
+			p.over--
+		}
+		g = x.next(g)
+	}
+	return true
+}
+
+// trailing returns the slot of the lowest set high bit in a match mask.
+func trailing(m uint64) int { return bits.TrailingZeros64(m) >> 3 }
 
 // bytes reports the memory the table holds.
-func (x *index) bytes() int { return len(x.blocks) * (blockLen * 5) }
+func (x *index) bytes() int { return len(x.groups) * groupBytes }

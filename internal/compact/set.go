@@ -43,7 +43,7 @@ type chunk struct {
 
 // Set is an arrival-ordered set of fingerprints with a time and a sequence
 // number each: a ring of fixed-size records in 16 KiB chunks (16 bytes a
-// record) and a Robin Hood index of record ids (5 bytes a slot). Records
+// record) and an index of record ids (5⅓ bytes a slot, see index). Records
 // are appended in nondecreasing time and dropped oldest first, a chunk at a
 // time, so memory follows the live records and no call scans them.
 //
@@ -62,7 +62,7 @@ type Set struct {
 
 // NewSet returns an empty set.
 func NewSet() *Set {
-	return &Set{idx: newIndex(minSlots), homeMask: ^uint32(0)}
+	return &Set{idx: newIndex(minGroups), homeMask: ^uint32(0)}
 }
 
 // Len returns the number of records.
@@ -82,24 +82,39 @@ func (s *Set) id(pos int, i int) uint32 {
 // Find returns the time and sequence of the record with fingerprint fp.
 func (s *Set) Find(fp FP) (t int64, seq uint64, ok bool) {
 	x := &s.idx
-	i := x.home(s.homeBits(fp))
-	for d := uint8(1); ; d++ {
-		pd, pid := x.at(i)
-		if *pd < d {
-			return 0, 0, false
-		}
-		if *pd == d {
-			c, r := s.rec(*pid)
-			if r.lo == fp.Lo && r.hi == fp.Hi {
-				j := int(*pid & (chunkLen - 1))
-				return c.base + int64(r.off), c.seq + uint64(j), true
+	tag := tagOf(fp)
+	g := x.home(s.homeBits(fp))
+	for range x.ng {
+		gr := &x.groups[g]
+		lo, hi := gr.match(tag)
+		for m := lo; m != 0; m &= m - 1 {
+			if i := trailing(m); gr.tags[i] == tag {
+				if t, seq, ok := s.check(gr.ids[i], fp); ok {
+					return t, seq, true
+				}
 			}
 		}
-		if d == maxDist {
-			return 0, 0, false
+		for m := uint64(hi); m != 0; m &= m - 1 {
+			if i := 8 + trailing(m); gr.tags[i] == tag {
+				if t, seq, ok := s.check(gr.ids[i], fp); ok {
+					return t, seq, true
+				}
+			}
 		}
-		i = x.next(i)
+		if gr.over == 0 {
+			break
+		}
+		g = x.next(g)
 	}
+	return 0, 0, false
+}
+
+func (s *Set) check(id uint32, fp FP) (int64, uint64, bool) {
+	c, r := s.rec(id)
+	if r.lo != fp.Lo || r.hi != fp.Hi {
+		return 0, 0, false
+	}
+	return c.base + int64(r.off), c.seq + uint64(id&(chunkLen-1)), true
 }
 
 // Append adds a record for fp, which the caller has checked is absent,
@@ -119,13 +134,11 @@ func (s *Set) Append(fp FP, t int64, seq uint64) error {
 	c.n++
 	s.count++
 	id := s.id(len(s.chunks)-1, i)
-	if s.idx.n+1 > int(s.idx.m*maxLoadPct/100) {
-		s.rebuild(slotsFor(s.count))
+	if s.idx.full() {
+		s.rebuild(groupsFor(s.count))
 		return nil
 	}
-	if !s.idx.insert(s.homeBits(fp), id) {
-		s.rebuild(slotsFor(s.count) * 2)
-	}
+	s.idx.insert(s.homeBits(fp), tagOf(fp), id)
 	return nil
 }
 
@@ -149,7 +162,8 @@ func (s *Set) DropThrough(t int64) int {
 		if c.base+int64(r.off) > t {
 			break
 		}
-		if !s.idx.remove(s.homeBits(FP{Lo: r.lo, Hi: r.hi}), s.id(0, s.head)) {
+		fp := FP{Lo: r.lo, Hi: r.hi}
+		if !s.idx.remove(s.homeBits(fp), tagOf(fp), s.id(0, s.head)) {
 			panic("compact: index lost a record")
 		}
 		s.count--
@@ -158,8 +172,8 @@ func (s *Set) DropThrough(t int64) int {
 			s.releaseFront()
 		}
 	}
-	if dropped > 0 && s.idx.m > minSlots && s.idx.n < int(s.idx.m*shrinkLoadPct/100) {
-		s.rebuild(slotsFor(s.count))
+	if dropped > 0 && s.idx.ng > minGroups && s.idx.n*100 < s.idx.slots()*shrinkLoadPct {
+		s.rebuild(groupsFor(s.count))
 	}
 	return dropped
 }
@@ -222,28 +236,34 @@ func (s *Set) releaseFront() {
 }
 
 // rebuild replaces the index with one of the given size holding every
-// record, read from the chunks in order.
-func (s *Set) rebuild(slots uint64) {
-	for {
-		x := newIndex(slots)
-		ok := true
-		for p, c := range s.chunks {
-			start := 0
-			if p == 0 {
-				start = s.head
+// record, read from the chunks in order. Records go in batches: the first
+// pass computes a batch's home groups and touches each (independent loads,
+// so the CPU has them all in flight at once instead of one cache miss after
+// another), the second inserts them.
+func (s *Set) rebuild(groups uint64) {
+	x := newIndex(groups)
+	const batch = 32
+	var homes [batch]uint64
+	var touch uint16
+	for p, c := range s.chunks {
+		start := 0
+		if p == 0 {
+			start = s.head
+		}
+		for j := start; j < c.n; j += batch {
+			end := min(j+batch, c.n)
+			for k := j; k < end; k++ {
+				r := &c.recs[k]
+				g := x.home(s.homeBits(FP{Lo: r.lo, Hi: r.hi}))
+				homes[k-j] = g
+				touch += x.groups[g].over
 			}
-			for j := start; j < c.n && ok; j++ {
-				r := &c.recs[j]
-				ok = x.insert(s.homeBits(FP{Lo: r.lo, Hi: r.hi}), s.id(p, j))
+			for k := j; k < end; k++ {
+				r := &c.recs[k]
+				x.insertAt(homes[k-j], tagOf(FP{Lo: r.lo, Hi: r.hi}), s.id(p, k))
 			}
 		}
-		if ok {
-			s.idx = x
-			return
-		}
-		if slots > 64*slotsFor(s.count) {
-			panic("compact: probe distances overflow at any table size: fingerprints are not random")
-		}
-		slots *= 2
 	}
+	x.touch = touch // keeps the touching loads
+	s.idx = x
 }

@@ -61,6 +61,7 @@ func TestSetMatchesModel(t *testing.T) {
 					order = append(order, fp)
 					seq += uint64(rapid.IntRange(1, 2).Draw(rt, "seqstep")) // gaps start new chunks
 				}
+				checkIndex(rt, s)
 				if s.Len() != len(model) || s.idx.n != len(model) {
 					rt.Fatalf("Len %d, index %d, model %d", s.Len(), s.idx.n, len(model))
 				}
@@ -99,15 +100,15 @@ func TestSetGrowsAndShrinks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if load := float64(s.idx.n) / float64(s.idx.m); load > 0.92 || load < 0.6 {
+	if load := float64(s.idx.n) / float64(s.idx.slots()); load > 0.92 || load < 0.6 {
 		t.Fatalf("load %.2f after growth", load)
 	}
 	if perRec := float64(s.Bytes()) / float64(s.Len()); perRec > 24 {
 		t.Fatalf("%.1f bytes per record", perRec)
 	}
 	s.DropThrough(n - 11)
-	if s.Len() != 10 || s.idx.m > minSlots || len(s.chunks) != 1 {
-		t.Fatalf("after expiry: Len %d, index slots %d, chunks %d", s.Len(), s.idx.m, len(s.chunks))
+	if s.Len() != 10 || s.idx.ng > minGroups || len(s.chunks) != 1 {
+		t.Fatalf("after expiry: Len %d, index groups %d, chunks %d", s.Len(), s.idx.ng, len(s.chunks))
 	}
 }
 
@@ -117,5 +118,39 @@ func TestAppendFull(t *testing.T) {
 	s.count = MaxRecords
 	if err := s.Append(FP{Lo: 1}, 0, 1); !errors.Is(err, ErrFull) {
 		t.Fatalf("Append at MaxRecords = %v, want ErrFull", err)
+	}
+}
+
+// checkIndex verifies the index's invariants: every record's slot is on
+// its probe path, every group it passed counts it in over, and the counts
+// are exactly those passings.
+func checkIndex(t interface{ Fatalf(string, ...any) }, s *Set) {
+	x := &s.idx
+	want := make([]int, x.ng)
+	n := 0
+	for g := range x.groups {
+		for i, tag := range x.groups[g].tags {
+			if tag == 0 {
+				continue
+			}
+			n++
+			id := x.groups[g].ids[i]
+			_, r := s.rec(id)
+			fp := FP{Lo: r.lo, Hi: r.hi}
+			if tagOf(fp) != tag {
+				t.Fatalf("group %d slot %d: tag %d, record's %d", g, i, tag, tagOf(fp))
+			}
+			for h := x.home(s.homeBits(fp)); h != uint64(g); h = x.next(h) {
+				want[h]++
+			}
+		}
+	}
+	if n != x.n {
+		t.Fatalf("index counts %d slots, holds %d", x.n, n)
+	}
+	for g := range x.groups {
+		if int(x.groups[g].over) != want[g] {
+			t.Fatalf("group %d: overflow count %d, want %d", g, x.groups[g].over, want[g])
+		}
 	}
 }

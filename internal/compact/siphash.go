@@ -31,6 +31,16 @@ type FP struct {
 // Sum returns the fingerprint of the pair (scope, id). The scope's length
 // is hashed first, so ("ab", "c") and ("a", "bc") are different inputs.
 func (k *Key) Sum(scope, id string) FP {
+	if len(scope)+len(id) <= shortLen {
+		// The common case, ids and scopes of tens of bytes: one pass over
+		// a stack copy instead of the streaming writer.
+		var buf [shortLen + binary.MaxVarintLen64]byte
+		n := binary.PutUvarint(buf[:], uint64(len(scope)))
+		n += copy(buf[n:], scope)
+		n += copy(buf[n:], id)
+		lo, hi := sum128(k, buf[:n])
+		return FP{Lo: lo, Hi: uint32(hi)}
+	}
 	var s sip
 	s.init(k)
 	var n [binary.MaxVarintLen64]byte
@@ -39,6 +49,21 @@ func (k *Key) Sum(scope, id string) FP {
 	s.writeString(id)
 	lo, hi := s.sum128()
 	return FP{Lo: lo, Hi: uint32(hi)}
+}
+
+const shortLen = 240
+
+// sum128 is SipHash-2-4-128 of p in one pass.
+func sum128(k *Key, p []byte) (uint64, uint64) {
+	var s sip
+	s.init(k)
+	s.total = uint64(len(p))
+	for len(p) >= 8 {
+		s.block(binary.LittleEndian.Uint64(p))
+		p = p[8:]
+	}
+	s.nbuf = copy(s.buf[:], p)
+	return s.sum128()
 }
 
 // sip is a streaming SipHash-2-4 (Aumasson and Bernstein), in the 128-bit

@@ -67,3 +67,30 @@ func TestSumSeparatesScopeFromID(t *testing.T) {
 		t.Fatal("two random keys gave the same fingerprint")
 	}
 }
+
+// TestSumPathsAgree checks that the one-pass path for short inputs and the
+// streaming path give the same fingerprint, at every length around the
+// switch between them.
+func TestSumPathsAgree(t *testing.T) {
+	t.Parallel()
+	k := NewKey()
+	long := make([]byte, 2*shortLen)
+	for i := range long {
+		long[i] = byte(i * 7)
+	}
+	for n := 0; n <= len(long); n++ {
+		for _, cut := range []int{0, n / 3, n} {
+			scope, id := string(long[:cut]), string(long[cut:n])
+			var s sip
+			s.init(&k)
+			var v [10]byte
+			s.writeBytes(v[:binary.PutUvarint(v[:], uint64(len(scope)))])
+			s.writeString(scope)
+			s.writeString(id)
+			lo, hi := s.sum128()
+			if got := k.Sum(scope, id); got != (FP{Lo: lo, Hi: uint32(hi)}) {
+				t.Fatalf("len %d cut %d: Sum %v, streaming %x %x", n, cut, got, lo, hi)
+			}
+		}
+	}
+}
