@@ -51,7 +51,9 @@ func (u uniqueIndex) String() string {
 //   - consumer and idem_key compare byte for byte and hold 255 bytes:
 //     PostgreSQL text or varchar(≥255) with a deterministic collation (not
 //     char(n), which ignores trailing spaces, nor citext); SQLite TEXT or
-//     BLOB affinity with the BINARY collation; MySQL VARBINARY(≥255);
+//     BLOB affinity with the BINARY collation; MySQL VARBINARY(≥255). The
+//     fingerprint column holds 64 bytes (PostgreSQL bytea, MySQL
+//     VARBINARY(64) or a BLOB);
 //   - no BEFORE INSERT trigger or rule that could rewrite or skip the key's
 //     insert, and (MySQL) a transactional engine (InnoDB), (PostgreSQL) a
 //     logged, permanent table: a MyISAM table commits the key without the
@@ -154,7 +156,7 @@ func (v *verifier) postgres(ctx context.Context, tx *sql.Tx, table string) error
 	}
 	rows, err := tx.QueryContext(ctx, `SELECT a.attname::text, t.typname::text, a.atttypmod, COALESCE(co.collisdeterministic, true)
 FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid LEFT JOIN pg_collation co ON co.oid = a.attcollation
-WHERE a.attrelid = to_regclass($1::text) AND a.attname IN ('consumer', 'idem_key') AND a.attnum > 0 AND NOT a.attisdropped`, table)
+WHERE a.attrelid = to_regclass($1::text) AND a.attname IN ('consumer', 'idem_key', 'fingerprint') AND a.attnum > 0 AND NOT a.attisdropped`, table)
 	if err != nil {
 		return wrap(err)
 	}
@@ -166,6 +168,12 @@ WHERE a.attrelid = to_regclass($1::text) AND a.attname IN ('consumer', 'idem_key
 		if err := rows.Scan(&name, &typ, &mod, &det); err != nil {
 			rows.Close()
 			return wrap(err)
+		}
+		if name == "fingerprint" {
+			if typ != "bytea" {
+				v.flawf("column fingerprint is %s; want bytea", typ)
+			}
+			continue
 		}
 		seen++
 		switch {
@@ -348,7 +356,7 @@ func (v *verifier) mysql(ctx context.Context, tx *sql.Tx, table string) error {
 	if !strings.EqualFold(engine.String, "InnoDB") {
 		v.flawf("engine %s is not InnoDB: without transactions a key commits even when its effect fails", engine.String)
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT COLUMN_NAME, DATA_TYPE, COALESCE(CHARACTER_MAXIMUM_LENGTH, 0) FROM information_schema.COLUMNS WHERE `+where+` AND COLUMN_NAME IN ('consumer', 'idem_key')`, db, name)
+	rows, err := tx.QueryContext(ctx, `SELECT COLUMN_NAME, DATA_TYPE, COALESCE(CHARACTER_MAXIMUM_LENGTH, 0) FROM information_schema.COLUMNS WHERE `+where+` AND COLUMN_NAME IN ('consumer', 'idem_key', 'fingerprint')`, db, name)
 	if err != nil {
 		return wrap(err)
 	}
@@ -359,6 +367,14 @@ func (v *verifier) mysql(ctx context.Context, tx *sql.Tx, table string) error {
 		if err := rows.Scan(&col, &typ, &n); err != nil {
 			rows.Close()
 			return wrap(err)
+		}
+		if col == "fingerprint" {
+			// A shorter column cuts fingerprints (outside strict mode), and
+			// every honest retry would then read as a mismatch.
+			if t := strings.ToLower(typ); !strings.HasSuffix(t, "blob") && (t != "varbinary" || n < MaxFingerprintLen) {
+				v.flawf("column fingerprint is %s(%d); want VARBINARY(%d)", typ, n, MaxFingerprintLen)
+			}
+			continue
 		}
 		seen++
 		switch {
