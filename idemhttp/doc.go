@@ -12,28 +12,41 @@
 // | method not configured (default: only POST and PATCH use keys) | passed through, no store I/O |
 // | key required (WithRequired) and missing | 400 problem+json |
 // | key invalid: not a Structured Field String (or, leniently, a bare token), empty, over 255 characters, control or non-ASCII characters, header repeated | 400 |
+// | keyed request with no principal (no Authorization, or what the scope option looks for) | 400 "no-principal", unless [WithAllowAnonymous] |
 // | body over the limit (default 8 MiB) | 413, before any store I/O |
-// | same key, request still running | 409 + Retry-After (or wait for it: WithWait) |
+// | body not arrived within the body timeout (default 30s) | 408, connection closed, before any store I/O |
+// | keyed bodies held at once over [WithMaxBufferedBytes] | 503 "busy" + Retry-After: 1, before any store I/O |
+// | same key, request still running | 409 + Retry-After from recent execution times (or wait for it: WithWait) |
 // | same key, different fingerprint (method, path, query, body, configured headers) | 422; the first record untouched |
 // | key completed | stored status, headers and body + Idempotent-Replayed: true |
-// | handler answered 2xx, 3xx or 4xx | stored, replayed on retries |
-// | handler answered 5xx, panicked, or the upstream was unreachable | key released: a retry executes (WithStore5xx stores 5xx, as Stripe does) |
-// | response larger than the limit, or streamed (Flush, Hijack) | delivered once, never re-executed; a retry gets 410 problem+json "response-not-stored" |
+// | handler answered 2xx, 3xx or 4xx (except 408, 425, 429) | stored, replayed on retries; flushes and chunked bodies included |
+// | handler answered 5xx, 408, 425 or 429, or panicked before answering | key released: a retry executes (WithStore5xx stores 5xx, as Stripe does) |
+// | handler answered a storable status, then panicked (or the upstream's body broke off) | completed as "response-lost": retries get 502, never re-executed |
+// | proxy: the upstream never answered (refused, reset, timed out) | 502/504, never stored in any mode; key released |
+// | response larger than the limit, or a stream (text/event-stream, Hijack) | delivered once, never re-executed; a retry gets 410 problem+json "response-not-stored" |
+// | client gone once the key is reserved | handler not run, key released |
 // | store unreachable | 503, handler not run (fail closed) |
 //
-// Never replayed: Set-Cookie, hop-by-hop headers, Date, request ids and
-// rate-limit headers. Only headers on the replay allow list are stored (see
-// [DefaultReplayHeaders]).
+// Every answer to a keyed request carries its Idempotency-Key header back.
+// Never replayed: Set-Cookie, hop-by-hop headers, Date, request ids (the
+// original's is replayed as Original-Request) and rate-limit headers. Only
+// headers on the replay allow list are stored (see [DefaultReplayHeaders]).
 //
 // Keys are scoped by principal: by default a SHA-256 of the Authorization
-// header (requests without one share the "anonymous" scope), or a header or
-// function of your choice ([WithScopeHeader], [WithScopeFunc]). One principal
-// never receives another principal's stored response, even with the same
-// key.
+// header; a keyed request without one is refused, since clients without a
+// principal would otherwise share one scope and see each other's responses.
+// [WithScopeCookie], [WithScopeHeader] and [WithScopeFunc] choose another
+// principal; [WithAllowAnonymous] restores a shared "anonymous" scope. One
+// principal never receives another principal's stored response, even with
+// the same key.
 //
-// # What happens if the process dies
+// # What happens if the process dies, or the client goes
 //
 //   - Before the key is reserved: nothing recorded; the retry executes.
+//   - The client disconnects during a store call: the call is not cancelled
+//     (it runs under context.WithoutCancel, bounded by WithStoreTimeout), so
+//     no reservation is left half made; if the client is gone once the key
+//     is reserved, the key is released and the handler does not run.
 //   - After the reservation, while the handler runs: the key stays in
 //     progress until its lease ends (retries get 409), then a retry executes.
 //     The handler's effect may or may not have happened: pass the key
