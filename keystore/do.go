@@ -20,9 +20,6 @@ const (
 	// otherwise. It must cover the duplicate horizon: the longest time after
 	// which a retry or redelivery can still arrive.
 	DefaultTTL = 24 * time.Hour
-	// cleanupTimeout bounds the Complete or Release that Do issues after fn
-	// returns, which runs even when ctx is already cancelled.
-	cleanupTimeout = 10 * time.Second
 )
 
 // Option configures [Do].
@@ -109,8 +106,17 @@ func ClaimFrom(ctx context.Context) (Claim, bool) {
 //     lease; downstream deduplication by key absorbs it.
 //   - after Complete: retries get the stored result until the TTL ends.
 //
+// Cancellation: ctx ending means "stop waiting, do not start fn", never
+// "abandon a store call half-way". Do checks ctx before each Reserve (an
+// ended ctx returns its error, wrapped, and touches nothing); each Reserve
+// runs under [Detach], so that its answer is true even if ctx ends while
+// it runs; and a key acquired after ctx ended is released at once, without
+// running fn, and Do returns ctx's error. A replay found after ctx ended
+// is still returned. With [WithWait], ctx ending while Do waits returns an
+// error matching both ErrInProgress and ctx's error.
+//
 // Complete and Release run even when ctx has been cancelled meanwhile (the
-// effect has happened or has failed either way), bounded by a 10 s timeout.
+// effect has happened or has failed either way), bounded by [CallTimeout].
 // If Release fails, Do returns fn's error joined with the release error and
 // the key stays in progress until its lease expires. If Complete fails
 // (store unreachable, result too large, lease lost), Do returns fn's result
@@ -129,17 +135,25 @@ func Do(ctx context.Context, s Store, key string, fp []byte, fn func(context.Con
 	poll := cfg.pollMin
 	waited := false
 	for {
-		c, err := s.Reserve(ctx, key, fp, cfg.lease)
-		if err != nil {
-			if waited && ctx.Err() != nil {
+		if err := ctx.Err(); err != nil {
+			if waited {
 				return nil, false, fmt.Errorf("keystore: waiting for key %q: %w: %w", key, ErrInProgress, err)
 			}
+			return nil, false, fmt.Errorf("keystore: reserve %q: %w", key, err)
+		}
+		c, err := reserveDetached(ctx, s, key, fp, cfg.lease)
+		if err != nil {
 			return nil, false, err
 		}
 		switch c.State {
 		case Done:
 			return c.Result, true, nil
 		case Acquired:
+			if err := ctx.Err(); err != nil {
+				// ctx ended while Reserve ran: do not start fn, and give
+				// the key back at once rather than hold it for a lease.
+				return nil, false, releaseUnused(ctx, s, c, err)
+			}
 			return run(ctx, s, c, fn, cfg.ttl)
 		case InProgress:
 			if !cfg.wait {
@@ -156,6 +170,29 @@ func Do(ctx context.Context, s Store, key string, fp []byte, fn func(context.Con
 	}
 }
 
+// reserveDetached calls s.Reserve under Detach(ctx): a store that gives up
+// half-way when ctx is cancelled may have taken the key and still report
+// an error, and Do would then leave the key in progress for a whole lease
+// with nobody to release it. Detached, Reserve answers truthfully, and Do
+// releases a key acquired after ctx ended.
+func reserveDetached(ctx context.Context, s Store, key string, fp []byte, lease time.Duration) (Claim, error) {
+	dctx, cancel := Detach(ctx)
+	defer cancel()
+	return s.Reserve(dctx, key, fp, lease)
+}
+
+// releaseUnused gives back c, acquired after ctx ended (cause), without
+// running fn, and returns the error Do reports.
+func releaseUnused(ctx context.Context, s Store, c Claim, cause error) error {
+	err := fmt.Errorf("keystore: key %q acquired after the context ended; released, fn not run: %w", c.Key, cause)
+	dctx, cancel := Detach(ctx)
+	defer cancel()
+	if rerr := s.Release(dctx, c); rerr != nil {
+		return errors.Join(err, fmt.Errorf("keystore: release (the lease will expire): %w", rerr))
+	}
+	return err
+}
+
 // run executes fn under the acquired claim c and records its outcome.
 func run(ctx context.Context, s Store, c Claim, fn func(context.Context) ([]byte, error), ttl time.Duration) (result []byte, replayed bool, err error) {
 	finished := false
@@ -165,14 +202,14 @@ func run(ctx context.Context, s Store, c Claim, fn func(context.Context) ([]byte
 		}
 		// fn panicked: give the key back so that a retry runs fn again,
 		// then let the panic continue.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		cctx, cancel := Detach(ctx)
 		defer cancel()
 		_ = s.Release(cctx, c)
 	}()
 	result, err = fn(context.WithValue(ctx, claimKey{}, c))
 	finished = true
 
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	cctx, cancel := Detach(ctx)
 	defer cancel()
 	if err != nil {
 		if rerr := s.Release(cctx, c); rerr != nil {

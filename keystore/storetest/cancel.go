@@ -138,3 +138,47 @@ func cancelSoon(ctx context.Context) context.Context {
 	time.AfterFunc(time.Duration(rand.N(400))*time.Microsecond, cancel)
 	return ctx
 }
+
+// testDoCancelled runs keystore.Do under contexts cancelled at random
+// moments: a Do that returned an error did not run fn and left the key
+// absent; one that returned a result left it done.
+func testDoCancelled(t *testing.T, s keystore.Store, _ config) {
+	bg := testCtx(t)
+	prefix := newKey("do-cancel")
+	errs := make(chan error, cancelRounds/3)
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for i := range work {
+				key := fmt.Sprintf("%s-%d", prefix, i)
+				ran := false
+				_, _, err := keystore.Do(cancelSoon(bg), s, key, nil, func(context.Context) ([]byte, error) {
+					ran = true
+					return []byte("r"), nil
+				}, keystore.WithLease(long), keystore.WithTTL(long))
+				r, rerr := s.Reserve(bg, key, nil, long)
+				switch {
+				case rerr != nil:
+					errs <- fmt.Errorf("Reserve(%q) after a cancelled Do: %w", key, rerr)
+				case err != nil && (ran || r.State != keystore.Acquired):
+					errs <- fmt.Errorf("Do(%q) failed with %v (fn ran: %v), yet the key is %v afterwards", key, err, ran, r.State)
+				case err == nil && (!ran || r.State != keystore.Done):
+					errs <- fmt.Errorf("Do(%q) succeeded (fn ran: %v), yet the key is %v afterwards", key, ran, r.State)
+				}
+			}
+		})
+	}
+	for i := range cancelRounds / 3 {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	n := 0
+	for err := range errs {
+		if n++; n <= 10 {
+			t.Error(err)
+		}
+	}
+}

@@ -89,6 +89,7 @@ func Run(t *testing.T, newStore func(t *testing.T) keystore.Store, opts ...Optio
 		{"FingerprintAtLimit", testFingerprintAtLimit},
 		{"CancelledContext", testCancelled},
 		{"CancelMidCall", testCancelMidCall},
+		{"DoCancelled", testDoCancelled},
 		{"ConcurrentReserve", testConcurrentReserve},
 		{"Do", testDo},
 		{"Scopes", testScopes},
