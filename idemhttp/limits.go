@@ -21,13 +21,7 @@ import (
 // the server set; writers that cannot take deadlines (httptest recorders) are
 // not bounded.
 func WithBodyTimeout(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return invalid("body timeout %v must be positive", d)
-		}
-		c.bodyTimeout = d
-		return nil
-	}
+	return positiveDuration("body timeout", d, func(c *config) *time.Duration { return &c.bodyTimeout })
 }
 
 // WithClientWriteTimeout bounds each write of a keyed response to the client
@@ -36,13 +30,7 @@ func WithBodyTimeout(d time.Duration) Option {
 // executes again. When a write times out the client's copy is abandoned, the
 // response is still recorded and stored, and the retry replays it.
 func WithClientWriteTimeout(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return invalid("client write timeout %v must be positive", d)
-		}
-		c.writeTimeout = d
-		return nil
-	}
+	return positiveDuration("client write timeout", d, func(c *config) *time.Duration { return &c.writeTimeout })
 }
 
 // WithMaxBufferedBytes bounds the request bytes buffered by all keyed
@@ -191,11 +179,16 @@ func (c *config) isStream(contentType string) bool {
 // answers 503; if it had committed regardless, the key stays in progress
 // until its lease ends.
 func WithStoreTimeout(d time.Duration) Option {
+	return positiveDuration("store timeout", d, func(c *config) *time.Duration { return &c.storeTimeout })
+}
+
+// positiveDuration is an option that sets a duration that must be positive.
+func positiveDuration(what string, d time.Duration, field func(*config) *time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return invalid("store timeout %v must be positive", d)
+			return invalid("%s %v must be positive", what, d)
 		}
-		c.storeTimeout = d
+		*field(c) = d
 		return nil
 	}
 }

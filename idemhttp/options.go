@@ -132,13 +132,7 @@ func WithStrictKey(strict bool) Option {
 // counted from completion by the store's clock. It must cover the clients'
 // retry horizon.
 func WithTTL(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return invalid("ttl %v must be positive", d)
-		}
-		c.ttl = d
-		return nil
-	}
+	return positiveDuration("ttl", d, func(c *config) *time.Duration { return &c.ttl })
 }
 
 // WithLease sets how long a request holds its key while running (default
@@ -146,13 +140,7 @@ func WithTTL(d time.Duration) Option {
 // may execute concurrently. The proxy cancels the upstream call when the
 // lease ends.
 func WithLease(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return invalid("lease %v must be positive", d)
-		}
-		c.lease = d
-		return nil
-	}
+	return positiveDuration("lease", d, func(c *config) *time.Duration { return &c.lease })
 }
 
 // WithWait makes a request whose key is in progress wait up to d for the
