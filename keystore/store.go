@@ -22,6 +22,21 @@ import (
 // cannot know whether the store applied it; the lease bounds the damage,
 // because an in-progress key always becomes reservable again when its lease
 // expires.
+//
+// Cancellation: ctx means "do not start", never "abandon half-way". A call
+// whose ctx has ended before it starts returns an error wrapping ctx.Err()
+// and writes nothing. A call already under way when ctx ends runs to its
+// end (idem's stores use [Detach], bounded by [CallTimeout]) and answers
+// truthfully: a Reserve that took the key returns its Acquired claim, a
+// Complete or Release that landed returns nil. A store cannot be made to
+// answer truthfully for a call cut half-way, since its write may have
+// committed while the answer was lost: so a store that does give up when
+// ctx ends must treat that error as outcome unknown, and callers that
+// need a true answer (as [Do] does) call it under [Detach] themselves.
+//
+// Leases and TTLs longer than [MaxDuration] are capped at it (practically
+// forever, never an overflow into the past), and shorter than the store's
+// resolution are rounded up to it.
 type Store interface {
 	// Reserve claims key for one execution of its effect. Outcomes, none of
 	// them an error:
@@ -161,8 +176,9 @@ var (
 	ErrLeaseLost = errors.New("keystore: lease lost")
 	// ErrClosed is returned by every call on a store after its Close.
 	ErrClosed = errors.New("keystore: store closed")
-	// ErrInvalidKey: empty key, or longer than idem.MaxKeyLen bytes. It is
-	// idem.ErrInvalidKey.
+	// ErrInvalidKey: a key breaking idem.ValidateKey (empty, longer than
+	// idem.MaxKeyLen bytes, not valid UTF-8, or containing NUL), rejected
+	// before any I/O. It is idem.ErrInvalidKey.
 	ErrInvalidKey = idem.ErrInvalidKey
 	// ErrResultTooLarge: the result exceeds the store's size limit. Nothing
 	// was written; the key stays in progress under the caller's lease.
