@@ -1,0 +1,187 @@
+package idemgrpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/idem-go/idem/keystore"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+)
+
+// reserve calls Reserve, waiting for an in-progress holder when configured.
+// Each call runs under storeCtx; only the waits between calls end with the
+// client.
+func (i *Interceptor) reserve(ctx context.Context, key string, fp []byte) (keystore.Claim, error) {
+	deadline := time.Now().Add(i.cfg.wait)
+	poll := 10 * time.Millisecond
+	for {
+		sctx, cancel := i.storeCtx(ctx)
+		c, err := i.store.Reserve(sctx, key, fp, i.cfg.lease)
+		cancel()
+		if err != nil || c.State != keystore.InProgress || i.cfg.wait == 0 || time.Now().Add(poll).After(deadline) {
+			return c, err
+		}
+		t := time.NewTimer(poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return c, nil
+		case <-t.C:
+		}
+		poll = min(2*poll, 250*time.Millisecond)
+	}
+}
+
+// execute runs the handler under the claim and stores or releases the key.
+// A panic releases the key and continues.
+func (i *Interceptor) execute(ctx context.Context, req any, handler grpc.UnaryHandler, claim keystore.Claim) (any, error) {
+	cap := &capture{inner: grpc.ServerTransportStreamFromContext(ctx)}
+	hctx := grpc.NewContextWithServerTransportStream(ctx, cap)
+	hctx = context.WithValue(hctx, claimKey{}, claim)
+	hctx, cancel := context.WithTimeout(hctx, i.cfg.lease)
+	defer cancel()
+	finished := false
+	defer func() {
+		if !finished {
+			i.release(ctx, claim, "handler panicked")
+		}
+	}()
+	start := time.Now()
+	resp, herr := handler(hctx, req)
+	finished = true
+	i.took.observe(time.Since(start))
+	i.settle(ctx, claim, cap, resp, herr)
+	return resp, herr
+}
+
+// settle stores the handler's answer under the claim, or releases the key
+// when the answer's code says the call was not executed.
+func (i *Interceptor) settle(ctx context.Context, claim keystore.Claim, cap *capture, resp any, herr error) {
+	st := statusOf(herr)
+	if i.cfg.release[st.Code()] {
+		i.release(ctx, claim, "handler answered "+st.Code().String())
+		return
+	}
+	rec := &record{}
+	rec.header, rec.trailer = cap.kept(i.cfg.replay)
+	if herr != nil {
+		b, err := proto.Marshal(st.Proto())
+		if err != nil {
+			i.cfg.logger.ErrorContext(ctx, "idemgrpc: encoding the status failed; storing the call as not replayable", "err", err)
+			rec = notStored(st.Code())
+		} else {
+			rec.status = b
+		}
+	} else if m, ok := resp.(proto.Message); !ok || m == nil {
+		i.cfg.logger.ErrorContext(ctx, "idemgrpc: the response is not a proto.Message; storing the call as not replayable", "type", fmt.Sprintf("%T", resp))
+		rec = notStored(codes.OK)
+	} else if b, err := proto.Marshal(m); err != nil {
+		i.cfg.logger.ErrorContext(ctx, "idemgrpc: encoding the response failed; storing the call as not replayable", "err", err)
+		rec = notStored(codes.OK)
+	} else {
+		rec.msgType, rec.msg = string(m.ProtoReflect().Descriptor().FullName()), b
+	}
+	enc := rec.encode()
+	if len(enc) > i.cfg.maxResponse {
+		enc = notStored(st.Code()).encode()
+	}
+	i.complete(ctx, claim, enc, st.Code())
+}
+
+func notStored(c codes.Code) *record {
+	b, _ := proto.Marshal(&status.Status{Code: int32(c)})
+	return &record{notStored: true, status: b}
+}
+
+// complete stores enc under the claim; a result the store finds too large
+// is stored as "not stored" instead.
+func (i *Interceptor) complete(ctx context.Context, claim keystore.Claim, enc []byte, code codes.Code) {
+	sctx, cancel := i.storeCtx(ctx)
+	defer cancel()
+	err := i.store.Complete(sctx, claim, enc, i.cfg.ttl)
+	if errors.Is(err, keystore.ErrResultTooLarge) {
+		err = i.store.Complete(sctx, claim, notStored(code).encode(), i.cfg.ttl)
+	}
+	switch {
+	case errors.Is(err, keystore.ErrLeaseLost):
+		i.cfg.logger.WarnContext(ctx, "idemgrpc: handler outlived its lease; response not stored (raise the lease)", "lease", i.cfg.lease)
+	case err != nil:
+		i.cfg.logger.ErrorContext(ctx, "idemgrpc: storing the response failed; the key stays in progress until its lease ends", "err", err)
+	}
+}
+
+// replay answers with the stored response; the handler does not run.
+func (i *Interceptor) replay(ctx context.Context, c keystore.Claim) (any, error) {
+	rec, err := decodeRecord(c.Result)
+	if err != nil {
+		return nil, failure(codes.Internal, ReasonCorrupt, err.Error())
+	}
+	var sp status.Status
+	if err := proto.Unmarshal(rec.status, &sp); err != nil {
+		return nil, failure(codes.Internal, ReasonCorrupt, "stored status: "+err.Error())
+	}
+	hdr := rec.header.Copy()
+	hdr.Set(MetadataReplayed, "true")
+	_ = grpc.SetHeader(ctx, hdr)
+	if len(rec.trailer) > 0 {
+		_ = grpc.SetTrailer(ctx, rec.trailer)
+	}
+	switch {
+	case rec.notStored:
+		return nil, failure(codes.FailedPrecondition, ReasonNotStored, fmt.Sprintf("the call was executed and answered %v, but the response was too large to keep; it will not be executed again", codes.Code(sp.Code)))
+	case sp.Code != int32(codes.OK):
+		return nil, grpcstatus.ErrorProto(&sp)
+	}
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(rec.msgType))
+	if err != nil {
+		return nil, failure(codes.Internal, ReasonCorrupt, fmt.Sprintf("stored response type %q: %v", rec.msgType, err))
+	}
+	m := mt.New().Interface()
+	if err := proto.Unmarshal(rec.msg, m); err != nil {
+		return nil, failure(codes.Internal, ReasonCorrupt, "stored response: "+err.Error())
+	}
+	return m, nil
+}
+
+// estimate is a moving average of recent execution times (an EWMA with
+// weight 1/8), for the pushback of an in-progress answer.
+type estimate struct{ ns atomic.Int64 }
+
+func (e *estimate) observe(d time.Duration) {
+	x := max(int64(d), 1)
+	for {
+		old := e.ns.Load()
+		nw := x
+		if old != 0 {
+			nw = old + (x-old)/8
+		}
+		if e.ns.CompareAndSwap(old, nw) {
+			return
+		}
+	}
+}
+
+// minPushback keeps retries of an in-progress key from hammering the store.
+const minPushback = 20 * time.Millisecond
+
+// pushback is how long a duplicate should wait: how long executions take
+// recently minus how long the holder has run, bounded by the lease left;
+// one second (or the lease left) before any execution was measured.
+func (i *Interceptor) pushback(c keystore.Claim) time.Duration {
+	left := max(time.Until(c.Expires), minPushback)
+	took := time.Duration(i.took.ns.Load())
+	if took == 0 {
+		return min(left, time.Second)
+	}
+	age := i.cfg.lease - left
+	return max(min(took-age, left), minPushback)
+}

@@ -1,0 +1,166 @@
+package idemgrpc
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+
+	"github.com/idem-go/idem/keystore"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+)
+
+// Interceptor applies idempotency keys to unary gRPC calls. It is safe for
+// concurrent use and starts no goroutines. Install [Interceptor.Unary] with
+// grpc.UnaryInterceptor or grpc.ChainUnaryInterceptor, after the
+// interceptors that authenticate the caller (a scope function reads what
+// they found) and before those that must run once per execution.
+type Interceptor struct {
+	store keystore.Store
+	cfg   config
+	took  estimate
+}
+
+// New returns an Interceptor that keeps keys and responses in s. Options
+// are validated here; a bad one returns an error wrapping
+// idem.ErrInvalidOption.
+func New(s keystore.Store, opts ...Option) (*Interceptor, error) {
+	if s == nil {
+		return nil, invalid("nil store")
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			return nil, invalid("nil option")
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	return &Interceptor{store: s, cfg: cfg}, nil
+}
+
+type claimKey struct{}
+
+// ClaimFrom returns the claim under which the handler runs. Pass its Token
+// to downstream systems that fence stale writers, and look at Takeover to
+// learn that an earlier holder's lease ran out (it may have acted).
+func ClaimFrom(ctx context.Context) (keystore.Claim, bool) {
+	c, ok := ctx.Value(claimKey{}).(keystore.Claim)
+	return c, ok
+}
+
+// Unary is the grpc.UnaryServerInterceptor. For a call of a configured
+// method that carries a key, it reserves (principal, key) in the store,
+// then runs the handler and stores its response, or replays a stored one
+// without running the handler. The statuses it returns itself, and what it
+// does with each of the handler's, are in the package documentation.
+//
+// Store calls run under a context that the client's cancellation does not
+// end (bounded by the store timeout): a reservation is never left half
+// made, and an effect that happened is recorded even if the client has
+// gone. If the client is gone once the key is reserved, the handler does
+// not run and the key is released. The handler's context ends when the
+// lease does.
+//
+// If the process dies after the reservation and before the response is
+// stored, the key stays in progress until its lease ends (retries get
+// Unavailable, reason IN_PROGRESS), and then a retry executes again: pass
+// the key to downstream systems so that they absorb the repeat.
+func (i *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if i.cfg.methods != nil && !i.cfg.methods[info.FullMethod] {
+		return handler(ctx, req)
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	key, err := KeyFromMetadata(md)
+	switch {
+	case errors.Is(err, ErrMissingKey) && !i.cfg.required:
+		return handler(ctx, req)
+	case errors.Is(err, ErrMissingKey):
+		return nil, failure(codes.InvalidArgument, ReasonMissingKey, info.FullMethod+" requires an "+MetadataKey+" metadata entry")
+	case err != nil:
+		return nil, failure(codes.InvalidArgument, ReasonInvalidKey, err.Error())
+	}
+	scope, err := i.cfg.scopeOf(ctx, info.FullMethod)
+	switch {
+	case errors.Is(err, ErrNoPrincipal):
+		return nil, failure(codes.Unauthenticated, ReasonNoPrincipal, err.Error()+"; keyed calls must identify their principal so that no client is replayed another's response")
+	case err != nil:
+		return nil, failure(codes.InvalidArgument, ReasonInvalidScope, err.Error())
+	}
+	fp, err := Fingerprint(info.FullMethod, req)
+	if err != nil {
+		return nil, failure(codes.Internal, ReasonUnfingerprintable, err.Error())
+	}
+	claim, err := i.reserve(ctx, storeKey(scope, key), fp)
+	switch {
+	case errors.Is(err, keystore.ErrFingerprintMismatch):
+		return nil, failure(codes.FailedPrecondition, ReasonKeyReused, "the key was first used with another method or request message; use a new key for a new request")
+	case err != nil:
+		i.cfg.logger.ErrorContext(ctx, "idemgrpc: store unavailable", "method", info.FullMethod, "err", err)
+		return nil, failure(codes.Unavailable, ReasonStore, "the idempotency store is unavailable; the call was not executed, retry with the same key")
+	}
+	switch claim.State {
+	case keystore.Done:
+		return i.replay(ctx, claim)
+	case keystore.InProgress:
+		d := i.pushback(claim)
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(MetadataPushback, fmt.Sprint(d.Milliseconds())))
+		return nil, failure(codes.Unavailable, ReasonInProgress, "a call with this key is being executed; retry after it completes", retryInfo(d))
+	}
+	if err := ctx.Err(); err != nil {
+		// The client left while the key was being reserved: nobody would
+		// get the answer, so do not act; the retry executes.
+		i.release(ctx, claim, "client gone after the reservation")
+		return nil, statusOf(err).Err()
+	}
+	return i.execute(ctx, req, handler, claim)
+}
+
+// Fingerprint returns the SHA-256 digest stored beside a key to detect a key
+// reused for another call: the full method name and the request's
+// deterministic protobuf encoding, each length-prefixed. Two requests that
+// are equal as messages (map entries in any order) have one fingerprint.
+// A request that is not a proto.Message is an error.
+func Fingerprint(fullMethod string, req any) ([]byte, error) {
+	m, ok := req.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("idemgrpc: request %T is not a proto.Message", req)
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("idemgrpc: encoding the request: %w", err)
+	}
+	h := sha256.New()
+	h.Write(fmt.Appendf(nil, "%d:%s", len(fullMethod), fullMethod))
+	h.Write(b)
+	return h.Sum(nil), nil
+}
+
+// storeKey derives the key in the store from the principal's scope and the
+// client's key: a fixed-length digest, so that no scope can name another's
+// key.
+func storeKey(scope, key string) string {
+	h := sha256.New()
+	h.Write([]byte(scope))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	return "grpc:" + base64.RawURLEncoding.EncodeToString(h.Sum(nil))
+}
+
+func (i *Interceptor) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), i.cfg.storeTimeout)
+}
+
+// release gives the key back so that a retry executes.
+func (i *Interceptor) release(ctx context.Context, c keystore.Claim, why string) {
+	sctx, cancel := i.storeCtx(ctx)
+	defer cancel()
+	if err := i.store.Release(sctx, c); err != nil {
+		i.cfg.logger.ErrorContext(sctx, "idemgrpc: release failed; the key stays in progress until its lease ends", "why", why, "err", err)
+	}
+}
