@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/keystore/memstore"
 )
 
 // Case 7: how an operator scopes requests that have no Authorization.
@@ -211,5 +212,55 @@ func TestNewRejectsHardeningOptions(t *testing.T) {
 		if _, err := idemhttp.New(memStore(t), opts...); err == nil {
 			t.Errorf("%s accepted", name)
 		}
+	}
+}
+
+// Beyond the list: a client that stops reading a large response cannot hold
+// the key until its lease ends (after which a retry would execute again):
+// the write to it times out, the response is stored, and the retry replays.
+func TestStalledReaderDoesNotHoldTheKey(t *testing.T) {
+	t.Parallel()
+	const size = 16 << 20 // more than loopback socket buffers absorb
+	var runs atomic.Int32
+	ms, err := memstore.New(memstore.WithMaxResultSize(size + 64<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ms.Close()
+	m, err := idemhttp.New(ms, idemhttp.WithMaxResponseBody(size), idemhttp.WithClientWriteTimeout(200*time.Millisecond), idemhttp.WithLease(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(201)
+		chunk := []byte(strings.Repeat("z", 64<<10))
+		for range size / len(chunk) {
+			_, _ = w.Write(chunk)
+		}
+	})))
+	defer srv.Close()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.(*net.TCPConn).SetReadBuffer(4096)
+	fmt.Fprint(conn, "POST /export HTTP/1.1\r\nHost: x\r\nIdempotency-Key: big\r\nAuthorization: Bearer alice\r\nContent-Length: 1\r\n\r\nx")
+	// The stalled client never reads. Its retry, on another connection,
+	// gets 409 while the first is running, then the stored response.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		code, h, body := keyed(t, srv.URL, "/export", "big")
+		if code == 201 && h.Get("Idempotent-Replayed") == "true" && len(body) == size {
+			break
+		}
+		if code != 409 || time.Now().After(deadline) {
+			t.Fatalf("retry: %d, %d bytes; want 409 and then the stored response", code, len(body))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("executions %d", runs.Load())
 	}
 }
