@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the servers idem's tests use, from Debian's packages, when they are
 # missing: PostgreSQL, MariaDB, Redis and RabbitMQ. NATS and Kafka run
-# in-process.
+# in-process. dynalite (a DynamoDB-API server, for keystore/dynamostore) comes
+# from npm, on Debian's nodejs, into /usr/local/lib/idem-dynalite, where
+# internal/testenv looks for it.
 # Needs root (or sudo); runs `apt-get update` once, only if something is missing.
 set -euo pipefail
 
@@ -14,7 +16,24 @@ have_pg || need+=(postgresql)
 { command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ]; } || need+=(redis-server)
 { command -v rabbitmq-server >/dev/null 2>&1 || [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; } || need+=(rabbitmq-server)
 
+# dynalite: keep the version in step with DynaliteVersion in internal/testenv/dynalite.go.
+dynalite_dir=/usr/local/lib/idem-dynalite
+dynalite_version=4.0.0
+have_dynalite() {
+	[ -x "$dynalite_dir/node_modules/.bin/dynalite" ] &&
+		grep -q "\"version\": \"$dynalite_version\"" "$dynalite_dir/node_modules/dynalite/package.json" 2>/dev/null
+}
+have_dynalite || { command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; } || need+=(nodejs npm)
+install_dynalite() {
+	have_dynalite && return 0
+	echo "install-deps: installing dynalite@$dynalite_version from npm into $dynalite_dir"
+	local s=""
+	if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then s="sudo"; fi
+	$s npm install --prefix "$dynalite_dir" --no-audit --no-fund --loglevel=error "dynalite@$dynalite_version" >/dev/null
+}
+
 if [ ${#need[@]} -eq 0 ]; then
+	install_dynalite
 	exit 0
 fi
 echo "install-deps: installing ${need[*]} from Debian's packages"
@@ -32,3 +51,4 @@ $sudo apt-get update -qq
 # The packages' own services are not needed (tests start throwaway servers);
 # policy-rc.d may refuse to start them, which is fine.
 $sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
+install_dynalite
