@@ -500,3 +500,39 @@ func TestNotExecutedStatusesAreNotStored(t *testing.T) {
 		})
 	}
 }
+
+// Beyond the list: an upstream whose body never ends is cut at the lease;
+// it had answered 201, so the key is completed as response-lost and the
+// retry does not execute again.
+func TestProxyUpstreamBodyNeverEnds(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(201)
+		for {
+			if _, err := io.WriteString(w, "."); err != nil {
+				return
+			}
+			_ = http.NewResponseController(w).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}))
+	defer up.Close()
+	target, _ := url.Parse(up.URL)
+	p, err := idemhttp.NewProxy(target, memStore(t), idemhttp.WithLease(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(p)
+	defer srv.Close()
+	keyed(t, srv.URL, "/export", "k")
+	code, _, body := keyed(t, srv.URL, "/export", "k")
+	if code != 502 || !strings.Contains(body, "response-lost") || runs.Load() != 1 {
+		t.Fatalf("retry: %d %s, upstream ran %d times", code, body, runs.Load())
+	}
+}
