@@ -3,6 +3,7 @@ package compact
 import (
 	"errors"
 	"fmt"
+	"unsafe"
 )
 
 // ErrFull is returned by [Set.Append] when the set cannot number another
@@ -38,7 +39,7 @@ type chunk struct {
 	base int64
 	seq  uint64
 	n    int
-	recs [chunkLen]rec
+	recs *[chunkLen]rec // exactly 16 KiB, a Go size class: no rounding waste
 }
 
 // Set is an arrival-ordered set of fingerprints with a time and a sequence
@@ -49,11 +50,11 @@ type chunk struct {
 //
 // A Set is not safe for concurrent use; its owner locks.
 type Set struct {
-	chunks []*chunk // oldest first; chunks[i] is chunk number first+i
+	chunks []chunk // oldest first; chunks[i] is chunk number first+i
 	first  uint32   // chunk number of chunks[0], modulo 1<<idChunkBits
 	head   int      // index in chunks[0] of the oldest record
 	count  int
-	spare  *chunk // one released chunk kept for reuse
+	spare  *[chunkLen]rec // one released chunk's records, kept for reuse
 	idx    index
 	// homeMask is applied to the 32 fingerprint bits that choose a home
 	// slot; tests narrow it to force long probe chains.
@@ -71,7 +72,7 @@ func (s *Set) Len() int { return s.count }
 func (s *Set) homeBits(fp FP) uint32 { return uint32(fp.Lo>>32) & s.homeMask }
 
 func (s *Set) rec(id uint32) (*chunk, *rec) {
-	c := s.chunks[(id>>chunkBits-s.first)&chunkMask]
+	c := &s.chunks[(id>>chunkBits-s.first)&chunkMask]
 	return c, &c.recs[id&(chunkLen-1)]
 }
 
@@ -147,7 +148,7 @@ func (s *Set) Oldest() (t int64, ok bool) {
 	if s.count == 0 {
 		return 0, false
 	}
-	c := s.chunks[0]
+	c := &s.chunks[0]
 	return c.base + int64(c.recs[s.head].off), true
 }
 
@@ -157,7 +158,7 @@ func (s *Set) Oldest() (t int64, ok bool) {
 func (s *Set) DropThrough(t int64) int {
 	dropped := 0
 	for s.count > 0 {
-		c := s.chunks[0]
+		c := &s.chunks[0]
 		r := &c.recs[s.head]
 		if c.base+int64(r.off) > t {
 			break
@@ -180,7 +181,8 @@ func (s *Set) DropThrough(t int64) int {
 
 // Each calls fn for every record, oldest first.
 func (s *Set) Each(fn func(fp FP, t int64, seq uint64)) {
-	for p, c := range s.chunks {
+	for p := range s.chunks {
+		c := &s.chunks[p]
 		start := 0
 		if p == 0 {
 			start = s.head
@@ -199,37 +201,33 @@ func (s *Set) Bytes() int {
 	if s.spare != nil {
 		n++
 	}
-	return n*int(chunkSize) + s.idx.bytes() + cap(s.chunks)*8
+	return n*chunkLen*16 + s.idx.bytes() + cap(s.chunks)*int(unsafe.Sizeof(chunk{}))
 }
-
-const chunkSize = 24 + chunkLen*16
 
 func (s *Set) tail() *chunk {
 	if len(s.chunks) == 0 {
 		return nil
 	}
-	return s.chunks[len(s.chunks)-1]
+	return &s.chunks[len(s.chunks)-1]
 }
 
 func (s *Set) newChunk(t int64, seq uint64) *chunk {
-	c := s.spare
-	if c != nil {
+	recs := s.spare
+	if recs != nil {
 		s.spare = nil
-		c.n = 0
 	} else {
-		c = new(chunk)
+		recs = new([chunkLen]rec)
 	}
-	c.base, c.seq = t, seq
 	if len(s.chunks) == 0 {
 		s.head = 0
 	}
-	s.chunks = append(s.chunks, c)
-	return c
+	s.chunks = append(s.chunks, chunk{base: t, seq: seq, recs: recs})
+	return &s.chunks[len(s.chunks)-1]
 }
 
 func (s *Set) releaseFront() {
-	s.spare = s.chunks[0]
-	s.chunks[0] = nil
+	s.spare = s.chunks[0].recs
+	s.chunks[0] = chunk{}
 	s.chunks = s.chunks[1:]
 	s.first = (s.first + 1) & chunkMask
 	s.head = 0
@@ -245,7 +243,8 @@ func (s *Set) rebuild(groups uint64) {
 	const batch = 32
 	var homes [batch]uint64
 	var touch uint16
-	for p, c := range s.chunks {
+	for p := range s.chunks {
+		c := &s.chunks[p]
 		start := 0
 		if p == 0 {
 			start = s.head
