@@ -189,6 +189,40 @@ func reportRate(b *testing.B, perOp int) {
 	b.ReportMetric(float64(b.N*perOp)/b.Elapsed().Seconds(), "msg/s")
 }
 
+// benchProcess runs Process with a new key per call.
+func benchProcess(b *testing.B, d sqldialect.Dialect) {
+	bd := openBench(b, d)
+	ctx := context.Background()
+	for b.Loop() {
+		k, id := bd.key()
+		if _, err := bd.in.Process(ctx, k, bd.credit(id)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportRate(b, 1)
+}
+
+// benchProcessBatch runs ProcessBatch on batches of 100 new keys.
+func benchProcessBatch(b *testing.B, d sqldialect.Dialect) {
+	bd := openBench(b, d)
+	ctx := context.Background()
+	msgs := make([]inbox.Message, 100)
+	fn := func(ctx context.Context, tx *sql.Tx, m inbox.Message) error {
+		_, err := tx.ExecContext(ctx, bd.update, m.Value)
+		return err
+	}
+	for b.Loop() {
+		for i := range msgs {
+			k, id := bd.key()
+			msgs[i] = inbox.Message{Key: k, Value: id}
+		}
+		if _, err := bd.in.ProcessBatch(ctx, msgs, fn); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportRate(b, 100)
+}
+
 func BenchmarkInbox(b *testing.B) {
 	for _, d := range []sqldialect.Dialect{sqldialect.SQLite, sqldialect.Postgres} {
 		b.Run(d.String(), func(b *testing.B) {
@@ -203,34 +237,8 @@ func BenchmarkInbox(b *testing.B) {
 				}
 				reportRate(b, 1)
 			})
-			b.Run("Process-1/tx", func(b *testing.B) {
-				bd := openBench(b, d)
-				for b.Loop() {
-					k, id := bd.key()
-					if _, err := bd.in.Process(ctx, k, bd.credit(id)); err != nil {
-						b.Fatal(err)
-					}
-				}
-				reportRate(b, 1)
-			})
-			b.Run("ProcessBatch-100/tx", func(b *testing.B) {
-				bd := openBench(b, d)
-				msgs := make([]inbox.Message, 100)
-				fn := func(ctx context.Context, tx *sql.Tx, m inbox.Message) error {
-					_, err := tx.ExecContext(ctx, bd.update, m.Value)
-					return err
-				}
-				for b.Loop() {
-					for i := range msgs {
-						k, id := bd.key()
-						msgs[i] = inbox.Message{Key: k, Value: id}
-					}
-					if _, err := bd.in.ProcessBatch(ctx, msgs, fn); err != nil {
-						b.Fatal(err)
-					}
-				}
-				reportRate(b, 100)
-			})
+			b.Run("Process-1/tx", func(b *testing.B) { benchProcess(b, d) })
+			b.Run("ProcessBatch-100/tx", func(b *testing.B) { benchProcessBatch(b, d) })
 			// The set-based handler: one UPDATE for the batch's new
 			// messages, summed per wallet (see ProcessBatchSet).
 			b.Run("ProcessBatchSet-100/tx", func(b *testing.B) {

@@ -184,15 +184,9 @@ const dupMarker = "18446744073709551615"
 // unless the insert id is dupMarker (then a found, unchanged row, counted by
 // clientFoundRows=true); 0 is a found, unchanged row.
 func mysqlApplied(res sql.Result, err error) (bool, error) {
-	if err != nil {
-		return false, fmt.Errorf("versiongate: %w", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("versiongate: rows affected: %w", err)
-	}
-	if n != 1 {
-		return n == 2, nil
+	n, err := rowsAffected(res, err)
+	if err != nil || n != 1 {
+		return n == 2, err
 	}
 	id, err := res.LastInsertId()
 	if err != nil {
@@ -202,13 +196,17 @@ func mysqlApplied(res sql.Result, err error) (bool, error) {
 }
 
 func affected(res sql.Result, err error) (bool, error) {
+	n, err := rowsAffected(res, err)
+	return n > 0, err
+}
+
+func rowsAffected(res sql.Result, err error) (int64, error) {
 	if err != nil {
-		return false, fmt.Errorf("versiongate: %w", err)
+		return 0, fmt.Errorf("versiongate: %w", err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return false, fmt.Errorf("versiongate: rows affected: %w", err)
+		return 0, fmt.Errorf("versiongate: rows affected: %w", err)
 	}
-	// MySQL counts an upsert's update as 2 rows.
-	return n > 0, nil
+	return n, nil
 }
