@@ -3,7 +3,6 @@ package inbox
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 )
@@ -62,15 +61,11 @@ func (in *Inbox) writeHorizon(ctx context.Context, stmt string, d time.Duration)
 // storedHorizon reads the consumer's recorded horizon inside tx; 0 if none
 // is recorded.
 func (in *Inbox) storedHorizon(ctx context.Context, tx *sql.Tx) (time.Duration, error) {
-	var us int64
-	err := tx.QueryRowContext(ctx, in.q.horizonRead, in.consumer).Scan(&us)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return 0, nil
-	case err != nil:
+	var us sql.NullInt64
+	if err := tx.QueryRowContext(ctx, in.q.horizonRead, in.consumer).Scan(&us); err != nil {
 		return 0, fmt.Errorf("inbox: sweep: read the redelivery horizon from %s (apply SchemaSQL or call Migrate): %w", in.q.horizonTable, err)
 	}
-	return time.Duration(us) * time.Microsecond, nil
+	return time.Duration(us.Int64) * time.Microsecond, nil
 }
 
 // LowerRedeliveryHorizon sets the consumer's recorded redelivery horizon to

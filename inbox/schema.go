@@ -16,7 +16,7 @@ type queries struct {
 	horizonTable string // the key table's horizon table (see horizon.go)
 	horizonRaise string // (consumer, horizon µs) → stored horizon = max(stored, given)
 	horizonSet   string // (consumer, horizon µs) → stored horizon = given
-	horizonRead  string // (consumer) → stored horizon µs
+	horizonRead  string // (consumer) → stored horizon µs, NULL if none
 }
 
 // horizonTableName is the name of the table that records each consumer's
@@ -41,7 +41,9 @@ func buildQueries(d sqldialect.Dialect, t string) queries {
 	q := keyQueries(d, t)
 	h := horizonTableName(t)
 	q.horizonTable = h
-	q.horizonRead = `SELECT horizon_us FROM ` + h + ` WHERE consumer = ` + d.Placeholder(1)
+	// MAX: a horizon table made by hand without its primary key may hold
+	// several rows for a consumer; the largest binds.
+	q.horizonRead = `SELECT MAX(horizon_us) FROM ` + h + ` WHERE consumer = ` + d.Placeholder(1)
 	switch d {
 	case sqldialect.Postgres:
 		q.schema = append(q.schema, `CREATE TABLE IF NOT EXISTS `+h+` (
