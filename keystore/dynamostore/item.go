@@ -70,7 +70,9 @@ func newExprs(a Attributes) *exprs {
 	}
 }
 
-func num(n int64) types.AttributeValue { return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)} }
+func num(n int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
+}
 
 func unum(n uint64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatUint(n, 10)}
