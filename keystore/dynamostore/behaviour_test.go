@@ -37,7 +37,7 @@ func TestConformanceOldItem(t *testing.T) {
 // clock is a settable clock for WithClock.
 type clock struct{ off atomic.Int64 }
 
-func (c *clock) now() time.Time           { return time.Now().Add(time.Duration(c.off.Load())) }
+func (c *clock) now() time.Time          { return time.Now().Add(time.Duration(c.off.Load())) }
 func (c *clock) advance(d time.Duration) { c.off.Add(int64(d)) }
 
 // rawItem reads key's item as stored.
