@@ -268,6 +268,9 @@ func placeOrders(ctx context.Context, url string, n int, rep *report) error {
 		b, _ := json.Marshal(o)
 		req, _ := http.NewRequestWithContext(ctx, "POST", url+"/orders", strings.NewReader(string(b)))
 		req.Header.Set("Idempotency-Key", `"`+o.ID+`"`)
+		// The principal scopes the key: idemhttp refuses keyed requests
+		// that carry none, so that no client is replayed another's order.
+		req.Header.Set("Authorization", "Bearer shop-client")
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return err
