@@ -29,41 +29,134 @@ type FP struct {
 }
 
 // Sum returns the fingerprint of the pair (scope, id). The scope's length
-// is hashed first, so ("ab", "c") and ("a", "bc") are different inputs.
+// is hashed first (as a uvarint), so ("ab", "c") and ("a", "bc") are
+// different inputs.
 func (k *Key) Sum(scope, id string) FP {
-	if len(scope)+len(id) <= shortLen {
-		// The common case, ids and scopes of tens of bytes: one pass over
-		// a stack copy instead of the streaming writer.
-		var buf [shortLen + binary.MaxVarintLen64]byte
-		n := binary.PutUvarint(buf[:], uint64(len(scope)))
-		n += copy(buf[n:], scope)
-		n += copy(buf[n:], id)
-		lo, hi := sum128(k, buf[:n])
+	var pre [binary.MaxVarintLen64]byte
+	n := binary.PutUvarint(pre[:], uint64(len(scope)))
+	if n > 8 {
+		var s sip // a scope of 2⁵⁶ bytes or more: never in practice
+		s.init(k)
+		s.writeBytes(pre[:n])
+		s.writeString(scope)
+		s.writeString(id)
+		lo, hi := s.sum128()
 		return FP{Lo: lo, Hi: uint32(hi)}
 	}
-	var s sip
-	s.init(k)
-	var n [binary.MaxVarintLen64]byte
-	s.writeBytes(n[:binary.PutUvarint(n[:], uint64(len(scope)))])
-	s.writeString(scope)
-	s.writeString(id)
-	lo, hi := s.sum128()
+	lo, hi := sumParts(k, binary.LittleEndian.Uint64(pre[:8]), n, scope, id)
 	return FP{Lo: lo, Hi: uint32(hi)}
 }
 
-const shortLen = 240
-
-// sum128 is SipHash-2-4-128 of p in one pass.
-func sum128(k *Key, p []byte) (uint64, uint64) {
-	var s sip
-	s.init(k)
-	s.total = uint64(len(p))
-	for len(p) >= 8 {
-		s.block(binary.LittleEndian.Uint64(p))
-		p = p[8:]
+// sumParts is SipHash-2-4-128 of the n (< 8) low bytes of pre followed by
+// a and b, in one pass with the state in local variables (registers);
+// only the 8-byte words that straddle a boundary are assembled bytewise.
+func sumParts(k *Key, pre uint64, n int, a, b string) (uint64, uint64) {
+	k0 := binary.LittleEndian.Uint64(k[0:8])
+	k1 := binary.LittleEndian.Uint64(k[8:16])
+	v0 := k0 ^ 0x736f6d6570736575
+	v1 := k1 ^ 0x646f72616e646f6d ^ 0xee
+	v2 := k0 ^ 0x6c7967656e657261
+	v3 := k1 ^ 0x7465646279746573
+	m := pre & (1<<(8*n) - 1)
+	nm := n
+	total := n + len(a) + len(b)
+	for _, p := range [2]string{a, b} {
+		for nm > 0 && nm < 8 && len(p) > 0 {
+			m |= uint64(p[0]) << (8 * nm)
+			nm++
+			p = p[1:]
+		}
+		if nm == 8 {
+			v3 ^= m
+			v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
+			v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
+			v0 ^= m
+			m, nm = 0, 0
+		}
+		for ; len(p) >= 8; p = p[8:] {
+			w := uint64(p[0]) | uint64(p[1])<<8 | uint64(p[2])<<16 | uint64(p[3])<<24 |
+				uint64(p[4])<<32 | uint64(p[5])<<40 | uint64(p[6])<<48 | uint64(p[7])<<56
+			v3 ^= w
+			v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
+			v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
+			v0 ^= w
+		}
+		for i := 0; i < len(p); i++ { // nm is 0 here: p was consumed up to a word boundary
+			m |= uint64(p[i]) << (8 * (nm + i))
+		}
+		nm += len(p)
 	}
-	s.nbuf = copy(s.buf[:], p)
-	return s.sum128()
+	m |= uint64(total) << 56
+	v3 ^= m
+	v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
+	v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
+	v0 ^= m
+	v2 ^= 0xee
+	for range 4 {
+		v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
+	}
+	lo := v0 ^ v1 ^ v2 ^ v3
+	v1 ^= 0xdd
+	for range 4 {
+		v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
+	}
+	return lo, v0 ^ v1 ^ v2 ^ v3
+}
+
+// sum128 is SipHash-2-4-128 of p in one pass, with the state in local
+// variables so that it stays in registers (the streaming sip keeps it in
+// memory, about 3× slower).
+func sum128(k *Key, p []byte) (uint64, uint64) {
+	k0 := binary.LittleEndian.Uint64(k[0:8])
+	k1 := binary.LittleEndian.Uint64(k[8:16])
+	v0 := k0 ^ 0x736f6d6570736575
+	v1 := k1 ^ 0x646f72616e646f6d ^ 0xee
+	v2 := k0 ^ 0x6c7967656e657261
+	v3 := k1 ^ 0x7465646279746573
+	n := len(p)
+	for ; len(p) >= 8; p = p[8:] {
+		m := binary.LittleEndian.Uint64(p)
+		v3 ^= m
+		v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
+		v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
+		v0 ^= m
+	}
+	m := uint64(n) << 56
+	for i := len(p) - 1; i >= 0; i-- {
+		m |= uint64(p[i]) << (8 * i)
+	}
+	v3 ^= m
+	v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
+	v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
+	v0 ^= m
+	v2 ^= 0xee
+	for range 4 {
+		v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
+	}
+	lo := v0 ^ v1 ^ v2 ^ v3
+	v1 ^= 0xdd
+	for range 4 {
+		v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
+	}
+	return lo, v0 ^ v1 ^ v2 ^ v3
+}
+
+func sipRound(v0, v1, v2, v3 uint64) (uint64, uint64, uint64, uint64) {
+	v0 += v1
+	v1 = bits.RotateLeft64(v1, 13)
+	v1 ^= v0
+	v0 = bits.RotateLeft64(v0, 32)
+	v2 += v3
+	v3 = bits.RotateLeft64(v3, 16)
+	v3 ^= v2
+	v0 += v3
+	v3 = bits.RotateLeft64(v3, 21)
+	v3 ^= v0
+	v2 += v1
+	v1 = bits.RotateLeft64(v1, 17)
+	v1 ^= v2
+	v2 = bits.RotateLeft64(v2, 32)
+	return v0, v1, v2, v3
 }
 
 // sip is a streaming SipHash-2-4 (Aumasson and Bernstein), in the 128-bit
