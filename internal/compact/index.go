@@ -100,12 +100,15 @@ func (g *group) match(t uint8) (lo uint64, hi uint32) {
 	return lo, hi
 }
 
-// free returns the first empty slot of the group, or -1.
+// free returns the first empty slot of the group, or -1. The lowest byte
+// the zero-byte trick flags is always a true zero.
 func (g *group) free() int {
-	for i, t := range g.tags {
-		if t == 0 {
-			return i
-		}
+	lo, hi := g.match(0)
+	if lo != 0 {
+		return trailing(lo)
+	}
+	if hi != 0 {
+		return 8 + trailing(uint64(hi))
 	}
 	return -1
 }
