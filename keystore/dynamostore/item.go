@@ -3,7 +3,6 @@ package dynamostore
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -153,14 +152,10 @@ func binAttr(v types.AttributeValue) ([]byte, error) {
 // ItemLimit is DynamoDB's maximum item size, 400 KB.
 const ItemLimit = 400 * 1024
 
-// numSize is the size DynamoDB counts for the number n.
-func numSize(n uint64) int {
-	if n == 0 {
-		return 2 // "0": one digit
-	}
-	s := strings.TrimRight(strconv.FormatUint(n, 10), "0")
-	return (len(s)+1)/2 + 1
-}
+// numSize is the most DynamoDB counts for a number of n's digits: one
+// byte per two digits, plus one (trailing zeros, which DynamoDB trims, may
+// make the real size a byte smaller).
+func numSize(n uint64) int { return (len(strconv.FormatUint(n, 10))+1)/2 + 1 }
 
 // maxNumSize is the size of the largest number the store writes (20 digits).
 const maxNumSize = 11
@@ -179,8 +174,8 @@ func maxResultFor(a Attributes) int {
 // ItemSize returns the size, by DynamoDB's rules, of the item of a done key
 // in scope with a fingerprint of fpLen bytes and a result of resultLen
 // bytes, written with attribute names a at time now with a token issued
-// around then (the numbers' sizes depend on their digits by a byte or two).
-// With [DefaultAttributes], scope "default", a 36-byte key (a UUID), no
+// around then, at most (a number whose digits end in zeros counts a byte
+// less). With [DefaultAttributes], scope "default", a 36-byte key (a UUID), no
 // fingerprint and an empty result it is 82 bytes. An in-progress item has
 // a nonce (12 bytes) instead of the result.
 func ItemSize(a Attributes, scope, key string, fpLen, resultLen int, now time.Time) int {
