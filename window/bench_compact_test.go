@@ -1,0 +1,185 @@
+package window_test
+
+import (
+	"math"
+	"os"
+	"runtime"
+	"runtime/metrics"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idem-go/idem/window"
+)
+
+// BenchmarkCompact measures issue 16's goals at 1M random UUIDv4 ids, and at
+// 10M too when IDEM_BENCH_10M=1, for window.Dedup.Add beside a Go
+// map[[16]byte]int64 doing insert-if-absent, in the same run:
+//
+//	go test -run '^$' -bench Compact -benchtime 1x -count 3 ./window
+//	IDEM_BENCH_10M=1 go test -run '^$' -bench Compact -benchtime 1x -count 3 -timeout 30m ./window
+//
+// Each iteration builds the structure from empty (growth included) and
+// reports heapB/key (live heap after runtime.GC, minus the heap before) and
+// ns/insert. The map gets the UUID's 16 raw bytes, the Dedup its 36-byte
+// string, as each would be used.
+func BenchmarkCompact(b *testing.B) {
+	for n, name := range benchSizes() {
+		strs, raws := benchUUIDs(n)
+		t0 := time.Unix(1_700_000_000, 0)
+		b.Run(name+"/window", func(b *testing.B) {
+			for b.Loop() {
+				before := heapInUse()
+				start := time.Now()
+				d, _ := window.New(time.Hour)
+				for i, s := range strs {
+					if dup, _, err := d.Add("orders", s, t0.Add(time.Duration(i))); dup || err != nil {
+						b.Fatal("duplicate or error", err)
+					}
+				}
+				reportBuild(b, n, before, start)
+				runtime.KeepAlive(d)
+			}
+		})
+		b.Run(name+"/map", func(b *testing.B) {
+			for b.Loop() {
+				before := heapInUse()
+				start := time.Now()
+				m := map[[16]byte]int64{}
+				for i, k := range raws {
+					if _, ok := m[k]; ok {
+						b.Fatal("duplicate")
+					}
+					m[k] = int64(i)
+				}
+				reportBuild(b, n, before, start)
+				runtime.KeepAlive(m)
+			}
+		})
+		strs, raws = nil, nil
+		runtime.GC()
+	}
+}
+
+func benchSizes() map[int]string {
+	sizes := map[int]string{1_000_000: "ids=1M"}
+	if os.Getenv("IDEM_BENCH_10M") == "1" {
+		sizes[10_000_000] = "ids=10M"
+	}
+	return sizes
+}
+
+// BenchmarkCompactGC holds a structure of 1M (10M) random UUIDv4 ids, built
+// without keeping the ids anywhere else, runs a loop allocating pointerful
+// garbage until 20 GC cycles have passed, and reports their p99 pause
+// (runtime/metrics /gc/pauses:seconds) and the GC's CPU time per cycle.
+// "none" holds nothing; "map-string" is a map[string]int64 of the UUID
+// strings, the pointerful shape the pre-issue-16 stores had.
+func BenchmarkCompactGC(b *testing.B) {
+	t0 := time.Unix(1_700_000_000, 0)
+	for n, name := range benchSizes() {
+		b.Run(name+"/none", func(b *testing.B) {
+			for b.Loop() {
+				reportGC(b)
+			}
+		})
+		b.Run(name+"/window", func(b *testing.B) {
+			for b.Loop() {
+				d, _ := window.New(time.Hour)
+				for i := range n {
+					d.Add("orders", uuid.NewString(), t0.Add(time.Duration(i)))
+				}
+				reportGC(b)
+				runtime.KeepAlive(d)
+			}
+		})
+		b.Run(name+"/map", func(b *testing.B) {
+			for b.Loop() {
+				m := make(map[[16]byte]int64)
+				for i := range n {
+					m[uuid.New()] = int64(i)
+				}
+				reportGC(b)
+				runtime.KeepAlive(m)
+			}
+		})
+		b.Run(name+"/map-string", func(b *testing.B) {
+			for b.Loop() {
+				m := make(map[string]int64)
+				for i := range n {
+					m[uuid.NewString()] = int64(i)
+				}
+				reportGC(b)
+				runtime.KeepAlive(m)
+			}
+		})
+	}
+}
+
+func benchUUIDs(n int) ([]string, [][16]byte) {
+	strs := make([]string, n)
+	raws := make([][16]byte, n)
+	for i := range n {
+		u := uuid.New()
+		raws[i] = u
+		strs[i] = u.String()
+	}
+	return strs, raws
+}
+
+func reportBuild(b *testing.B, n int, before uint64, start time.Time) {
+	elapsed := time.Since(start)
+	held := heapInUse() - before
+	b.ReportMetric(float64(held)/float64(n), "heapB/key")
+	b.ReportMetric(float64(elapsed.Nanoseconds())/float64(n), "ns/insert")
+}
+
+// gcSink keeps the garbage loop's allocations from being optimised away.
+var gcSink []*[8]*int
+
+// reportGC allocates pointerful garbage until at least 20 GC cycles have
+// run and reports their p99 pause and the GC CPU time per cycle.
+func reportGC(b *testing.B) {
+	samples := []metrics.Sample{
+		{Name: "/gc/pauses:seconds"},
+		{Name: "/gc/cycles/total:gc-cycles"},
+		{Name: "/cpu/classes/gc/total:cpu-seconds"},
+	}
+	metrics.Read(samples)
+	before := samples[0].Value.Float64Histogram()
+	counts := append([]uint64(nil), before.Counts...)
+	cycles0, cpu0 := samples[1].Value.Uint64(), samples[2].Value.Float64()
+	for {
+		gcSink = make([]*[8]*int, 0, 1<<16)
+		for range 1 << 16 {
+			gcSink = append(gcSink, new([8]*int))
+		}
+		metrics.Read(samples)
+		if samples[1].Value.Uint64()-cycles0 >= 20 {
+			break
+		}
+	}
+	gcSink = nil
+	after := samples[0].Value.Float64Histogram()
+	var total uint64
+	for i := range after.Counts {
+		counts[i] = after.Counts[i] - counts[i]
+		total += counts[i]
+	}
+	p99 := 0.0
+	var acc uint64
+	for i, c := range counts {
+		acc += c
+		if float64(acc) >= 0.99*float64(total) {
+			p99 = after.Buckets[i+1]
+			if math.IsInf(p99, 1) {
+				p99 = after.Buckets[i]
+			}
+			break
+		}
+	}
+	cycles := samples[1].Value.Uint64() - cycles0
+	b.ReportMetric(p99*1e6, "gcP99-µs")
+	b.ReportMetric((samples[2].Value.Float64()-cpu0)/float64(cycles)*1e3, "gcCPU-ms/cycle")
+}
