@@ -64,10 +64,10 @@ func (d *Dedup) WriteSnapshot(w io.Writer) error {
 	h = binary.BigEndian.AppendUint64(h, uint64(d.set.Len()))
 	_, _ = bw.Write(h)
 	var r [snapRecordLen]byte
-	d.set.Each(func(fp compact.FP, t int64, _ uint64) {
+	d.set.Each(func(fp compact.FP, rec compact.Rec) {
 		binary.BigEndian.PutUint64(r[0:], fp.Lo)
 		binary.BigEndian.PutUint32(r[8:], fp.Hi)
-		binary.BigEndian.PutUint64(r[12:], uint64(t))
+		binary.BigEndian.PutUint64(r[12:], uint64(rec.T))
 		_, _ = bw.Write(r[:]) // a write error sticks in bw and is reported by Flush
 	})
 	if err := bw.Flush(); err != nil {
@@ -121,10 +121,10 @@ func (d *Dedup) ReadSnapshot(r io.Reader) error {
 		if (i > 0 && t < prev) || t > latest {
 			return fmt.Errorf("%w: record %d at %d is out of time order", ErrCorruptSnapshot, i, t)
 		}
-		if _, _, dup := set.Find(fp); dup {
+		if _, dup := set.Find(fp); dup {
 			return fmt.Errorf("%w: record %d repeats a fingerprint", ErrCorruptSnapshot, i)
 		}
-		if err := set.Append(fp, t, next-count+i); err != nil {
+		if err := set.Append(fp, compact.Rec{T: t, Seq: next - count + i}); err != nil {
 			return fmt.Errorf("window: read snapshot: %w", err)
 		}
 		prev = t

@@ -155,13 +155,13 @@ func (d *Dedup) Add(scope, id string, now time.Time) (dup bool, original uint64,
 		fp = k2.Sum(scope, id)
 	}
 	d.advance(nowNs)
-	if _, seq, ok := d.set.Find(fp); ok {
-		return true, seq, nil
+	if r, ok := d.set.Find(fp); ok {
+		return true, r.Seq, nil
 	}
 	if d.max > 0 && d.set.Len() >= d.max {
 		return false, 0, fmt.Errorf("%w (%d live ids)", ErrFull, d.set.Len())
 	}
-	if err := d.set.Append(fp, d.latest, d.nextSeq); err != nil {
+	if err := d.set.Append(fp, compact.Rec{T: d.latest, Seq: d.nextSeq}); err != nil {
 		return false, 0, fmt.Errorf("%w (%d live ids): %w", ErrFull, d.set.Len(), err)
 	}
 	d.nextSeq++

@@ -3,6 +3,7 @@ package compact
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"unsafe"
 )
 
@@ -32,14 +33,60 @@ type rec struct {
 }
 
 // chunk holds up to chunkLen records appended in order. Its records have
-// consecutive sequence numbers from seq and times base+off; a record whose
-// time or sequence would not fit starts a new chunk. No pointers, so a
-// chunk costs the garbage collector nothing to scan.
+// consecutive sequence numbers from seq and times base+off, base being the
+// latest rebase at or before the record (a record more than 2³² ns after
+// the current base adds a rebase, so sparse arrivals cost 12 bytes a
+// rebase rather than a chunk each); a record whose sequence or aux value
+// would not fit starts a new chunk. The record arrays hold no pointers, so
+// they cost the garbage collector nothing to scan.
 type chunk struct {
+	base    int64
+	seq     uint64
+	auxBase uint64
+	n       int
+	recs    *[chunkLen]rec    // exactly 16 KiB, a Go size class: no rounding waste
+	aux     *[chunkLen]uint32 // Sets made WithAux: aux − auxBase per record
+	rebases []rebase
+}
+
+type rebase struct {
+	from int // first record of the chunk using base
 	base int64
-	seq  uint64
-	n    int
-	recs *[chunkLen]rec // exactly 16 KiB, a Go size class: no rounding waste
+}
+
+// Rec is what a Set keeps with a fingerprint.
+type Rec struct {
+	T   int64  // time, nondecreasing in arrival order
+	Seq uint64 // sequence: consecutive within a chunk, as Append was given
+	Aux uint64 // Sets made with NewSetAux: any value (a fencing token)
+}
+
+// time returns the time of record i.
+func (c *chunk) time(i int) int64 {
+	base := c.base
+	if len(c.rebases) > 0 {
+		// The last rebase at or before i: rebases are in record order.
+		k := sort.Search(len(c.rebases), func(k int) bool { return c.rebases[k].from > i })
+		if k > 0 {
+			base = c.rebases[k-1].base
+		}
+	}
+	return base + int64(c.recs[i].off)
+}
+
+func (c *chunk) lastBase() int64 {
+	if k := len(c.rebases); k > 0 {
+		return c.rebases[k-1].base
+	}
+	return c.base
+}
+
+func (c *chunk) get(i int) Rec {
+	r := Rec{T: c.time(i), Seq: c.seq + uint64(i)}
+	if c.aux != nil {
+		r.Aux = c.auxBase + uint64(c.aux[i])
+	}
+	return r
 }
 
 // Set is an arrival-ordered set of fingerprints with a time and a sequence
@@ -55,15 +102,24 @@ type Set struct {
 	head   int      // index in chunks[0] of the oldest record
 	count  int
 	spare  *[chunkLen]rec // one released chunk's records, kept for reuse
+	hasAux bool
 	idx    index
 	// homeMask is applied to the 32 fingerprint bits that choose a home
 	// slot; tests narrow it to force long probe chains.
 	homeMask uint32
 }
 
-// NewSet returns an empty set.
+// NewSet returns an empty set: 16 bytes a record plus the index.
 func NewSet() *Set {
 	return &Set{idx: newIndex(minGroups), homeMask: ^uint32(0)}
+}
+
+// NewSetAux returns an empty set that also keeps Rec.Aux: 20 bytes a
+// record plus the index.
+func NewSetAux() *Set {
+	s := NewSet()
+	s.hasAux = true
+	return s
 }
 
 // Len returns the number of records.
@@ -80,8 +136,8 @@ func (s *Set) id(pos int, i int) uint32 {
 	return (s.first+uint32(pos))&chunkMask<<chunkBits | uint32(i)
 }
 
-// Find returns the time and sequence of the record with fingerprint fp.
-func (s *Set) Find(fp FP) (t int64, seq uint64, ok bool) {
+// Find returns the record with fingerprint fp.
+func (s *Set) Find(fp FP) (Rec, bool) {
 	x := &s.idx
 	tag := tagOf(fp)
 	g := x.home(s.homeBits(fp))
@@ -90,15 +146,15 @@ func (s *Set) Find(fp FP) (t int64, seq uint64, ok bool) {
 		lo, hi := gr.match(tag)
 		for m := lo; m != 0; m &= m - 1 {
 			if i := trailing(m); gr.tags[i] == tag {
-				if t, seq, ok := s.check(gr.ids[i], fp); ok {
-					return t, seq, true
+				if r, ok := s.check(gr.ids[i], fp); ok {
+					return r, true
 				}
 			}
 		}
 		for m := uint64(hi); m != 0; m &= m - 1 {
 			if i := 8 + trailing(m); gr.tags[i] == tag {
-				if t, seq, ok := s.check(gr.ids[i], fp); ok {
-					return t, seq, true
+				if r, ok := s.check(gr.ids[i], fp); ok {
+					return r, true
 				}
 			}
 		}
@@ -107,31 +163,38 @@ func (s *Set) Find(fp FP) (t int64, seq uint64, ok bool) {
 		}
 		g = x.next(g)
 	}
-	return 0, 0, false
+	return Rec{}, false
 }
 
-func (s *Set) check(id uint32, fp FP) (int64, uint64, bool) {
+func (s *Set) check(id uint32, fp FP) (Rec, bool) {
 	c, r := s.rec(id)
 	if r.lo != fp.Lo || r.hi != fp.Hi {
-		return 0, 0, false
+		return Rec{}, false
 	}
-	return c.base + int64(r.off), c.seq + uint64(id&(chunkLen-1)), true
+	return c.get(int(id & (chunkLen - 1))), true
 }
 
-// Append adds a record for fp, which the caller has checked is absent,
-// with time t (not before the newest record's) and sequence seq. It
-// returns ErrFull, adding nothing, when the set holds MaxRecords records
-// or their ids would wrap.
-func (s *Set) Append(fp FP, t int64, seq uint64) error {
+// Append adds a record for fp, which the caller has checked is absent. Its
+// time must not be before the newest record's; a sequence that does not
+// follow the newest record's, or an aux value more than 2³¹ away from the
+// first of its chunk, starts a new chunk. It returns ErrFull, adding
+// nothing, when the set holds MaxRecords records or their ids would wrap.
+func (s *Set) Append(fp FP, r Rec) error {
 	c := s.tail()
-	if c == nil || c.n == chunkLen || t < c.base || t-c.base > 1<<32-1 || seq != c.seq+uint64(c.n) {
+	if c == nil || c.n == chunkLen || r.T < c.lastBase() || r.Seq != c.seq+uint64(c.n) ||
+		(s.hasAux && r.Aux-c.auxBase > 1<<32-1) { // below auxBase wraps to a large value
 		if s.count >= MaxRecords || len(s.chunks) >= MaxRecords/chunkLen {
 			return fmt.Errorf("%w: %d records in %d chunks", ErrFull, s.count, len(s.chunks))
 		}
-		c = s.newChunk(t, seq)
+		c = s.newChunk(r)
+	} else if r.T-c.lastBase() > 1<<32-1 {
+		c.rebases = append(c.rebases, rebase{from: c.n, base: r.T})
 	}
 	i := c.n
-	c.recs[i] = rec{lo: fp.Lo, hi: fp.Hi, off: uint32(t - c.base)}
+	c.recs[i] = rec{lo: fp.Lo, hi: fp.Hi, off: uint32(r.T - c.lastBase())}
+	if c.aux != nil {
+		c.aux[i] = uint32(r.Aux - c.auxBase)
+	}
 	c.n++
 	s.count++
 	id := s.id(len(s.chunks)-1, i)
@@ -148,8 +211,7 @@ func (s *Set) Oldest() (t int64, ok bool) {
 	if s.count == 0 {
 		return 0, false
 	}
-	c := &s.chunks[0]
-	return c.base + int64(c.recs[s.head].off), true
+	return s.chunks[0].time(s.head), true
 }
 
 // DropThrough drops the records whose time is at most t, oldest first, and
@@ -160,7 +222,7 @@ func (s *Set) DropThrough(t int64) int {
 	for s.count > 0 {
 		c := &s.chunks[0]
 		r := &c.recs[s.head]
-		if c.base+int64(r.off) > t {
+		if c.time(s.head) > t {
 			break
 		}
 		fp := FP{Lo: r.lo, Hi: r.hi}
@@ -180,7 +242,7 @@ func (s *Set) DropThrough(t int64) int {
 }
 
 // Each calls fn for every record, oldest first.
-func (s *Set) Each(fn func(fp FP, t int64, seq uint64)) {
+func (s *Set) Each(fn func(fp FP, r Rec)) {
 	for p := range s.chunks {
 		c := &s.chunks[p]
 		start := 0
@@ -189,7 +251,7 @@ func (s *Set) Each(fn func(fp FP, t int64, seq uint64)) {
 		}
 		for j := start; j < c.n; j++ {
 			r := &c.recs[j]
-			fn(FP{Lo: r.lo, Hi: r.hi}, c.base+int64(r.off), c.seq+uint64(j))
+			fn(FP{Lo: r.lo, Hi: r.hi}, c.get(j))
 		}
 	}
 }
@@ -201,7 +263,15 @@ func (s *Set) Bytes() int {
 	if s.spare != nil {
 		n++
 	}
-	return n*chunkLen*16 + s.idx.bytes() + cap(s.chunks)*int(unsafe.Sizeof(chunk{}))
+	per := chunkLen * 16
+	if s.hasAux {
+		per += chunkLen * 4
+	}
+	b := n*per + s.idx.bytes() + cap(s.chunks)*int(unsafe.Sizeof(chunk{}))
+	for i := range s.chunks {
+		b += cap(s.chunks[i].rebases) * int(unsafe.Sizeof(rebase{}))
+	}
+	return b
 }
 
 func (s *Set) tail() *chunk {
@@ -211,7 +281,7 @@ func (s *Set) tail() *chunk {
 	return &s.chunks[len(s.chunks)-1]
 }
 
-func (s *Set) newChunk(t int64, seq uint64) *chunk {
+func (s *Set) newChunk(r Rec) *chunk {
 	recs := s.spare
 	if recs != nil {
 		s.spare = nil
@@ -221,7 +291,13 @@ func (s *Set) newChunk(t int64, seq uint64) *chunk {
 	if len(s.chunks) == 0 {
 		s.head = 0
 	}
-	s.chunks = append(s.chunks, chunk{base: t, seq: seq, recs: recs})
+	c := chunk{base: r.T, seq: r.Seq, recs: recs}
+	if s.hasAux {
+		// Aux values (tokens) may come a little out of order: accept
+		// 2³¹ either side of the first.
+		c.aux, c.auxBase = new([chunkLen]uint32), r.Aux-min(r.Aux, 1<<31)
+	}
+	s.chunks = append(s.chunks, c)
 	return &s.chunks[len(s.chunks)-1]
 }
 

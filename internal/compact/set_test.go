@@ -7,10 +7,6 @@ import (
 	"pgregory.net/rapid"
 )
 
-type modelRec struct {
-	t   int64
-	seq uint64
-}
 
 // TestSetMatchesModel runs random appends, lookups and drops against a map
 // and a list, with the home bits narrowed (all ids share a few homes, so
@@ -20,9 +16,14 @@ func TestSetMatchesModel(t *testing.T) {
 	t.Parallel()
 	for _, mask := range []uint32{^uint32(0), 0xf0000000, 0x80000001} {
 		rapid.Check(t, func(rt *rapid.T) {
+			aux := rapid.Bool().Draw(rt, "aux")
 			s := NewSet()
+			if aux {
+				s = NewSetAux()
+			}
 			s.homeMask = mask
-			model := map[FP]modelRec{}
+			model := map[FP]Rec{}
+			token := rapid.Uint64Range(0, 1<<40).Draw(rt, "token0")
 			var order []FP
 			now := int64(rapid.Int64Range(-1<<40, 1<<40).Draw(rt, "t0"))
 			seq := uint64(1)
@@ -35,7 +36,7 @@ func TestSetMatchesModel(t *testing.T) {
 				case 1:
 					cut := now - rapid.Int64Range(0, 100).Draw(rt, "age")
 					want := 0
-					for len(order) > 0 && model[order[0]].t <= cut {
+					for len(order) > 0 && model[order[0]].T <= cut {
 						delete(model, order[0])
 						order = order[1:]
 						want++
@@ -46,18 +47,31 @@ func TestSetMatchesModel(t *testing.T) {
 				default:
 					now += rapid.Int64Range(0, 3).Draw(rt, "tick")
 					fp := fpOf(rapid.IntRange(0, universe).Draw(rt, "k"))
-					gt, gs, ok := s.Find(fp)
+					got, ok := s.Find(fp)
 					m, mok := model[fp]
-					if ok != mok || gt != m.t || gs != m.seq {
-						rt.Fatalf("Find = (%d, %d, %v), model (%d, %d, %v)", gt, gs, ok, m.t, m.seq, mok)
+					if ok != mok || got != m {
+						rt.Fatalf("Find = (%+v, %v), model (%+v, %v)", got, ok, m, mok)
 					}
 					if ok {
 						continue
 					}
-					if err := s.Append(fp, now, seq); err != nil {
+					r := Rec{T: now, Seq: seq}
+					if aux {
+						// Tokens mostly rise, sometimes fall back, sometimes jump.
+						switch rapid.IntRange(0, 9).Draw(rt, "tokstep") {
+						case 0:
+							token -= min(token, rapid.Uint64Range(0, 1<<33).Draw(rt, "back"))
+						case 1:
+							token += rapid.Uint64Range(0, 1<<34).Draw(rt, "fwd")
+						default:
+							token++
+						}
+						r.Aux = token
+					}
+					if err := s.Append(fp, r); err != nil {
 						rt.Fatal(err)
 					}
-					model[fp] = modelRec{now, seq}
+					model[fp] = r
 					order = append(order, fp)
 					seq += uint64(rapid.IntRange(1, 2).Draw(rt, "seqstep")) // gaps start new chunks
 				}
@@ -67,9 +81,9 @@ func TestSetMatchesModel(t *testing.T) {
 				}
 			}
 			i := 0
-			s.Each(func(fp FP, tm int64, sq uint64) {
-				if i >= len(order) || order[i] != fp || model[fp] != (modelRec{tm, sq}) {
-					rt.Fatalf("Each record %d = (%v, %d, %d) out of order or wrong", i, fp, tm, sq)
+			s.Each(func(fp FP, r Rec) {
+				if i >= len(order) || order[i] != fp || model[fp] != r {
+					rt.Fatalf("Each record %d = (%v, %+v) out of order or wrong", i, fp, r)
 				}
 				i++
 			})
@@ -93,10 +107,10 @@ func TestSetGrowsAndShrinks(t *testing.T) {
 	const n = 200_000
 	for i := range n {
 		fp := k.Sum("s", string(rune(i))+"x")
-		if _, _, ok := s.Find(fp); ok {
+		if _, ok := s.Find(fp); ok {
 			continue
 		}
-		if err := s.Append(fp, int64(i), uint64(i+1)); err != nil {
+		if err := s.Append(fp, Rec{T: int64(i), Seq: uint64(i + 1)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -116,7 +130,7 @@ func TestAppendFull(t *testing.T) {
 	t.Parallel()
 	s := NewSet()
 	s.count = MaxRecords
-	if err := s.Append(FP{Lo: 1}, 0, 1); !errors.Is(err, ErrFull) {
+	if err := s.Append(FP{Lo: 1}, Rec{Seq: 1}); !errors.Is(err, ErrFull) {
 		t.Fatalf("Append at MaxRecords = %v, want ErrFull", err)
 	}
 }
@@ -151,6 +165,29 @@ func checkIndex(t interface{ Fatalf(string, ...any) }, s *Set) {
 	for g := range x.groups {
 		if int(x.groups[g].over) != want[g] {
 			t.Fatalf("group %d: overflow count %d, want %d", g, x.groups[g].over, want[g])
+		}
+	}
+}
+
+// TestSparseArrivalsShareChunks checks that ids arriving far apart in time
+// (more than the 32-bit offset covers) still share a chunk, so a slow
+// stream costs bytes per id, not a chunk per id.
+func TestSparseArrivalsShareChunks(t *testing.T) {
+	t.Parallel()
+	s := NewSet()
+	for i := range 100 {
+		fp := FP{Lo: uint64(i) * 0x9e3779b97f4a7c15, Hi: uint32(i)}
+		if err := s.Append(fp, Rec{T: int64(i) * 10e9, Seq: uint64(i + 1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(s.chunks) != 1 {
+		t.Fatalf("100 ids 10 s apart in %d chunks, want 1", len(s.chunks))
+	}
+	for i := range 100 {
+		r, ok := s.Find(FP{Lo: uint64(i) * 0x9e3779b97f4a7c15, Hi: uint32(i)})
+		if !ok || r.T != int64(i)*10e9 || r.Seq != uint64(i+1) {
+			t.Fatalf("id %d: %+v %v", i, r, ok)
 		}
 	}
 }
