@@ -98,8 +98,8 @@ func (c *chunk) get(i int) Rec {
 // A Set is not safe for concurrent use; its owner locks.
 type Set struct {
 	chunks []chunk // oldest first; chunks[i] is chunk number first+i
-	first  uint32   // chunk number of chunks[0], modulo 1<<idChunkBits
-	head   int      // index in chunks[0] of the oldest record
+	first  uint32  // chunk number of chunks[0], modulo 1<<idChunkBits
+	head   int     // index in chunks[0] of the oldest record
 	count  int
 	spare  *[chunkLen]rec // one released chunk's records, kept for reuse
 	hasAux bool

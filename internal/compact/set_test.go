@@ -7,7 +7,6 @@ import (
 	"pgregory.net/rapid"
 )
 
-
 // TestSetMatchesModel runs random appends, lookups and drops against a map
 // and a list, with the home bits narrowed (all ids share a few homes, so
 // probe chains are long and wrap the table end) or not, and with time
