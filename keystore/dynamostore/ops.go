@@ -59,36 +59,12 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 	if err := ctx.Err(); err != nil {
 		return keystore.Claim{}, fmt.Errorf("dynamostore: reserve: %w", err)
 	}
-	lease = keystore.CapDuration(lease)
 	dctx, cancel := keystore.Detach(ctx)
 	defer cancel()
 	var nonce [12]byte
 	_, _ = rand.Read(nonce[:])
-	now := s.now()
-	nowMs := now.UnixMilli()
-	expMs := nowMs + ceilMs(lease)
-	base := now.UnixMicro()
-	vals := map[string]types.AttributeValue{
-		":rel": num(stReleased), ":cut": num(nowMs - s.skew.Milliseconds()), ":prog": num(stInProgress),
-		":base": num(base), ":one": num(1), ":exp": num(expMs), ":ttl": s.ttlAttr(expMs),
-		":n": &types.AttributeValueMemberB{Value: nonce[:]},
-	}
-	update := s.ex.reserveSetNoFP
-	if len(fp) > 0 {
-		update = s.ex.reserveSet
-		vals[":fp"] = &types.AttributeValueMemberB{Value: fp}
-	}
-	in := &dynamodb.UpdateItemInput{
-		TableName:                           &s.table,
-		Key:                                 s.keyOf(key),
-		ConditionExpression:                 &s.ex.reserveCond,
-		UpdateExpression:                    &update,
-		ExpressionAttributeNames:            s.ex.reserveNames,
-		ExpressionAttributeValues:           vals,
-		ReturnValues:                        types.ReturnValueUpdatedOld,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	}
-	cut := nowMs - s.skew.Milliseconds()
+	r := s.reserveInput(key, fp, nonce[:], keystore.CapDuration(lease))
+	in, base, expMs, cut := r.in, r.base, r.expMs, r.cut
 	for range maxAttempts {
 		out, err := s.api.UpdateItem(dctx, in)
 		if err == nil {
@@ -115,6 +91,39 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 		// write and the read. Write again.
 	}
 	return keystore.Claim{}, fmt.Errorf("dynamostore: reserve %q: the key changed state %d times during the call", key, maxAttempts)
+}
+
+// reserveReq is Reserve's request and the values its answer is read with.
+type reserveReq struct {
+	in               *dynamodb.UpdateItemInput
+	base, expMs, cut int64
+}
+
+func (s *Store) reserveInput(key string, fp, nonce []byte, lease time.Duration) reserveReq {
+	now := s.now()
+	nowMs := now.UnixMilli()
+	r := reserveReq{base: now.UnixMicro(), expMs: nowMs + ceilMs(lease), cut: nowMs - s.skew.Milliseconds()}
+	vals := map[string]types.AttributeValue{
+		":rel": num(stReleased), ":cut": num(r.cut), ":prog": num(stInProgress),
+		":base": num(r.base), ":one": num(1), ":exp": num(r.expMs), ":ttl": s.ttlAttr(r.expMs),
+		":n": &types.AttributeValueMemberB{Value: nonce},
+	}
+	update := s.ex.reserveSetNoFP
+	if len(fp) > 0 {
+		update = s.ex.reserveSet
+		vals[":fp"] = &types.AttributeValueMemberB{Value: fp}
+	}
+	r.in = &dynamodb.UpdateItemInput{
+		TableName:                           &s.table,
+		Key:                                 s.keyOf(key),
+		ConditionExpression:                 &s.ex.reserveCond,
+		UpdateExpression:                    &update,
+		ExpressionAttributeNames:            s.ex.reserveNames,
+		ExpressionAttributeValues:           vals,
+		ReturnValues:                        types.ReturnValueUpdatedOld,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+	return r
 }
 
 // answer is Reserve's outcome for a live item it could not acquire, or

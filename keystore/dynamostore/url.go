@@ -40,7 +40,7 @@ func ParseURL(raw string) (URL, error) {
 	case u.Opaque != "":
 		return URL{}, fmt.Errorf("%w: want dynamodb://TABLE, with two slashes", ErrBadURL)
 	case u.Host == "":
-		return URL{}, fmt.Errorf("%w: no table: want dynamodb://TABLE?region=...", ErrBadURL)
+		return URL{}, fmt.Errorf("%w: no table: want dynamodb://TABLE?region=REGION", ErrBadURL)
 	case u.User != nil:
 		return URL{}, fmt.Errorf("%w: user info in the URL; credentials come from the SDK's chain (environment, profile, role)", ErrBadURL)
 	case u.Path != "" && u.Path != "/":
