@@ -200,3 +200,33 @@ func TestOptions(t *testing.T) {
 		t.Fatalf("WithMaxResultSize(10): %v", err)
 	}
 }
+
+// TestTokenAfterDeletion: when DynamoDB's TTL deletes an item (simulated by
+// a DeleteItem; dynalite has no TTL), the key's next token starts from the
+// caller's clock in µs, above every token the deleted item had.
+func TestTokenAfterDeletion(t *testing.T) {
+	api, _ := client(t, "")
+	s := newStore(t, api)
+	ctx := context.Background()
+	var last keystore.Claim
+	for i := range 3 {
+		c, err := s.Reserve(ctx, "k", nil, time.Minute)
+		if err != nil || c.State != keystore.Acquired || c.Token <= last.Token {
+			t.Fatalf("Reserve #%d: %+v %v; want a token above %d", i, c, err, last.Token)
+		}
+		last = c
+		if err := s.Release(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName: aws.String(s.Table()),
+		Key:       map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: s.PartitionKey("k")}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Reserve(ctx, "k", nil, time.Minute)
+	if err != nil || c.State != keystore.Acquired || c.Token <= last.Token || c.Takeover {
+		t.Fatalf("Reserve after the item was deleted: %+v %v; want acquired with a token above %d", c, err, last.Token)
+	}
+}
