@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/compact"
 	"github.com/idem-go/idem/keystore"
 )
 
@@ -65,6 +66,7 @@ type Store struct {
 type core struct {
 	shards    [numShards]shard
 	seed      maphash.Seed
+	fpKey     compact.Key // fingerprints of keys in the compact tier
 	clock     func() time.Time
 	base      time.Time // times are kept as nanoseconds since base
 	maxKeys   int64
@@ -82,6 +84,12 @@ type shard struct {
 	m       map[string]uint32
 	entries []entry
 	free    []uint32 // indexes of unused entries
+	// done is the compact tier: completed keys with an empty result and no
+	// request fingerprint, as 96-bit keyed fingerprints with their expiry
+	// and fencing token (20 bytes a record plus the index), in expiry
+	// order, dropped from the front as they expire. A key is in m or in
+	// done, never both. Created on first use.
+	done *compact.Set
 	// tokens is the last token handed out in this shard. A key always maps
 	// to the same shard, so its tokens strictly increase.
 	tokens uint64
@@ -128,7 +136,7 @@ func New(opts ...Option) (*Store, error) {
 	case cfg.clock == nil:
 		return nil, fmt.Errorf("%w: memstore: nil clock", idem.ErrInvalidOption)
 	}
-	c := &core{seed: maphash.MakeSeed(), clock: cfg.clock, maxKeys: int64(cfg.maxKeys), maxResult: cfg.maxResult}
+	c := &core{seed: maphash.MakeSeed(), fpKey: compact.NewKey(), clock: cfg.clock, maxKeys: int64(cfg.maxKeys), maxResult: cfg.maxResult}
 	c.base = c.clock()
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]uint32)
@@ -172,7 +180,7 @@ func (s *Store) Close() error {
 	for i := range s.c.shards {
 		sh := &s.c.shards[i]
 		sh.mu.Lock()
-		sh.m, sh.entries, sh.free = nil, nil, nil
+		sh.m, sh.entries, sh.free, sh.done = nil, nil, nil, nil
 		sh.mu.Unlock()
 	}
 	s.c.count.Store(0)
@@ -215,4 +223,45 @@ func (sh *shard) remove(k string, i uint32) {
 	delete(sh.m, k)
 	sh.entries[i] = entry{} // drop the fingerprint and result
 	sh.free = append(sh.free, i)
+}
+
+// dropDone drops the compact tier's expired keys. Called with the shard
+// locked.
+func (sh *shard) dropDone(c *core, now int64) {
+	if sh.done != nil && sh.done.Len() > 0 {
+		if n := sh.done.DropThrough(now); n > 0 {
+			c.count.Add(int64(-n))
+		}
+	}
+}
+
+// findDone looks key up in the compact tier, after dropping the expired
+// keys, so a key found there is live. Called with the shard locked.
+func (s *Store) findDone(sh *shard, key string, now int64) (compact.Rec, bool) {
+	if sh.done == nil || sh.done.Len() == 0 {
+		return compact.Rec{}, false
+	}
+	sh.dropDone(s.c, now)
+	return sh.done.Find(s.c.fpKey.Sum(s.prefix, key))
+}
+
+// completeDone moves the in-progress entry e of key, at index i, into the
+// compact tier as completed with expiry exp, if it fits there: an empty
+// result, no fingerprint, and an expiry not before the tier's newest (the
+// tier expires in order). It reports whether it did. Called with the shard
+// locked.
+func (s *Store) completeDone(sh *shard, k []byte, key string, i uint32, e *entry, exp int64) bool {
+	if sh.done == nil {
+		sh.done = compact.NewSetAux()
+	}
+	if last, ok := sh.done.Newest(); ok && exp < last {
+		return false
+	}
+	r := compact.Rec{T: exp, Seq: sh.done.NextSeq(), Aux: e.token}
+	if sh.done.Append(s.c.fpKey.Sum(s.prefix, key), r) != nil {
+		return false
+	}
+	sh.remove(string(k), i)
+	sh.lower(exp)
+	return true
 }

@@ -48,6 +48,11 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 		// Expired: reuse the slot. An expired lease is taken over.
 		takeover = e.state == stInProgress
 	default:
+		if r, found := s.findDone(sh, key, now); found {
+			// Completed with an empty result and no fingerprint: nothing to
+			// compare fp with, as for a stored entry without one.
+			return keystore.Claim{Key: key, State: keystore.Done, Expires: c.at(r.T), Result: []byte{}}, nil
+		}
 		if now >= sh.minExp.Load() && now >= sh.nextSample {
 			sh.sample(c, now)
 		}
@@ -85,7 +90,13 @@ func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, 
 		return fmt.Errorf("memstore: complete: %w", keystore.ErrClosed)
 	}
 	i, ok := sh.m[string(k)]
-	if !ok || sh.entries[i].token != cl.Token {
+	if !ok {
+		if r, found := s.findDone(sh, cl.Key, c.now()); found && r.Aux == cl.Token {
+			return nil // this claim completed already
+		}
+		return keystore.LeaseLostError("complete", cl.Key, cl.Token)
+	}
+	if sh.entries[i].token != cl.Token {
 		return keystore.LeaseLostError("complete", cl.Key, cl.Token)
 	}
 	e := &sh.entries[i]
@@ -93,6 +104,9 @@ func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, 
 		return nil // this claim completed already
 	}
 	now := c.now()
+	if len(result) == 0 && e.fpLen == 0 && s.completeDone(sh, k, cl.Key, i, e, after(now, ttl)) {
+		return nil
+	}
 	e.exp = after(now, ttl)
 	e.state = stDone
 	e.data = e.fp() + string(result)
@@ -208,21 +222,31 @@ func (sh *shard) sample(c *core, now int64) {
 func (sh *shard) scan(c *core, now int64, limit int) int {
 	freed := 0
 	least := int64(math.MaxInt64)
+	if sh.done != nil {
+		// The compact tier expires in order: dropping is cheap and exact.
+		freed = sh.done.DropThrough(now)
+		c.count.Add(int64(-freed))
+		if t, ok := sh.done.Oldest(); ok {
+			least = t
+		}
+	}
 	complete := true
+	removed := 0
 	for k, i := range sh.m {
 		exp := sh.entries[i].exp
 		if exp <= now {
-			if freed == limit {
+			if freed >= limit {
 				complete = false
 				break
 			}
 			sh.remove(k, i)
 			freed++
+			removed++
 			continue
 		}
 		least = min(least, exp)
 	}
-	c.count.Add(int64(-freed))
+	c.count.Add(int64(-removed))
 	if complete {
 		sh.minExp.Store(least)
 	}

@@ -1,0 +1,206 @@
+package memstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/idem-go/idem/keystore"
+	"github.com/idem-go/idem/keystore/memstore"
+)
+
+// TestCompactDoneKeys walks a key completed with an empty result (the
+// compact tier) through every call: replay with the exact expiry, a
+// retried Complete, stale and forged tokens, Release, expiry to the
+// nanosecond, and a new claim with a higher token.
+func TestCompactDoneKeys(t *testing.T) {
+	ctx := context.Background()
+	s, clk := newClocked(t)
+	c, err := s.Reserve(ctx, "k", nil, time.Minute)
+	if err != nil || c.State != keystore.Acquired {
+		t.Fatal(c, err)
+	}
+	if err := s.Complete(ctx, c, nil, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	end := clk.now().Add(time.Hour)
+	d, err := s.Reserve(ctx, "k", []byte("any-fp"), time.Minute)
+	if err != nil || d.State != keystore.Done || !d.Expires.Equal(end) || d.Result == nil || len(d.Result) != 0 {
+		t.Fatalf("replay: %+v %v, want done, empty result, expiring %v", d, err, end)
+	}
+	if err := s.Complete(ctx, c, []byte("other"), time.Hour); err != nil {
+		t.Fatalf("retried Complete of the same claim: %v", err)
+	}
+	for _, tok := range []uint64{c.Token + 1, c.Token + 2, c.Token + 1<<40} {
+		forged := c
+		forged.Token = tok
+		if err := s.Complete(ctx, forged, nil, time.Hour); !errors.Is(err, keystore.ErrLeaseLost) {
+			t.Fatalf("Complete with token %d: %v, want ErrLeaseLost", tok, err)
+		}
+	}
+	if err := s.Release(ctx, c); !errors.Is(err, keystore.ErrLeaseLost) {
+		t.Fatalf("Release of a completed key: %v", err)
+	}
+	if s.Len() != 1 {
+		t.Fatalf("Len %d, want 1", s.Len())
+	}
+	clk.add(time.Hour - 1)
+	if d, _ := s.Reserve(ctx, "k", nil, time.Minute); d.State != keystore.Done {
+		t.Fatalf("1 ns before the TTL ends: %+v", d)
+	}
+	clk.add(1)
+	n, err := s.Reserve(ctx, "k", nil, time.Minute)
+	if err != nil || n.State != keystore.Acquired || n.Takeover || n.Token <= c.Token {
+		t.Fatalf("at the TTL end: %+v %v", n, err)
+	}
+	if s.Len() != 1 {
+		t.Fatalf("Len %d after expiry and a new claim, want 1", s.Len())
+	}
+	if err := s.Complete(ctx, c, nil, time.Hour); !errors.Is(err, keystore.ErrLeaseLost) {
+		t.Fatalf("the first claim's Complete after a new claim: %v", err)
+	}
+}
+
+// TestCompactFullReclaims checks that expired compact keys free their
+// slots when the store is full, and live ones are never evicted.
+func TestCompactFullReclaims(t *testing.T) {
+	ctx := context.Background()
+	s, clk := newClocked(t, memstore.WithMaxKeys(200))
+	for i := range 200 {
+		c, err := s.Reserve(ctx, fmt.Sprint("a", i), nil, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ttl := time.Second
+		if i%2 == 1 {
+			ttl = time.Hour
+		}
+		if err := s.Complete(ctx, c, nil, ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Reserve(ctx, "b", nil, time.Minute); !errors.Is(err, memstore.ErrFull) {
+		t.Fatalf("full: %v", err)
+	}
+	clk.add(2 * time.Second)
+	for i := range 100 {
+		if _, err := s.Reserve(ctx, fmt.Sprint("b", i), nil, time.Minute); err != nil {
+			t.Fatalf("new key %d after 100 expired: %v", i, err)
+		}
+	}
+	if _, err := s.Reserve(ctx, "c", nil, time.Minute); !errors.Is(err, memstore.ErrFull) {
+		t.Fatalf("full again: %v", err)
+	}
+	for i := 1; i < 200; i += 2 {
+		if d, _ := s.Reserve(ctx, fmt.Sprint("a", i), nil, time.Minute); d.State != keystore.Done {
+			t.Fatalf("live key a%d: %+v", i, d)
+		}
+	}
+}
+
+type modelKey struct {
+	state  keystore.State // 0 absent
+	token  uint64
+	exp    time.Time
+	result string
+}
+
+// TestStoreMatchesModel runs random Reserve, Complete (empty or not, with
+// random TTLs, so keys go to the compact tier and to the map), Release and
+// clock moves against a plain map, checking states, results, expiries and
+// errors.
+func TestStoreMatchesModel(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		ctx := context.Background()
+		clk := &clock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+		s, err := memstore.New(memstore.WithClock(clk.now))
+		if err != nil {
+			rt.Fatal(err)
+		}
+		model := map[string]*modelKey{}
+		claims := map[string][]keystore.Claim{}
+		live := func(m *modelKey) bool { return m != nil && m.state != 0 && clk.now().Before(m.exp) }
+		for range rapid.IntRange(1, 200).Draw(rt, "ops") {
+			key := fmt.Sprint("k", rapid.IntRange(0, 5).Draw(rt, "key"))
+			m := model[key]
+			switch rapid.IntRange(0, 4).Draw(rt, "op") {
+			case 0:
+				clk.add(time.Duration(rapid.IntRange(0, 3000).Draw(rt, "ms")) * time.Millisecond)
+			case 1, 2:
+				lease := time.Duration(rapid.IntRange(1, 2000).Draw(rt, "lease")) * time.Millisecond
+				c, err := s.Reserve(ctx, key, nil, lease)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				switch {
+				case live(m) && m.state == keystore.InProgress:
+					if c.State != keystore.InProgress || !c.Expires.Equal(m.exp) {
+						rt.Fatalf("Reserve %s: %+v, want in progress until %v", key, c, m.exp)
+					}
+				case live(m):
+					if c.State != keystore.Done || string(c.Result) != m.result || !c.Expires.Equal(m.exp) {
+						rt.Fatalf("Reserve %s: %+v, want done %q until %v", key, c, m.result, m.exp)
+					}
+				default:
+					if c.State != keystore.Acquired || (m != nil && c.Token <= m.token) {
+						rt.Fatalf("Reserve %s: %+v, want acquired above token %v", key, c, m)
+					}
+					model[key] = &modelKey{state: keystore.InProgress, token: c.Token, exp: clk.now().Add(lease)}
+					claims[key] = append(claims[key], c)
+				}
+			case 3:
+				cs := claims[key]
+				if len(cs) == 0 {
+					continue
+				}
+				c := cs[rapid.IntRange(0, len(cs)-1).Draw(rt, "claim")]
+				result := rapid.SampledFrom([]string{"", "", "r"}).Draw(rt, "result")
+				ttl := time.Duration(rapid.IntRange(1, 3000).Draw(rt, "ttl")) * time.Millisecond
+				err := s.Complete(ctx, c, []byte(result), ttl)
+				switch {
+				case m != nil && m.token == c.Token && m.state == keystore.InProgress:
+					// The holder completes; after its lease, if nobody took
+					// over, it may or may not (the expired lease may have
+					// been reclaimed).
+					switch {
+					case err == nil:
+						m.state, m.result, m.exp = keystore.Done, result, clk.now().Add(ttl)
+					case !live(m) && errors.Is(err, keystore.ErrLeaseLost):
+						m.state = 0
+					default:
+						rt.Fatalf("Complete %s by the holder: %v", key, err)
+					}
+				case m != nil && m.token == c.Token && m.state == keystore.Done && live(m):
+					if err != nil {
+						rt.Fatalf("retried Complete %s: %v", key, err)
+					}
+				case m != nil && m.token == c.Token && m.state == keystore.Done:
+					// Expired but maybe not reclaimed: either answer is allowed.
+				default:
+					if !errors.Is(err, keystore.ErrLeaseLost) {
+						rt.Fatalf("stale Complete %s: %v, want ErrLeaseLost", key, err)
+					}
+				}
+			case 4:
+				cs := claims[key]
+				if len(cs) == 0 {
+					continue
+				}
+				c := cs[len(cs)-1]
+				err := s.Release(ctx, c)
+				if m != nil && m.token == c.Token && m.state == keystore.InProgress {
+					if err != nil && (live(m) || !errors.Is(err, keystore.ErrLeaseLost)) {
+						rt.Fatalf("Release %s by the holder: %v", key, err)
+					}
+					m.state = 0
+				} else if !errors.Is(err, keystore.ErrLeaseLost) {
+					rt.Fatalf("stale Release %s: %v, want ErrLeaseLost", key, err)
+				}
+			}
+		}
+	})
+}
