@@ -23,10 +23,13 @@ const DefaultPrefix = "idem:"
 type Option func(*config)
 
 type config struct {
-	prefix    string
-	scope     string
-	maxResult int
-	inFlight  int
+	prefix      string
+	scope       string
+	maxResult   int
+	inFlight    int
+	buckets     int
+	waitN       int
+	waitTimeout time.Duration
 }
 
 // WithPrefix sets the prefix of every Redis key the store writes (default
@@ -57,21 +60,74 @@ const DefaultMaxInFlight = 4
 // their ProcessPipelineHook.
 func WithMaxInFlight(n int) Option { return func(c *config) { c.inFlight = n } }
 
+// MaxBuckets is the most hash tags a scope may spread over: the number of
+// Redis Cluster slots.
+const MaxBuckets = 16384
+
+// WithBuckets spreads each scope's keys over n hash tags (default 1), so
+// that a busy scope is served by every master of a Cluster instead of the
+// one that owns its slot. A key's bucket is a hash of the key; its record
+// and the bucket's token counter share the bucket's tag, so every script
+// still touches one slot. With 1 the layout is exactly that of earlier
+// versions (PREFIX{scope}:…); with n > 1 keys live under PREFIX{scope{b}:…,
+// b in [0, n).
+//
+// n is part of the layout, like the prefix: every process sharing a scope
+// must use the same n, and changing it on live data hides the keys written
+// under the old n (their leases and results are not found, so their effects
+// may run again). To change it, start the new n under a new prefix and
+// keep the old deployment draining until its longest TTL has passed, or
+// change it while no key is live (docs/scale.md). 64 spreads a scope over
+// a 3- to 10-master cluster evenly enough; counters cost one small key per
+// bucket and scope.
+func WithBuckets(n int) Option { return func(c *config) { c.buckets = n } }
+
+// WithWaitReplicas makes every write wait until n replicas have
+// acknowledged it, for at most timeout: the script and a WAIT go out
+// together on one connection to the key's master, one round trip (these
+// calls are not batched). A write that fewer than n replicas acknowledged
+// in time returns an error wrapping [ErrNotReplicated]: do not acknowledge
+// the message upstream. What that leaves:
+//
+//   - Reserve: the lease is on the master and perhaps some replicas; the
+//     store releases it at once (best effort, not waited for) and returns
+//     the error, so nobody runs the effect and a retry finds the key free
+//     (or, if that release was lost too, in progress until the lease ends).
+//   - Complete: the result is on the master; if the master stays, a retry
+//     finds it done; if a replica without it takes over, the retry finds the
+//     (replicated) lease and takes it over when it ends, and the effect runs
+//     again, as after a crash before Complete.
+//   - Release: the key is free on the master; after a failover the lease
+//     may be back, and expires.
+//
+// With it, a failover that promotes a replica which acknowledged loses no
+// acknowledged write (with several replicas per master, promote the most
+// up-to-date: Redis Cluster and Sentinel do). The client's ReadTimeout must
+// exceed timeout, or a WAIT that is still waiting is cut as a timeout.
+// Prefer min-replicas-to-write on the servers when every client of the
+// Redis should be held to it (docs/scale.md).
+func WithWaitReplicas(n int, timeout time.Duration) Option {
+	return func(c *config) { c.waitN, c.waitTimeout = n, timeout }
+}
+
 // Store is a [keystore.Store] on Redis. See the package documentation.
 type Store struct {
-	conn       *batcher // sends the scripts, sharing pipelines under load
-	base       string   // PREFIX{scope}:
-	counterKey string   // the scope's token counter: no expiry; if it is lost, the next Reserve restarts it from Redis's clock (see the package doc)
-	prefix     string
-	maxResult  int
+	conn      *batcher // sends the scripts, sharing pipelines under load
+	prefix    string
+	scope     string
+	buckets   int    // hash tags per scope; 1: the tag is the scope alone
+	base      string // PREFIX{scope}: when buckets is 1
+	maxResult int
+	wait      *waitReplicas // nil: writes are not waited for
 }
 
 // New returns a store on rdb: a *redis.Client, a Sentinel failover client
 // or a *redis.ClusterClient. The store does not own rdb and never closes it.
 // Bad options return an error wrapping idem.ErrInvalidOption.
 func New(rdb redis.UniversalClient, opts ...Option) (*Store, error) {
-	cfg := config{prefix: DefaultPrefix, scope: keystore.DefaultScope, maxResult: keystore.DefaultMaxResultSize, inFlight: DefaultMaxInFlight}
-	if _, ok := rdb.(*redis.AutoPipeliner); ok {
+	cfg := config{prefix: DefaultPrefix, scope: keystore.DefaultScope, maxResult: keystore.DefaultMaxResultSize, inFlight: DefaultMaxInFlight, buckets: 1}
+	_, auto := rdb.(*redis.AutoPipeliner)
+	if auto {
 		cfg.inFlight = 0
 	}
 	for _, o := range opts {
@@ -86,26 +142,57 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("%w: redisstore: max result size %d is negative", idem.ErrInvalidOption, cfg.maxResult)
 	case cfg.inFlight < 0:
 		return nil, fmt.Errorf("%w: redisstore: max in flight %d is negative", idem.ErrInvalidOption, cfg.inFlight)
+	case cfg.buckets < 1 || cfg.buckets > MaxBuckets:
+		return nil, fmt.Errorf("%w: redisstore: %d buckets: want 1 to %d", idem.ErrInvalidOption, cfg.buckets, MaxBuckets)
+	case cfg.waitN < 0 || (cfg.waitN > 0 && cfg.waitTimeout < time.Millisecond):
+		return nil, fmt.Errorf("%w: redisstore: wait for %d replicas with timeout %v: want n ≥ 0 and a timeout of at least 1ms", idem.ErrInvalidOption, cfg.waitN, cfg.waitTimeout)
+	case cfg.waitN > 0 && auto:
+		return nil, fmt.Errorf("%w: redisstore: WithWaitReplicas needs a client whose pipelines keep one connection, not an *AutoPipeliner", idem.ErrInvalidOption)
 	}
 	if err := keystore.ValidateScope(cfg.scope); err != nil {
 		return nil, fmt.Errorf("%w: redisstore: %w", idem.ErrInvalidOption, err)
 	}
-	base := cfg.prefix + "{" + cfg.scope + "}:"
-	return &Store{conn: &batcher{rdb: rdb, slots: cfg.inFlight}, prefix: cfg.prefix, base: base, counterKey: base + "t", maxResult: cfg.maxResult}, nil
+	s := &Store{conn: &batcher{rdb: rdb, slots: cfg.inFlight}, prefix: cfg.prefix, scope: cfg.scope, buckets: cfg.buckets, maxResult: cfg.maxResult}
+	s.base = s.prefix + "{" + s.scope + "}:"
+	if cfg.waitN > 0 {
+		s.wait = &waitReplicas{n: cfg.waitN, ms: cfg.waitTimeout.Milliseconds()}
+	}
+	return s, nil
 }
 
 // Scope returns a view of the same Redis in which keys live in the scope
-// name, under the hash tag {name}: all keys of one scope are in one Cluster
-// slot, and each scope has its own token counter. It implements
-// [keystore.Scoper].
+// name: under the hash tag {name} (one Cluster slot for the whole scope)
+// or, with WithBuckets(n), n > 1, under n tags {name{0} … {name{n-1}, each
+// with its own token counter. It implements [keystore.Scoper].
 func (s *Store) Scope(name string) (keystore.Store, error) {
 	if err := keystore.ValidateScope(name); err != nil {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
 	v := *s
+	v.scope = name
 	v.base = s.prefix + "{" + name + "}:"
-	v.counterKey = v.base + "t"
 	return &v, nil
+}
+
+// tag returns the part of key's Redis keys up to and including the hash
+// tag: PREFIX{scope}: with one bucket, PREFIX{scope{b}: with more, b the
+// key's bucket. Scopes cannot contain '{', so no scope's tag is another
+// scope's bucket tag.
+func (s *Store) tag(key string) string {
+	if s.buckets == 1 {
+		return s.base
+	}
+	return s.prefix + "{" + s.scope + "{" + strconv.Itoa(bucketOf(key, s.buckets)) + "}:"
+}
+
+// bucketOf is key's bucket: FNV-1a (32 bits) of the key modulo n.
+func bucketOf(key string, n int) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h ^= uint32(key[i])
+		h *= 16777619
+	}
+	return int(h % uint32(n))
 }
 
 // MaxResultSize returns the largest result Complete accepts.
@@ -115,7 +202,11 @@ func (s *Store) MaxResultSize() int { return s.maxResult }
 // Its value is six MessagePack values (state, token, expiry, nonce,
 // fingerprint, result). Keys written by versions before the string format
 // lived under "k:" as hashes; they are ignored and expire on their own.
-func (s *Store) RedisKey(key string) string { return s.base + "s:" + key }
+func (s *Store) RedisKey(key string) string { return s.tag(key) + "s:" + key }
+
+// CounterKey returns the Redis key of the token counter that key's bucket
+// uses, for operators and tests. It has no expiry.
+func (s *Store) CounterKey(key string) string { return s.tag(key) + "t" }
 
 // Reserve implements [keystore.Store.Reserve] with one Lua script (EVALSHA,
 // falling back to EVAL): one round trip, atomic on the server. The lease is
@@ -133,8 +224,13 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 	var nonce [12]byte
 	_, _ = rand.Read(nonce[:])
 	ms := millis(lease)
-	cmd, err := eval(ctx, s, redis.NewStringCmd, reserveScript, 2, s.RedisKey(key), s.counterKey, fp, ms, nonce[:])
+	tag := s.tag(key)
+	rkey := tag + "s:" + key
+	cmd, err := eval(ctx, s, rkey, redis.NewStringCmd, reserveScript, 2, rkey, tag+"t", fp, ms, nonce[:])
 	if err != nil {
+		if errors.Is(err, ErrNotReplicated) {
+			s.releaseUnreplicated(ctx, rkey, cmd.Val())
+		}
 		return keystore.Claim{}, fmt.Errorf("redisstore: reserve: %w", err)
 	}
 	code, token, exp, result, takeover, err := parseReserve(cmd.Val())
@@ -199,18 +295,29 @@ func newScript(src string) script { return script{src: src, hash: redis.NewScrip
 // again. args are the key count, the keys and the arguments. newCmd makes the
 // command that reads the reply (a StringCmd reads a flat string without the
 // generic reply's allocations).
-func eval[C redis.Cmder](ctx context.Context, s *Store, newCmd func(context.Context, ...any) C, sc script, args ...any) (C, error) {
+// rkey is the Redis key the script writes, which routes the script and
+// its WAIT to the key's master when the store waits for replicas.
+func eval[C redis.Cmder](ctx context.Context, s *Store, rkey string, newCmd func(context.Context, ...any) C, sc script, args ...any) (C, error) {
 	a := make([]any, 2, 2+len(args))
 	a[0], a[1] = "evalsha", sc.hash
 	a = append(a, args...)
 	cmd := newCmd(ctx, a...)
-	err := s.conn.process(ctx, cmd)
+	err := s.send(ctx, rkey, cmd)
 	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
 		a[0], a[1] = "eval", sc.src
 		cmd = newCmd(ctx, a...)
-		err = s.conn.process(ctx, cmd)
+		err = s.send(ctx, rkey, cmd)
 	}
 	return cmd, err
+}
+
+// send runs cmd through the batcher or, when the store waits for
+// replicas, with its WAIT on one connection to the key's master.
+func (s *Store) send(ctx context.Context, rkey string, cmd redis.Cmder) error {
+	if s.wait == nil {
+		return s.conn.process(ctx, cmd)
+	}
+	return s.wait.process(ctx, s.conn.rdb, rkey, cmd)
 }
 
 // Complete implements [keystore.Store.Complete] with one Lua script; the
@@ -228,7 +335,8 @@ func (s *Store) Complete(ctx context.Context, c keystore.Claim, result []byte, t
 		result = []byte{}
 	}
 	ms := millis(ttl)
-	cmd, err := eval(ctx, s, redis.NewIntCmd, completeScript, 1, s.RedisKey(c.Key), strconv.FormatUint(c.Token, 10), result, ms)
+	rkey := s.RedisKey(c.Key)
+	cmd, err := eval(ctx, s, rkey, redis.NewIntCmd, completeScript, 1, rkey, strconv.FormatUint(c.Token, 10), result, ms)
 	if err != nil {
 		return fmt.Errorf("redisstore: complete: %w", err)
 	}
@@ -248,7 +356,8 @@ func (s *Store) Release(ctx context.Context, c keystore.Claim) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("redisstore: release: %w", err)
 	}
-	cmd, err := eval(ctx, s, redis.NewIntCmd, releaseScript, 1, s.RedisKey(c.Key), strconv.FormatUint(c.Token, 10))
+	rkey := s.RedisKey(c.Key)
+	cmd, err := eval(ctx, s, rkey, redis.NewIntCmd, releaseScript, 1, rkey, strconv.FormatUint(c.Token, 10))
 	if err != nil {
 		return fmt.Errorf("redisstore: release: %w", err)
 	}

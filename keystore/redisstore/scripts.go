@@ -18,8 +18,9 @@ package redisstore
 // stays visible for a while and its successor learns that it is a takeover.
 // Every script sets the PX expiry in the same atomic step as the write, so no
 // crash or lost reply can leave a key that never expires. Tokens come from a
-// counter key per scope, in the same Cluster slot as the scope's keys. Lua
-// numbers are doubles: times in ms and tokens (about 2^51) are exact.
+// counter key per bucket of a scope (see WithBuckets), in the same Cluster
+// slot as the bucket's keys. Lua numbers are doubles: times in ms and tokens
+// (microseconds since 1970, about 2^51) are exact.
 
 // reserveScript: KEYS[1] key, KEYS[2] token counter; ARGV fingerprint ("" =
 // none), lease ms, nonce. Returns one string, "code token expires takeover "
@@ -52,15 +53,22 @@ if v then
 		takeover = 1
 	end
 end
--- A missing counter (INCR answers 1) restarts at the current time in
--- microseconds, so tokens keep increasing even if Redis lost the counter
--- (restart without persistence, failover): far more microseconds pass than
--- tokens are issued.
-local token = redis.call('INCR', KEYS[2])
-if token == 1 then
-	token = tonumber(t[1]) * 1000000 + tonumber(t[2]) + 1
-	redis.call('SET', KEYS[2], token)
+-- The token is the counter plus one, or Redis's clock in microseconds if
+-- that is higher, and is stored back. A counter that was lost (a restart
+-- without persistence) or rolled back (a restart from an older snapshot, a
+-- failover to a replica that lagged) is so overtaken by the clock: every
+-- token issued before was at most the clock of its moment (Redis issues
+-- far fewer than one token per microsecond per bucket), and that moment
+-- has passed.
+local c = redis.call('GET', KEYS[2])
+local token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if c then
+	c = tonumber(c) + 1
+	if c > token then
+		token = c
+	end
 end
+redis.call('SET', KEYS[2], string.format('%d', token))
 local lease = tonumber(ARGV[2])
 local e = now + lease
 redis.call('SET', KEYS[1], cmsgpack.pack(1, token, e, ARGV[3], ARGV[1], ''), 'PX', lease + math.max(lease, 60000))

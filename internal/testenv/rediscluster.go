@@ -1,0 +1,369 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisServer is a redis-server process a test owns: it can be killed,
+// restarted on the same directory (and so the same dump.rdb and
+// nodes.conf), and is stopped when the test ends (or by [Main]).
+type RedisServer struct {
+	Addr string
+	Dir  string // the server's working directory: dump.rdb, nodes.conf, server.log
+
+	bin  string
+	args []string
+	mu   sync.Mutex
+	srv  *server // nil while killed
+}
+
+// StartRedis starts a redis-server of its own for t on a free port, in a
+// temp dir, with persistence off unless args say otherwise (args are
+// redis-server flags such as "--save", "60 1"). It skips (fails under CI)
+// when redis-server is missing.
+func StartRedis(t testing.TB, args ...string) *RedisServer {
+	t.Helper()
+	r, err := newRedisServer(args...)
+	if err != nil {
+		Missing(t, "Redis", redisInstall, err)
+	}
+	t.Cleanup(r.stop)
+	return r
+}
+
+func newRedisServer(args ...string) (*RedisServer, error) {
+	bin, err := findBinary("redis-server", "/usr/bin", "/usr/local/bin")
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "idem-redis-")
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	r := &RedisServer{Addr: fmt.Sprintf("127.0.0.1:%d", port), Dir: dir, bin: bin}
+	r.args = append([]string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "",
+		"--appendonly", "no", "--dir", dir, "--protected-mode", "no", "--enable-debug-command", "local"}, args...)
+	if err := r.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return r, nil
+}
+
+// Start starts the server again after [RedisServer.Kill], on the same
+// directory and port, and waits until it answers PING.
+func (r *RedisServer) Start() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.srv != nil {
+		return fmt.Errorf("redis %s is running", r.Addr)
+	}
+	s, err := start(r.Dir, nil, r.bin, r.args...)
+	if err != nil {
+		return err
+	}
+	r.srv = s
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1, DialTimeout: time.Second})
+	defer rdb.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := rdb.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || s.cmd.ProcessState != nil {
+			return fmt.Errorf("redis %s did not answer: %v; log:\n%s", r.Addr, err, s.logTail())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Kill kills the server with SIGKILL (no save, no goodbye to replicas or
+// clients) and waits for it to exit. Its directory stays.
+func (r *RedisServer) Kill() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.srv == nil {
+		return
+	}
+	_ = syscall.Kill(-r.srv.cmd.Process.Pid, syscall.SIGKILL)
+	_ = r.srv.cmd.Wait()
+	r.srv.logf.Close()
+	r.srv = nil
+}
+
+// Client returns a client of this server alone, closed when t ends.
+func (r *RedisServer) Client(t testing.TB) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+func (r *RedisServer) stop() {
+	r.Kill()
+	_ = os.RemoveAll(r.Dir)
+}
+
+// RedisCluster is a Redis Cluster of redis-server processes on loopback:
+// Masters masters with one replica each.
+type RedisCluster struct {
+	Nodes []*RedisServer
+}
+
+// RedisClusterConfig shapes [StartRedisCluster]'s cluster.
+type RedisClusterConfig struct {
+	// NodeTimeout is cluster-node-timeout: how long a master may be
+	// unreachable before its replica is promoted (default 1 s, so that
+	// failover tests are short; production clusters use 5 s or more).
+	NodeTimeout time.Duration
+	// Args are extra redis-server flags for every node.
+	Args []string
+}
+
+// StartRedisCluster starts a 6-node Redis Cluster of its own for t (3
+// masters, 3 replicas, `redis-cli --cluster create … --cluster-replicas
+// 1`), on free ports, and waits until every node reports cluster_state:ok.
+// It is torn down when t ends. It skips (fails under CI) without
+// redis-server and redis-cli.
+func StartRedisCluster(t testing.TB, cfg RedisClusterConfig) *RedisCluster {
+	t.Helper()
+	c, err := newRedisCluster(cfg)
+	if err != nil {
+		Missing(t, "Redis Cluster (redis-server, redis-cli)", redisInstall+" redis-tools", err)
+	}
+	t.Cleanup(c.stop)
+	return c
+}
+
+var rc struct {
+	once sync.Once
+	c    *RedisCluster
+	err  error
+}
+
+// RedisClusterAddrs returns the addresses of a 6-node Redis Cluster
+// started on first use and shared by the tests of this binary (give each
+// test its own key prefix); it is stopped by [Main]. Tests that kill nodes
+// start their own with [StartRedisCluster]. IDEM_TEST_REDIS_CLUSTER
+// (comma-separated host:port) names an existing cluster instead.
+func RedisClusterAddrs(t testing.TB) []string {
+	t.Helper()
+	if a := os.Getenv("IDEM_TEST_REDIS_CLUSTER"); a != "" {
+		return strings.Split(a, ",")
+	}
+	rc.once.Do(func() {
+		rc.c, rc.err = newRedisCluster(RedisClusterConfig{})
+		if rc.err == nil {
+			onStop(rc.c.stop)
+		}
+	})
+	if rc.err != nil {
+		Missing(t, "Redis Cluster (redis-server, redis-cli)", redisInstall+" redis-tools", rc.err)
+	}
+	return rc.c.Addrs()
+}
+
+func newRedisCluster(cfg RedisClusterConfig) (*RedisCluster, error) {
+	if cfg.NodeTimeout == 0 {
+		cfg.NodeTimeout = time.Second
+	}
+	cli, err := findBinary("redis-cli", "/usr/bin", "/usr/local/bin")
+	if err != nil {
+		return nil, err
+	}
+	c := &RedisCluster{}
+	args := append([]string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+		"--cluster-node-timeout", fmt.Sprint(cfg.NodeTimeout.Milliseconds()),
+		// A replica cut off from its master for long may still be
+		// promoted: the failover tests cut replication on purpose.
+		"--cluster-replica-validity-factor", "0",
+		"--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"}, cfg.Args...)
+	for range 6 {
+		n, err := newRedisServer(args...)
+		if err != nil {
+			c.stop()
+			return nil, err
+		}
+		c.Nodes = append(c.Nodes, n)
+	}
+	create := append([]string{"--cluster", "create"}, c.Addrs()...)
+	create = append(create, "--cluster-replicas", "1", "--cluster-yes")
+	if out, err := exec.Command(cli, create...).CombinedOutput(); err != nil {
+		c.stop()
+		return nil, fmt.Errorf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	if err := c.WaitHealthy(30 * time.Second); err != nil {
+		c.stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Addrs returns every node's host:port.
+func (c *RedisCluster) Addrs() []string {
+	var a []string
+	for _, n := range c.Nodes {
+		a = append(a, n.Addr)
+	}
+	return a
+}
+
+// WaitHealthy waits until every running node reports cluster_state:ok and
+// every slot is served by a master that answers, with every master's
+// replica online.
+func (c *RedisCluster) WaitHealthy(d time.Duration) error {
+	deadline := time.Now().Add(d)
+	var last string
+	for time.Now().Before(deadline) {
+		ok := true
+		for _, n := range c.Nodes {
+			n.mu.Lock()
+			up := n.srv != nil
+			n.mu.Unlock()
+			if !up {
+				continue
+			}
+			info, err := nodeCmd(n.Addr, "cluster", "info")
+			if err != nil || !strings.Contains(info, "cluster_state:ok") {
+				ok, last = false, fmt.Sprintf("%s: %v %.60q", n.Addr, err, info)
+				break
+			}
+		}
+		if ok {
+			if _, err := c.Masters(); err == nil {
+				return nil
+			} else {
+				last = err.Error()
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("redis cluster not healthy after %v: %s", d, last)
+}
+
+// Masters returns the indexes in Nodes of the masters that serve slots,
+// by CLUSTER NODES of a running node, or an error while a master that
+// serves slots is marked failed.
+func (c *RedisCluster) Masters() ([]int, error) {
+	for _, n := range c.Nodes {
+		out, err := nodeCmd(n.Addr, "cluster", "nodes")
+		if err != nil {
+			continue
+		}
+		var masters []int
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 8 || !strings.Contains(f[2], "master") {
+				continue
+			}
+			if len(f) == 8 { // no slots
+				continue
+			}
+			if strings.Contains(f[2], "fail") {
+				return nil, fmt.Errorf("master %s is %s", f[1], f[2])
+			}
+			addr := f[1]
+			if i := strings.IndexByte(addr, '@'); i >= 0 {
+				addr = addr[:i]
+			}
+			for i, m := range c.Nodes {
+				if m.Addr == addr {
+					masters = append(masters, i)
+				}
+			}
+		}
+		return masters, nil
+	}
+	return nil, fmt.Errorf("no node answers CLUSTER NODES")
+}
+
+// MasterOf returns the index of the node that serves key's slot and of
+// its replica.
+func (c *RedisCluster) MasterOf(key string) (master, replica int, err error) {
+	for _, n := range c.Nodes {
+		rdb := redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
+		s, err := rdb.ClusterKeySlot(context.Background(), key).Result()
+		if err != nil {
+			rdb.Close()
+			continue
+		}
+		shards, err := rdb.ClusterShards(context.Background()).Result()
+		rdb.Close()
+		if err != nil {
+			continue
+		}
+		for _, sh := range shards {
+			in := false
+			for _, r := range sh.Slots {
+				if s >= r.Start && s <= r.End {
+					in = true
+				}
+			}
+			if !in {
+				continue
+			}
+			master, replica = -1, -1
+			for _, nd := range sh.Nodes {
+				for i, m := range c.Nodes {
+					if m.Addr == fmt.Sprintf("%s:%d", nd.IP, nd.Port) {
+						if nd.Role == "master" {
+							master = i
+						} else {
+							replica = i
+						}
+					}
+				}
+			}
+			if master >= 0 && replica >= 0 {
+				return master, replica, nil
+			}
+		}
+	}
+	return -1, -1, fmt.Errorf("no node knows the master and replica of %q", key)
+}
+
+func (c *RedisCluster) stop() {
+	for _, n := range c.Nodes {
+		n.stop()
+	}
+}
+
+// nodeCmd runs one command on addr with a short timeout and returns its
+// reply as text.
+func nodeCmd(addr string, args ...any) (string, error) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 500 * time.Millisecond, ReadTimeout: time.Second})
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	v, err := rdb.Do(ctx, args...).Text()
+	return v, err
+}
+
+// CopyFile copies src to dst (a dump.rdb kept for a later restore).
+func CopyFile(dst, src string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o644)
+}
+
+// RDB returns the path of the server's snapshot file.
+func (r *RedisServer) RDB() string { return filepath.Join(r.Dir, "dump.rdb") }
