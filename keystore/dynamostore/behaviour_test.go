@@ -228,18 +228,20 @@ func TestTakeoverAndStaleComplete(t *testing.T) {
 	}
 }
 
-// TestClockSkew: host B's clock is 3 s ahead of host A's. With a skew margin
-// above that (5 s), B does not take A's lease before A's clock says it
-// ended; with no margin, B takes it over 3 s early, while A still holds it
-// by its own clock: the hazard the margin is for.
+// TestClockSkew: host B's clock is 12 s ahead of host A's, and A holds a
+// 10 s lease. With a skew margin above the skew (15 s), B does not take the
+// lease before A's clock says it ended; with no margin, B takes it over at
+// once, while A still holds it by its own clock: the hazard the margin is
+// for. Fencing still refuses A's late Complete.
 func TestClockSkew(t *testing.T) {
 	api, _ := client(t, "")
 	ctx := context.Background()
 	a := &clock{}
 	b := &clock{}
-	b.advance(3 * time.Second)
-	sa := newStore(t, api, dynamostore.WithClock(a.now), dynamostore.WithClockSkew(5*time.Second))
-	safe, err := dynamostore.New(api, sa.Table(), dynamostore.WithClock(b.now), dynamostore.WithClockSkew(5*time.Second))
+	b.advance(12 * time.Second)
+	const margin = 15 * time.Second
+	sa := newStore(t, api, dynamostore.WithClock(a.now), dynamostore.WithClockSkew(margin))
+	safe, err := dynamostore.New(api, sa.Table(), dynamostore.WithClock(b.now), dynamostore.WithClockSkew(margin))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,28 +249,27 @@ func TestClockSkew(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held, err := sa.Reserve(ctx, "k", nil, 2*time.Second) // ends at A's now + 2 s = B's now − 1 s
+	held, err := sa.Reserve(ctx, "k", nil, 10*time.Second) // ends at A's now + 10 s = B's now − 2 s
 	if err != nil || held.State != keystore.Acquired {
 		t.Fatalf("%+v %v", held, err)
 	}
 	if c, err := safe.Reserve(ctx, "k", nil, time.Minute); err != nil || c.State != keystore.InProgress || !c.Expires.Equal(held.Expires) {
-		t.Fatalf("B with a 5 s margin: %+v %v; want in progress until %v", c, err, held.Expires)
-	}
-	if !a.now().Before(held.Expires) {
-		t.Fatal("test too slow: A's lease ended by A's clock")
+		t.Fatalf("B with a 15 s margin: %+v %v; want in progress until %v", c, err, held.Expires)
 	}
 	c, err := unsafe.Reserve(ctx, "k", nil, time.Minute)
 	if err != nil || c.State != keystore.Acquired || !c.Takeover {
-		t.Fatalf("B with no margin: %+v %v; want a takeover (3 s early, by A's clock)", c, err)
+		t.Fatalf("B with no margin: %+v %v; want a takeover (early, by A's clock)", c, err)
 	}
-	// A's lease is lost by fencing, not by A's clock: its Complete fails.
+	if !a.now().Before(held.Expires) {
+		t.Fatal("test too slow: A's lease ended by A's clock before B took it over")
+	}
 	if err := sa.Complete(ctx, held, nil, time.Hour); !errors.Is(err, keystore.ErrLeaseLost) {
 		t.Fatalf("A's Complete after B's early takeover: %v", err)
 	}
 
-	// With the margin, B takes over once its clock is past the end plus 5 s.
-	held2, _ := sa.Reserve(ctx, "k2", nil, 2*time.Second)
-	b.advance(4*time.Second + time.Millisecond) // B's now = A's end + 5 s + 1 ms
+	// With the margin, B takes over once its clock is past the end plus 15 s.
+	held2, _ := sa.Reserve(ctx, "k2", nil, 10*time.Second)
+	b.advance(13*time.Second + time.Millisecond) // B's now ≥ A's end + 15 s + 1 ms
 	if c, err := safe.Reserve(ctx, "k2", nil, time.Minute); err != nil || c.State != keystore.Acquired || c.Token <= held2.Token {
 		t.Fatalf("B past the end plus the margin: %+v %v; want acquired above %d", c, err, held2.Token)
 	}
