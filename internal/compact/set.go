@@ -36,17 +36,25 @@ type rec struct {
 // consecutive sequence numbers from seq and times base+off, base being the
 // latest rebase at or before the record (a record more than 2³² ns after
 // the current base adds a rebase, so sparse arrivals cost 12 bytes a
-// rebase rather than a chunk each); a record whose sequence or aux value
-// would not fit starts a new chunk. The record arrays hold no pointers, so
+// rebase rather than a chunk each); a record whose sequence would not fit
+// starts a new chunk. Aux values (Sets made with NewSetAux) are kept the
+// same way, as a signed byte of skew from auxBase + index, with an aux
+// rebase when the skew would not fit: 1 byte a record while the values
+// run about one apart, as a shard's fencing tokens do. The record arrays hold no pointers, so
 // they cost the garbage collector nothing to scan.
 type chunk struct {
 	base    int64
 	seq     uint64
-	auxBase uint64
 	n       int
 	recs    *[chunkLen]rec    // exactly 16 KiB, a Go size class: no rounding waste
-	aux     *[chunkLen]uint32 // Sets made WithAux: aux − auxBase per record
+	skew    *[chunkLen]int8 // Sets made with NewSetAux
 	rebases []rebase
+	auxes   []auxRebase // the first at index 0
+}
+
+type auxRebase struct {
+	from int
+	base uint64 // aux of record i is base + i + skew[i]
 }
 
 type rebase struct {
@@ -83,8 +91,9 @@ func (c *chunk) lastBase() int64 {
 
 func (c *chunk) get(i int) Rec {
 	r := Rec{T: c.time(i), Seq: c.seq + uint64(i)}
-	if c.aux != nil {
-		r.Aux = c.auxBase + uint64(c.aux[i])
+	if c.skew != nil {
+		k := sort.Search(len(c.auxes), func(k int) bool { return c.auxes[k].from > i }) - 1
+		r.Aux = c.auxes[k].base + uint64(i) + uint64(int64(c.skew[i]))
 	}
 	return r
 }
@@ -114,8 +123,8 @@ func NewSet() *Set {
 	return &Set{idx: newIndex(minGroups), homeMask: ^uint32(0)}
 }
 
-// NewSetAux returns an empty set that also keeps Rec.Aux: 20 bytes a
-// record plus the index.
+// NewSetAux returns an empty set that also keeps Rec.Aux: 17 bytes a
+// record plus the index while aux values run about one apart.
 func NewSetAux() *Set {
 	s := NewSet()
 	s.hasAux = true
@@ -176,13 +185,11 @@ func (s *Set) check(id uint32, fp FP) (Rec, bool) {
 
 // Append adds a record for fp, which the caller has checked is absent. Its
 // time must not be before the newest record's; a sequence that does not
-// follow the newest record's, or an aux value more than 2³¹ away from the
-// first of its chunk, starts a new chunk. It returns ErrFull, adding
+// follow the newest record's starts a new chunk. It returns ErrFull, adding
 // nothing, when the set holds MaxRecords records or their ids would wrap.
 func (s *Set) Append(fp FP, r Rec) error {
 	c := s.tail()
-	if c == nil || c.n == chunkLen || r.T < c.lastBase() || r.Seq != c.seq+uint64(c.n) ||
-		(s.hasAux && r.Aux-c.auxBase > 1<<32-1) { // below auxBase wraps to a large value
+	if c == nil || c.n == chunkLen || r.T < c.lastBase() || r.Seq != c.seq+uint64(c.n) {
 		if s.count >= MaxRecords || len(s.chunks) >= MaxRecords/chunkLen {
 			return fmt.Errorf("%w: %d records in %d chunks", ErrFull, s.count, len(s.chunks))
 		}
@@ -192,8 +199,14 @@ func (s *Set) Append(fp FP, r Rec) error {
 	}
 	i := c.n
 	c.recs[i] = rec{lo: fp.Lo, hi: fp.Hi, off: uint32(r.T - c.lastBase())}
-	if c.aux != nil {
-		c.aux[i] = uint32(r.Aux - c.auxBase)
+	if c.skew != nil {
+		base := c.auxes[len(c.auxes)-1].base
+		d := int64(r.Aux - base - uint64(i))
+		if d < -128 || d > 127 {
+			c.auxes = append(c.auxes, auxRebase{from: i, base: r.Aux - uint64(i)})
+			d = 0
+		}
+		c.skew[i] = int8(d)
 	}
 	c.n++
 	s.count++
@@ -204,6 +217,25 @@ func (s *Set) Append(fp FP, r Rec) error {
 	}
 	s.idx.insert(s.homeBits(fp), tagOf(fp), id)
 	return nil
+}
+
+// Newest returns the time of the newest record.
+func (s *Set) Newest() (t int64, ok bool) {
+	c := s.tail()
+	if c == nil || c.n == 0 {
+		return 0, false
+	}
+	return c.time(c.n - 1), true
+}
+
+// NextSeq returns the sequence that continues the newest chunk, for
+// callers that do not number their records: appending with it never
+// starts a chunk early.
+func (s *Set) NextSeq() uint64 {
+	if c := s.tail(); c != nil {
+		return c.seq + uint64(c.n)
+	}
+	return 0
 }
 
 // Oldest returns the time of the oldest record.
@@ -265,11 +297,11 @@ func (s *Set) Bytes() int {
 	}
 	per := chunkLen * 16
 	if s.hasAux {
-		per += chunkLen * 4
+		per += chunkLen
 	}
 	b := n*per + s.idx.bytes() + cap(s.chunks)*int(unsafe.Sizeof(chunk{}))
 	for i := range s.chunks {
-		b += cap(s.chunks[i].rebases) * int(unsafe.Sizeof(rebase{}))
+		b += cap(s.chunks[i].rebases)*int(unsafe.Sizeof(rebase{})) + cap(s.chunks[i].auxes)*int(unsafe.Sizeof(auxRebase{}))
 	}
 	return b
 }
@@ -293,9 +325,7 @@ func (s *Set) newChunk(r Rec) *chunk {
 	}
 	c := chunk{base: r.T, seq: r.Seq, recs: recs}
 	if s.hasAux {
-		// Aux values (tokens) may come a little out of order: accept
-		// 2³¹ either side of the first.
-		c.aux, c.auxBase = new([chunkLen]uint32), r.Aux-min(r.Aux, 1<<31)
+		c.skew, c.auxes = new([chunkLen]int8), []auxRebase{{from: 0, base: r.Aux}}
 	}
 	s.chunks = append(s.chunks, c)
 	return &s.chunks[len(s.chunks)-1]

@@ -62,6 +62,10 @@ func TestSetMatchesModel(t *testing.T) {
 							token -= min(token, rapid.Uint64Range(0, 1<<33).Draw(rt, "back"))
 						case 1:
 							token += rapid.Uint64Range(0, 1<<34).Draw(rt, "fwd")
+						case 2, 3:
+							token += rapid.Uint64Range(0, 9).Draw(rt, "small")
+						case 4:
+							token -= min(token, rapid.Uint64Range(0, 9).Draw(rt, "smallback"))
 						default:
 							token++
 						}
