@@ -52,6 +52,11 @@ func (s *Store) ttlAttr(expMs int64) types.AttributeValue {
 // recognises its own lease by a per-call nonce and answers Acquired.
 // Throttling is retried by the client's retryer and then returned as an
 // error: fail closed.
+//
+// Crash: a process that dies after the write leaves the key in progress
+// until its lease, plus the skew margin, has passed by the next caller's
+// clock; that caller then takes it over with a higher token (Takeover
+// true). One that dies before the write lands leaves nothing.
 func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.Duration) (keystore.Claim, error) {
 	if err := keystore.ValidateReserve(key, fp, lease); err != nil {
 		return keystore.Claim{}, err
@@ -217,6 +222,11 @@ func (s *Store) fenced(ctx context.Context, op string, c keystore.Claim, update 
 // it runs to its answer once sent; a Complete whose answer was lost and
 // that is repeated (by the SDK or the caller) finds the key done under its
 // own token and returns nil, keeping the first result.
+//
+// Crash: a process that dies before the write lands leaves the key in
+// progress under its lease, which then expires and lets a retry run the
+// effect again (send the key downstream too); one that dies after it leaves
+// the key done.
 func (s *Store) Complete(ctx context.Context, c keystore.Claim, result []byte, ttl time.Duration) error {
 	if err := keystore.ValidateComplete(c, result, ttl, s.maxResult); err != nil {
 		return err
@@ -239,6 +249,9 @@ func (s *Store) Complete(ctx context.Context, c keystore.Claim, result []byte, t
 // released, keeping its token, so that the next Reserve's token is higher
 // (DynamoDB's TTL deletes it later). A Release repeated after a lost answer
 // finds the key released under its own token and returns nil.
+//
+// Crash: if the process dies before the write lands, the lease expires on
+// its own, later.
 func (s *Store) Release(ctx context.Context, c keystore.Claim) error {
 	if err := keystore.ValidateRelease(c); err != nil {
 		return err
@@ -258,6 +271,9 @@ func (s *Store) Release(ctx context.Context, c keystore.Claim) error {
 // can have started. It is the fenced renewal that keystore's Extender
 // interface describes. If it returns an error that is not ErrLeaseLost,
 // the lease may or may not have been renewed: keep the old Expires.
+//
+// Crash: a renewal that did not land leaves the old lease, which expires as
+// if Extend had not been called.
 func (s *Store) Extend(ctx context.Context, c keystore.Claim, lease time.Duration) (keystore.Claim, error) {
 	if err := keystore.ValidateRelease(c); err != nil {
 		return keystore.Claim{}, err
