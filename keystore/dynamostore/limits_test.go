@@ -128,16 +128,21 @@ func TestItemSize(t *testing.T) {
 	}
 }
 
-// TestMigrate: Migrate is idempotent, and refuses a table with another key
-// schema.
+// TestMigrate: Migrate creates an on-demand table and waits until it is
+// ACTIVE, is idempotent, and refuses a table with another key schema.
 func TestMigrate(t *testing.T) {
 	api, _ := client(t, "")
 	s := newStore(t, api)
 	if err := s.Migrate(context.Background()); err != nil {
 		t.Fatalf("second Migrate: %v", err)
 	}
+	desc, err := api.DescribeTable(context.Background(), &dynamodb.DescribeTableInput{TableName: aws.String(s.Table())})
+	if err != nil || desc.Table.TableStatus != types.TableStatusActive || desc.Table.BillingModeSummary == nil ||
+		desc.Table.BillingModeSummary.BillingMode != types.BillingModePayPerRequest {
+		t.Fatalf("table after Migrate: %+v %v; want ACTIVE and PAY_PER_REQUEST", desc, err)
+	}
 	other := newTable(t, api)
-	_, err := api.CreateTable(context.Background(), &dynamodb.CreateTableInput{
+	_, err = api.CreateTable(context.Background(), &dynamodb.CreateTableInput{
 		TableName: &other, BillingMode: types.BillingModePayPerRequest,
 		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
 		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}},
