@@ -2,7 +2,9 @@
 // single-process services, and as a reference for the other stores.
 //
 // Exact means every key is kept until it expires, never approximated by a
-// filter, and never evicted while live: when the store holds its maximum
+// filter (completed keys without a result are kept as 96-bit keyed
+// fingerprints, exact below the bound given under Memory), and never
+// evicted while live: when the store holds its maximum
 // number of keys ([WithMaxKeys]) and none has expired, Reserve returns
 // [ErrFull] instead of forgetting a key whose effect could then run twice.
 //
@@ -14,6 +16,23 @@
 // scans for expired keys before answering ErrFull (each shard skipped
 // unless its earliest expiry has passed); and [Store.Sweep] removes them all
 // on request.
+//
+// # Memory
+//
+// A key completed with an empty result and no request fingerprint (what
+// [keystore.Do] stores for a nil result) moves to a compact tier: a 96-bit
+// keyed fingerprint of scope and key, its exact expiry and its exact
+// fencing token, 17 bytes in expiry order plus an index slot, about 26
+// bytes a key (150.9 before issue 16) in memory the garbage collector does
+// not scan; the tier drops expired keys from its front, a cheap step each
+// call takes. Such keys are then compared by fingerprint, not byte for
+// byte: a new key is wrongly found completed with probability n/2⁹⁶ among
+// n such keys (any pair collides with about n²/2⁹⁷: 6.3×10⁻¹² at 10⁹ keys),
+// and the key, drawn from crypto/rand per store, keeps crafted keys from
+// colliding on purpose. A completion whose expiry is earlier than the
+// tier's newest (a shorter TTL after a longer one) stays in the map tier,
+// as do keys in progress, keys with a result or a fingerprint: about 160
+// bytes a key plus the result and fingerprint bytes.
 //
 // Leases and TTLs are measured by the store's clock, time.Now by default
 // (its monotonic reading, so wall-clock steps do not move them) or the
