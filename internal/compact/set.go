@@ -46,7 +46,7 @@ type chunk struct {
 	base    int64
 	seq     uint64
 	n       int
-	recs    *[chunkLen]rec    // exactly 16 KiB, a Go size class: no rounding waste
+	recs    *[chunkLen]rec  // exactly 16 KiB, a Go size class: no rounding waste
 	skew    *[chunkLen]int8 // Sets made with NewSetAux
 	rebases []rebase
 	auxes   []auxRebase // the first at index 0
