@@ -32,6 +32,7 @@ type KeyLoad struct {
 	mark    time.Time
 
 	calls, refused, doubled, regressions atomic.Int64
+	refusedAtMark                        int64
 }
 
 type loadKey struct {
@@ -43,6 +44,7 @@ type loadKey struct {
 // KeyLoadReport is what [KeyLoad.Verify] found.
 type KeyLoadReport struct {
 	Calls, Refused int64 // store calls, and those that returned an error
+	RefusedBefore  int64 // of Refused, before Mark
 	Acked          int   // keys whose Complete returned nil
 	Lost           int   // acknowledged keys that Reserve found not done
 	Doubled        int64 // Acquired claims on keys already acknowledged, during the load or at Verify
@@ -53,8 +55,8 @@ type KeyLoadReport struct {
 }
 
 func (r KeyLoadReport) String() string {
-	return fmt.Sprintf("calls %d, refused %d, acknowledged keys %d, lost %d, doubled %d, token regressions %d, outage %.1fs",
-		r.Calls, r.Refused, r.Acked, r.Lost, r.Doubled, r.Regressions, r.Outage.Seconds())
+	return fmt.Sprintf("calls %d, refused %d (%d before the fault), acknowledged keys %d, lost %d, doubled %d, token regressions %d, outage %.1fs",
+		r.Calls, r.Refused, r.RefusedBefore, r.Acked, r.Lost, r.Doubled, r.Regressions, r.Outage.Seconds())
 }
 
 // StartKeyLoad starts workers goroutines on s, with keys named
@@ -76,6 +78,7 @@ func StartKeyLoad(s keystore.Store, prefix string, workers int, lease time.Durat
 func (l *KeyLoad) Mark() {
 	l.mu.Lock()
 	l.mark = time.Now()
+	l.refusedAtMark = l.refused.Load()
 	l.mu.Unlock()
 }
 
@@ -176,10 +179,12 @@ func (l *KeyLoad) Stop() {
 	l.wg.Wait()
 }
 
-// Verify (after Stop) reserves every acknowledged key once more: each must
-// be done. A key found acquired is lost, its token is checked like any
-// other, and it is released.
-func (l *KeyLoad) Verify(ctx context.Context) (KeyLoadReport, error) {
+// Verify (after Stop) reserves every acknowledged key once more, on s (the
+// loaded store, or a view of the same keys that does not wait for
+// replicas the cluster no longer has): each must be done. A key found
+// acquired is lost, its token is checked like any other, and it is
+// released.
+func (l *KeyLoad) Verify(ctx context.Context, s keystore.Store) (KeyLoadReport, error) {
 	l.mu.Lock()
 	var acked []string
 	for key, k := range l.keys {
@@ -193,7 +198,7 @@ func (l *KeyLoad) Verify(ctx context.Context) (KeyLoadReport, error) {
 		var c keystore.Claim
 		var err error
 		for range 20 { // the cluster may still settle
-			if c, err = l.s.Reserve(ctx, key, nil, time.Minute); err == nil {
+			if c, err = s.Reserve(ctx, key, nil, time.Minute); err == nil {
 				break
 			}
 			time.Sleep(250 * time.Millisecond)
@@ -206,7 +211,7 @@ func (l *KeyLoad) Verify(ctx context.Context) (KeyLoadReport, error) {
 		}
 		if c.State == keystore.Acquired {
 			l.acquired(key, c.Token)
-			if err := l.s.Release(ctx, c); err != nil {
+			if err := s.Release(ctx, c); err != nil {
 				return r, fmt.Errorf("verify %s: release: %w", key, err)
 			}
 		}
@@ -215,6 +220,7 @@ func (l *KeyLoad) Verify(ctx context.Context) (KeyLoadReport, error) {
 	r.Doubled, r.Regressions = l.doubled.Load(), l.regressions.Load()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	r.RefusedBefore = l.refusedAtMark
 	if !l.mark.IsZero() {
 		times := slices.Clone(l.okTimes)
 		slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })

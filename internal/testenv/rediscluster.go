@@ -258,6 +258,19 @@ func (c *RedisCluster) WaitHealthy(d time.Duration) error {
 	return fmt.Errorf("redis cluster not healthy after %v: %s", d, last)
 }
 
+// WaitRole waits until node i reports role (master or slave) in INFO
+// replication: a replica's promotion after its master was killed.
+func (c *RedisCluster) WaitRole(i int, role string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if info, err := nodeCmd(c.Nodes[i].Addr, "info", "replication"); err == nil && strings.Contains(info, "role:"+role+"\r\n") {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("node %s not %s after %v", c.Nodes[i].Addr, role, d)
+}
+
 // Masters returns the indexes in Nodes of the masters that serve slots,
 // by CLUSTER NODES of a running node, or an error while a master that
 // serves slots is marked failed.
