@@ -208,6 +208,9 @@ func (in *Inbox) runBatch(ctx context.Context, msgs []Message, set SetHandler, f
 
 // batchFast records all keys with multi-row inserts and applies the new ones.
 func (in *Inbox) batchFast(ctx context.Context, msgs []Message, set SetHandler, fn BatchHandler) ([]Result, error) {
+	if err := in.prepare(ctx); err != nil {
+		return nil, err
+	}
 	tx, err := in.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: begin: %w", err)
@@ -294,6 +297,9 @@ func (in *Inbox) batchFast(ctx context.Context, msgs []Message, set SetHandler, 
 // inserted. On MySQL, which has no RETURNING, it returns errSlowPath unless
 // every key was new.
 func (in *Inbox) insertMany(ctx context.Context, tx *sql.Tx, msgs []Message, idx []int) (map[string]bool, error) {
+	if b := in.bl.Load(); b != nil {
+		return in.bucketInsert(ctx, tx, b, msgs, idx)
+	}
 	inserted := make(map[string]bool, len(idx))
 	for lo := 0; lo < len(idx); lo += maxRowsPerInsert {
 		chunk := idx[lo:min(lo+maxRowsPerInsert, len(idx))]
@@ -319,6 +325,10 @@ func (in *Inbox) insertMany(ctx context.Context, tx *sql.Tx, msgs []Message, idx
 		}
 		rows, err := in.query(ctx, tx, q, args...)
 		if err != nil {
+			if isFrozen(in.dialect, err) {
+				in.isReady.Store(false)
+				return nil, fmt.Errorf("%w: %w", errLayoutChanged, err)
+			}
 			return nil, fmt.Errorf("inbox: record keys: %w", err)
 		}
 		for rows.Next() {
@@ -330,6 +340,10 @@ func (in *Inbox) insertMany(ctx context.Context, tx *sql.Tx, msgs []Message, idx
 			inserted[k] = true
 		}
 		if err := rows.Err(); err != nil {
+			if isFrozen(in.dialect, err) {
+				in.isReady.Store(false)
+				return nil, fmt.Errorf("%w: %w", errLayoutChanged, err)
+			}
 			return nil, fmt.Errorf("inbox: record keys: %w", err)
 		}
 	}
@@ -383,6 +397,9 @@ func (in *Inbox) batchSlowSet(ctx context.Context, msgs []Message, set SetHandle
 // batchSlow runs each message inside its own savepoint: the key insert and
 // the effect roll back together when the handler fails.
 func (in *Inbox) batchSlow(ctx context.Context, msgs []Message, fn BatchHandler) ([]Result, error) {
+	if err := in.prepare(ctx); err != nil {
+		return nil, err
+	}
 	tx, err := in.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: begin: %w", err)

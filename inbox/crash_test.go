@@ -82,8 +82,8 @@ func TestCrash(t *testing.T) {
 						t.Fatal(err)
 					}
 					defer db.Close()
-					in, _ := inbox.New(db, b.d, "wallet-consumer")
-					e := &env{t: t, d: b.d, db: db, in: in}
+					in, _ := inbox.New(db, b.d, "wallet-consumer", b.opts...)
+					e := &env{t: t, d: b.d, db: db, in: in, bucketed: b.d != sqldialect.MySQL && b.opts == nil}
 					if err := in.Migrate(context.Background()); err != nil {
 						t.Fatal(err)
 					}

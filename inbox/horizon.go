@@ -29,8 +29,15 @@ func (in *Inbox) ready(ctx context.Context) error {
 	if in.isReady.Load() {
 		return nil
 	}
-	if err := in.Verify(ctx); err != nil {
+	b, err := in.verify(ctx)
+	if err != nil {
 		return err
+	}
+	in.bl.Store(b)
+	if b != nil {
+		if err := in.readTx(ctx, func(tx *sql.Tx) error { return b.syncClock(ctx, tx) }); err != nil {
+			return fmt.Errorf("inbox: read the database clock: %w", err)
+		}
 	}
 	if in.cfg.horizon > 0 {
 		if err := in.writeHorizon(ctx, in.q.horizonRaise, in.cfg.horizon); err != nil {
@@ -66,6 +73,16 @@ func (in *Inbox) storedHorizon(ctx context.Context, tx *sql.Tx) (time.Duration, 
 		return 0, fmt.Errorf("inbox: sweep: read the redelivery horizon from %s (apply SchemaSQL or call Migrate): %w", in.q.horizonTable, err)
 	}
 	return time.Duration(us.Int64) * time.Microsecond, nil
+}
+
+// prepare is what every transaction attempt runs first: ready (again, if a
+// migration reset it) and, in the bucketed layout, the current and next
+// bucket tables.
+func (in *Inbox) prepare(ctx context.Context) error {
+	if err := in.ready(ctx); err != nil {
+		return err
+	}
+	return in.ensureBuckets(ctx)
 }
 
 // LowerRedeliveryHorizon sets the consumer's recorded redelivery horizon to

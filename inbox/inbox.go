@@ -58,9 +58,15 @@ type Inbox struct {
 	cfg      config
 	q        queries
 	stmts    *stmts
+	// rowsSchema creates the rows layout's tables (the key table and the
+	// horizon table).
+	rowsSchema []string
 
 	readyMu sync.Mutex  // serialises the first use (see ready)
 	isReady atomic.Bool // Verify passed and the horizon is recorded
+	// bl is the bucketed layout's state once ready found it; nil for the
+	// rows layout.
+	bl atomic.Pointer[buckets]
 }
 
 // New returns an Inbox for consumer on db. The consumer name scopes keys:
@@ -97,7 +103,26 @@ func New(db Beginner, d sqldialect.Dialect, consumer string, opts ...Option) (*I
 	if cfg.horizon > 0 && cfg.retention > 0 && cfg.retention < cfg.horizon {
 		return nil, invalid("retention %v is shorter than the redelivery horizon %v: duplicates arriving in between would be applied again", cfg.retention, cfg.horizon)
 	}
-	return &Inbox{db: db, dialect: d, consumer: consumer, cfg: cfg, q: buildQueries(d, cfg.table), stmts: newStmts(db, d)}, nil
+	if cfg.layout == 0 {
+		cfg.layout = LayoutBuckets
+		if d == sqldialect.MySQL {
+			cfg.layout = LayoutRows
+		}
+	}
+	if cfg.layout == LayoutBuckets && d == sqldialect.MySQL {
+		return nil, invalid("the bucketed layout is not available on MySQL yet; use LayoutRows")
+	}
+	if cfg.width == 0 {
+		cfg.width = defaultWidth(cfg)
+	}
+	q := buildQueries(d, cfg.table)
+	rowsSchema := q.schema
+	if cfg.layout == LayoutBuckets {
+		// The rows table's statements stay in q (a migrated table is still
+		// read), but a new table gets the meta table instead.
+		q.schema = append(bucketSchema(d, cfg.table, cfg.width), rowsSchema[len(rowsSchema)-1])
+	}
+	return &Inbox{db: db, dialect: d, consumer: consumer, cfg: cfg, q: q, rowsSchema: rowsSchema, stmts: newStmts(db, d)}, nil
 }
 
 // Consumer returns the consumer name that scopes this Inbox's keys.
@@ -111,11 +136,19 @@ func (in *Inbox) SchemaSQL() []string { return append([]string(nil), in.q.schema
 // not exist, then runs [Inbox.Verify] (an existing table is not trusted)
 // and records the redelivery horizon if [WithRedeliveryHorizon] is set.
 // Each step is idempotent: a crash midway is repaired by the next Migrate.
+//
+// A table of the rows layout made by an earlier release is kept as it is
+// (only the horizon table is added): moving it to buckets is
+// [Inbox.MigrateLayout]'s job. A new table gets the layout of
+// [WithLayout].
 func (in *Inbox) Migrate(ctx context.Context) error {
 	if err := in.createSchema(ctx); err != nil {
 		return err
 	}
-	return in.ready(ctx)
+	if err := in.ready(ctx); err != nil {
+		return err
+	}
+	return in.ensureBuckets(ctx)
 }
 
 func (in *Inbox) createSchema(ctx context.Context) error {
@@ -125,7 +158,21 @@ func (in *Inbox) createSchema(ctx context.Context) error {
 			return fmt.Errorf("inbox: migrate: %w", err)
 		}
 		defer tx.Rollback()
-		for _, s := range in.q.schema {
+		schema := in.q.schema
+		if in.cfg.layout == LayoutBuckets {
+			rows, err := tableExists(ctx, tx, in.dialect, in.cfg.table)
+			if err != nil {
+				return fmt.Errorf("inbox: migrate: %w", err)
+			}
+			meta, err := tableExists(ctx, tx, in.dialect, metaTableName(in.cfg.table))
+			if err != nil {
+				return fmt.Errorf("inbox: migrate: %w", err)
+			}
+			if rows && !meta {
+				schema = in.rowsSchema // an earlier release's table: keep its layout
+			}
+		}
+		for _, s := range schema {
 			if _, err := tx.ExecContext(ctx, s); err != nil {
 				return fmt.Errorf("inbox: migrate: %w", err)
 			}
@@ -196,6 +243,9 @@ func (in *Inbox) checkMessage(m Message) error {
 }
 
 func (in *Inbox) processOnce(ctx context.Context, m Message, fn Handler) (bool, error) {
+	if err := in.prepare(ctx); err != nil {
+		return false, err
+	}
 	tx, err := in.db.BeginTx(ctx, nil)
 	if err != nil {
 		return false, fmt.Errorf("inbox: begin: %w", err)
@@ -220,8 +270,16 @@ func (in *Inbox) processOnce(ctx context.Context, m Message, fn Handler) (bool, 
 
 // insertOne records m's key unless present and reports whether it did.
 func (in *Inbox) insertOne(ctx context.Context, tx *sql.Tx, m Message) (bool, error) {
+	if b := in.bl.Load(); b != nil {
+		got, err := in.bucketInsert(ctx, tx, b, []Message{m}, []int{0})
+		return got[m.Key], err
+	}
 	res, err := in.exec(ctx, tx, in.q.insert, in.consumer, m.Key, nullBytes(m.Fingerprint))
 	if err != nil {
+		if isFrozen(in.dialect, err) {
+			in.isReady.Store(false)
+			return false, fmt.Errorf("%w: %w", errLayoutChanged, err)
+		}
 		if in.dialect == sqldialect.MySQL && in.dialect.IsUniqueViolation(err) {
 			// The key is recorded. MySQL rolled back this statement
 			// only; the transaction goes on. Verify made sure the only
@@ -241,6 +299,13 @@ func (in *Inbox) insertOne(ctx context.Context, tx *sql.Tx, m Message) (bool, er
 func (in *Inbox) checkFingerprint(ctx context.Context, tx *sql.Tx, m Message) error {
 	if len(m.Fingerprint) == 0 {
 		return nil
+	}
+	if b := in.bl.Load(); b != nil {
+		stored, err := in.bucketFingerprint(ctx, tx, b, m)
+		if err != nil {
+			return err
+		}
+		return matchFingerprint(m, stored)
 	}
 	var stored []byte
 	err := tx.QueryRowContext(ctx, in.q.fingerprint, in.consumer, m.Key).Scan(&stored)
@@ -287,6 +352,9 @@ func (in *Inbox) retryable(err error) bool {
 	var ce *CommitError
 	if errors.As(err, &ce) {
 		return false // the commit may have landed
+	}
+	if errors.Is(err, errBucketsChanged) || errors.Is(err, errLayoutChanged) {
+		return true // nothing committed; rerun on the fresh list or layout
 	}
 	return in.dialect.Retryable(err)
 }

@@ -31,21 +31,30 @@ type backend struct {
 	name string
 	d    sqldialect.Dialect
 	open func(t *testing.T) (*sql.DB, *sql.DB)
+	opts []inbox.Option // LayoutRows for the "-rows" variants
 }
 
+func openSQLite(t *testing.T) (*sql.DB, *sql.DB) {
+	dsn := testenv.SQLiteDSN(t)
+	return openPool(t, "sqlite", dsn), openPool(t, "sqlite", dsn)
+}
+
+func openPostgres(t *testing.T) (*sql.DB, *sql.DB) {
+	u := testenv.PostgresURL(t)
+	return openPool(t, "pgx", u), openPool(t, "pgx", u)
+}
+
+// The default layout of new tables (buckets on SQLite and PostgreSQL) and
+// the rows layout of earlier releases both run the whole suite.
 var backends = []backend{
-	{"sqlite", sqldialect.SQLite, func(t *testing.T) (*sql.DB, *sql.DB) {
-		dsn := testenv.SQLiteDSN(t)
-		return openPool(t, "sqlite", dsn), openPool(t, "sqlite", dsn)
-	}},
-	{"postgres", sqldialect.Postgres, func(t *testing.T) (*sql.DB, *sql.DB) {
-		u := testenv.PostgresURL(t)
-		return openPool(t, "pgx", u), openPool(t, "pgx", u)
-	}},
+	{"sqlite", sqldialect.SQLite, openSQLite, nil},
+	{"sqlite-rows", sqldialect.SQLite, openSQLite, []inbox.Option{inbox.WithLayout(inbox.LayoutRows)}},
+	{"postgres", sqldialect.Postgres, openPostgres, nil},
+	{"postgres-rows", sqldialect.Postgres, openPostgres, []inbox.Option{inbox.WithLayout(inbox.LayoutRows)}},
 	{"mysql", sqldialect.MySQL, func(t *testing.T) (*sql.DB, *sql.DB) {
 		dsn := testenv.MySQLDSN(t)
 		return openPool(t, "mysql", dsn), openPool(t, "mysql", dsn)
-	}},
+	}, nil},
 }
 
 func openPool(t *testing.T, driver, dsn string) *sql.DB {
@@ -60,15 +69,17 @@ func openPool(t *testing.T, driver, dsn string) *sql.DB {
 
 // env is one test's database: an inbox, a wallet table to apply effects to.
 type env struct {
-	t       *testing.T
-	d       sqldialect.Dialect
-	db, db2 *sql.DB
-	in      *inbox.Inbox
+	t        *testing.T
+	d        sqldialect.Dialect
+	db, db2  *sql.DB
+	in       *inbox.Inbox
+	bucketed bool
 }
 
 func setup(t *testing.T, b backend, opts ...inbox.Option) *env {
 	t.Helper()
 	db, db2 := b.open(t)
+	opts = append(append([]inbox.Option(nil), b.opts...), opts...)
 	in, err := inbox.New(db, b.d, "wallet-consumer", opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +94,7 @@ func setup(t *testing.T, b backend, opts ...inbox.Option) *env {
 	if _, err := db.ExecContext(ctx, "INSERT INTO wallet (id, balance) VALUES (1, 0), (2, 0)"); err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, d: b.d, db: db, db2: db2, in: in}
+	return &env{t: t, d: b.d, db: db, db2: db2, in: in, bucketed: b.d != sqldialect.MySQL && b.opts == nil}
 }
 
 // credit returns a handler that adds amount to wallet id.
@@ -105,11 +116,45 @@ func (e *env) balance(id int) int64 {
 
 func (e *env) keys() int {
 	e.t.Helper()
+	if e.bucketed {
+		return bucketKeys(e.t, e.db, e.d, "idem_inbox")
+	}
 	var n int
 	if err := e.db.QueryRow("SELECT COUNT(*) FROM idem_inbox").Scan(&n); err != nil {
 		e.t.Fatal(err)
 	}
 	return n
+}
+
+// bucketKeys counts the keys in every bucket table of table.
+func bucketKeys(t testing.TB, db *sql.DB, d sqldialect.Dialect, table string) int {
+	t.Helper()
+	q := "SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB '" + table + "_k[0-9]*'"
+	if d == sqldialect.Postgres {
+		q = "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename ~ '^" + table + "_k[0-9]+$'"
+	}
+	rows, err := db.Query(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, n)
+	}
+	rows.Close()
+	total := 0
+	for _, n := range names {
+		var c int
+		if err := db.QueryRow("SELECT COUNT(*) FROM " + n).Scan(&c); err != nil {
+			t.Fatal(err)
+		}
+		total += c
+	}
+	return total
 }
 
 func forEach(t *testing.T, f func(t *testing.T, b backend)) {
@@ -372,7 +417,7 @@ func (retryableErr) Error() string    { return "could not serialize access" }
 func (retryableErr) SQLState() string { return "40001" }
 
 func TestSerializationFailureIsRetried(t *testing.T) {
-	b := backends[1] // postgres: the error type above speaks its SQLSTATE
+	b := backends[2] // postgres: the error type above speaks its SQLSTATE
 	e := setup(t, b, inbox.WithRetry(5, time.Millisecond, 5*time.Millisecond))
 	ctx := context.Background()
 	var calls int

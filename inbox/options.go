@@ -20,6 +20,9 @@ type config struct {
 	backoffMax time.Duration
 	logger     *slog.Logger
 	hooks      Hooks
+	layout     Layout        // for new tables; 0: LayoutBuckets where supported
+	width      time.Duration // bucket width for new tables; 0: derived
+	keyText    bool
 }
 
 func defaultConfig() config {
@@ -84,6 +87,46 @@ func WithRetry(n int, min, max time.Duration) Option {
 		c.maxRetries, c.backoffMin, c.backoffMax = n, min, max
 		return nil
 	}
+}
+
+// WithLayout chooses the layout of a table that Migrate creates (default:
+// [LayoutBuckets] on PostgreSQL and SQLite, [LayoutRows] on MySQL, which
+// has only that one). An existing table keeps its layout whatever this
+// option says; [Inbox.MigrateLayout] moves a rows table to buckets.
+func WithLayout(l Layout) Option {
+	return func(c *config) error {
+		if l != LayoutBuckets && l != LayoutRows {
+			return invalid("unknown layout %v", l)
+		}
+		c.layout = l
+		return nil
+	}
+}
+
+// WithBucketWidth sets the time span of one bucket table of a new table in
+// the bucketed layout, in whole seconds. Keys are retired a bucket at a
+// time, so a key is kept between the retention and the retention plus one
+// width, and each new key is looked up in every live bucket (about
+// retention/width + 2 of them). Default: an eighth of [WithRetention] (or
+// of [WithRedeliveryHorizon]), at least one minute; 24 h without either.
+// The width is stored with the table at creation; Inbox values opened later
+// use the stored one.
+func WithBucketWidth(d time.Duration) Option {
+	return func(c *config) error {
+		if d < time.Second || d%time.Second != 0 {
+			return invalid("bucket width %v must be whole seconds, at least 1s", d)
+		}
+		c.width = d
+		return nil
+	}
+}
+
+// WithKeyText keeps each key's text next to its digest in the bucketed
+// layout (column idem_key), for operators who need to read keys back. It
+// costs the key's length per row; without it the column is NULL (free)
+// and a key can only be found by digesting it.
+func WithKeyText() Option {
+	return func(c *config) error { c.keyText = true; return nil }
 }
 
 // WithLogger sets a logger for retries and sweeps (default: discard).

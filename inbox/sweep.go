@@ -27,6 +27,13 @@ const MaxSweepBatch = 100_000
 // duplicate can still arrive lets that duplicate apply again. Sweep fails
 // (and deletes nothing) when the horizon table is missing: apply SchemaSQL.
 //
+// On the bucketed layout (see [LayoutBuckets]) Sweep deletes no rows: it
+// drops, in one transaction, every bucket table whose newest key is older
+// than olderThan, and deleted counts the tables dropped, not keys. Its
+// cost is a catalog change per bucket, whatever the bucket holds; batch is
+// not used. Buckets hold the keys of every consumer of the table, so the
+// largest horizon any consumer recorded binds it.
+//
 // If the process dies during Sweep, the batches already deleted stay deleted
 // and the rest are deleted by the next Sweep; no key younger than olderThan is
 // ever touched.
@@ -42,6 +49,13 @@ func (in *Inbox) Sweep(ctx context.Context, olderThan time.Duration, batch int) 
 	}
 	if err := in.ready(ctx); err != nil {
 		return 0, err
+	}
+	if b := in.bl.Load(); b != nil {
+		n, err := in.retireBuckets(ctx, b, olderThan)
+		if err == nil && in.cfg.hooks != nil {
+			in.cfg.hooks.Swept(in.consumer, n)
+		}
+		return n, err
 	}
 	age := olderThan.Microseconds()
 	if in.dialect == sqldialect.SQLite {

@@ -65,6 +65,34 @@ func (u uniqueIndex) String() string {
 // is not repeated. Calling Verify yourself, at start-up, surfaces a bad
 // table before the first message. Verify only reads the catalog.
 func (in *Inbox) Verify(ctx context.Context) error {
+	_, err := in.verify(ctx)
+	return err
+}
+
+// verify is Verify, returning the bucketed layout's state when the table
+// has that layout (nil for the rows layout).
+func (in *Inbox) verify(ctx context.Context) (*buckets, error) {
+	var b *buckets
+	err := in.readTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		if b, err = loadBuckets(ctx, tx, in.dialect, in.cfg.table); err != nil || b == nil {
+			return err
+		}
+		return in.verifyBuckets(ctx, tx, b)
+	})
+	if err != nil {
+		if errors.Is(err, ErrUnsafeTable) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("inbox: verify table %s: %w", in.cfg.table, err)
+	}
+	if b != nil {
+		return b, nil
+	}
+	return nil, in.verifyRows(ctx)
+}
+
+func (in *Inbox) verifyRows(ctx context.Context) error {
 	tx, err := in.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("inbox: verify table %s: begin: %w", in.cfg.table, err)

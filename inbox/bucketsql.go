@@ -1,0 +1,264 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/idem-go/idem/sqldialect"
+)
+
+// The bucketed layout's hot path. A batch's keys are recorded with one
+// statement:
+//
+//	WITH v(d, f, k) AS (VALUES …)
+//	INSERT INTO <current bucket> (d, fingerprint, idem_key)
+//	SELECT d, f, k FROM v
+//	WHERE NOT EXISTS (SELECT 1 FROM <other bucket> b WHERE b.d = v.d) AND …
+//	ON CONFLICT (d) DO NOTHING RETURNING d
+//
+// The current bucket's primary key catches a concurrent duplicate in the
+// same bucket; the NOT EXISTS probes find a key recorded in any other live
+// bucket. What a probe cannot see is a concurrent, uncommitted insert of
+// the same key into another bucket (two deliveries straddling a bucket
+// boundary). SQLite runs one writer at a time, so there is none. On
+// PostgreSQL every transaction first takes a transaction-scoped advisory
+// lock on each key's digest, in a statement of its own: a second delivery
+// waits for the first to commit or roll back, and its probes, run after
+// the wait at READ COMMITTED, see the outcome. The locks are taken in
+// digest order, so two batches never deadlock on them.
+
+// bucketInsert records msgs[idx...] and returns the keys it recorded.
+func (in *Inbox) bucketInsert(ctx context.Context, tx *sql.Tx, b *buckets, msgs []Message, idx []int) (map[string]bool, error) {
+	starts, version := b.snapshot()
+	cur := b.current()
+	if !slices.Contains(starts, cur) {
+		// The clock crossed into a bucket not created yet (ensureBuckets
+		// makes the next one ahead, so only a long transaction gets here).
+		return nil, errBucketsChanged
+	}
+	ds := make([][16]byte, len(idx))
+	keyOf := make(map[[16]byte]string, len(idx))
+	for j, i := range idx {
+		ds[j] = b.digest(in.consumer, msgs[i].Key)
+		keyOf[ds[j]] = msgs[i].Key
+	}
+	if in.dialect == sqldialect.Postgres {
+		if err := in.lockDigests(ctx, tx, ds); err != nil {
+			return nil, err
+		}
+	}
+	inserted := make(map[string]bool, len(idx))
+	for lo := 0; lo < len(idx); lo += maxRowsPerInsert {
+		hi := min(lo+maxRowsPerInsert, len(idx))
+		q := b.insertSQL(in.cfg.keyText, in.consumer, cur, starts, version, hi-lo)
+		args := make([]any, 0, 3*(hi-lo)+1)
+		if b.legacy {
+			args = append(args, in.consumer)
+		}
+		for j := lo; j < hi; j++ {
+			m := msgs[idx[j]]
+			args = append(args, b.param(ds[j]), nullBytes(m.Fingerprint), m.Key)
+		}
+		// Not through the Inbox's statement cache: the text changes with
+		// the bucket list, and stale statements would fill the cache.
+		rows, err := tx.QueryContext(ctx, q, args...)
+		if err != nil {
+			return nil, in.bucketStatementError(ctx, err)
+		}
+		for rows.Next() {
+			var d [16]byte
+			if err := b.scanDigest(rows, &d); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("inbox: record keys: %w", err)
+			}
+			inserted[keyOf[d]] = true
+		}
+		if err := rows.Err(); err != nil {
+			return nil, in.bucketStatementError(ctx, err)
+		}
+	}
+	return inserted, nil
+}
+
+// bucketStatementError turns the failure of a statement naming bucket
+// tables into errBucketsChanged when the list changed under it (another
+// process dropped an expired bucket), so that the transaction is rerun.
+func (in *Inbox) bucketStatementError(ctx context.Context, err error) error {
+	if in.dialect.Retryable(err) || ctx.Err() != nil {
+		return fmt.Errorf("inbox: record keys: %w", err)
+	}
+	// The failed statement may have aborted the transaction (PostgreSQL):
+	// read the list outside it.
+	if rerr := in.refreshBuckets(context.WithoutCancel(ctx)); errors.Is(rerr, errBucketsChanged) {
+		return fmt.Errorf("%w (after: %v)", errBucketsChanged, err)
+	}
+	return fmt.Errorf("inbox: record keys: %w", err)
+}
+
+// lockDigests takes PostgreSQL transaction-scoped advisory locks on 64
+// bits of each digest, in order. Two keys sharing the 64 bits only wait on
+// each other.
+func (in *Inbox) lockDigests(ctx context.Context, tx *sql.Tx, ds [][16]byte) error {
+	ks := make([]int64, len(ds))
+	for i, d := range ds {
+		ks[i] = int64(binary.BigEndian.Uint64(d[8:]))
+	}
+	slices.Sort(ks)
+	ks = slices.Compact(ks)
+	var iso string
+	var n int64
+	err := tx.QueryRowContext(ctx, `SELECT current_setting('transaction_isolation'), count(pg_advisory_xact_lock(k)) FROM (SELECT unnest($1::bigint[]) AS k ORDER BY 1) s`, ks).Scan(&iso, &n)
+	if err != nil {
+		return fmt.Errorf("inbox: lock keys: %w", err)
+	}
+	if iso != "read committed" {
+		// At REPEATABLE READ or SERIALIZABLE the probes would read the
+		// snapshot taken before the lock wait, and miss the concurrent
+		// first delivery they waited for.
+		return fmt.Errorf("%w: the bucketed layout needs READ COMMITTED transactions on PostgreSQL (this one is %s): use the rows layout, or the default isolation", ErrUnsafeTable, iso)
+	}
+	return nil
+}
+
+// insertSQL returns the statement recording n keys into bucket cur while
+// probing the other live buckets (and the frozen rows table, after a
+// migration).
+func (b *buckets) insertSQL(keyText bool, consumer string, cur int64, starts []int64, version, n int) string {
+	ck := "i" + strconv.Itoa(n) + "/" + strconv.FormatInt(cur, 10) + "/" + strconv.FormatBool(keyText)
+	b.mu.Lock()
+	if b.version == version {
+		if s, ok := b.sql[ck]; ok {
+			b.mu.Unlock()
+			return s
+		}
+	}
+	b.mu.Unlock()
+	ph := func(i int) string {
+		if b.d == sqldialect.Postgres {
+			return "$" + strconv.Itoa(i)
+		}
+		return "?" + strconv.Itoa(i)
+	}
+	var q strings.Builder
+	q.WriteString("WITH v(d, f, k) AS (VALUES ")
+	p := 1
+	if b.legacy {
+		p = 2 // $1 is the consumer
+	}
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			q.WriteByte(',')
+		}
+		if i == 0 && b.d == sqldialect.Postgres {
+			fmt.Fprintf(&q, "(%s::uuid, %s::bytea, %s::text)", ph(p), ph(p+1), ph(p+2))
+		} else {
+			fmt.Fprintf(&q, "(%s, %s, %s)", ph(p), ph(p+1), ph(p+2))
+		}
+		p += 3
+	}
+	k := "NULL"
+	if keyText {
+		k = "v.k"
+	}
+	q.WriteString(") INSERT INTO " + bucketName(b.table, cur) + " (d, fingerprint, idem_key) SELECT v.d, v.f, " + k + " FROM v WHERE true")
+	for _, s := range starts {
+		if s == cur {
+			continue
+		}
+		o := bucketName(b.table, s)
+		q.WriteString(" AND NOT EXISTS (SELECT 1 FROM " + o + " WHERE " + o + ".d = v.d)")
+	}
+	if b.legacy {
+		q.WriteString(" AND NOT EXISTS (SELECT 1 FROM " + b.table + " WHERE " + b.table + ".consumer = " + ph(1) + " AND " + b.table + ".idem_key = v.k)")
+	}
+	q.WriteString(" ON CONFLICT (d) DO NOTHING RETURNING d")
+	if b.d == sqldialect.Postgres {
+		q.WriteString("::text")
+	}
+	s := q.String()
+	b.mu.Lock()
+	if b.version == version {
+		if b.sql == nil {
+			b.sql = map[string]string{}
+		}
+		b.sql[ck] = s
+	}
+	b.mu.Unlock()
+	return s
+}
+
+func (b *buckets) scanDigest(rows *sql.Rows, d *[16]byte) error {
+	if b.d == sqldialect.Postgres {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return err
+		}
+		h := strings.ReplaceAll(s, "-", "")
+		if len(h) != 32 {
+			return fmt.Errorf("digest %q", s)
+		}
+		for i := range 16 {
+			hi, ok1 := hexVal(h[2*i])
+			lo, ok2 := hexVal(h[2*i+1])
+			if !ok1 || !ok2 {
+				return fmt.Errorf("digest %q", s)
+			}
+			d[i] = hi<<4 | lo
+		}
+		return nil
+	}
+	var raw []byte
+	if err := rows.Scan(&raw); err != nil {
+		return err
+	}
+	if len(raw) != 16 {
+		return fmt.Errorf("digest of %d bytes", len(raw))
+	}
+	copy(d[:], raw)
+	return nil
+}
+
+// bucketFingerprint reads the fingerprint recorded for m's key in any live
+// bucket (or the frozen rows table); nil when none is recorded.
+func (in *Inbox) bucketFingerprint(ctx context.Context, tx *sql.Tx, b *buckets, m Message) ([]byte, error) {
+	starts, _ := b.snapshot()
+	var q strings.Builder
+	args := []any{b.param(b.digest(in.consumer, m.Key))}
+	q.WriteString("SELECT f FROM (")
+	for i, s := range starts {
+		if i > 0 {
+			q.WriteString(" UNION ALL ")
+		}
+		q.WriteString("SELECT fingerprint AS f FROM " + bucketName(b.table, s) + " WHERE d = " + in.dialect.Placeholder(1))
+		if in.dialect == sqldialect.SQLite {
+			q.WriteString("1") // ?1
+		}
+	}
+	if b.legacy {
+		if len(starts) > 0 {
+			q.WriteString(" UNION ALL ")
+		}
+		if in.dialect == sqldialect.Postgres {
+			q.WriteString("SELECT fingerprint AS f FROM " + b.table + " WHERE consumer = $2 AND idem_key = $3")
+		} else {
+			q.WriteString("SELECT fingerprint AS f FROM " + b.table + " WHERE consumer = ?2 AND idem_key = ?3")
+		}
+		args = append(args, in.consumer, m.Key)
+	}
+	q.WriteString(") x WHERE f IS NOT NULL LIMIT 1")
+	var f []byte
+	err := tx.QueryRowContext(ctx, q.String(), args...).Scan(&f)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, in.bucketStatementError(ctx, err)
+	}
+	return f, nil
+}
