@@ -112,4 +112,3 @@ func sipRound(v0, v1, v2, v3 uint64) (uint64, uint64, uint64, uint64) {
 	v2 = bits.RotateLeft64(v2, 32)
 	return v0, v1, v2, v3
 }
-
