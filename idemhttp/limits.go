@@ -192,3 +192,33 @@ func positiveDuration(what string, d time.Duration, field func(*config) *time.Du
 		return nil
 	}
 }
+
+// Budget bounds the request bytes buffered at once by every [Middleware] and
+// [Proxy] it is given to with [WithBudget], as [WithMaxBufferedBytes] bounds
+// one Middleware's: a gateway with one Middleware per route shares one bound
+// instead of multiplying it by the number of routes.
+type Budget struct{ b budget }
+
+// NewBudget returns a Budget of maxBytes; it must be positive.
+func NewBudget(maxBytes int64) (*Budget, error) {
+	if maxBytes <= 0 {
+		return nil, invalid("budget %d must be positive", maxBytes)
+	}
+	return &Budget{b: budget{max: maxBytes}}, nil
+}
+
+// Used reports the bytes held against the budget now.
+func (b *Budget) Used() int64 { return b.b.used.Load() }
+
+// WithBudget accounts the Middleware's buffered request bytes in b, shared
+// with every other Middleware given b; it replaces [WithMaxBufferedBytes].
+// b's bound must exceed the request body limit.
+func WithBudget(b *Budget) Option {
+	return func(c *config) error {
+		if b == nil {
+			return invalid("nil budget")
+		}
+		c.budget = &b.b
+		return nil
+	}
+}

@@ -21,7 +21,7 @@ import (
 type Middleware struct {
 	store  keystore.Store
 	cfg    config
-	budget budget
+	budget *budget
 	took   estimate
 }
 
@@ -39,12 +39,14 @@ func New(s keystore.Store, opts ...Option) (*Middleware, error) {
 			return nil, err
 		}
 	}
-	if cfg.maxBuffered < cfg.maxRequest+1 {
-		return nil, invalid("max buffered bytes %d must exceed the request body limit %d", cfg.maxBuffered, cfg.maxRequest)
+	b := cfg.budget
+	if b == nil {
+		b = &budget{max: cfg.maxBuffered}
 	}
-	m := &Middleware{store: s, cfg: cfg}
-	m.budget.max = cfg.maxBuffered
-	return m, nil
+	if b.max < cfg.maxRequest+1 {
+		return nil, invalid("max buffered bytes %d must exceed the request body limit %d", b.max, cfg.maxRequest)
+	}
+	return &Middleware{store: s, cfg: cfg, budget: b}, nil
 }
 
 // Handler wraps next.

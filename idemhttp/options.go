@@ -60,6 +60,9 @@ type config struct {
 	bodyTimeout    time.Duration // keyed request body read deadline
 	writeTimeout   time.Duration // per write to the client
 	maxBuffered    int64         // all keyed request bodies held at once
+	budget         *budget       // shared with other Middlewares (WithBudget), else nil
+	transport      http.RoundTripper
+	forwarded      func(in *http.Request, out http.Header)
 	streamTypes    map[string]bool
 }
 

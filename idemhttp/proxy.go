@@ -44,12 +44,20 @@ func NewProxy(target *url.URL, s keystore.Store, opts ...Option) (*Proxy, error)
 	if err != nil {
 		return nil, err
 	}
+	transport := m.cfg.transport
+	if transport == nil {
+		transport = upstreamTransport()
+	}
 	p := &Proxy{m: m}
 	p.abortCtx, p.abort = context.WithCancel(context.Background())
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
-			pr.SetXForwarded()
+			if m.cfg.forwarded != nil {
+				m.cfg.forwarded(pr.In, pr.Out.Header)
+			} else {
+				pr.SetXForwarded()
+			}
 			pr.Out.Host = pr.In.Host
 			att := attemptOf(pr.In.Context())
 			if att == nil {
@@ -67,7 +75,7 @@ func NewProxy(target *url.URL, s keystore.Store, opts ...Option) (*Proxy, error)
 			})
 			pr.Out = pr.Out.WithContext(context.WithValue(ctx, cancelKey{}, done))
 		},
-		Transport: cancelOnClose{upstreamTransport()},
+		Transport: cancelOnClose{transport},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			status := http.StatusBadGateway
 			if errors.Is(err, context.DeadlineExceeded) {
@@ -100,6 +108,39 @@ func upstreamTransport() http.RoundTripper {
 	t.MaxIdleConns = 512
 	t.MaxIdleConnsPerHost = 512
 	return t
+}
+
+// WithUpstreamTransport sets the RoundTripper a [Proxy] reaches its upstream
+// with (default: http.DefaultTransport's settings with 512 idle connections
+// per host): one that trusts a private CA or presents a client certificate,
+// or one shared by several Proxies so that they share its connections. A
+// [Middleware] ignores it.
+func WithUpstreamTransport(rt http.RoundTripper) Option {
+	return func(c *config) error {
+		if rt == nil {
+			return invalid("nil upstream transport")
+		}
+		c.transport = rt
+		return nil
+	}
+}
+
+// WithForwarded replaces how a [Proxy] sets the forwarding headers of the
+// upstream request. The default is httputil.ProxyRequest.SetXForwarded:
+// X-Forwarded-For, -Host and -Proto describe the client's connection, and
+// whatever forwarding headers the client sent are dropped. f is called with
+// the client's request and the upstream request's header, from which every
+// incoming Forwarded and X-Forwarded-For, -Host and -Proto header has been
+// removed; f decides which of the client's to keep (those of a trusted
+// proxy) and what to add. A [Middleware] ignores it.
+func WithForwarded(f func(in *http.Request, out http.Header)) Option {
+	return func(c *config) error {
+		if f == nil {
+			return invalid("nil forwarded func")
+		}
+		c.forwarded = f
+		return nil
+	}
 }
 
 type cancelKey struct{}

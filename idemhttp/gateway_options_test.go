@@ -1,0 +1,151 @@
+package idemhttp_test
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/idemhttp"
+)
+
+// One Budget shared by two Middlewares bounds their bodies together: a body
+// held by one leaves no room for the other's, and both give it back.
+func TestBudgetSharedAcrossMiddlewares(t *testing.T) {
+	t.Parallel()
+	b, err := idemhttp.NewBudget(64 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := []idemhttp.Option{idemhttp.WithBudget(b), idemhttp.WithMaxRequestBody(40 << 10)}
+	m1, err := idemhttp.New(memStore(t), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2, err := idemhttp.New(memStore(t), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	held := m1.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-release
+		w.WriteHeader(201)
+	}))
+	other := m2.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) }))
+	keyed := func(key string) *http.Request {
+		r := httptest.NewRequest("POST", "/orders", strings.NewReader(strings.Repeat("x", 40<<10)))
+		r.Header.Set("Idempotency-Key", key)
+		r.Header.Set("Authorization", "Bearer a")
+		return r
+	}
+	done := make(chan int)
+	go func() {
+		w := httptest.NewRecorder()
+		held.ServeHTTP(w, keyed("k1"))
+		done <- w.Code
+	}()
+	<-entered
+	if b.Used() == 0 {
+		t.Fatal("the held body is not accounted in the shared budget")
+	}
+	w := httptest.NewRecorder()
+	other.ServeHTTP(w, keyed("k2"))
+	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "busy") {
+		t.Fatalf("second middleware while the first holds the budget: %d %s, want 503 busy", w.Code, w.Body)
+	}
+	close(release)
+	if c := <-done; c != 201 {
+		t.Fatalf("held request: %d", c)
+	}
+	if b.Used() != 0 {
+		t.Fatalf("budget not given back: %d bytes held", b.Used())
+	}
+	w = httptest.NewRecorder()
+	other.ServeHTTP(w, keyed("k2"))
+	if w.Code != 201 {
+		t.Fatalf("second middleware once the budget is free: %d", w.Code)
+	}
+}
+
+func TestGatewayOptionsInvalid(t *testing.T) {
+	t.Parallel()
+	small, err := idemhttp.NewBudget(1 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := idemhttp.NewBudget(0); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("NewBudget(0): %v", err)
+	}
+	for name, o := range map[string]idemhttp.Option{
+		"nil budget":        idemhttp.WithBudget(nil),
+		"budget below body": idemhttp.WithBudget(small),
+		"nil transport":     idemhttp.WithUpstreamTransport(nil),
+		"nil forwarded":     idemhttp.WithForwarded(nil),
+	} {
+		if _, err := idemhttp.New(memStore(t), o); !errors.Is(err, idem.ErrInvalidOption) {
+			t.Errorf("%s: %v, want ErrInvalidOption", name, err)
+		}
+	}
+}
+
+type countingTransport struct{ n atomic.Int32 }
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// The Proxy reaches the upstream through the caller's transport, and sets
+// the forwarding headers with the caller's function, which sees none of the
+// client's.
+func TestProxyTransportAndForwarded(t *testing.T) {
+	t.Parallel()
+	var got atomic.Value
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Store(r.Header.Clone())
+		w.WriteHeader(201)
+	}))
+	defer up.Close()
+	target, _ := url.Parse(up.URL)
+	rt := &countingTransport{}
+	var sawIncoming atomic.Bool
+	p, err := idemhttp.NewProxy(target, memStore(t), idemhttp.WithUpstreamTransport(rt),
+		idemhttp.WithForwarded(func(in *http.Request, out http.Header) {
+			if out.Get("X-Forwarded-For") != "" || out.Get("Forwarded") != "" {
+				sawIncoming.Store(true)
+			}
+			out.Set("X-Forwarded-For", "set-by-caller, "+in.Header.Get("X-Forwarded-For"))
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, keyed := range []bool{true, false} {
+		r := httptest.NewRequest("POST", "/orders", strings.NewReader("x"))
+		if keyed {
+			r.Header.Set("Idempotency-Key", "k")
+		}
+		r.Header.Set("Authorization", "Bearer a")
+		r.Header.Set("X-Forwarded-For", "10.9.9.9")
+		r.Header.Set("Forwarded", "for=10.9.9.9")
+		w := httptest.NewRecorder()
+		p.ServeHTTP(w, r)
+		if w.Code != 201 {
+			t.Fatalf("keyed=%v: %d %s", keyed, w.Code, w.Body)
+		}
+		h := got.Load().(http.Header)
+		if h.Get("X-Forwarded-For") != "set-by-caller, 10.9.9.9" || h.Get("Forwarded") != "" {
+			t.Errorf("keyed=%v: upstream got X-Forwarded-For %q Forwarded %q", keyed, h.Get("X-Forwarded-For"), h.Get("Forwarded"))
+		}
+	}
+	if rt.n.Load() != 2 {
+		t.Errorf("caller's transport carried %d calls, want 2", rt.n.Load())
+	}
+	if sawIncoming.Load() {
+		t.Error("the forwarded func saw the client's forwarding headers in the outbound request")
+	}
+}
