@@ -47,8 +47,9 @@
 //
 // # Implementations
 //
-// memstore (in-process, exact, bounded), sqlitestore, pgstore and
-// redisstore; keystoremetrics wraps any of them with Prometheus metrics.
+// memstore (in-process, exact, bounded), sqlitestore, pgstore,
+// redisstore and dynamostore (a module of its own, on the AWS SDK);
+// keystoremetrics wraps any of them with Prometheus metrics.
 // Every implementation passes the conformance suite in package storetest,
 // including a linearizability check of random concurrent histories.
 package keystore

@@ -7,7 +7,9 @@
 // An existing server is used instead when its address is in the
 // environment: IDEM_TEST_POSTGRES (a postgres:// URL of a superuser),
 // IDEM_TEST_MYSQL (a go-sql-driver DSN of a user that may CREATE DATABASE),
-// IDEM_TEST_REDIS (host:port), IDEM_TEST_RABBITMQ (an amqp:// URL).
+// IDEM_TEST_REDIS (host:port), IDEM_TEST_RABBITMQ (an amqp:// URL),
+// IDEM_TEST_DYNAMODB (the http:// endpoint of a DynamoDB-API server; by
+// default dynalite, installed from npm by scripts/install-deps.sh).
 //
 // When a server is missing, a test skips with the command that installs it;
 // with CI=true it fails instead, so that CI never passes by skipping.
