@@ -7,12 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/idemhttp/idemhttpprom"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -33,6 +30,12 @@ type serveFlags struct {
 	bodyTimeout, idleTimeout       time.Duration
 	writeTimeout, storeTimeout     time.Duration
 	storeCheck                     string
+	// the gateway: per-route policies, TLS, forwarding (serveflags.go)
+	config, checkConfig       string
+	tlsCert, tlsKey           string
+	trustedProxies            string
+	upstreamCA                string
+	upstreamCert, upstreamKey string
 }
 
 func newServe() *cobra.Command {
@@ -71,21 +74,35 @@ for --drain, then aborts the rest, releasing their keys so that retries execute.
 	fl.Int64Var(&f.maxBody, "max-body", 8<<20, "largest keyed request body, bytes (larger: 413)")
 	fl.IntVar(&f.maxResponse, "max-response", 1<<20, "largest response stored for replay, bytes")
 	addLimitFlags(fl, &f)
+	addGatewayFlags(fl, &f)
 	return cmd
 }
 
 func runServe(cmd *cobra.Command, f serveFlags) error {
 	ctx := cmd.Context()
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	if f.checkConfig != "" {
+		return checkConfigFile(cmd, f)
+	}
 	if f.upstream == "" {
 		return errors.New("serve: --upstream is required")
 	}
 	if err := checkServeFlags(f); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	target, err := url.Parse(f.upstream)
-	if err != nil || (target.Scheme != "http" && target.Scheme != "https") || target.Host == "" {
-		return fmt.Errorf("serve: --upstream %q: want an http:// or https:// URL", f.upstream)
+	target, err := parseUpstream(f)
+	if err != nil {
+		return err
+	}
+	tls, err := loadTLS(f)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	var routes []route
+	if f.config != "" {
+		if routes, err = readConfig(f.config); err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
 	}
 	spec, err := parseStoreSpec(f.store)
 	if err != nil {
@@ -109,32 +126,27 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if err != nil {
 		return err
 	}
-	opts := []idemhttp.Option{
-		idemhttp.WithTTL(f.ttl), idemhttp.WithLease(f.lease), idemhttp.WithWait(f.wait),
-		idemhttp.WithRequired(f.requireKey), idemhttp.WithStrictKey(f.strictKey), idemhttp.WithStore5xx(f.store5x),
-		idemhttp.WithMethods(strings.Split(f.methods, ",")...), idemhttp.WithMaxRequestBody(f.maxBody),
-		idemhttp.WithMaxResponseBody(f.maxResponse), idemhttp.WithLogger(log), idemhttp.WithHooks(hooks),
-		idemhttp.WithAllowAnonymous(f.allowAnonymous), idemhttp.WithBodyTimeout(f.bodyTimeout),
-		idemhttp.WithClientWriteTimeout(f.writeTimeout), idemhttp.WithMaxBufferedBytes(f.maxBuffered),
-		idemhttp.WithStoreTimeout(f.storeTimeout),
-	}
-	if f.scopeHeader != "" {
-		opts = append(opts, idemhttp.WithScopeHeader(f.scopeHeader))
-	}
-	if f.scopeCookie != "" {
-		opts = append(opts, idemhttp.WithScopeCookie(f.scopeCookie))
-	}
-	proxy, err := idemhttp.NewProxy(target, store, opts...)
+	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idem_serve_reloads_total",
+		Help: "SIGHUP reloads of the --config file and the certificates, by what and result (ok, error: the previous one stays).",
+	}, []string{"what", "result"})
+	reg.MustRegister(reloads)
+	g, err := newGateway(f, log, target, store, tls.upstream, tls.trusted.set, hooks)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	ps, err := g.build(f.config, routes)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	g.use(ps)
 
 	var inflight sync.WaitGroup
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			inflight.Add(1)
 			defer inflight.Done()
-			proxy.ServeHTTP(w, r)
+			g.ServeHTTP(w, r)
 		}),
 		ReadHeaderTimeout: f.readHeaderTimeout,
 		ReadTimeout:       f.readTimeout,
@@ -145,7 +157,12 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(ln) }()
+	if tls.server != nil {
+		srv.TLSConfig = serverTLS(tls.server)
+		go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { errc <- srv.Serve(ln) }()
+	}
 
 	var admin *http.Server
 	if f.admin != "" {
@@ -170,7 +187,10 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		go func() { errc <- admin.Serve(aln) }()
 		log.Info("admin listening", "addr", aln.Addr().String())
 	}
-	log.Info("idem serve listening", "addr", ln.Addr().String(), "upstream", target.Redacted(), "store", spec.kind)
+	stopHUP := onSIGHUP(func() { reload(g, f, tls, log, reloads) })
+	defer stopHUP()
+	log.Info("idem serve listening", "addr", ln.Addr().String(), "upstream", target.Redacted(), "store", spec.kind,
+		"tls", tls.server != nil, "routes", ps.routes)
 
 	select {
 	case err := <-errc:
@@ -185,7 +205,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	}
 	if err := srv.Shutdown(dctx); err != nil {
 		log.Warn("drain time over: aborting in-flight upstream calls and releasing their keys", "err", err)
-		proxy.Abort()
+		g.abort()
 		done := make(chan struct{})
 		go func() { inflight.Wait(); close(done) }()
 		select {

@@ -71,3 +71,17 @@ func addLimitFlags(fl *pflag.FlagSet, f *serveFlags) {
 	fl.Int64Var(&f.maxBuffered, "max-buffered", 128<<20, "request bytes all keyed requests may buffer at once (beyond: 503 with Retry-After)")
 	fl.StringVar(&f.storeCheck, "store-check", "fail", "at start-up, if the store does not answer: fail (exit), or warn (log, start, /readyz unready)")
 }
+
+// addGatewayFlags declares the flags of idem serve as a gateway: the
+// per-route --config file, TLS to clients and to the upstream, and the
+// proxies whose forwarding headers are trusted.
+func addGatewayFlags(fl *pflag.FlagSet, f *serveFlags) {
+	fl.StringVar(&f.config, "config", "", "YAML file of per-route policies (the flags are the defaults); re-read on SIGHUP")
+	fl.StringVar(&f.checkConfig, "check-config", "", "validate this --config file against the flags, print the errors and exit (non-zero if any)")
+	fl.StringVar(&f.tlsCert, "tls-cert", "", "serve HTTPS (and HTTP/2) with this PEM certificate chain; re-read on SIGHUP")
+	fl.StringVar(&f.tlsKey, "tls-key", "", "the PEM private key of --tls-cert")
+	fl.StringVar(&f.trustedProxies, "trusted-proxies", "", "comma-separated CIDRs or addresses whose X-Forwarded-* and Forwarded headers are kept and extended (others': dropped and replaced)")
+	fl.StringVar(&f.upstreamCA, "upstream-ca", "", "PEM file of the CA certificates an https:// upstream is verified with (instead of the system roots)")
+	fl.StringVar(&f.upstreamCert, "upstream-cert", "", "PEM client certificate presented to the upstream; re-read on SIGHUP")
+	fl.StringVar(&f.upstreamKey, "upstream-key", "", "the PEM private key of --upstream-cert")
+}

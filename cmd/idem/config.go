@@ -1,0 +1,293 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+)
+
+// errConfig is wrapped by every error in a --config file; each names the
+// file and the line.
+var errConfig = errors.New("invalid config")
+
+// configFile is the schema of the --config file (YAML). Every field a route
+// omits takes the value of the matching flag.
+type configFile struct {
+	Routes []ast.Node `yaml:"routes"`
+}
+
+// routeFile is one route as written; pointers tell an omitted field from a
+// zero one.
+type routeFile struct {
+	Pattern            string     `yaml:"pattern"`
+	PassThrough        *bool      `yaml:"pass-through"`
+	Key                *string    `yaml:"key"` // required | optional
+	TTL                *duration  `yaml:"ttl"`
+	Lease              *duration  `yaml:"lease"`
+	Methods            []string   `yaml:"methods"`
+	FingerprintHeaders []string   `yaml:"fingerprint-headers"`
+	Scope              *scopeFile `yaml:"scope"`
+	Store5xx           *bool      `yaml:"store-5xx"`
+	MaxBody            *int64     `yaml:"max-body"`
+	MaxResponse        *int       `yaml:"max-response"`
+}
+
+// scopeFile names the principal keys are scoped by: one of header, cookie
+// or authorization, and anonymous only when it is named.
+type scopeFile struct {
+	Header        string `yaml:"header"`
+	Cookie        string `yaml:"cookie"`
+	Authorization bool   `yaml:"authorization"`
+	Anonymous     bool   `yaml:"anonymous"`
+}
+
+// duration is a Go duration ("90s", "24h") that also takes whole days in
+// front ("7d", "1d12h"), since retention is counted in days.
+type duration time.Duration
+
+var daysRE = regexp.MustCompile(`^(-?)(\d{1,5})d(.*)$`)
+
+// UnmarshalYAML implements yaml.BytesUnmarshaler.
+func (d *duration) UnmarshalYAML(b []byte) error {
+	s := strings.Trim(strings.TrimSpace(string(b)), `"'`)
+	var days time.Duration
+	neg := false
+	if m := daysRE.FindStringSubmatch(s); m != nil {
+		n, _ := strconv.Atoi(m[2])
+		days, neg, s = time.Duration(n)*24*time.Hour, m[1] == "-", m[3]
+		if s == "" {
+			s = "0s"
+		}
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil || (days > 0 && strings.HasPrefix(s, "-")) {
+		return fmt.Errorf("duration %q: want a Go duration such as 90s or 24h, or days such as 7d", string(b))
+	}
+	v += days
+	if neg {
+		v = -v
+	}
+	*d = duration(v)
+	return nil
+}
+
+// route is one validated route of a --config file. Nil and zero fields were
+// omitted and take the flags' values.
+type route struct {
+	line        int
+	pattern     string
+	patMethod   string // the pattern's method, if it has one
+	passThrough bool
+	required    *bool
+	ttl, lease  time.Duration
+	methods     []string
+	fpHeaders   []string
+	scope       *scopeFile
+	store5xx    *bool
+	maxBody     int64
+	maxResponse int
+}
+
+// parseConfig parses and validates a --config file on its own (what does
+// not depend on the flags). name prefixes every error, with the line.
+func parseConfig(name string, data []byte) ([]route, error) {
+	var f configFile
+	if err := yaml.UnmarshalWithOptions(data, &f, yaml.Strict()); err != nil {
+		return nil, yamlError(name, err, 0)
+	}
+	if len(f.Routes) == 0 {
+		return nil, fmt.Errorf("%w: %s: no routes (want a top-level routes: list)", errConfig, name)
+	}
+	var errs []error
+	var routes []route
+	seen := map[string]int{}
+	mux := http.NewServeMux()
+	for i, n := range f.Routes {
+		r, err := parseRoute(name, i, n)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		at := func(format string, args ...any) {
+			errs = append(errs, fmt.Errorf("%w: %s:%d: routes[%d] %q: %s", errConfig, name, r.line, i, r.pattern, fmt.Sprintf(format, args...)))
+		}
+		if first, dup := seen[r.pattern]; dup {
+			at("the same pattern as the route at line %d", first)
+			continue
+		}
+		seen[r.pattern] = r.line
+		if err := register(mux, r.pattern, http.NotFoundHandler()); err != nil {
+			at("%v", err)
+			continue
+		}
+		routes = append(routes, r)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return routes, nil
+}
+
+// register adds pattern to mux, turning ServeMux's panic on an invalid or
+// conflicting pattern into an error.
+func register(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("pattern: %v", p)
+		}
+	}()
+	mux.Handle(pattern, h)
+	return nil
+}
+
+// yamlError turns a parser or decoder error into "file:line: message", at
+// line when the error carries no position.
+func yamlError(name string, err error, line int) error {
+	var ye yaml.Error
+	if errors.As(err, &ye) && ye.GetToken() != nil {
+		return fmt.Errorf("%w: %s:%d: %s", errConfig, name, ye.GetToken().Position.Line, ye.GetMessage())
+	}
+	if line > 0 {
+		return fmt.Errorf("%w: %s:%d: %v", errConfig, name, line, err)
+	}
+	return fmt.Errorf("%w: %s: %v", errConfig, name, err)
+}
+
+func parseRoute(name string, i int, n ast.Node) (route, error) {
+	line := 0
+	if tk := n.GetToken(); tk != nil {
+		line = tk.Position.Line
+	}
+	var rf routeFile
+	if err := yaml.NodeToValue(n, &rf, yaml.Strict()); err != nil {
+		return route{}, fmt.Errorf("%w (routes[%d])", yamlError(name, err, line), i)
+	}
+	r := route{line: line, pattern: strings.Join(strings.Fields(rf.Pattern), " ")}
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		l := keyLine(n, field, line)
+		errs = append(errs, fmt.Errorf("%w: %s:%d: routes[%d] %q: %s: %s", errConfig, name, l, i, r.pattern, field, fmt.Sprintf(format, args...)))
+	}
+	if r.pattern == "" {
+		bad("pattern", "missing (a Go ServeMux pattern such as \"POST /v1/charges\" or \"/v1/search/\")")
+	}
+	if m, _, ok := strings.Cut(r.pattern, " "); ok {
+		r.patMethod = m
+	}
+	r.passThrough = rf.PassThrough != nil && *rf.PassThrough
+	if r.passThrough {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{
+			{"key", rf.Key != nil}, {"ttl", rf.TTL != nil}, {"lease", rf.Lease != nil}, {"methods", rf.Methods != nil},
+			{"fingerprint-headers", rf.FingerprintHeaders != nil}, {"scope", rf.Scope != nil}, {"store-5xx", rf.Store5xx != nil},
+			{"max-body", rf.MaxBody != nil}, {"max-response", rf.MaxResponse != nil},
+		} {
+			if f.set {
+				bad(f.name, "contradicts pass-through: true (a pass-through route uses no key)")
+			}
+		}
+	}
+	if rf.Key != nil {
+		switch *rf.Key {
+		case "required", "optional":
+			req := *rf.Key == "required"
+			r.required = &req
+		default:
+			bad("key", "%q: want required or optional", *rf.Key)
+		}
+	}
+	if rf.TTL != nil {
+		if r.ttl = time.Duration(*rf.TTL); r.ttl <= 0 {
+			bad("ttl", "%v must be positive", r.ttl)
+		}
+	}
+	if rf.Lease != nil {
+		if r.lease = time.Duration(*rf.Lease); r.lease <= 0 {
+			bad("lease", "%v must be positive", r.lease)
+		}
+	}
+	if rf.Methods != nil && len(rf.Methods) == 0 {
+		bad("methods", "empty list (omit it for the default, or use pass-through: true)")
+	}
+	for _, m := range rf.Methods {
+		m = strings.ToUpper(strings.TrimSpace(m))
+		switch {
+		case m == "" || strings.ContainsAny(m, " \t,/"):
+			bad("methods", "%q is not a method", m)
+		case r.patMethod != "" && m != r.patMethod && !(r.patMethod == http.MethodGet && m == http.MethodHead):
+			bad("methods", "%s never reaches a route whose pattern is for %s only", m, r.patMethod)
+		}
+		r.methods = append(r.methods, m)
+	}
+	if r.methods == nil && r.patMethod != "" && !r.passThrough {
+		r.methods = []string{r.patMethod} // the pattern's method is the one keyed
+	}
+	for _, h := range rf.FingerprintHeaders {
+		if h = strings.TrimSpace(h); h == "" || strings.ContainsAny(h, " \t:") {
+			bad("fingerprint-headers", "%q is not a header name", h)
+		}
+		r.fpHeaders = append(r.fpHeaders, strings.TrimSpace(h))
+	}
+	if s := rf.Scope; s != nil {
+		named := 0
+		for _, set := range []bool{s.Header != "", s.Cookie != "", s.Authorization} {
+			if set {
+				named++
+			}
+		}
+		switch {
+		case named > 1:
+			bad("scope", "name one of header, cookie or authorization")
+		case named == 0 && !s.Anonymous:
+			bad("scope", "names no principal (header, cookie, authorization, or anonymous)")
+		case s.Anonymous && s.Header != "":
+			bad("scope", "anonymous contradicts header %s (a request without the header is refused, never anonymous)", s.Header)
+		case strings.ContainsAny(s.Header, " \t:"):
+			bad("scope", "header %q is not a header name", s.Header)
+		case strings.ContainsAny(s.Cookie, " \t;=,\""):
+			bad("scope", "cookie %q is not a cookie name", s.Cookie)
+		}
+		r.scope = s
+	}
+	r.store5xx = rf.Store5xx
+	if rf.MaxBody != nil {
+		if *rf.MaxBody <= 0 {
+			bad("max-body", "%d must be positive", *rf.MaxBody)
+		}
+		r.maxBody = *rf.MaxBody
+	}
+	if rf.MaxResponse != nil {
+		if *rf.MaxResponse <= 0 {
+			bad("max-response", "%d must be positive", *rf.MaxResponse)
+		}
+		r.maxResponse = *rf.MaxResponse
+	}
+	return r, errors.Join(errs...)
+}
+
+// keyLine is the line of field's key in the route's mapping, else def.
+func keyLine(n ast.Node, field string, def int) int {
+	m, ok := n.(*ast.MappingNode)
+	if !ok {
+		if mv, ok := n.(*ast.MappingValueNode); ok {
+			m = &ast.MappingNode{Values: []*ast.MappingValueNode{mv}}
+		} else {
+			return def
+		}
+	}
+	for _, v := range m.Values {
+		if v.Key != nil && v.Key.GetToken() != nil && v.Key.GetToken().Value == field {
+			return v.Key.GetToken().Position.Line
+		}
+	}
+	return def
+}

@@ -1,0 +1,292 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/keystore"
+)
+
+// policy is what one route (or the flags, for every request no route
+// matches) does with a request.
+type policy struct {
+	passThrough              bool
+	required, store5xx       bool
+	ttl, lease               time.Duration
+	methods, fpHeaders       []string
+	scopeHeader, scopeCookie string
+	anonymous                bool
+	maxBody                  int64
+	maxResponse              int
+}
+
+// flagPolicy is the policy the flags set: that of requests no route of the
+// --config file matches, and of every field a route omits.
+func flagPolicy(f serveFlags) policy {
+	return policy{
+		required: f.requireKey, store5xx: f.store5x, ttl: f.ttl, lease: f.lease,
+		methods:     strings.Split(f.methods, ","),
+		scopeHeader: f.scopeHeader, scopeCookie: f.scopeCookie, anonymous: f.allowAnonymous,
+		maxBody: f.maxBody, maxResponse: f.maxResponse,
+	}
+}
+
+// with overrides p with the fields r sets. A scope, if set, replaces the
+// flags' scope whole, --allow-anonymous included.
+func (p policy) with(r route) policy {
+	p.passThrough = r.passThrough
+	if r.required != nil {
+		p.required = *r.required
+	}
+	if r.store5xx != nil {
+		p.store5xx = *r.store5xx
+	}
+	if r.ttl > 0 {
+		p.ttl = r.ttl
+	}
+	if r.lease > 0 {
+		p.lease = r.lease
+	}
+	if r.methods != nil {
+		p.methods = r.methods
+	}
+	if r.fpHeaders != nil {
+		p.fpHeaders = r.fpHeaders
+	}
+	if s := r.scope; s != nil {
+		p.scopeHeader, p.scopeCookie, p.anonymous = s.Header, s.Cookie, s.Anonymous
+	}
+	if r.maxBody > 0 {
+		p.maxBody = r.maxBody
+	}
+	if r.maxResponse > 0 {
+		p.maxResponse = r.maxResponse
+	}
+	return p
+}
+
+// gateway serves every request under the policy set current when it
+// arrived; a reload builds a new set whole and swaps it in atomically.
+type gateway struct {
+	f         serveFlags
+	log       *slog.Logger
+	target    *url.URL
+	store     keystore.Store
+	budget    *idemhttp.Budget
+	transport http.RoundTripper
+	forwarded func(in *http.Request, out http.Header)
+	hooks     idemhttp.Hooks // nil: none
+	plain     http.Handler   // pass-through: no key, no store I/O
+
+	cur  atomic.Pointer[policySet]
+	mu   sync.Mutex
+	sets []*policySet // current and retired sets that may have requests in flight
+}
+
+func newGateway(f serveFlags, log *slog.Logger, target *url.URL, s keystore.Store, rt http.RoundTripper, fwd func(*http.Request, http.Header), hooks idemhttp.Hooks) (*gateway, error) {
+	b, err := idemhttp.NewBudget(f.maxBuffered)
+	if err != nil {
+		return nil, err
+	}
+	g := &gateway{f: f, log: log, target: target, store: s, budget: b, transport: rt, forwarded: fwd, hooks: hooks}
+	g.plain = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			fwd(pr.In, pr.Out.Header)
+			pr.Out.Host = pr.In.Host
+		},
+		Transport: rt,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			log.WarnContext(r.Context(), "idem serve: upstream failed (pass-through)", "err", err)
+			w.WriteHeader(http.StatusBadGateway)
+		},
+	}
+	return g, nil
+}
+
+// policySet is the handlers of one configuration: a Proxy per keyed route,
+// all sharing the gateway's store, budget and transport.
+type policySet struct {
+	mux      *http.ServeMux // for matching only: requests are never rewritten or redirected by it
+	def      http.Handler
+	proxies  []*idemhttp.Proxy
+	routes   int
+	inflight atomic.Int64
+	retired  atomic.Int64 // when it was replaced (unix ns); 0 while current
+}
+
+// routeEntry is a matched route's handler, told apart from the mux's own
+// redirect and not-found handlers.
+type routeEntry struct{ h http.Handler }
+
+func (e *routeEntry) ServeHTTP(w http.ResponseWriter, r *http.Request) { e.h.ServeHTTP(w, r) }
+
+// handler is the route's handler for r, or the flags' one. Where ServeMux
+// would redirect (a path that is not clean, or /tree for a /tree/ pattern),
+// the request keeps its path and gets the policy of the route the redirect
+// would reach.
+func (ps *policySet) handler(r *http.Request) http.Handler {
+	h, p := ps.mux.Handler(r)
+	if e, ok := h.(*routeEntry); ok {
+		return e
+	}
+	if strings.HasPrefix(p, "/") && p != r.URL.Path {
+		r2 := *r
+		u := *r.URL
+		u.Path, u.RawPath = p, ""
+		r2.URL = &u
+		if e, ok := mustHandler(ps.mux, &r2).(*routeEntry); ok {
+			return e
+		}
+	}
+	return ps.def
+}
+
+func mustHandler(mux *http.ServeMux, r *http.Request) http.Handler {
+	h, _ := mux.Handler(r)
+	return h
+}
+
+func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ps := g.cur.Load()
+	ps.inflight.Add(1)
+	defer ps.inflight.Add(-1)
+	ps.handler(r).ServeHTTP(w, r)
+}
+
+// build makes the policy set of routes (none: the flags' policy for every
+// request). Each error names the route's file and line.
+func (g *gateway) build(name string, routes []route) (*policySet, error) {
+	base := flagPolicy(g.f)
+	ps := &policySet{mux: http.NewServeMux(), routes: len(routes)}
+	def, err := g.handlerFor(base)
+	if err != nil {
+		return nil, fmt.Errorf("flags: %w", err)
+	}
+	ps.def = def
+	var errs []error
+	for _, r := range routes {
+		p := base.with(r)
+		bad := func(format string, args ...any) {
+			errs = append(errs, fmt.Errorf("%w: %s:%d: %q: %s", errConfig, name, r.line, r.pattern, fmt.Sprintf(format, args...)))
+		}
+		if p.maxResponse > g.f.maxResponse {
+			bad("max-response %d exceeds --max-response %d, the largest result the store was opened for", p.maxResponse, g.f.maxResponse)
+			continue
+		}
+		if p.maxBody >= g.f.maxBuffered {
+			bad("max-body %d must be below --max-buffered %d", p.maxBody, g.f.maxBuffered)
+			continue
+		}
+		h, err := g.handlerFor(p)
+		if err != nil {
+			bad("%v", err)
+			continue
+		}
+		if px, ok := h.(*idemhttp.Proxy); ok {
+			ps.proxies = append(ps.proxies, px)
+		}
+		if err := register(ps.mux, r.pattern, &routeEntry{h}); err != nil {
+			bad("%v", err)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if px, ok := def.(*idemhttp.Proxy); ok {
+		ps.proxies = append(ps.proxies, px)
+	}
+	return ps, nil
+}
+
+func (g *gateway) handlerFor(p policy) (http.Handler, error) {
+	if p.passThrough {
+		return g.plain, nil
+	}
+	opts := []idemhttp.Option{
+		idemhttp.WithTTL(p.ttl), idemhttp.WithLease(p.lease), idemhttp.WithWait(g.f.wait),
+		idemhttp.WithRequired(p.required), idemhttp.WithStrictKey(g.f.strictKey), idemhttp.WithStore5xx(p.store5xx),
+		idemhttp.WithMethods(p.methods...), idemhttp.WithMaxRequestBody(p.maxBody),
+		idemhttp.WithMaxResponseBody(p.maxResponse), idemhttp.WithLogger(g.log),
+		idemhttp.WithAllowAnonymous(p.anonymous), idemhttp.WithBodyTimeout(g.f.bodyTimeout),
+		idemhttp.WithClientWriteTimeout(g.f.writeTimeout), idemhttp.WithBudget(g.budget),
+		idemhttp.WithStoreTimeout(g.f.storeTimeout), idemhttp.WithUpstreamTransport(g.transport),
+		idemhttp.WithForwarded(g.forwarded),
+	}
+	if g.hooks != nil {
+		opts = append(opts, idemhttp.WithHooks(g.hooks))
+	}
+	if len(p.fpHeaders) > 0 {
+		opts = append(opts, idemhttp.WithFingerprintHeaders(p.fpHeaders...))
+	}
+	if p.scopeHeader != "" {
+		opts = append(opts, idemhttp.WithScopeHeader(p.scopeHeader))
+	}
+	if p.scopeCookie != "" {
+		opts = append(opts, idemhttp.WithScopeCookie(p.scopeCookie))
+	}
+	return idemhttp.NewProxy(g.target, g.store, opts...)
+}
+
+// use makes ps the current set; requests already running keep theirs.
+func (g *gateway) use(ps *policySet) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := time.Now()
+	if old := g.cur.Swap(ps); old != nil {
+		old.retired.Store(now.UnixNano())
+	}
+	// A retired set is forgotten once it has been idle for a minute: no
+	// request can still be about to start under it.
+	live := g.sets[:0]
+	for _, s := range g.sets {
+		if r := s.retired.Load(); r == 0 || s.inflight.Load() > 0 || now.Sub(time.Unix(0, r)) < time.Minute {
+			live = append(live, s)
+		}
+	}
+	g.sets = append(live, ps)
+}
+
+// loadFile parses the --config file, builds its policy set and makes it
+// current. On any error the current set stays.
+func (g *gateway) loadFile(path string) (*policySet, error) {
+	routes, err := readConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	ps, err := g.build(path, routes)
+	if err != nil {
+		return nil, err
+	}
+	g.use(ps)
+	return ps, nil
+}
+
+func readConfig(path string) ([]route, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errConfig, err)
+	}
+	return parseConfig(path, data)
+}
+
+// abort cancels the upstream calls in flight under every set.
+func (g *gateway) abort() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, s := range g.sets {
+		for _, p := range s.proxies {
+			p.Abort()
+		}
+	}
+}
