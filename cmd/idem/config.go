@@ -161,6 +161,9 @@ func yamlError(name string, err error, line int) error {
 }
 
 func parseRoute(name string, i int, n ast.Node) (route, error) {
+	if n == nil {
+		return route{}, fmt.Errorf("%w: %s: routes[%d]: empty route", errConfig, name, i)
+	}
 	line := 0
 	if tk := n.GetToken(); tk != nil {
 		line = tk.Position.Line

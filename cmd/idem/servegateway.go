@@ -117,12 +117,13 @@ func newGateway(f serveFlags, log *slog.Logger, target *url.URL, s keystore.Stor
 // policySet is the handlers of one configuration: a Proxy per keyed route,
 // all sharing the gateway's store, budget and transport.
 type policySet struct {
-	mux      *http.ServeMux // for matching only: requests are never rewritten or redirected by it
-	def      http.Handler
-	proxies  []*idemhttp.Proxy
-	routes   int
-	inflight atomic.Int64
-	retired  atomic.Int64 // when it was replaced (unix ns); 0 while current
+	mux       *http.ServeMux // for matching only: requests are never rewritten or redirected by it
+	def       http.Handler
+	byPattern map[string]http.Handler
+	proxies   []*idemhttp.Proxy
+	routes    int
+	inflight  atomic.Int64
+	retired   atomic.Int64 // when it was replaced (unix ns); 0 while current
 }
 
 // routeEntry is a matched route's handler, told apart from the mux's own
@@ -133,28 +134,17 @@ func (e *routeEntry) ServeHTTP(w http.ResponseWriter, r *http.Request) { e.h.Ser
 
 // handler is the route's handler for r, or the flags' one. Where ServeMux
 // would redirect (a path that is not clean, or /tree for a /tree/ pattern),
-// the request keeps its path and gets the policy of the route the redirect
-// would reach.
+// the request keeps its path and gets the policy of the pattern the
+// redirect would reach, which ServeMux.Handler names.
 func (ps *policySet) handler(r *http.Request) http.Handler {
 	h, p := ps.mux.Handler(r)
 	if e, ok := h.(*routeEntry); ok {
-		return e
+		return e.h
 	}
-	if strings.HasPrefix(p, "/") && p != r.URL.Path {
-		r2 := *r
-		u := *r.URL
-		u.Path, u.RawPath = p, ""
-		r2.URL = &u
-		if e, ok := mustHandler(ps.mux, &r2).(*routeEntry); ok {
-			return e
-		}
+	if h, ok := ps.byPattern[p]; ok {
+		return h
 	}
 	return ps.def
-}
-
-func mustHandler(mux *http.ServeMux, r *http.Request) http.Handler {
-	h, _ := mux.Handler(r)
-	return h
 }
 
 func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -168,7 +158,7 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // request). Each error names the route's file and line.
 func (g *gateway) build(name string, routes []route) (*policySet, error) {
 	base := flagPolicy(g.f)
-	ps := &policySet{mux: http.NewServeMux(), routes: len(routes)}
+	ps := &policySet{mux: http.NewServeMux(), byPattern: map[string]http.Handler{}, routes: len(routes)}
 	def, err := g.handlerFor(base)
 	if err != nil {
 		return nil, fmt.Errorf("flags: %w", err)
@@ -199,6 +189,7 @@ func (g *gateway) build(name string, routes []route) (*policySet, error) {
 		if err := register(ps.mux, r.pattern, &routeEntry{h}); err != nil {
 			bad("%v", err)
 		}
+		ps.byPattern[r.pattern] = h
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
