@@ -59,16 +59,18 @@ end
 -- failover to a replica that lagged) is so overtaken by the clock: every
 -- token issued before was at most the clock of its moment (Redis issues
 -- far fewer than one token per microsecond per bucket), and that moment
--- has passed.
-local c = redis.call('GET', KEYS[2])
+-- has passed. A clock stepped back is covered by the counter, while the
+-- counter survives. One call stores the clock and reads the old counter
+-- (SET … GET); only a counter ahead of the clock is written again.
 local token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local c = redis.call('SET', KEYS[2], string.format('%d', token), 'GET')
 if c then
 	c = tonumber(c) + 1
 	if c > token then
 		token = c
+		redis.call('SET', KEYS[2], string.format('%d', token))
 	end
 end
-redis.call('SET', KEYS[2], string.format('%d', token))
 local lease = tonumber(ARGV[2])
 local e = now + lease
 redis.call('SET', KEYS[1], cmsgpack.pack(1, token, e, ARGV[3], ARGV[1], ''), 'PX', lease + math.max(lease, 60000))
