@@ -36,8 +36,8 @@ import (
 // bucketInsert records msgs[idx...] and returns the keys it recorded.
 func (in *Inbox) bucketInsert(ctx context.Context, tx *sql.Tx, b *buckets, msgs []Message, idx []int) (map[string]bool, error) {
 	starts, version := b.snapshot()
-	cur := b.current()
-	if !slices.Contains(starts, cur) {
+	cur, ok := target(starts, b.current())
+	if !ok {
 		// The clock crossed into a bucket not created yet (ensureBuckets
 		// makes the next one ahead, so only a long transaction gets here).
 		return nil, errBucketsChanged
@@ -56,18 +56,25 @@ func (in *Inbox) bucketInsert(ctx context.Context, tx *sql.Tx, b *buckets, msgs 
 	inserted := make(map[string]bool, len(idx))
 	for lo := 0; lo < len(idx); lo += maxRowsPerInsert {
 		hi := min(lo+maxRowsPerInsert, len(idx))
-		q := b.insertSQL(in.cfg.keyText, in.consumer, cur, starts, version, hi-lo)
+		q := b.insertSQL(in.cfg.keyText, cur, starts, version, hi-lo)
 		args := make([]any, 0, 3*(hi-lo)+1)
-		if b.legacy {
-			args = append(args, in.consumer)
-		}
 		for j := lo; j < hi; j++ {
 			m := msgs[idx[j]]
 			args = append(args, b.param(ds[j]), nullBytes(m.Fingerprint), m.Key)
 		}
+		if b.legacy.Load() {
+			args = append(args, in.consumer)
+		}
 		// Not through the Inbox's statement cache: the text changes with
-		// the bucket list, and stale statements would fill the cache.
-		rows, err := tx.QueryContext(ctx, q, args...)
+		// the bucket list, and stale statements would fill it. buckets
+		// keeps its own, per list version.
+		var rows *sql.Rows
+		var err error
+		if st := b.txStmt(ctx, tx, q, version); st != nil {
+			rows, err = st.QueryContext(ctx, args...)
+		} else {
+			rows, err = tx.QueryContext(ctx, q, args...)
+		}
 		if err != nil {
 			return nil, in.bucketStatementError(ctx, err)
 		}
@@ -86,19 +93,48 @@ func (in *Inbox) bucketInsert(ctx context.Context, tx *sql.Tx, b *buckets, msgs 
 	return inserted, nil
 }
 
-// bucketStatementError turns the failure of a statement naming bucket
-// tables into errBucketsChanged when the list changed under it (another
-// process dropped an expired bucket), so that the transaction is rerun.
+// bucketStatementError marks the failure of a statement that names bucket
+// tables: the list may be stale (another process dropped an expired bucket
+// or the migrated rows table). The retry loop checks, outside the failed
+// transaction, and reruns it if the list changed (see staleRetry).
 func (in *Inbox) bucketStatementError(ctx context.Context, err error) error {
 	if in.dialect.Retryable(err) || ctx.Err() != nil {
 		return fmt.Errorf("inbox: record keys: %w", err)
 	}
-	// The failed statement may have aborted the transaction (PostgreSQL):
-	// read the list outside it.
-	if rerr := in.refreshBuckets(context.WithoutCancel(ctx)); errors.Is(rerr, errBucketsChanged) {
-		return fmt.Errorf("%w (after: %v)", errBucketsChanged, err)
+	return &staleError{err}
+}
+
+// staleError is a bucket statement's failure that a fresh bucket list may
+// cure.
+type staleError struct{ err error }
+
+func (e *staleError) Error() string { return "inbox: record keys: " + e.err.Error() }
+func (e *staleError) Unwrap() error { return e.err }
+
+// staleRetry reports whether the bucket list or the rows table changed
+// since the failed statement was built. It runs outside any transaction.
+func (in *Inbox) staleRetry(ctx context.Context) bool {
+	b := in.bl.Load()
+	if b == nil {
+		return false
 	}
-	return fmt.Errorf("inbox: record keys: %w", err)
+	ctx = context.WithoutCancel(ctx)
+	if err := in.refreshBuckets(ctx); errors.Is(err, errBucketsChanged) {
+		return true
+	}
+	if !b.legacy.Load() {
+		return false
+	}
+	var gone bool
+	_ = in.readTx(ctx, func(tx *sql.Tx) error {
+		ok, err := tableExists(ctx, tx, in.dialect, in.cfg.table)
+		gone = err == nil && !ok
+		return err
+	})
+	if gone {
+		b.forgetLegacy()
+	}
+	return gone
 }
 
 // lockDigests takes PostgreSQL transaction-scoped advisory locks on 64
@@ -129,7 +165,7 @@ func (in *Inbox) lockDigests(ctx context.Context, tx *sql.Tx, ds [][16]byte) err
 // insertSQL returns the statement recording n keys into bucket cur while
 // probing the other live buckets (and the frozen rows table, after a
 // migration).
-func (b *buckets) insertSQL(keyText bool, consumer string, cur int64, starts []int64, version, n int) string {
+func (b *buckets) insertSQL(keyText bool, cur int64, starts []int64, version, n int) string {
 	ck := "i" + strconv.Itoa(n) + "/" + strconv.FormatInt(cur, 10) + "/" + strconv.FormatBool(keyText)
 	b.mu.Lock()
 	if b.version == version {
@@ -139,18 +175,17 @@ func (b *buckets) insertSQL(keyText bool, consumer string, cur int64, starts []i
 		}
 	}
 	b.mu.Unlock()
+	// Plain ? on SQLite: numbered ?NNN parameters cost a name lookup each
+	// on every bind (a third of the statement's CPU at 100 rows).
 	ph := func(i int) string {
 		if b.d == sqldialect.Postgres {
 			return "$" + strconv.Itoa(i)
 		}
-		return "?" + strconv.Itoa(i)
+		return "?"
 	}
 	var q strings.Builder
 	q.WriteString("WITH v(d, f, k) AS (VALUES ")
 	p := 1
-	if b.legacy {
-		p = 2 // $1 is the consumer
-	}
 	for i := 0; i < n; i++ {
 		if i > 0 {
 			q.WriteByte(',')
@@ -174,8 +209,9 @@ func (b *buckets) insertSQL(keyText bool, consumer string, cur int64, starts []i
 		o := bucketName(b.table, s)
 		q.WriteString(" AND NOT EXISTS (SELECT 1 FROM " + o + " WHERE " + o + ".d = v.d)")
 	}
-	if b.legacy {
-		q.WriteString(" AND NOT EXISTS (SELECT 1 FROM " + b.table + " WHERE " + b.table + ".consumer = " + ph(1) + " AND " + b.table + ".idem_key = v.k)")
+	if b.legacy.Load() {
+		// The consumer is the last argument.
+		q.WriteString(" AND NOT EXISTS (SELECT 1 FROM " + b.table + " WHERE " + b.table + ".consumer = " + ph(p) + " AND " + b.table + ".idem_key = v.k)")
 	}
 	q.WriteString(" ON CONFLICT (d) DO NOTHING RETURNING d")
 	if b.d == sqldialect.Postgres {
@@ -240,7 +276,7 @@ func (in *Inbox) bucketFingerprint(ctx context.Context, tx *sql.Tx, b *buckets, 
 			q.WriteString("1") // ?1
 		}
 	}
-	if b.legacy {
+	if b.legacy.Load() {
 		if len(starts) > 0 {
 			q.WriteString(" UNION ALL ")
 		}

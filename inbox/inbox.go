@@ -356,6 +356,10 @@ func (in *Inbox) retryable(err error) bool {
 	if errors.Is(err, errBucketsChanged) || errors.Is(err, errLayoutChanged) {
 		return true // nothing committed; rerun on the fresh list or layout
 	}
+	var se *staleError
+	if errors.As(err, &se) {
+		return in.staleRetry(context.Background())
+	}
 	return in.dialect.Retryable(err)
 }
 

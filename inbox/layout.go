@@ -65,7 +65,9 @@ type buckets struct {
 	meta   string
 	salt   []byte
 	width  int64 // seconds
-	legacy bool  // the rows table exists (frozen): it is read, never written
+	// legacy: the rows table exists (frozen): it is read, never written.
+	// It is cleared, with a new version, when a Sweep has dropped it.
+	legacy atomic.Bool
 
 	offsetUS atomic.Int64 // database clock − local clock, µs
 	syncedNS atomic.Int64 // local time of the last offset sync
@@ -74,11 +76,74 @@ type buckets struct {
 	starts  []int64 // bucket starts (Unix s), ascending
 	version int
 	sql     map[string]string // built statements, for this version
+	// SQLite: statements of this version prepared on the pool, and those
+	// that ran unprepared and are prepared before the next transaction.
+	prepared map[string]*sql.Stmt
+	missed   map[string]bool
 }
 
-func metaTableName(t string) string   { return t + "_meta" }
+// txStmt returns q prepared for tx if it is cached for version (SQLite
+// only), else nil and remembers q for prepareMissed. The statement is
+// bound to tx while b.mu is held, and retired statements are closed under
+// b.mu too, so a statement is never handed out closed; one already bound
+// to a transaction stays usable (database/sql counts it as a dependent).
+func (b *buckets) txStmt(ctx context.Context, tx *sql.Tx, q string, version int) *sql.Stmt {
+	if b.d != sqldialect.SQLite {
+		return nil // pgx caches prepared statements itself
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if version != b.version {
+		return nil
+	}
+	if st, ok := b.prepared[q]; ok {
+		return tx.StmtContext(ctx, st)
+	}
+	if len(b.missed) < maxCachedStmts {
+		if b.missed == nil {
+			b.missed = map[string]bool{}
+		}
+		b.missed[q] = true
+	}
+	return nil
+}
+
+// prepareMissed prepares, outside any transaction, the statements txStmt
+// found missing.
+func (b *buckets) prepareMissed(ctx context.Context, p preparer) {
+	b.mu.Lock()
+	if len(b.missed) == 0 || p == nil {
+		b.mu.Unlock()
+		return
+	}
+	version := b.version
+	var qs []string
+	for q := range b.missed {
+		qs = append(qs, q)
+	}
+	clear(b.missed)
+	b.mu.Unlock()
+	for _, q := range qs {
+		st, err := p.PrepareContext(ctx, q)
+		if err != nil {
+			continue
+		}
+		b.mu.Lock()
+		if b.version != version || len(b.prepared) >= maxCachedStmts || b.prepared[q] != nil {
+			_ = st.Close()
+		} else {
+			if b.prepared == nil {
+				b.prepared = map[string]*sql.Stmt{}
+			}
+			b.prepared[q] = st
+		}
+		b.mu.Unlock()
+	}
+}
+
+func metaTableName(t string) string       { return t + "_meta" }
 func bucketName(t string, s int64) string { return t + "_k" + strconv.FormatInt(s, 10) }
-func frozenName(t string) string       { return tableRef(t) + "_frozen" }
+func frozenName(t string) string          { return tableRef(t) + "_frozen" }
 
 // digest is the 16 bytes stored for (consumer, key): SHA-256 of the
 // table's secret salt, the consumer's length, the consumer and the key.
@@ -260,9 +325,11 @@ func loadBuckets(ctx context.Context, q querier, d sqldialect.Dialect, t string)
 	if len(b.salt) < 16 || b.width <= 0 {
 		return nil, fmt.Errorf("%w: table %s has no salt or bucket width: apply SchemaSQL again", ErrUnsafeTable, m)
 	}
-	if b.legacy, err = tableExists(ctx, q, d, t); err != nil {
+	legacy, err := tableExists(ctx, q, d, t)
+	if err != nil {
 		return nil, err
 	}
+	b.legacy.Store(legacy)
 	return b, nil
 }
 
@@ -332,8 +399,26 @@ func (b *buckets) setStarts(s []int64) bool {
 	if slices.Equal(s, b.starts) {
 		return false
 	}
-	b.starts, b.version, b.sql = s, b.version+1, nil
+	b.starts = s
+	b.newVersionLocked()
 	return true
+}
+
+// forgetLegacy records that the rows table was dropped.
+func (b *buckets) forgetLegacy() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.legacy.Store(false)
+	b.newVersionLocked()
+}
+
+func (b *buckets) newVersionLocked() {
+	b.version, b.sql = b.version+1, nil
+	for q, st := range b.prepared {
+		_ = st.Close() // see txStmt
+		delete(b.prepared, q)
+	}
+	clear(b.missed)
 }
 
 // snapshot returns the bucket list and its version.
@@ -371,14 +456,38 @@ func (b *buckets) syncClock(ctx context.Context, q querier) error {
 	return nil
 }
 
-// ensureBuckets makes sure, before a transaction starts, that the current
-// bucket and the next one exist and are in the list, and that the clock
-// offset is fresh. It runs DDL in its own short transactions, never inside
-// the caller's (SQLite pools of one connection would wait on themselves).
+// target is the bucket a key arriving in bucket cur is recorded in: cur
+// itself, or, when cur has no table, the oldest bucket after it (a writer
+// whose clock is behind the others' never creates a bucket older than the
+// newest one; recording a key in a later bucket only keeps it longer).
+// ok is false when there is none.
+func target(starts []int64, cur int64) (int64, bool) {
+	i, _ := slices.BinarySearch(starts, cur)
+	if i == len(starts) {
+		return 0, false
+	}
+	return starts[i], true
+}
+
+// ensureBuckets makes sure, before a transaction starts, that the bucket
+// keys go to exists and, when that is the current one, that the next one
+// does too, and that the clock offset is fresh. It runs DDL in its own
+// short transactions, never inside the caller's (SQLite pools of one
+// connection would wait on themselves).
+//
+// Why a cached list of buckets is enough: tables are only ever created
+// forward (the current bucket and the next, and never one older than the
+// newest that exists), and every writer knows the bucket after its own. A
+// key is therefore written only into a bucket that every writer whose
+// clock is less than one bucket width apart already lists, and probes.
+// The clocks are the database's, measured every clockSyncEvery.
 func (in *Inbox) ensureBuckets(ctx context.Context) error {
 	b := in.bl.Load()
 	if b == nil {
 		return nil
+	}
+	if in.stmts != nil {
+		b.prepareMissed(ctx, in.stmts.p)
 	}
 	if time.Since(time.Unix(0, b.syncedNS.Load())) > clockSyncEvery {
 		if err := in.readTx(ctx, func(tx *sql.Tx) error { return b.syncClock(ctx, tx) }); err != nil {
@@ -387,7 +496,22 @@ func (in *Inbox) ensureBuckets(ctx context.Context) error {
 	}
 	cur := b.current()
 	starts, _ := b.snapshot()
-	if slices.Contains(starts, cur) && slices.Contains(starts, cur+b.width) {
+	if t, ok := target(starts, cur); ok && t != starts[len(starts)-1] {
+		return nil // a later bucket is known too
+	}
+	if err := in.refreshBuckets(ctx); err != nil && !errors.Is(err, errBucketsChanged) {
+		return err
+	}
+	starts, _ = b.snapshot()
+	var create []int64
+	if len(starts) == 0 || cur >= starts[len(starts)-1] {
+		for _, s := range []int64{cur, cur + b.width} {
+			if !slices.Contains(starts, s) {
+				create = append(create, s)
+			}
+		}
+	}
+	if len(create) == 0 {
 		return nil
 	}
 	err := in.withRetry(ctx, func() error {
@@ -396,7 +520,7 @@ func (in *Inbox) ensureBuckets(ctx context.Context) error {
 			return fmt.Errorf("inbox: create bucket: begin: %w", err)
 		}
 		defer tx.Rollback()
-		for _, s := range []int64{cur, cur + b.width} {
+		for _, s := range create {
 			if _, err := tx.ExecContext(ctx, bucketTableSQL(in.dialect, in.cfg.table, s)); err != nil {
 				if in.dialect.IsUniqueViolation(err) {
 					// Two processes created the same bucket at once

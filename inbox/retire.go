@@ -52,7 +52,7 @@ func (in *Inbox) verifyBuckets(ctx context.Context, tx *sql.Tx, b *buckets) erro
 		return err
 	}
 	b.setStarts(starts)
-	if !b.legacy {
+	if !b.legacy.Load() {
 		return nil
 	}
 	var n int
@@ -187,7 +187,7 @@ func (in *Inbox) retireBuckets(ctx context.Context, b *buckets, olderThan time.D
 			}
 			dropped++
 		}
-		if b.legacy {
+		if b.legacy.Load() {
 			var v []byte
 			err := tx.QueryRowContext(ctx, `SELECT value FROM `+b.meta+` WHERE name = 'migrated_us'`).Scan(&v)
 			if err != nil && !errors.Is(err, sql.ErrNoRows) {

@@ -1,0 +1,268 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/sqldialect"
+)
+
+// Tests of the bucketed layout (issue 14). They run on the engines that
+// have it: SQLite and PostgreSQL.
+
+func forEachBucketed(t *testing.T, f func(t *testing.T, b backend)) {
+	for _, b := range backends {
+		if b.d == sqldialect.MySQL || b.opts != nil {
+			continue
+		}
+		t.Run(b.name, func(t *testing.T) { f(t, b) })
+	}
+}
+
+// waitNextBucket sleeps until the clock is early in a bucket of width w,
+// so a test that needs "the same bucket" has most of one.
+func waitNextBucket(w time.Duration) {
+	time.Sleep(w - time.Duration(time.Now().UnixNano())%w + 50*time.Millisecond)
+}
+
+// TestBucketBoundaryConcurrentDuplicate is the trap that made a
+// hand-partitioned table apply duplicates: two deliveries of one key, in
+// flight at once, whose transactions choose different buckets (the second
+// Inbox's clock is one bucket ahead, as at a boundary). A unique index per
+// bucket cannot see across buckets; the inbox must. Both orders, and an
+// Inbox one bucket behind.
+func TestBucketBoundaryConcurrentDuplicate(t *testing.T) {
+	forEachBucketed(t, func(t *testing.T, b backend) {
+		e := setup(t, b, inbox.WithBucketWidth(time.Hour))
+		ctx := context.Background()
+		for i, skew := range []time.Duration{time.Hour, -time.Hour, time.Hour, -time.Hour} {
+			first := e.in
+			second, err := inbox.New(e.db2, e.d, "wallet-consumer")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := second.Process(ctx, fmt.Sprint("warm-", i), func(context.Context, *sql.Tx) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			inbox.SkewClock(second, skew)
+			if i >= 2 {
+				first, second = second, first // the skewed Inbox delivers first
+			}
+			key := fmt.Sprint("evt-", i)
+			entered, release := make(chan struct{}), make(chan struct{})
+			var applied atomic.Int32
+			var wg sync.WaitGroup
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				ok, err := first.Process(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
+					close(entered)
+					<-release // hold the first delivery open across the second
+					return e.credit(1, 10)(ctx, tx)
+				})
+				if err != nil {
+					t.Error(err)
+				}
+				if ok {
+					applied.Add(1)
+				}
+			}()
+			<-entered
+			go func() {
+				defer wg.Done()
+				ok, err := second.Process(ctx, key, e.credit(1, 10))
+				if err != nil {
+					t.Error(err)
+				}
+				if ok {
+					applied.Add(1)
+				}
+			}()
+			time.Sleep(200 * time.Millisecond) // let the second reach its insert
+			close(release)
+			wg.Wait()
+			if applied.Load() != 1 {
+				t.Fatalf("case %d (skew %v): applied %d times, want once", i, skew, applied.Load())
+			}
+		}
+		if got := e.balance(1); got != 40 {
+			t.Fatalf("balance %d, want 40 (4 keys, 10 each, once)", got)
+		}
+	})
+}
+
+// TestBucketManyConcurrentDuplicates runs many deliveries of the same keys
+// from two pools whose clocks straddle a boundary, with real handlers.
+func TestBucketManyConcurrentDuplicates(t *testing.T) {
+	forEachBucketed(t, func(t *testing.T, b backend) {
+		e := setup(t, b, inbox.WithBucketWidth(time.Hour))
+		ctx := context.Background()
+		ahead, err := inbox.New(e.db2, e.d, "wallet-consumer")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ahead.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		inbox.SkewClock(ahead, time.Hour)
+		const keys, copies = 40, 4
+		var wg sync.WaitGroup
+		var applied atomic.Int32
+		for c := 0; c < copies; c++ {
+			for _, in := range []*inbox.Inbox{e.in, ahead} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for k := 0; k < keys; k += 4 {
+						msgs := []inbox.Message{}
+						for j := k; j < k+4; j++ {
+							msgs = append(msgs, inbox.Message{Key: fmt.Sprint("k-", (j+c*7)%keys)})
+						}
+						res, err := in.ProcessBatchSet(ctx, msgs, func(ctx context.Context, tx *sql.Tx, fresh []inbox.Message) error {
+							time.Sleep(time.Millisecond)
+							return e.credit(1, int64(len(fresh)))(ctx, tx)
+						}, nil)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						for _, r := range res {
+							if r.Applied {
+								applied.Add(1)
+							}
+						}
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		if applied.Load() != keys || e.balance(1) != keys || e.keys() != keys {
+			t.Fatalf("applied %d, balance %d, keys %d; want %d each", applied.Load(), e.balance(1), e.keys(), keys)
+		}
+	})
+}
+
+// TestBucketDuplicateOlderThanNewest: a key recorded buckets ago is found
+// when it comes again, with its fingerprint.
+func TestBucketDuplicateOlderThanNewest(t *testing.T) {
+	forEachBucketed(t, func(t *testing.T, b backend) {
+		e := setup(t, b, inbox.WithBucketWidth(time.Second))
+		ctx := context.Background()
+		waitNextBucket(time.Second)
+		if ok, err := e.in.ProcessMessage(ctx, inbox.Message{Key: "old", Fingerprint: []byte("a")}, e.credit(1, 5)); !ok || err != nil {
+			t.Fatalf("first delivery: %v %v", ok, err)
+		}
+		time.Sleep(2200 * time.Millisecond) // two buckets later
+		if ok, err := e.in.Process(ctx, "new", e.credit(1, 1)); !ok || err != nil {
+			t.Fatalf("new key: %v %v", ok, err)
+		}
+		ok, err := e.in.ProcessMessage(ctx, inbox.Message{Key: "old", Fingerprint: []byte("a")}, e.credit(1, 5))
+		if ok || err != nil {
+			t.Fatalf("duplicate two buckets later: applied=%v err=%v", ok, err)
+		}
+		res, err := e.in.ProcessBatch(ctx, []inbox.Message{{Key: "old", Fingerprint: []byte("b")}, {Key: "new"}, {Key: "fresh"}},
+			func(ctx context.Context, tx *sql.Tx, m inbox.Message) error { return e.credit(1, 100)(ctx, tx) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(res[0].Err, inbox.ErrFingerprintMismatch) || res[1].Applied || !res[2].Applied {
+			t.Fatalf("batch: %+v", res)
+		}
+		if got := e.balance(1); got != 106 {
+			t.Fatalf("balance %d, want 106", got)
+		}
+	})
+}
+
+// TestBucketRetentionHonoursHorizon: dropping buckets obeys the largest
+// horizon any consumer of the table recorded, and never drops a bucket
+// holding a key younger than the sweep's age.
+func TestBucketRetentionHonoursHorizon(t *testing.T) {
+	forEachBucketed(t, func(t *testing.T, b backend) {
+		e := setup(t, b, inbox.WithBucketWidth(time.Second))
+		ctx := context.Background()
+		// Another consumer of the same table records a one-hour horizon.
+		other, err := inbox.New(e.db2, e.d, "other-consumer", inbox.WithRedeliveryHorizon(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := other.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 20; i++ {
+			if _, err := e.in.Process(ctx, fmt.Sprint("a-", i), e.credit(1, 1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Past the last key's bucket end (1 s), the sweep age (1 s) and the
+		// clock-skew margin (2 s).
+		time.Sleep(4300 * time.Millisecond)
+		before := e.keys()
+		if _, err := e.in.Sweep(ctx, time.Second, 100); !errors.Is(err, inbox.ErrHorizon) {
+			t.Fatalf("sweep below another consumer's horizon: %v", err)
+		}
+		if e.keys() != before {
+			t.Fatal("a refused sweep dropped keys")
+		}
+		if err := other.LowerRedeliveryHorizon(ctx, 0); err == nil {
+			t.Fatal("lowering below the Inbox's own option must be refused")
+		}
+		plain, _ := inbox.New(e.db2, e.d, "other-consumer")
+		if err := plain.LowerRedeliveryHorizon(ctx, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		// Young keys: a key recorded just now survives any sweep.
+		if _, err := e.in.Process(ctx, "young", e.credit(1, 1)); err != nil {
+			t.Fatal(err)
+		}
+		n, err := e.in.Sweep(ctx, time.Second, 100)
+		if err != nil || n == 0 {
+			t.Fatalf("sweep of old buckets: dropped %d, err %v", n, err)
+		}
+		if got := e.keys(); got != 1 {
+			t.Fatalf("%d keys left, want the young one", got)
+		}
+		if ok, err := e.in.Process(ctx, "young", e.credit(1, 1)); ok || err != nil {
+			t.Fatalf("young key after sweep: applied=%v err=%v", ok, err)
+		}
+		// A sweep with a longer age than the buckets' drops nothing.
+		if n, err := e.in.Sweep(ctx, time.Hour, 100); n != 0 || err != nil {
+			t.Fatalf("sweep 1h: %d %v", n, err)
+		}
+		// Another Inbox whose bucket list is stale still works.
+		if ok, err := other.Process(ctx, "x", e.credit(2, 1)); !ok || err != nil {
+			t.Fatalf("stale Inbox after a drop: %v %v", ok, err)
+		}
+	})
+}
+
+// TestBucketRepeatableReadRefused: on PostgreSQL the bucketed layout needs
+// READ COMMITTED; at a stricter default the first insert fails loudly.
+func TestBucketRepeatableReadRefused(t *testing.T) {
+	b := backends[2]
+	e := setup(t, b)
+	ctx := context.Background()
+	conn, err := e.db2.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "SET default_transaction_isolation = 'repeatable read'"); err != nil {
+		t.Fatal(err)
+	}
+	in, _ := inbox.New(conn, b.d, "wallet-consumer")
+	if _, err := in.Process(ctx, "k", e.credit(1, 1)); !errors.Is(err, inbox.ErrUnsafeTable) || !strings.Contains(err.Error(), "READ COMMITTED") {
+		t.Fatalf("repeatable read: %v", err)
+	}
+	if e.balance(1) != 0 {
+		t.Fatal("applied")
+	}
+}

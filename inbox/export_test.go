@@ -1,0 +1,21 @@
+package inbox
+
+import "time"
+
+// SkewClock moves in's idea of the database clock by d and stops it from
+// being measured again, so a test can put two Inbox values in different
+// buckets. It must follow the Inbox's first use.
+func SkewClock(in *Inbox, d time.Duration) {
+	b := in.bl.Load()
+	b.offsetUS.Add(d.Microseconds())
+	b.syncedNS.Store(time.Now().Add(time.Hour).UnixNano())
+}
+
+// BucketWidth is the stored bucket width of in's table; 0 for the rows
+// layout.
+func BucketWidth(in *Inbox) time.Duration {
+	if b := in.bl.Load(); b != nil {
+		return time.Duration(b.width) * time.Second
+	}
+	return 0
+}

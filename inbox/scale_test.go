@@ -1,0 +1,283 @@
+package inbox_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/sqldialect"
+)
+
+// The scale curve (issue 14): ProcessBatchSet, 100 messages a transaction,
+// one set-based UPDATE per batch, into tables that grow to
+// IDEM_SCALE_KEYS keys. UUIDv7 and UUIDv4 keys run side by side in one
+// process, on two databases of one engine, interleaved step by step
+// (IDEM_SCALE_STEP keys each), so both see the same machine noise. It
+// prints one CSV line per step and engine and key kind:
+//
+//	engine,layout,keys,msgs_per_s,buckets,bytes_per_key
+//
+// and appends them to IDEM_SCALE_CSV when set (the chart's input, see
+// tools/benchchart). Without the variables it runs at 20k keys, to keep the
+// code working in `make test`; it asserts only that every key was recorded
+// once. The full run: `make bench-scale` (docs/benchmarks.md).
+
+type scaleSide struct {
+	kind string // "v4" or "v7", with "-rows" for the rows layout (the baseline)
+	db   *sql.DB
+	in   *inbox.Inbox
+	d    sqldialect.Dialect
+	n    int
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func uuidV4() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmtUUID(b)
+}
+
+func uuidV7(ms uint64) string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	var t [8]byte
+	binary.BigEndian.PutUint64(t[:], ms)
+	copy(b[:6], t[2:])
+	b[6] = b[6]&0x0f | 0x70
+	b[8] = b[8]&0x3f | 0x80
+	return fmtUUID(b)
+}
+
+func fmtUUID(b [16]byte) string {
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+func openScale(t *testing.T, d sqldialect.Dialect, kind string, width time.Duration) *scaleSide {
+	t.Helper()
+	var db *sql.DB
+	var err error
+	switch d {
+	case sqldialect.SQLite:
+		// A page cache sized to the working set (256 MiB), as
+		// docs/inbox.md recommends; both key kinds get the same.
+		db, err = sql.Open("sqlite", sqldialect.SQLiteDSN(filepath.Join(t.TempDir(), kind+".db"))+"&_pragma=cache_size(-262144)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.SetMaxOpenConns(1)
+		t.Cleanup(func() { db.Close() })
+	case sqldialect.Postgres:
+		db = testenv.Postgres(t)
+	}
+	opts := []inbox.Option{inbox.WithBucketWidth(width)}
+	if strings.HasSuffix(kind, "-rows") {
+		opts = []inbox.Option{inbox.WithLayout(inbox.LayoutRows)}
+	}
+	in, err := inbox.New(db, d, "scale", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := in.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("CREATE TABLE wallet (id INT PRIMARY KEY, balance BIGINT NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < benchWallets; i++ {
+		if _, err := db.Exec("INSERT INTO wallet (id, balance) VALUES (" + strconv.Itoa(i) + ", 0)"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &scaleSide{kind: kind, db: db, in: in, d: d}
+}
+
+// run processes n new keys and returns the rate.
+func (s *scaleSide) run(t *testing.T, n int) float64 {
+	t.Helper()
+	ctx := context.Background()
+	bd := &benchDB{d: s.d, db: s.db}
+	set := func(ctx context.Context, tx *sql.Tx, fresh []inbox.Message) error {
+		ids := make([]int, len(fresh))
+		for i, m := range fresh {
+			ids[i] = m.Value.(int)
+		}
+		return bd.creditMany(ctx, tx, ids)
+	}
+	msgs := make([]inbox.Message, 100)
+	start := time.Now()
+	for done := 0; done < n; done += len(msgs) {
+		for i := range msgs {
+			k := uuidV4()
+			if strings.HasPrefix(s.kind, "v7") {
+				k = uuidV7(uint64(time.Now().UnixMilli()))
+			}
+			msgs[i] = inbox.Message{Key: k, Value: (s.n + done + i) % benchWallets}
+		}
+		res, err := s.in.ProcessBatchSet(ctx, msgs, set, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range res {
+			if !r.Applied || r.Err != nil {
+				t.Fatalf("%s key %s: applied=%v err=%v", s.kind, r.Key, r.Applied, r.Err)
+			}
+		}
+	}
+	s.n += n
+	return float64(n) / time.Since(start).Seconds()
+}
+
+// tables returns the bucket tables of idem_inbox.
+func (s *scaleSide) tables(t *testing.T) []string {
+	if strings.HasSuffix(s.kind, "-rows") {
+		return []string{"idem_inbox"}
+	}
+	q := "SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB 'idem_inbox_k[0-9]*'"
+	if s.d == sqldialect.Postgres {
+		q = "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename ~ '^idem_inbox_k[0-9]+$'"
+	}
+	return queryStrings(t, s.db, q)
+}
+
+func queryStrings(t *testing.T, db *sql.DB, q string, args ...any) []string {
+	t.Helper()
+	rows, err := db.Query(q, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// bytesOf returns the on-disk size of the named tables with their indexes.
+func bytesOf(t *testing.T, db *sql.DB, d sqldialect.Dialect, names []string) int64 {
+	t.Helper()
+	var total int64
+	for _, n := range names {
+		var b int64
+		var err error
+		if d == sqldialect.Postgres {
+			err = db.QueryRow("SELECT pg_total_relation_size('" + n + "')").Scan(&b)
+		} else {
+			err = db.QueryRow("SELECT COALESCE(SUM(pgsize), 0) FROM dbstat WHERE name = ?", n).Scan(&b)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += b
+	}
+	return total
+}
+
+func TestScaleCurve(t *testing.T) {
+	total := envInt("IDEM_SCALE_KEYS", 20_000)
+	step := envInt("IDEM_SCALE_STEP", total/4)
+	width := time.Duration(envInt("IDEM_SCALE_BUCKET_SECONDS", 1)) * time.Second
+	engines := strings.Split(os.Getenv("IDEM_SCALE_ENGINES"), ",")
+	if engines[0] == "" {
+		engines = []string{"sqlite", "postgres"}
+	}
+	var csv *os.File
+	if p := os.Getenv("IDEM_SCALE_CSV"); p != "" {
+		f, err := os.OpenFile(p, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		csv = f
+	}
+	for _, e := range engines {
+		d := map[string]sqldialect.Dialect{"sqlite": sqldialect.SQLite, "postgres": sqldialect.Postgres}[e]
+		t.Run(e, func(t *testing.T) {
+			kinds := strings.Split(os.Getenv("IDEM_SCALE_SIDES"), ",")
+			if kinds[0] == "" {
+				kinds = []string{"v7", "v4", "v7-rows"}
+			}
+			var sides []*scaleSide
+			for _, k := range kinds {
+				sides = append(sides, openScale(t, d, k, width))
+			}
+			for done := 0; done < total; done += step {
+				for _, s := range sides { // interleaved: v7 then v4, same step
+					rate := s.run(t, step)
+					tabs := s.tables(t)
+					var bpk float64
+					if d == sqldialect.Postgres || done+step >= total || os.Getenv("IDEM_SCALE_CSV") != "" {
+						names := tabs
+						if d == sqldialect.SQLite && strings.HasSuffix(s.kind, "-rows") {
+							names = append(names, "idem_inbox_processed_at")
+						}
+						bpk = float64(bytesOf(t, s.db, d, names)) / float64(s.n)
+					}
+					line := fmt.Sprintf("%s,%s,%d,%.0f,%d,%.1f", e, s.kind, s.n, rate, len(tabs), bpk)
+					t.Log(line)
+					if csv != nil {
+						fmt.Fprintln(csv, line)
+					}
+				}
+			}
+			for _, s := range sides {
+				var n int
+				for _, tab := range s.tables(t) {
+					var c int
+					if err := s.db.QueryRow("SELECT COUNT(*) FROM " + tab).Scan(&c); err != nil {
+						t.Fatal(err)
+					}
+					n += c
+				}
+				if n != s.n {
+					t.Fatalf("%s: %d keys recorded, want %d", s.kind, n, s.n)
+				}
+			}
+			if d == sqldialect.Postgres {
+				// The bare baseline for goal 2: a table keyed by a 16-byte
+				// uuid and nothing else, filled in random order with as many
+				// rows, in the same run.
+				db := sides[0].db
+				if _, err := db.Exec("CREATE TABLE bare (id uuid PRIMARY KEY)"); err != nil {
+					t.Fatal(err)
+				}
+				for done := 0; done < sides[0].n; done += 100_000 {
+					if _, err := db.Exec("INSERT INTO bare SELECT gen_random_uuid() FROM generate_series(1, $1)", min(100_000, sides[0].n-done)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				bare := float64(bytesOf(t, db, d, []string{"bare"})) / float64(sides[0].n)
+				line := fmt.Sprintf("%s,bare-uuid,%d,0,1,%.1f", e, sides[0].n, bare)
+				t.Log(line)
+				if csv != nil {
+					fmt.Fprintln(csv, line)
+				}
+			}
+		})
+	}
+}
