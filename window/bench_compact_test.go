@@ -24,7 +24,8 @@ import (
 // Each iteration builds the structure from empty (growth included) and
 // reports heapB/key (live heap after runtime.GC, minus the heap before) and
 // ns/insert. The map gets the UUID's 16 raw bytes, the Dedup its 36-byte
-// string, as each would be used.
+// string, as each would be used. BenchmarkCompactSteady
+// measures the steady state.
 func BenchmarkCompact(b *testing.B) {
 	for n, name := range benchSizes() {
 		strs, raws := benchUUIDs(n)
@@ -60,6 +61,58 @@ func BenchmarkCompact(b *testing.B) {
 		})
 		strs, raws = nil, nil
 		runtime.GC()
+	}
+}
+
+// BenchmarkCompactSteady measures ns/op at n live ids where each new id
+// expires the oldest (a window of n ns, one id a nanosecond; the map
+// deletes the key n back): no growth in either, the state a running window
+// is in. Run it with a count of operations:
+//
+//	go test -run '^$' -bench CompactSteady -benchtime 1000000x -count 3 ./window
+func BenchmarkCompactSteady(b *testing.B) {
+	t0 := time.Unix(1_700_000_000, 0)
+	for n, name := range benchSizes() {
+		strs, raws := benchUUIDs(n)
+		// Steady state: n live ids, each new id expires the oldest (a
+		// window of n ns, one id a nanosecond); the map deletes the id n
+		// back. No growth in either: what a full window costs per message.
+		b.Run(name+"/window-steady", func(b *testing.B) {
+			d, _ := window.New(time.Duration(n))
+			for i, s := range strs {
+				d.Add("orders", s, t0.Add(time.Duration(i)))
+			}
+			fresh := freshUUIDs(b.N)
+			b.ResetTimer()
+			for i := range b.N {
+				if dup, _, err := d.Add("orders", fresh[i], t0.Add(time.Duration(n+i))); dup || err != nil {
+					b.Fatal("duplicate or error", err)
+				}
+			}
+		})
+		b.Run(name+"/map-steady", func(b *testing.B) {
+			m := make(map[[16]byte]int64, n)
+			ring := make([][16]byte, n)
+			for i, k := range raws {
+				m[k] = int64(i)
+				ring[i] = k
+			}
+			fresh := make([][16]byte, b.N)
+			for i := range fresh {
+				fresh[i] = uuid.New()
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				k := fresh[i]
+				if _, ok := m[k]; ok {
+					b.Fatal("duplicate")
+				}
+				m[k] = int64(n + i)
+				old := &ring[i%n]
+				delete(m, *old)
+				*old = k
+			}
+		})
 	}
 }
 
@@ -116,6 +169,12 @@ func BenchmarkCompactGC(b *testing.B) {
 			}
 		})
 	}
+}
+
+// freshUUIDs returns n UUIDv4 strings in one allocation.
+func freshUUIDs(n int) []string {
+	strs, _ := benchUUIDs(n)
+	return strs
 }
 
 // benchUUIDs returns n random UUIDv4s, as strings and as raw bytes. The

@@ -50,15 +50,32 @@ const (
 	maxLoadPct    = 92
 	targetLoadPct = 68
 	shrinkLoadPct = 25
-	minGroups     = 4
+	minGroups     = 5 // a prime, see nextPrime
 	groupBytes    = 64
 	lsb           = 0x0101010101010101
 	msb           = 0x8080808080808080
 )
 
 func newIndex(groups uint64) index {
-	groups = max(groups, minGroups)
+	groups = nextPrime(max(groups, minGroups))
 	return index{groups: make([]group, groups), ng: groups}
+}
+
+// nextPrime returns the least prime ≥ n (n ≥ 2), so that every probe
+// stride in [1, ng) visits every group.
+func nextPrime(n uint64) uint64 {
+	for ; ; n++ {
+		prime := true
+		for d := uint64(2); d*d <= n; d++ {
+			if n%d == 0 {
+				prime = false
+				break
+			}
+		}
+		if prime {
+			return n
+		}
+	}
 }
 
 // groupsFor returns the table size that holds n at targetLoad.
@@ -72,9 +89,16 @@ func (x *index) full() bool { return (x.n+1)*100 > x.slots()*maxLoadPct }
 
 func (x *index) home(h uint32) uint64 { return (uint64(h) * x.ng) >> 32 }
 
-func (x *index) next(g uint64) uint64 {
-	if g++; g == x.ng {
-		return 0
+// stride returns the probe step for step bits s: in [1, ng), so with a
+// prime number of groups a probe visits every group before repeating.
+// Double hashing: ids that share a home group overflow along different
+// paths, so a loaded table does not grow long runs of full groups (with a
+// step of 1, lookups at 0.9 load read several groups each).
+func (x *index) stride(s uint32) uint64 { return 1 + (uint64(s)*(x.ng-1))>>32 }
+
+func (x *index) next(g, step uint64) uint64 {
+	if g += step; g >= x.ng {
+		return g - x.ng
 	}
 	return g
 }
@@ -113,11 +137,14 @@ func (g *group) free() int {
 	return -1
 }
 
-// insert adds id, whose fingerprint is fp and which is not in the table.
-func (x *index) insert(h uint32, t uint8, id uint32) { x.insertAt(x.home(h), t, id) }
+// insert adds id, whose home bits are h, step bits sb and tag t, and which
+// is not in the table.
+func (x *index) insert(h, sb uint32, t uint8, id uint32) {
+	x.insertAt(x.home(h), x.stride(sb), t, id)
+}
 
-// insertAt is insert given the home group g.
-func (x *index) insertAt(g uint64, t uint8, id uint32) {
+// insertAt is insert given the home group g and probe step.
+func (x *index) insertAt(g, step uint64, t uint8, id uint32) {
 	for {
 		gr := &x.groups[g]
 		if i := gr.free(); i >= 0 {
@@ -128,14 +155,14 @@ func (x *index) insertAt(g uint64, t uint8, id uint32) {
 		if gr.over != ^uint16(0) {
 			gr.over++
 		}
-		g = x.next(g)
+		g = x.next(g, step)
 	}
 }
 
-// remove deletes id, whose home bits are h and tag t, and undoes the
+// remove deletes id, whose home bits are h, step bits sb and tag t, and undoes the
 // overflow counts its insertion left. It reports false if id is absent.
-func (x *index) remove(h uint32, t uint8, id uint32) bool {
-	home := x.home(h)
+func (x *index) remove(h, sb uint32, t uint8, id uint32) bool {
+	home, step := x.home(h), x.stride(sb)
 	g := home
 	steps := 0
 	for {
@@ -143,30 +170,30 @@ func (x *index) remove(h uint32, t uint8, id uint32) bool {
 		lo, hi := gr.match(t)
 		for m := lo; m != 0; m &= m - 1 {
 			if i := trailing(m); gr.tags[i] == t && gr.ids[i] == id {
-				return x.clear(gr, i, home, steps)
+				return x.clear(gr, i, home, step, steps)
 			}
 		}
 		for m := hi; m != 0; m &= m - 1 {
 			if i := 8 + trailing(uint64(m)); gr.tags[i] == t && gr.ids[i] == id {
-				return x.clear(gr, i, home, steps)
+				return x.clear(gr, i, home, step, steps)
 			}
 		}
 		if gr.over == 0 || steps == int(x.ng) {
 			return false
 		}
 		steps++
-		g = x.next(g)
+		g = x.next(g, step)
 	}
 }
 
-func (x *index) clear(gr *group, i int, home uint64, steps int) bool {
+func (x *index) clear(gr *group, i int, home, step uint64, steps int) bool {
 	gr.tags[i], gr.ids[i] = 0, 0
 	x.n--
 	for g := home; steps > 0; steps-- {
 		if p := &x.groups[g]; p.over != ^uint16(0) {
 			p.over--
 		}
-		g = x.next(g)
+		g = x.next(g, step)
 	}
 	return true
 }

@@ -136,6 +136,9 @@ func (s *Set) Len() int { return s.count }
 
 func (s *Set) homeBits(fp FP) uint32 { return uint32(fp.Lo>>32) & s.homeMask }
 
+// stepBits are the 32 fingerprint bits that choose the probe step.
+func stepBits(fp FP) uint32 { return uint32(fp.Lo) }
+
 func (s *Set) rec(id uint32) (*chunk, *rec) {
 	c := &s.chunks[(id>>chunkBits-s.first)&chunkMask]
 	return c, &c.recs[id&(chunkLen-1)]
@@ -149,7 +152,7 @@ func (s *Set) id(pos int, i int) uint32 {
 func (s *Set) Find(fp FP) (Rec, bool) {
 	x := &s.idx
 	tag := tagOf(fp)
-	g := x.home(s.homeBits(fp))
+	g, step := x.home(s.homeBits(fp)), x.stride(stepBits(fp))
 	for range x.ng {
 		gr := &x.groups[g]
 		lo, hi := gr.match(tag)
@@ -170,7 +173,7 @@ func (s *Set) Find(fp FP) (Rec, bool) {
 		if gr.over == 0 {
 			break
 		}
-		g = x.next(g)
+		g = x.next(g, step)
 	}
 	return Rec{}, false
 }
@@ -215,7 +218,7 @@ func (s *Set) Append(fp FP, r Rec) error {
 		s.rebuild(groupsFor(s.count))
 		return nil
 	}
-	s.idx.insert(s.homeBits(fp), tagOf(fp), id)
+	s.idx.insert(s.homeBits(fp), stepBits(fp), tagOf(fp), id)
 	return nil
 }
 
@@ -258,7 +261,7 @@ func (s *Set) DropThrough(t int64) int {
 			break
 		}
 		fp := FP{Lo: r.lo, Hi: r.hi}
-		if !s.idx.remove(s.homeBits(fp), tagOf(fp), s.id(0, s.head)) {
+		if !s.idx.remove(s.homeBits(fp), stepBits(fp), tagOf(fp), s.id(0, s.head)) {
 			panic("compact: index lost a record")
 		}
 		s.count--
@@ -359,13 +362,15 @@ func (s *Set) rebuild(groups uint64) {
 			end := min(j+batch, c.n)
 			for k := j; k < end; k++ {
 				r := &c.recs[k]
-				g := x.home(s.homeBits(FP{Lo: r.lo, Hi: r.hi}))
+				fp := FP{Lo: r.lo, Hi: r.hi}
+				g := x.home(s.homeBits(fp))
 				homes[k-j] = g
 				touch += x.groups[g].over
 			}
 			for k := j; k < end; k++ {
 				r := &c.recs[k]
-				x.insertAt(homes[k-j], tagOf(FP{Lo: r.lo, Hi: r.hi}), s.id(p, k))
+				fp := FP{Lo: r.lo, Hi: r.hi}
+				x.insertAt(homes[k-j], x.stride(stepBits(fp)), tagOf(fp), s.id(p, k))
 			}
 		}
 	}

@@ -157,7 +157,8 @@ func checkIndex(t interface{ Fatalf(string, ...any) }, s *Set) {
 			if tagOf(fp) != tag {
 				t.Fatalf("group %d slot %d: tag %d, record's %d", g, i, tag, tagOf(fp))
 			}
-			for h := x.home(s.homeBits(fp)); h != uint64(g); h = x.next(h) {
+			step := x.stride(stepBits(fp))
+			for h := x.home(s.homeBits(fp)); h != uint64(g); h = x.next(h, step) {
 				want[h]++
 			}
 		}
