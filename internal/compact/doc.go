@@ -14,8 +14,10 @@
 //     64-bit value per record (memstore's fencing token) as one byte of
 //     skew from base + position.
 //   - The index maps fingerprints to 32-bit record ids: 64-byte groups of
-//     12 slots (id + 8-bit tag) with an overflow count, as folly's F14. A
-//     lookup reads one cache line and, for tag matches only, one record.
+//     12 slots (id + 8-bit tag) with an overflow count, as folly's F14,
+//     probed by double hashing over a prime number of groups. A lookup
+//     reads one cache line in the common case and, for tag matches only,
+//     one record.
 //     Insertions never move slots; deletions decrement the counts they
 //     had raised, so there are no tombstones and no clean-up passes.
 //   - Expiry drops records from the front, one index deletion each (no
@@ -36,6 +38,10 @@
 // # What was measured and rejected (2 vCPU VM shared with other jobs, so
 // every comparison is within one run)
 //
+//   - Linear probing between groups (step 1): at 0.9 load runs of full
+//     groups formed, and a steady-state window insert (expire one, add
+//     one, 1M live) took 790 to 1660 ns where the map took 607; with
+//     double hashing 281 ns where the map took 238.
 //   - Robin Hood linear probing with 5-byte slots (4-byte id, 1-byte probe
 //     distance): inserts shift the rest of the cluster and every slot with
 //     the wanted home costs a record read (a cache miss); at 10M ids it
