@@ -15,7 +15,7 @@
 // | keyed request with no principal (no Authorization, or what the scope option looks for) | 400 "no-principal", unless [WithAllowAnonymous] |
 // | body over the limit (default 8 MiB) | 413, before any store I/O |
 // | body not arrived within the body timeout (default 30s) | 408, connection closed, before any store I/O |
-// | keyed bodies held at once over [WithMaxBufferedBytes] | 503 "busy" + Retry-After: 1, before any store I/O |
+// | keyed bodies held at once over [WithMaxBufferedBytes] (or a [Budget] shared by several, [WithBudget]) | 503 "busy" + Retry-After: 1, before any store I/O |
 // | same key, request still running | 409 + Retry-After from recent execution times (or wait for it: WithWait) |
 // | same key, different fingerprint (method, path, query, body, configured headers) | 422; the first record untouched |
 // | key completed | stored status, headers and body + Idempotent-Replayed: true |

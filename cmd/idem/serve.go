@@ -36,6 +36,7 @@ type serveFlags struct {
 	trustedProxies            string
 	upstreamCA                string
 	upstreamCert, upstreamKey string
+	h2c                       bool
 }
 
 func newServe() *cobra.Command {
@@ -157,6 +158,12 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	errc := make(chan error, 2)
+	if f.h2c {
+		srv.Protocols = new(http.Protocols)
+		srv.Protocols.SetHTTP1(true)
+		srv.Protocols.SetHTTP2(true)
+		srv.Protocols.SetUnencryptedHTTP2(true)
+	}
 	if tls.server != nil {
 		srv.TLSConfig = serverTLS(tls.server)
 		go func() { errc <- srv.ServeTLS(ln, "", "") }()

@@ -80,6 +80,7 @@ func addGatewayFlags(fl *pflag.FlagSet, f *serveFlags) {
 	fl.StringVar(&f.checkConfig, "check-config", "", "validate this --config file against the flags, print the errors and exit (non-zero if any)")
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "serve HTTPS (and HTTP/2) with this PEM certificate chain; re-read on SIGHUP")
 	fl.StringVar(&f.tlsKey, "tls-key", "", "the PEM private key of --tls-cert")
+	fl.BoolVar(&f.h2c, "h2c", false, "also accept HTTP/2 without TLS (prior knowledge), for a TLS-terminating load balancer that speaks HTTP/2 to its backends")
 	fl.StringVar(&f.trustedProxies, "trusted-proxies", "", "comma-separated CIDRs or addresses whose X-Forwarded-* and Forwarded headers are kept and extended (others': dropped and replaced)")
 	fl.StringVar(&f.upstreamCA, "upstream-ca", "", "PEM file of the CA certificates an https:// upstream is verified with (instead of the system roots)")
 	fl.StringVar(&f.upstreamCert, "upstream-cert", "", "PEM client certificate presented to the upstream; re-read on SIGHUP")

@@ -253,3 +253,37 @@ func TestServeTLSRefusals(t *testing.T) {
 		}
 	}
 }
+
+// --h2c: HTTP/2 without TLS, as a load balancer speaks it to backends.
+func TestServeH2C(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	p := startServe(t, up.srv.URL, "memory", "--h2c")
+	protos := new(http.Protocols)
+	protos.SetUnencryptedHTTP2(true)
+	c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{Protocols: protos}}
+	for i, want := range []string{"", "true"} {
+		res, err := c.Do(keyedRequest(t, p.url+"/orders", "h1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.ProtoMajor != 2 || res.StatusCode != 201 || res.Header.Get("Idempotent-Replayed") != want {
+			t.Fatalf("#%d: %d over %s replayed=%q", i, res.StatusCode, res.Proto, res.Header.Get("Idempotent-Replayed"))
+		}
+	}
+	if n := up.count("/orders"); n != 1 {
+		t.Fatalf("executions %d, want 1", n)
+	}
+}
+
+func keyedRequest(t *testing.T, url, key string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, strings.NewReader("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer h2c")
+	req.Header.Set("Idempotency-Key", key)
+	return req
+}
