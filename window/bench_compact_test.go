@@ -5,12 +5,12 @@ import (
 	"os"
 	"runtime"
 	"runtime/metrics"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/idem-go/idem/internal/compact/compactbench"
 	"github.com/idem-go/idem/window"
 )
 
@@ -28,11 +28,11 @@ import (
 // measures the steady state.
 func BenchmarkCompact(b *testing.B) {
 	for n, name := range benchSizes() {
-		strs, raws := benchUUIDs(n)
+		strs, raws := compactbench.UUIDs(n)
 		t0 := time.Unix(1_700_000_000, 0)
 		b.Run(name+"/window", func(b *testing.B) {
 			for b.Loop() {
-				before := heapInUse()
+				before := compactbench.HeapInUse()
 				start := time.Now()
 				d, _ := window.New(time.Hour)
 				for i, s := range strs {
@@ -40,25 +40,11 @@ func BenchmarkCompact(b *testing.B) {
 						b.Fatal("duplicate or error", err)
 					}
 				}
-				reportBuild(b, n, before, start)
+				compactbench.Report(b, n, before, start, "ns/insert")
 				runtime.KeepAlive(d)
 			}
 		})
-		b.Run(name+"/map", func(b *testing.B) {
-			for b.Loop() {
-				before := heapInUse()
-				start := time.Now()
-				m := map[[16]byte]int64{}
-				for i, k := range raws {
-					if _, ok := m[k]; ok {
-						b.Fatal("duplicate")
-					}
-					m[k] = int64(i)
-				}
-				reportBuild(b, n, before, start)
-				runtime.KeepAlive(m)
-			}
-		})
+		b.Run(name+"/map", func(b *testing.B) { compactbench.Map(b, raws, "ns/insert") })
 		strs, raws = nil, nil
 		runtime.GC()
 	}
@@ -73,7 +59,7 @@ func BenchmarkCompact(b *testing.B) {
 func BenchmarkCompactSteady(b *testing.B) {
 	t0 := time.Unix(1_700_000_000, 0)
 	for n, name := range benchSizes() {
-		strs, raws := benchUUIDs(n)
+		strs, raws := compactbench.UUIDs(n)
 		// Steady state: n live ids, each new id expires the oldest (a
 		// window of n ns, one id a nanosecond); the map deletes the id n
 		// back. No growth in either: what a full window costs per message.
@@ -82,7 +68,7 @@ func BenchmarkCompactSteady(b *testing.B) {
 			for i, s := range strs {
 				d.Add("orders", s, t0.Add(time.Duration(i)))
 			}
-			fresh := freshUUIDs(b.N)
+			fresh, _ := compactbench.UUIDs(b.N)
 			b.ResetTimer()
 			for i := range b.N {
 				if dup, _, err := d.Add("orders", fresh[i], t0.Add(time.Duration(n+i))); dup || err != nil {
@@ -169,40 +155,6 @@ func BenchmarkCompactGC(b *testing.B) {
 			}
 		})
 	}
-}
-
-// freshUUIDs returns n UUIDv4 strings in one allocation.
-func freshUUIDs(n int) []string {
-	strs, _ := benchUUIDs(n)
-	return strs
-}
-
-// benchUUIDs returns n random UUIDv4s, as strings and as raw bytes. The
-// strings are substrings of one allocation, so that the garbage collector
-// does not mark n objects in every cycle of the run (which would charge
-// the allocating side with the benchmark's own ids).
-func benchUUIDs(n int) ([]string, [][16]byte) {
-	var all strings.Builder
-	all.Grow(36 * n)
-	raws := make([][16]byte, n)
-	for i := range n {
-		u := uuid.New()
-		raws[i] = u
-		all.WriteString(u.String())
-	}
-	s := all.String()
-	strs := make([]string, n)
-	for i := range strs {
-		strs[i] = s[36*i : 36*i+36]
-	}
-	return strs, raws
-}
-
-func reportBuild(b *testing.B, n int, before uint64, start time.Time) {
-	elapsed := time.Since(start)
-	held := heapInUse() - before
-	b.ReportMetric(float64(held)/float64(n), "heapB/key")
-	b.ReportMetric(float64(elapsed.Nanoseconds())/float64(n), "ns/insert")
 }
 
 // gcSink keeps the garbage loop's allocations from being optimised away.

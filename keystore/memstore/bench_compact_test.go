@@ -4,12 +4,10 @@ import (
 	"context"
 	"os"
 	"runtime"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-
+	"github.com/idem-go/idem/internal/compact/compactbench"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/memstore"
 )
@@ -32,24 +30,10 @@ func BenchmarkCompact(b *testing.B) {
 	}
 	ctx := context.Background()
 	for n, name := range sizes {
-		// One allocation for every key string, so that the garbage
-		// collector does not mark n objects in every cycle of the run.
-		var all strings.Builder
-		all.Grow(36 * n)
-		raws := make([][16]byte, n)
-		for i := range n {
-			u := uuid.New()
-			raws[i] = u
-			all.WriteString(u.String())
-		}
-		joined := all.String()
-		strs := make([]string, n)
-		for i := range strs {
-			strs[i] = joined[36*i : 36*i+36]
-		}
+		strs, raws := compactbench.UUIDs(n)
 		fill := func(b *testing.B, result []byte) {
 			for b.Loop() {
-				before := heapNow()
+				before := compactbench.HeapInUse()
 				start := time.Now()
 				s, err := memstore.New(memstore.WithMaxKeys(2 * n))
 				if err != nil {
@@ -64,40 +48,12 @@ func BenchmarkCompact(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				report(b, n, before, start)
+				compactbench.Report(b, n, before, start, "ns/key")
 				runtime.KeepAlive(s)
 			}
 		}
 		b.Run(name+"/memstore", func(b *testing.B) { fill(b, nil) })
 		b.Run(name+"/memstore-result", func(b *testing.B) { fill(b, []byte("result-8")) })
-		b.Run(name+"/map", func(b *testing.B) {
-			for b.Loop() {
-				before := heapNow()
-				start := time.Now()
-				m := map[[16]byte]int64{}
-				for i, k := range raws {
-					if _, ok := m[k]; ok {
-						b.Fatal("duplicate")
-					}
-					m[k] = int64(i)
-				}
-				report(b, n, before, start)
-				runtime.KeepAlive(m)
-			}
-		})
+		b.Run(name+"/map", func(b *testing.B) { compactbench.Map(b, raws, "ns/key") })
 	}
-}
-
-func heapNow() uint64 {
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
-
-func report(b *testing.B, n int, before uint64, start time.Time) {
-	elapsed := time.Since(start)
-	held := heapNow() - before
-	b.ReportMetric(float64(held)/float64(n), "heapB/key")
-	b.ReportMetric(float64(elapsed.Nanoseconds())/float64(n), "ns/key")
 }
