@@ -60,11 +60,11 @@ var errLayoutChanged = errors.New("inbox: key table was migrated to the bucketed
 // Inbox's calls. Only the list of bucket tables and the clock offset
 // change after ready.
 type buckets struct {
-	d      sqldialect.Dialect
-	table  string // the rows table's name: buckets are table_k<start>
-	meta   string
-	salt   []byte
-	width  int64 // seconds
+	d     sqldialect.Dialect
+	table string // the rows table's name: buckets are table_k<start>
+	meta  string
+	salt  []byte
+	width int64 // seconds
 	// legacy: the rows table exists (frozen): it is read, never written.
 	// It is cleared, with a new version, when a Sweep has dropped it.
 	legacy atomic.Bool
