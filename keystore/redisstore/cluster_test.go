@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/redisstore"
@@ -170,6 +171,42 @@ func TestWaitReplicasAcknowledged(t *testing.T) {
 		}
 		if n := rrep.Exists(ctx, s.RedisKey(key)).Val(); n != 1 {
 			t.Fatalf("replica lacks %s right after Complete", key)
+		}
+	}
+}
+
+func TestOpenURL(t *testing.T) {
+	ctx := context.Background()
+	addrs := testenv.RedisClusterAddrs(t)
+	s, rdb, err := redisstore.OpenURL("redis-cluster://" + addrs[0] + "," + addrs[1] + "?prefix=" + testenv.Name("u") + ":&wait_replicas=1&wait_timeout=1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	if _, ok := rdb.(*redis.ClusterClient); !ok {
+		t.Fatalf("client %T, want a ClusterClient", rdb)
+	}
+	if k := s.RedisKey("k"); !containsTag(k, "{default{") {
+		t.Fatalf("cluster URL key %q: want the default of %d buckets", k, redisstore.DefaultClusterBuckets)
+	}
+	if c, err := s.Reserve(ctx, "k", nil, time.Minute); err != nil || c.State != keystore.Acquired {
+		t.Fatalf("Reserve: %+v %v", c, err)
+	}
+	s1, r1, err := redisstore.OpenURL("redis://" + testenv.RedisAddr(t) + "/0?dial_timeout=1s&buckets=4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1.Close()
+	if k := s1.RedisKey("k"); !containsTag(k, "{default{") {
+		t.Fatalf("redis:// with buckets=4: key %q", k)
+	}
+	for _, bad := range []string{"memcache://x:1", "redis-cluster://", "redis-cluster://h", "redis-cluster://h:1?dial_timeout=1s",
+		"redis-cluster://h:1?buckets=x", "redis-cluster://h:1?buckets=0", "redis://h:1?nope=1", "redis-cluster://h:1?prefix=a{"} {
+		if _, c, err := redisstore.OpenURL(bad); !errors.Is(err, idem.ErrInvalidOption) {
+			if c != nil {
+				c.Close()
+			}
+			t.Errorf("OpenURL(%q): %v, want ErrInvalidOption", bad, err)
 		}
 	}
 }
