@@ -141,6 +141,10 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	g.use(ps)
+	// Before the listeners: once the proxy answers, a SIGHUP reloads and
+	// never ends the process.
+	stopHUP := onSIGHUP(func() { reload(g, f, tls, log, reloads) })
+	defer stopHUP()
 
 	var inflight sync.WaitGroup
 	srv := &http.Server{
@@ -194,8 +198,6 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		go func() { errc <- admin.Serve(aln) }()
 		log.Info("admin listening", "addr", aln.Addr().String())
 	}
-	stopHUP := onSIGHUP(func() { reload(g, f, tls, log, reloads) })
-	defer stopHUP()
 	log.Info("idem serve listening", "addr", ln.Addr().String(), "upstream", target.Redacted(), "store", spec.kind,
 		"tls", tls.server != nil, "routes", ps.routes)
 

@@ -49,14 +49,21 @@ func hup(t *testing.T, p *proxyProc, what, result, n string) {
 	waitFor(t, func() bool { return reloads(t, p, what, result) == n })
 }
 
+// startWithConfig runs idem serve in front of up with a --config file of
+// content, and returns the file's path for rewrites.
+func startWithConfig(t *testing.T, up *counter, content string, flags ...string) (*proxyProc, string) {
+	t.Helper()
+	cfg := filepath.Join(t.TempDir(), "idem.yaml")
+	writeFile(t, cfg, content)
+	return startServe(t, up.srv.URL, "memory", append([]string{"--config", cfg}, flags...)...), cfg
+}
+
 // Two routes with different TTLs each expire at their own time; a request
 // no route matches keeps the flags' TTL.
 func TestServeConfigTTLPerRoute(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t)
-	cfg := filepath.Join(t.TempDir(), "idem.yaml")
-	writeFile(t, cfg, "routes:\n  - pattern: POST /short\n    ttl: 1s\n  - pattern: POST /long\n    ttl: 5s\n")
-	p := startServe(t, up.srv.URL, "memory", "--config", cfg, "--ttl", "1h")
+	p, _ := startWithConfig(t, up, "routes:\n  - pattern: POST /short\n    ttl: 1s\n  - pattern: POST /long\n    ttl: 5s\n", "--ttl", "1h")
 
 	post(t, p.url, "/short", "k-short", "x")
 	shortDone := time.Now()
@@ -94,9 +101,7 @@ func TestServeConfigTTLPerRoute(t *testing.T) {
 func TestServeConfigRequiredAndPassThrough(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t)
-	cfg := filepath.Join(t.TempDir(), "idem.yaml")
-	writeFile(t, cfg, "routes:\n  - pattern: POST /v1/charges\n    key: required\n  - pattern: /v1/search/\n    pass-through: true\n")
-	p := startServe(t, up.srv.URL, "memory", "--config", cfg)
+	p, _ := startWithConfig(t, up, "routes:\n  - pattern: POST /v1/charges\n    key: required\n  - pattern: /v1/search/\n    pass-through: true\n")
 
 	if r := post(t, p.url, "/v1/charges", "", "x"); r.status != 400 || !strings.Contains(r.body, "missing-key") || up.count("/v1/charges") != 0 {
 		t.Fatalf("charges without a key: %d %s, executions %d; want 400 missing-key", r.status, r.body, up.count("/v1/charges"))
@@ -148,9 +153,7 @@ func TestServeConfigRefused(t *testing.T) {
 func TestServeConfigSIGHUP(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t)
-	cfg := filepath.Join(t.TempDir(), "idem.yaml")
-	writeFile(t, cfg, "routes:\n  - pattern: POST /v1/charges\n    key: required\n  - pattern: POST /very-slow\n    ttl: 1h\n")
-	p := startServe(t, up.srv.URL, "memory", "--config", cfg)
+	p, cfg := startWithConfig(t, up, "routes:\n  - pattern: POST /v1/charges\n    key: required\n  - pattern: POST /very-slow\n    ttl: 1h\n")
 	if r := post(t, p.url, "/v1/charges", "", "x"); r.status != 400 {
 		t.Fatalf("before any reload: %d, want 400", r.status)
 	}

@@ -32,7 +32,7 @@ func parseTrustedProxies(s string) (trustedProxies, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w --trusted-proxies %q: %v", errFlag, f, err)
 		}
-		if p.Addr().Is4In6() {
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
 			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
 		}
 		t = append(t, p.Masked())

@@ -126,11 +126,7 @@ func h2Client(ca *testCA) *http.Client {
 
 func tlsPost(t *testing.T, c *http.Client, url, key string, hdr map[string]string) (*http.Response, seen) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", url, strings.NewReader("x"))
-	req.Header.Set("Authorization", "Bearer tls-client")
-	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
-	}
+	req := keyedRequest(t, url, key)
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
@@ -149,16 +145,24 @@ func tlsPost(t *testing.T, c *http.Client, url, key string, hdr map[string]strin
 	return res, s
 }
 
+// tlsSetup makes a CA, its PEM file and an HTTPS upstream that requires
+// client certificates from it.
+func tlsSetup(t *testing.T) (dir string, ca *testCA, up *httptest.Server, caPath string) {
+	t.Helper()
+	dir = t.TempDir()
+	ca = newTestCA(t)
+	up = newTLSUpstream(t, ca)
+	caPath = filepath.Join(dir, "ca.pem")
+	writeFile(t, caPath, string(ca.pem))
+	return dir, ca, up, caPath
+}
+
 // HTTPS and HTTP/2 to clients, HTTPS with a private CA and a client
 // certificate to the upstream, forwarding headers from trusted and
 // untrusted peers, and a certificate swapped by SIGHUP.
 func TestServeTLSGateway(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	ca := newTestCA(t)
-	up := newTLSUpstream(t, ca)
-	caPath := filepath.Join(dir, "ca.pem")
-	writeFile(t, caPath, string(ca.pem))
+	dir, ca, up, caPath := tlsSetup(t)
 	srvCert, srvKey := ca.issueFiles(t, dir, "gateway", 2)
 	cliCert, cliKey := ca.issueFiles(t, dir, "idem-gateway", 3)
 	tlsFlags := []string{"--tls-cert", srvCert, "--tls-key", srvKey, "--upstream-ca", caPath, "--upstream-cert", cliCert, "--upstream-key", cliKey}
@@ -232,11 +236,7 @@ func TestServeTLSGateway(t *testing.T) {
 // start.
 func TestServeTLSRefusals(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	ca := newTestCA(t)
-	up := newTLSUpstream(t, ca)
-	caPath := filepath.Join(dir, "ca.pem")
-	writeFile(t, caPath, string(ca.pem))
+	dir, ca, up, caPath := tlsSetup(t)
 	p := startServe(t, up.URL, "memory", "--upstream-ca", caPath)
 	if r := post(t, p.url, "/orders", "k", "x"); r.status != 502 {
 		t.Fatalf("upstream without a client certificate: %d %s, want 502", r.status, r.body)
@@ -283,7 +283,9 @@ func keyedRequest(t *testing.T, url, key string) *http.Request {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer h2c")
-	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Authorization", "Bearer e2e-client")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
 	return req
 }
