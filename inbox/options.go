@@ -107,8 +107,10 @@ func WithLayout(l Layout) Option {
 // the bucketed layout, in whole seconds. Keys are retired a bucket at a
 // time, so a key is kept between the retention and the retention plus one
 // width, and each new key is looked up in every live bucket (about
-// retention/width + 2 of them). Default: an eighth of [WithRetention] (or
-// of [WithRedeliveryHorizon]), at least one minute; 24 h without either.
+// retention/width + 2 of them). Default: a quarter of [WithRetention] (or
+// of [WithRedeliveryHorizon]), at least one minute; 24 h without either
+// (then no bucket is ever dropped, and the lookups grow by one a day: set
+// a retention).
 // The width is stored with the table at creation; Inbox values opened later
 // use the stored one.
 func WithBucketWidth(d time.Duration) Option {

@@ -11,15 +11,17 @@ import (
 	"github.com/idem-go/idem/sqldialect"
 )
 
-// defaultWidth is the bucket width of a new table: an eighth of the
-// retention (or horizon), so that about ten buckets are live and a key
-// outlives its retention by at most an eighth; at least a minute.
+// defaultWidth is the bucket width of a new table: a quarter of the
+// retention (or horizon), so that about six buckets are live (each new key
+// is looked up in every one: the scale curve in docs/inbox.md measures
+// that cost against the bucket count) and a key outlives its retention by
+// at most a quarter; at least a minute.
 func defaultWidth(c config) time.Duration {
 	r := max(c.retention, c.horizon)
 	if r <= 0 {
 		return 24 * time.Hour
 	}
-	w := (r / 8).Truncate(time.Second)
+	w := (r / 4).Truncate(time.Second)
 	return max(w, time.Minute)
 }
 

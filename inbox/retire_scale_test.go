@@ -30,21 +30,7 @@ import (
 // keys are gone and the young ones stay.
 func TestScaleRetire(t *testing.T) {
 	n := envInt("IDEM_SCALE_RETIRE", 20_000)
-	var csv *os.File
-	if p := os.Getenv("IDEM_SCALE_CSV"); p != "" {
-		f, err := os.OpenFile(p, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		csv = f
-	}
-	report := func(s string) {
-		t.Log(s)
-		if csv != nil {
-			fmt.Fprintln(csv, s)
-		}
-	}
+	report := scaleReport(t)
 	for _, e := range []string{"sqlite", "postgres"} {
 		d := map[string]sqldialect.Dialect{"sqlite": sqldialect.SQLite, "postgres": sqldialect.Postgres}[e]
 		t.Run(e, func(t *testing.T) {

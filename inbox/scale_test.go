@@ -198,6 +198,26 @@ func bytesOf(t *testing.T, db *sql.DB, d sqldialect.Dialect, names []string) int
 	return total
 }
 
+// scaleReport returns a function that logs a result line and appends it to
+// IDEM_SCALE_CSV when that is set.
+func scaleReport(t *testing.T) func(string) {
+	var csv *os.File
+	if p := os.Getenv("IDEM_SCALE_CSV"); p != "" {
+		f, err := os.OpenFile(p, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		csv = f
+	}
+	return func(line string) {
+		t.Log(line)
+		if csv != nil {
+			fmt.Fprintln(csv, line)
+		}
+	}
+}
+
 func TestScaleCurve(t *testing.T) {
 	total := envInt("IDEM_SCALE_KEYS", 20_000)
 	step := envInt("IDEM_SCALE_STEP", total/4)
@@ -206,15 +226,7 @@ func TestScaleCurve(t *testing.T) {
 	if engines[0] == "" {
 		engines = []string{"sqlite", "postgres"}
 	}
-	var csv *os.File
-	if p := os.Getenv("IDEM_SCALE_CSV"); p != "" {
-		f, err := os.OpenFile(p, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		csv = f
-	}
+	report := scaleReport(t)
 	for _, e := range engines {
 		d := map[string]sqldialect.Dialect{"sqlite": sqldialect.SQLite, "postgres": sqldialect.Postgres}[e]
 		t.Run(e, func(t *testing.T) {
@@ -238,11 +250,7 @@ func TestScaleCurve(t *testing.T) {
 						}
 						bpk = float64(bytesOf(t, s.db, d, names)) / float64(s.n)
 					}
-					line := fmt.Sprintf("%s,%s,%d,%.0f,%d,%.1f", e, s.kind, s.n, rate, len(tabs), bpk)
-					t.Log(line)
-					if csv != nil {
-						fmt.Fprintln(csv, line)
-					}
+					report(fmt.Sprintf("%s,%s,%d,%.0f,%d,%.1f", e, s.kind, s.n, rate, len(tabs), bpk))
 				}
 			}
 			for _, s := range sides {
@@ -272,11 +280,7 @@ func TestScaleCurve(t *testing.T) {
 					}
 				}
 				bare := float64(bytesOf(t, db, d, []string{"bare"})) / float64(sides[0].n)
-				line := fmt.Sprintf("%s,bare-uuid,%d,0,1,%.1f", e, sides[0].n, bare)
-				t.Log(line)
-				if csv != nil {
-					fmt.Fprintln(csv, line)
-				}
+				report(fmt.Sprintf("%s,bare-uuid,%d,0,1,%.1f", e, sides[0].n, bare))
 			}
 		})
 	}
