@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/idem-go/idem/keystore"
@@ -234,4 +236,17 @@ func (l *KeyLoad) Verify(ctx context.Context, s keystore.Store) (KeyLoadReport, 
 		}
 	}
 	return r, nil
+}
+
+// Soak is how long failover tests run load before and after a fault:
+// one second, or IDEM_SOAK (a Go duration) for longer runs (make soak).
+func Soak(t testing.TB) time.Duration {
+	if v := os.Getenv("IDEM_SOAK"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("IDEM_SOAK=%q: %v", v, err)
+		}
+		return d
+	}
+	return time.Second
 }

@@ -253,9 +253,15 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 		case err != nil:
 			return keystore.Claim{}, fmt.Errorf("natsstore: reserve: %w", err)
 		case !ok:
+			if expect == 0 {
+				settle(attempt) // a write not yet applied on the leader
+			}
 			expect, takeover = 0, false
 			continue
 		case st.marker:
+			if expect == st.seq {
+				settle(attempt)
+			}
 			expect, takeover = st.seq, false
 			continue
 		case !st.rec.done && bytes.Equal(st.rec.nonce, nonce): // our own publish, whose ack was lost
@@ -319,15 +325,32 @@ func (s *Store) Complete(ctx context.Context, c keystore.Claim, result []byte, t
 	if !errors.Is(err, errConflict) {
 		return fmt.Errorf("natsstore: complete: %w", err)
 	}
-	st, ok, err := s.get(dctx, subject)
+	st, ok, err := s.settled(dctx, subject, c.Token)
 	if err != nil {
 		return fmt.Errorf("natsstore: complete: %w", err)
 	}
 	if ok && !st.marker && st.rec.done && st.rec.token == c.Token {
-		return nil // completed already by this claim
+		return nil // completed by this claim: this call's first try, or an earlier call
 	}
 	return keystore.LeaseLostError("complete", c.Key, c.Token)
 }
+
+// settled reads subject's latest message after a fenced publish on token
+// failed, waiting (up to about a second) while it is still the claim's
+// lease: the conflict was then with a write not yet applied on the leader,
+// such as this call's own first try whose ack was lost.
+func (s *Store) settled(ctx context.Context, subject string, token uint64) (stored, bool, error) {
+	for attempt := 0; ; attempt++ {
+		st, ok, err := s.get(ctx, subject)
+		if err != nil || !ok || st.seq != token || attempt == 10 {
+			return st, ok, err
+		}
+		settle(attempt)
+	}
+}
+
+// settle sleeps a little longer after each attempt: 10, 20, … 100 ms.
+func settle(attempt int) { time.Sleep(time.Duration(min(attempt+1, 10)) * 10 * time.Millisecond) }
 
 // leaseFingerprint reads the claim's lease record for its fingerprint, or
 // returns ErrLeaseLost if the key's revision is no longer the claim's (or
@@ -346,7 +369,8 @@ func (s *Store) leaseFingerprint(ctx context.Context, subject string, token uint
 
 // Release implements [keystore.Store.Release]: one publish of a delete
 // marker, fenced on the claim's token, that expires after a second. If
-// its ack is lost, the retry is deduplicated by its message id.
+// its ack is lost, the retry is deduplicated by its message id, or finds
+// the marker with this call's id.
 func (s *Store) Release(ctx context.Context, c keystore.Claim) error {
 	if err := keystore.ValidateRelease(c); err != nil {
 		return err
@@ -356,9 +380,18 @@ func (s *Store) Release(ctx context.Context, c keystore.Claim) error {
 	}
 	dctx, cancel := keystore.Detach(ctx)
 	defer cancel()
-	h := nats.Header{"KV-Operation": []string{"DEL"}}
-	_, err := s.publish(dctx, s.Subject(c.Key), nil, c.Token, time.Second, callID("r"), h)
+	id := callID("r")
+	h := nats.Header{"KV-Operation": []string{"DEL"}, releaseHeader: []string{id}}
+	subject := s.Subject(c.Key)
+	_, err := s.publish(dctx, subject, nil, c.Token, time.Second, id, h)
 	if errors.Is(err, errConflict) {
+		st, ok, gerr := s.settled(dctx, subject, c.Token)
+		if gerr != nil {
+			return fmt.Errorf("natsstore: release: %w", gerr)
+		}
+		if ok && st.marker && st.release == id {
+			return nil // this call's first try landed (its ack was lost)
+		}
 		return keystore.LeaseLostError("release", c.Key, c.Token)
 	}
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -93,19 +92,6 @@ func TestOpenURL(t *testing.T) {
 	}
 }
 
-// soak is how long the leader-kill test runs before and after the kill:
-// short in CI, longer with IDEM_SOAK=DURATION (make soak).
-func soak(t *testing.T) time.Duration {
-	if v := os.Getenv("IDEM_SOAK"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			t.Fatalf("IDEM_SOAK=%q: %v", v, err)
-		}
-		return d
-	}
-	return time.Second
-}
-
 // kill -9 of the stream leader under load: JetStream elects another
 // server among the two that hold every acknowledged write, so nothing
 // acknowledged is lost, no effect runs twice and tokens (stream
@@ -119,7 +105,7 @@ func TestLeaderKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	load := testenv.StartKeyLoad(s, "load", 8, 2*time.Second, nil)
-	time.Sleep(soak(t))
+	time.Sleep(testenv.Soak(t))
 	victim := c.leader(t, js, "KV_failover")
 	load.Mark()
 	victim.kill()
@@ -132,7 +118,7 @@ func TestLeaderKilled(t *testing.T) {
 	if err := victim.start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(soak(t) + time.Second)
+	time.Sleep(testenv.Soak(t) + time.Second)
 	load.Stop()
 	r, err := load.Verify(ctx, s)
 	if err != nil {

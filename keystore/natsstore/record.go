@@ -110,11 +110,16 @@ func decode(b []byte) (record, error) {
 
 // stored is a key's latest message as the stream leader has it.
 type stored struct {
-	seq    uint64
-	time   time.Time
-	marker bool // a delete marker: the key is absent
-	rec    record
+	seq     uint64
+	time    time.Time
+	marker  bool   // a delete marker: the key is absent
+	release string // a Release's marker: the id of the call that wrote it
+	rec     record
 }
+
+// releaseHeader carries the message id of the Release call that wrote a
+// delete marker, so that the call can recognise its own marker.
+const releaseHeader = "Idem-Release"
 
 // last asks the stream leader (not a direct get, which any replica may
 // answer from behind) for subject's latest message. ok is false when the
@@ -159,7 +164,7 @@ func (s *Store) last(ctx context.Context, subject string) (st stored, ok bool, e
 			return stored{}, false, fmt.Errorf("message get: headers: %w", err)
 		}
 		if h.Get("KV-Operation") != "" || h.Get("Nats-Marker-Reason") != "" {
-			st.marker = true
+			st.marker, st.release = true, h.Get(releaseHeader)
 			return st, true, nil
 		}
 	}

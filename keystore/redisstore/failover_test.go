@@ -14,23 +14,11 @@ import (
 	"github.com/idem-go/idem/keystore/redisstore"
 )
 
-// soak is how long the failover tests run load before and after the kill:
-// short in CI, longer with IDEM_SOAK=DURATION (make soak). Two more
-// variables are for measuring, not for CI: IDEM_REDIS_NODE_TIMEOUT sets
-// cluster-node-timeout (default 1s), IDEM_REDIS_CLIENT=defaults uses
+// failover describes one kill -9 of a Cluster master under load. The load
+// runs testenv.Soak before and after the kill (IDEM_SOAK for longer runs).
+// Two more variables are for measuring, not for CI: IDEM_REDIS_NODE_TIMEOUT
+// sets cluster-node-timeout (default 1s), IDEM_REDIS_CLIENT=defaults uses
 // go-redis's default Cluster options instead of redisstore.ClusterOptions.
-func soak(t *testing.T) time.Duration {
-	if v := os.Getenv("IDEM_SOAK"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			t.Fatalf("IDEM_SOAK=%q: %v", v, err)
-		}
-		return d
-	}
-	return time.Second
-}
-
-// failover describes one kill -9 of a Cluster master under load.
 type failover struct {
 	lag      time.Duration // replication to the victim's replica cut this long before the kill (0: none)
 	opts     []redisstore.Option
@@ -87,7 +75,7 @@ func (f failover) run(t *testing.T) testenv.KeyLoadReport {
 		watch(fmt.Sprint("probe-", i))
 	}
 	load := testenv.StartKeyLoad(s, "load", 8, time.Second, watch)
-	time.Sleep(soak(t))
+	time.Sleep(testenv.Soak(t))
 	vict := c.Nodes[victim]
 	if f.lag > 0 {
 		if _, err := vict.Client(t).Do(ctx, "acl", "setuser", "default", "-psync", "-sync").Result(); err != nil {
@@ -117,7 +105,7 @@ func (f failover) run(t *testing.T) testenv.KeyLoadReport {
 	if err := vict.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(soak(t) + time.Second)
+	time.Sleep(testenv.Soak(t) + time.Second)
 	load.Stop()
 	check, err := redisstore.New(rdb, redisstore.WithBuckets(64)) // no WAIT: the healed replica may still be syncing
 	if err != nil {
