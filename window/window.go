@@ -67,8 +67,11 @@ func WithMaxEntries(n int) Option {
 // without pointers for the garbage collector to trace. Expired ids are
 // dropped from the front of the arrival-ordered ring at the start of each
 // call, one index deletion each (amortised O(1)), so no call scans the
-// whole set. Growing the index rebuilds it from the ring, about 100 ns an
-// id, in the call that crosses the load limit.
+// whole set. Growing (or, after a burst, shrinking) the index rebuilds it
+// from the ring in the call that crosses the load limit: about 35 ns per
+// live id, so a call that grows a 10M-id Dedup takes about 0.3 s (a Go
+// map grows incrementally instead); amortised, growth adds about 130 ns
+// to each insert while the set is growing, nothing once it is steady.
 type Dedup struct {
 	w   int64 // window, nanoseconds
 	max int
