@@ -3,7 +3,7 @@ GO      ?= go
 TIMEOUT ?= 20m
 FUZZTIME ?= 15s
 
-.PHONY: test deps lint unit modules bench fuzz demo chaos
+.PHONY: test deps lint unit modules bench bench-compact fuzz demo chaos
 
 # Every package of every module in go.work. In workspace mode `./...` at the
 # root covers only the root module, so the targets name each module's tree.
@@ -32,6 +32,15 @@ lint:
 ## bench: the benchmarks, each beside its baseline in the same run.
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 2s -timeout 60m $(PKGS)
+
+## bench-compact: compact in-memory dedup (window, memstore) beside a Go map
+## at 1M and 10M random ids, three interleaved rounds (docs/benchmarks.md).
+bench-compact:
+	@for i in 1 2 3; do \
+		IDEM_BENCH_10M=1 $(GO) test -p 1 -run '^$$' -bench '^BenchmarkCompact$$' -benchtime 1x -timeout 60m ./window ./keystore/memstore || exit 1; \
+		IDEM_BENCH_10M=1 $(GO) test -run '^$$' -bench '^BenchmarkCompactSteady$$' -benchtime 1000000x -timeout 60m ./window || exit 1; \
+	done
+	IDEM_BENCH_10M=1 $(GO) test -run '^$$' -bench '^BenchmarkCompactGC$$' -benchtime 1x -timeout 60m ./window
 
 ## fuzz: run every fuzz target for FUZZTIME each.
 fuzz:
