@@ -199,11 +199,10 @@ func (l *KeyLoad) Verify(ctx context.Context, s keystore.Store) (KeyLoadReport, 
 	for _, key := range acked {
 		var c keystore.Claim
 		var err error
-		for range 20 { // the cluster may still settle
-			if c, err = s.Reserve(ctx, key, nil, time.Minute); err == nil {
+		for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(250 * time.Millisecond) { // the cluster may still settle
+			if c, err = s.Reserve(ctx, key, nil, time.Minute); err == nil || time.Now().After(deadline) {
 				break
 			}
-			time.Sleep(250 * time.Millisecond)
 		}
 		if err != nil {
 			return r, fmt.Errorf("verify %s: %w", key, err)

@@ -18,7 +18,8 @@ import (
 // runs testenv.Soak before and after the kill (IDEM_SOAK for longer runs).
 // Two more variables are for measuring, not for CI: IDEM_REDIS_NODE_TIMEOUT
 // sets cluster-node-timeout (default 1s), IDEM_REDIS_CLIENT=defaults uses
-// go-redis's default Cluster options instead of redisstore.ClusterOptions.
+// go-redis's default Cluster options instead of redisstore.ClusterOptions,
+// IDEM_REDIS_RESTART=no leaves the killed node down.
 type failover struct {
 	lag      time.Duration // replication to the victim's replica cut this long before the kill (0: none)
 	opts     []redisstore.Option
@@ -101,9 +102,12 @@ func (f failover) run(t *testing.T) testenv.KeyLoadReport {
 		load.Stop()
 		t.Fatal(err)
 	}
-	// The killed node comes back and rejoins as the new master's replica.
-	if err := vict.Start(); err != nil {
-		t.Fatal(err)
+	// The killed node comes back and rejoins as the new master's replica
+	// (IDEM_REDIS_RESTART=no leaves it down, for measuring).
+	if os.Getenv("IDEM_REDIS_RESTART") != "no" {
+		if err := vict.Start(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	time.Sleep(testenv.Soak(t) + time.Second)
 	load.Stop()
