@@ -266,3 +266,50 @@ func TestBucketRepeatableReadRefused(t *testing.T) {
 		t.Fatal("applied")
 	}
 }
+
+// TestBucketFilterWaitsForOpenWriters: a lookup filter summarises a bucket
+// no statement writes to any more, but a transaction that inserted into it
+// earlier may still be open. The filter must include its key (the reader
+// waits for it), or the key's duplicate would skip the bucket and be
+// applied again. With filters off, the same duplicate is found by a direct
+// lookup.
+func TestBucketFilterWaitsForOpenWriters(t *testing.T) {
+	forEachBucketed(t, func(t *testing.T, b backend) {
+		for _, mem := range []int64{1 << 20, 0} {
+			e := setup(t, b, inbox.WithBucketWidth(time.Second))
+			ctx := context.Background()
+			waitNextBucket(time.Second)
+			done := make(chan bool)
+			go func() {
+				ok, err := e.in.Process(ctx, "slow", func(ctx context.Context, tx *sql.Tx) error {
+					time.Sleep(2600 * time.Millisecond) // open past the bucket's sealing (2 widths)
+					return e.credit(1, 1)(ctx, tx)
+				})
+				if err != nil {
+					t.Error(err)
+				}
+				done <- ok
+			}()
+			time.Sleep(2300 * time.Millisecond)
+			other, err := inbox.New(e.db2, e.d, "wallet-consumer", inbox.WithLookupFilterMemory(mem))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := other.Process(ctx, "other", e.credit(2, 1)); err != nil {
+				t.Fatal(err)
+			}
+			if ok := <-done; !ok {
+				t.Fatal("the slow first delivery was not applied")
+			}
+			if ok, err := other.Process(ctx, "slow", e.credit(1, 1)); ok || err != nil {
+				t.Fatalf("filters %d B: duplicate of a key committed after its bucket sealed: applied=%v err=%v", mem, ok, err)
+			}
+			if got := inbox.Filters(other); (mem > 0) != (got > 0) {
+				t.Fatalf("filters %d B: %d filters built", mem, got)
+			}
+			if e.balance(1) != 1 {
+				t.Fatalf("balance %d, want 1", e.balance(1))
+			}
+		}
+	})
+}

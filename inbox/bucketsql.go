@@ -53,10 +53,42 @@ func (in *Inbox) bucketInsert(ctx context.Context, tx *sql.Tx, b *buckets, msgs 
 			return nil, err
 		}
 	}
+	// Buckets with a lookup filter are looked up only for the keys the
+	// filter may hold, before the insert; the others by the insert itself.
+	var probe []int64
+	filters := b.filtersFor(starts)
+	hits := map[int64][][16]byte{}
+	for i, s := range starts {
+		if s == cur {
+			continue
+		}
+		if filters[i] == nil {
+			probe = append(probe, s)
+			continue
+		}
+		for _, d := range ds {
+			if filters[i].mayContain(d) {
+				hits[s] = append(hits[s], d)
+			}
+		}
+	}
+	recorded, err := in.lookupHits(ctx, tx, b, hits)
+	if err != nil {
+		return nil, err
+	}
+	if len(recorded) > 0 {
+		keep, kept := idx[:0:0], ds[:0:0]
+		for j, i := range idx {
+			if !recorded[ds[j]] {
+				keep, kept = append(keep, i), append(kept, ds[j])
+			}
+		}
+		idx, ds = keep, kept
+	}
 	inserted := make(map[string]bool, len(idx))
 	for lo := 0; lo < len(idx); lo += maxRowsPerInsert {
 		hi := min(lo+maxRowsPerInsert, len(idx))
-		q := b.insertSQL(in.cfg.keyText, cur, starts, version, hi-lo)
+		q := b.insertSQL(in.cfg.keyText, cur, probe, version, hi-lo)
 		args := make([]any, 0, 3*(hi-lo)+1)
 		for j := lo; j < hi; j++ {
 			m := msgs[idx[j]]
@@ -91,6 +123,52 @@ func (in *Inbox) bucketInsert(ctx context.Context, tx *sql.Tx, b *buckets, msgs 
 		}
 	}
 	return inserted, nil
+}
+
+// lookupHits looks up, in each filtered bucket, the digests its filter may
+// hold, and returns those recorded there.
+func (in *Inbox) lookupHits(ctx context.Context, tx *sql.Tx, b *buckets, hits map[int64][][16]byte) (map[[16]byte]bool, error) {
+	var found map[[16]byte]bool
+	for s, ds := range hits {
+		var q strings.Builder
+		q.WriteString("SELECT d")
+		if b.d == sqldialect.Postgres {
+			q.WriteString("::text")
+		}
+		q.WriteString(" FROM " + bucketName(b.table, s) + " WHERE d IN (")
+		args := make([]any, len(ds))
+		for i, d := range ds {
+			if i > 0 {
+				q.WriteByte(',')
+			}
+			if b.d == sqldialect.Postgres {
+				fmt.Fprintf(&q, "$%d::uuid", i+1)
+			} else {
+				q.WriteByte('?')
+			}
+			args[i] = b.param(d)
+		}
+		q.WriteByte(')')
+		rows, err := tx.QueryContext(ctx, q.String(), args...)
+		if err != nil {
+			return nil, in.bucketStatementError(ctx, err)
+		}
+		for rows.Next() {
+			var d [16]byte
+			if err := b.scanDigest(rows, &d); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("inbox: look keys up: %w", err)
+			}
+			if found == nil {
+				found = map[[16]byte]bool{}
+			}
+			found[d] = true
+		}
+		if err := rows.Err(); err != nil {
+			return nil, in.bucketStatementError(ctx, err)
+		}
+	}
+	return found, nil
 }
 
 // bucketStatementError marks the failure of a statement that names bucket
@@ -163,9 +241,10 @@ func (in *Inbox) lockDigests(ctx context.Context, tx *sql.Tx, ds [][16]byte) err
 }
 
 // insertSQL returns the statement recording n keys into bucket cur while
-// probing the other live buckets (and the frozen rows table, after a
-// migration).
-func (b *buckets) insertSQL(keyText bool, cur int64, starts []int64, version, n int) string {
+// looking them up in the buckets probe (those without a lookup filter) and
+// in the frozen rows table, after a migration. probe is a function of the
+// version (filters are added with a new version).
+func (b *buckets) insertSQL(keyText bool, cur int64, probe []int64, version, n int) string {
 	ck := "i" + strconv.Itoa(n) + "/" + strconv.FormatInt(cur, 10) + "/" + strconv.FormatBool(keyText)
 	b.mu.Lock()
 	if b.version == version {
@@ -202,10 +281,7 @@ func (b *buckets) insertSQL(keyText bool, cur int64, starts []int64, version, n 
 		k = "v.k"
 	}
 	q.WriteString(") INSERT INTO " + bucketName(b.table, cur) + " (d, fingerprint, idem_key) SELECT v.d, v.f, " + k + " FROM v WHERE true")
-	for _, s := range starts {
-		if s == cur {
-			continue
-		}
+	for _, s := range probe {
 		o := bucketName(b.table, s)
 		q.WriteString(" AND NOT EXISTS (SELECT 1 FROM " + o + " WHERE " + o + ".d = v.d)")
 	}

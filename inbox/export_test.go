@@ -19,3 +19,14 @@ func BucketWidth(in *Inbox) time.Duration {
 	}
 	return 0
 }
+
+// Filters is the number of lookup filters in's table state holds.
+func Filters(in *Inbox) int {
+	b := in.bl.Load()
+	if b == nil {
+		return 0
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.filters)
+}

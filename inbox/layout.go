@@ -80,6 +80,10 @@ type buckets struct {
 	// that ran unprepared and are prepared before the next transaction.
 	prepared map[string]*sql.Stmt
 	missed   map[string]bool
+	// Lookup filters of sealed buckets (filter.go), within the budget.
+	filters      map[int64]*bloom
+	filterBytes  int64
+	filterFailed map[int64]bool
 }
 
 // txStmt returns q prepared for tx if it is cached for version (SQLite
@@ -300,7 +304,7 @@ func loadBuckets(ctx context.Context, q querier, d sqldialect.Dialect, t string)
 	if err != nil || !ok {
 		return nil, err
 	}
-	b := &buckets{d: d, table: t, meta: m}
+	b := &buckets{d: d, table: t, meta: m, filters: map[int64]*bloom{}, filterFailed: map[int64]bool{}}
 	rows, err := q.QueryContext(ctx, `SELECT name, value FROM `+m)
 	if err != nil {
 		return nil, err
@@ -400,6 +404,13 @@ func (b *buckets) setStarts(s []int64) bool {
 		return false
 	}
 	b.starts = s
+	for st, f := range b.filters {
+		if !slices.Contains(s, st) { // dropped
+			b.filterBytes -= f.bytes()
+			delete(b.filters, st)
+			delete(b.filterFailed, st)
+		}
+	}
 	b.newVersionLocked()
 	return true
 }
@@ -497,7 +508,7 @@ func (in *Inbox) ensureBuckets(ctx context.Context) error {
 	cur := b.current()
 	starts, _ := b.snapshot()
 	if t, ok := target(starts, cur); ok && t != starts[len(starts)-1] {
-		return nil // a later bucket is known too
+		return in.buildFilters(ctx, b) // a later bucket is known too
 	}
 	if err := in.refreshBuckets(ctx); err != nil && !errors.Is(err, errBucketsChanged) {
 		return err
@@ -512,7 +523,7 @@ func (in *Inbox) ensureBuckets(ctx context.Context) error {
 		}
 	}
 	if len(create) == 0 {
-		return nil
+		return in.buildFilters(ctx, b)
 	}
 	err := in.withRetry(ctx, func() error {
 		tx, err := in.db.BeginTx(ctx, nil)
@@ -538,7 +549,7 @@ func (in *Inbox) ensureBuckets(ctx context.Context) error {
 	if err := in.refreshBuckets(ctx); err != nil && !errors.Is(err, errBucketsChanged) {
 		return err
 	}
-	return nil
+	return in.buildFilters(ctx, b)
 }
 
 // refreshBuckets reads the bucket list again; it reports errBucketsChanged

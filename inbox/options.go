@@ -23,15 +23,18 @@ type config struct {
 	layout     Layout        // for new tables; 0: LayoutBuckets where supported
 	width      time.Duration // bucket width for new tables; 0: derived
 	keyText    bool
+	// filterBytes bounds the lookup filters' memory (filter.go).
+	filterBytes int64
 }
 
 func defaultConfig() config {
 	return config{
-		table:      "idem_inbox",
-		maxRetries: 10,
-		backoffMin: 2 * time.Millisecond,
-		backoffMax: 250 * time.Millisecond,
-		logger:     slog.New(slog.DiscardHandler),
+		table:       "idem_inbox",
+		maxRetries:  10,
+		backoffMin:  2 * time.Millisecond,
+		backoffMax:  250 * time.Millisecond,
+		logger:      slog.New(slog.DiscardHandler),
+		filterBytes: 256 << 20,
 	}
 }
 
@@ -129,6 +132,21 @@ func WithBucketWidth(d time.Duration) Option {
 // and a key can only be found by digesting it.
 func WithKeyText() Option {
 	return func(c *config) error { c.keyText = true; return nil }
+}
+
+// WithLookupFilterMemory bounds the memory of the Bloom filters with which
+// an Inbox of the bucketed layout skips looking new keys up in buckets
+// that no longer change (10 bits, 1.25 bytes, a key; default 256 MiB, about
+// 200 million keys; 0 turns them off). Buckets beyond the budget are looked
+// up directly: slower with random keys, never less exact.
+func WithLookupFilterMemory(bytes int64) Option {
+	return func(c *config) error {
+		if bytes < 0 {
+			return invalid("lookup filter memory %d is negative", bytes)
+		}
+		c.filterBytes = bytes
+		return nil
+	}
 }
 
 // WithLogger sets a logger for retries and sweeps (default: discard).

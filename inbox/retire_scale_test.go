@@ -38,7 +38,14 @@ func TestScaleRetire(t *testing.T) {
 				r := newRetireRun(t, d, layout, n)
 				start := time.Now()
 				wal0 := r.wal(t)
-				if _, err := r.in.Sweep(context.Background(), time.Second, 10_000); err != nil {
+				// The old keys are two days old (rows) or past their
+				// buckets' end plus retireAge (buckets); the young ones are
+				// younger than either age.
+				age := time.Hour
+				if layout == inbox.LayoutBuckets {
+					age = retireAge
+				}
+				if _, err := r.in.Sweep(context.Background(), age, 10_000); err != nil {
 					t.Fatal(err)
 				}
 				if layout == inbox.LayoutRows && d == sqldialect.Postgres {
@@ -59,6 +66,9 @@ func TestScaleRetire(t *testing.T) {
 }
 
 func young(n int) int { return max(n/10, 1000) }
+
+// retireAge is the bucketed run's sweep age.
+const retireAge = 3 * time.Second
 
 type retireRun struct {
 	d      sqldialect.Dialect
@@ -118,7 +128,7 @@ func newRetireRun(t *testing.T, d sqldialect.Dialect, layout inbox.Layout, n int
 		}
 	} else {
 		// Wait out the buckets: their end, the sweep age and the skew margin.
-		time.Sleep(2*time.Second + time.Second + 2500*time.Millisecond)
+		time.Sleep(2*time.Second + retireAge + 2500*time.Millisecond)
 	}
 	for done := 0; done < young(n); done += len(msgs) {
 		for i := range msgs {

@@ -1,0 +1,191 @@
+package inbox
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/idem-go/idem/sqldialect"
+)
+
+// Lookup filters: each new key is looked up in every live bucket, and with
+// random keys each lookup is a B-tree descent to a random leaf. A bucket
+// that no transaction can still write to is immutable until it is dropped,
+// so a process may summarise it in a Bloom filter: a key the filter does
+// not contain is certainly not in the bucket, and its lookup there is
+// skipped. A filter never answers "absent" for a present key, so the inbox
+// stays exact; a false "maybe" (1% at 10 bits a key) costs one lookup.
+//
+// Sealing. A writer records a key in the bucket of its clock (or the first
+// one after it), and clocks are within a bucket width of the database's, so
+// from two widths after a bucket's start no statement inserts into it. A
+// transaction that inserted earlier may still be open, and its key would be
+// missing from a filter read before it commits. So a filter is read only
+// after a barrier that waits for every such transaction: on PostgreSQL
+// LOCK TABLE … IN SHARE MODE (it conflicts with the lock every inserter
+// holds until it ends), on SQLite taking the write lock (one writer at a
+// time: whoever held it has committed or rolled back).
+
+const (
+	filterBitsPerKey = 10
+	filterHashes     = 7
+)
+
+// bloom is a Bloom filter over digests.
+type bloom struct {
+	bits []uint64
+	m    uint64
+}
+
+func newBloom(n int) *bloom {
+	m := uint64(max(n, 64)) * filterBitsPerKey
+	return &bloom{bits: make([]uint64, (m+63)/64), m: m}
+}
+
+// hashes derives the filter's hashes from the digest's hash bytes (bytes 6
+// to 16 are hash for timed and untimed digests alike).
+func hashes(d [16]byte) (uint64, uint64) {
+	return binary.LittleEndian.Uint64(d[8:]), uint64(binary.LittleEndian.Uint32(d[6:10])) | 1
+}
+
+func (f *bloom) add(d [16]byte) {
+	h1, h2 := hashes(d)
+	for i := uint64(0); i < filterHashes; i++ {
+		b := (h1 + i*h2) % f.m
+		f.bits[b/64] |= 1 << (b % 64)
+	}
+}
+
+func (f *bloom) mayContain(d [16]byte) bool {
+	h1, h2 := hashes(d)
+	for i := uint64(0); i < filterHashes; i++ {
+		b := (h1 + i*h2) % f.m
+		if f.bits[b/64]&(1<<(b%64)) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (f *bloom) bytes() int64 { return int64(len(f.bits)) * 8 }
+
+// sealed reports whether no statement can insert into bucket s any more.
+func (b *buckets) sealed(s int64) bool { return s+2*b.width <= b.nowS() }
+
+// filtersFor returns the filters of starts (nil entries for buckets
+// without one).
+func (b *buckets) filtersFor(starts []int64) []*bloom {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]*bloom, len(starts))
+	for i, s := range starts {
+		out[i] = b.filters[s]
+	}
+	return out
+}
+
+// buildFilters reads a filter for each sealed bucket that has none, within
+// the memory budget. It runs before a transaction, never inside one.
+func (in *Inbox) buildFilters(ctx context.Context, b *buckets) error {
+	if in.cfg.filterBytes <= 0 {
+		return nil
+	}
+	starts, _ := b.snapshot()
+	have := b.filtersFor(starts)
+	for i, s := range starts {
+		if have[i] != nil || !b.sealed(s) {
+			continue
+		}
+		b.mu.Lock()
+		used, failed := b.filterBytes, b.filterFailed[s]
+		b.mu.Unlock()
+		if failed || used >= in.cfg.filterBytes {
+			continue
+		}
+		f, err := in.readFilter(ctx, b, s)
+		if err != nil {
+			// Without a filter the bucket is looked up directly: slower,
+			// never wrong. A dropped bucket is forgotten with the list.
+			b.mu.Lock()
+			b.filterFailed[s] = true
+			b.mu.Unlock()
+			in.cfg.logger.DebugContext(ctx, "inbox: no lookup filter for bucket", "bucket", bucketName(in.cfg.table, s), "err", err)
+			continue
+		}
+		b.mu.Lock()
+		if b.filterBytes+f.bytes() <= in.cfg.filterBytes && b.filters[s] == nil && slicesContains(b.starts, s) {
+			b.filters[s] = f
+			b.filterBytes += f.bytes()
+			b.newVersionLocked() // statements no longer look s up
+		}
+		b.mu.Unlock()
+	}
+	return nil
+}
+
+func slicesContains(s []int64, v int64) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// readFilter waits out the transactions that may still be writing to
+// bucket s (see the barrier above) and reads its digests into a filter.
+func (in *Inbox) readFilter(ctx context.Context, b *buckets, s int64) (*bloom, error) {
+	name := bucketName(in.cfg.table, s)
+	tx, err := in.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	switch in.dialect {
+	case sqldialect.Postgres:
+		if _, err := tx.ExecContext(ctx, `SET LOCAL lock_timeout = '10s'`); err != nil {
+			return nil, err
+		}
+		if _, err := tx.ExecContext(ctx, `LOCK TABLE `+name+` IN SHARE MODE`); err != nil {
+			return nil, err
+		}
+	case sqldialect.SQLite:
+		// A write (of nothing) takes the write lock, or waits for it.
+		if _, err := tx.ExecContext(ctx, `UPDATE `+b.meta+` SET value = value WHERE name = 'bucket_seconds'`); err != nil {
+			return nil, err
+		}
+	}
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM `+name).Scan(&n); err != nil {
+		return nil, err
+	}
+	f := newBloom(n)
+	q := `SELECT d FROM ` + name
+	if in.dialect == sqldialect.Postgres {
+		q = `SELECT d::text FROM ` + name
+	}
+	start := time.Now()
+	rows, err := tx.QueryContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	got := 0
+	for rows.Next() {
+		var d [16]byte
+		if err := b.scanDigest(rows, &d); err != nil {
+			return nil, err
+		}
+		f.add(d)
+		got++
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if got != n {
+		return nil, fmt.Errorf("bucket %s changed while sealed (%d rows, then %d)", name, n, got)
+	}
+	in.cfg.logger.DebugContext(ctx, "inbox: lookup filter read", "bucket", name, "keys", n, "took", time.Since(start))
+	return f, nil
+}
