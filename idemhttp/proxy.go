@@ -8,6 +8,7 @@ import (
 	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 
 	"github.com/idem-go/idem/keystore"
 )
@@ -63,6 +64,7 @@ func NewProxy(target *url.URL, s keystore.Store, opts ...Option) (*Proxy, error)
 			if att == nil {
 				return // not a keyed request running under a claim
 			}
+			hideFromTransport(pr.Out.Header)
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(pr.In.Context()), m.cfg.lease)
 			stop := context.AfterFunc(p.abortCtx, cancel)
 			done := context.CancelFunc(func() { stop(); cancel() })
@@ -94,6 +96,26 @@ func NewProxy(target *url.URL, s keystore.Store, opts ...Option) (*Proxy, error)
 	}
 	p.handler = m.Handler(p.rp)
 	return p, nil
+}
+
+// hideFromTransport keeps net/http's Transport from sending a keyed request
+// twice. The Transport deems a request with an Idempotency-Key (or
+// X-Idempotency-Key) header and no body safe to replay, and sends it again on
+// a new connection when a reused one fails after the request was written and
+// before the response's first byte: the upstream may have acted on the first
+// copy, and the second would act again. The proxy forwards the key under its
+// lower-case name instead, which the Transport does not look for; header
+// names are case-insensitive, so the upstream receives the same header. The
+// decision to retry stays with the client, whose retry goes through the key
+// store. (HTTP/2 upstreams lower-case every name anyway; their Transport
+// re-sends only streams the server refused unprocessed.)
+func hideFromTransport(h http.Header) {
+	for _, name := range [...]string{HeaderKey, "X-Idempotency-Key"} {
+		if v, ok := h[name]; ok {
+			delete(h, name)
+			h[strings.ToLower(name)] = v
+		}
+	}
 }
 
 // upstreamTransport is http.DefaultTransport with room for idle connections
