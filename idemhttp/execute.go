@@ -14,7 +14,7 @@ import (
 // attempt is what the proxy learns about one upstream call, shared with the
 // middleware through the request's context.
 type attempt struct {
-	wrote      atomic.Bool // the request was written to the upstream
+	wrote      atomic.Bool // a connection to the upstream carried (some of) the request
 	madeUp     atomic.Bool // the proxy answered itself: no upstream response
 	bodyFailed atomic.Bool // the upstream's response body broke off
 }

@@ -63,6 +63,7 @@ func keyed(t *testing.T, base, path, key string, hdr ...string) (int, http.Heade
 // then resets the connection: the upstream acted and its response broke off.
 func halfBody(status int) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // acts on the whole request, as an API does
 		conn, buf, err := http.NewResponseController(w).Hijack()
 		if err != nil {
 			panic(err)

@@ -68,12 +68,13 @@ func NewProxy(target *url.URL, s keystore.Store, opts ...Option) (*Proxy, error)
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(pr.In.Context()), m.cfg.lease)
 			stop := context.AfterFunc(p.abortCtx, cancel)
 			done := context.CancelFunc(func() { stop(); cancel() })
+			// Once a connection is in hand, some of the request may have
+			// reached the upstream even if writing it then fails (an
+			// upstream can act on the headers and reset the connection
+			// while the body is still being sent): from then on a failure
+			// is "outcome unknown", not "never reached".
 			ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-				WroteRequest: func(i httptrace.WroteRequestInfo) {
-					if i.Err == nil {
-						att.wrote.Store(true)
-					}
-				},
+				GotConn: func(httptrace.GotConnInfo) { att.wrote.Store(true) },
 			})
 			pr.Out = pr.Out.WithContext(context.WithValue(ctx, cancelKey{}, done))
 		},
