@@ -238,7 +238,7 @@ func (l *KeyLoad) Verify(ctx context.Context, s keystore.Store) (KeyLoadReport, 
 }
 
 // Soak is how long failover tests run load before and after a fault:
-// one second, or IDEM_SOAK (a Go duration) for longer runs (make soak).
+// half a second, or IDEM_SOAK (a Go duration) for longer runs (make soak).
 func Soak(t testing.TB) time.Duration {
 	if v := os.Getenv("IDEM_SOAK"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -247,5 +247,5 @@ func Soak(t testing.TB) time.Duration {
 		}
 		return d
 	}
-	return time.Second
+	return 500 * time.Millisecond
 }

@@ -134,7 +134,7 @@ func TestLeaderKilled(t *testing.T) {
 }
 
 // What a done key costs the stream (file storage, per replica), for `idem
-// plan`: the stream's bytes per message after 2,000 done keys.
+// plan`: the stream's bytes per message after 500 done keys.
 func TestBytesPerDoneKey(t *testing.T) {
 	ctx := context.Background()
 	_, js := connect(t, sharedCluster(t))
@@ -143,7 +143,7 @@ func TestBytesPerDoneKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const keys = 2000
+	const keys = 500
 	for i := range keys {
 		key := fmt.Sprintf("0190c3a4-7b2e-7c41-9d3e-%012d", i)
 		c, err := s.Reserve(ctx, key, nil, time.Minute)
