@@ -9,16 +9,33 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// Measured bytes per key (docs/benchmarks.md); the plan multiplies them, it
-// does not guess them.
+// Measured bytes per key (docs/benchmarks.md, docs/inbox.md); the plan
+// multiplies them, it does not guess them.
+const (
+	pgBucketBytes     = 0.0 // FILL
+	sqliteBucketBytes = 25.6
+)
+
+// Measured retention costs for 1M expired keys (TestScaleRetire, PostgreSQL
+// 15, fsync on): the rows layout's Sweep deletes every row and VACUUM
+// follows; the bucketed layout drops whole tables.
+const (
+	rowsRetireWALPerKey   = 0.0 // FILL bytes of WAL per key retired
+	rowsRetireSecPerMKey  = 0.0 // FILL seconds per million keys, Sweep + VACUUM
+	bucketRetireWALPerTab = 0.0 // FILL bytes of WAL per bucket table dropped
+	bucketRetireSecPerTab = 0.0 // FILL seconds per bucket table dropped
+)
+
 var perKey = []struct {
 	structure string
 	bytes     float64
 	where     string
 	note      string
 }{
-	{"inbox on PostgreSQL (row + PK + sweep index)", 161.4, "disk", "36-char UUID keys"},
-	{"inbox on SQLite (table + sweep index)", 125.2, "disk", "36-char UUID keys"},
+	{"inbox on PostgreSQL, bucketed layout (16-byte digest, uuid PK)", pgBucketBytes, "disk", "random UUIDv4 keys, 10M (TestScaleCurve)"},
+	{"inbox on SQLite, bucketed layout (16-byte digest)", sqliteBucketBytes, "disk", "random UUIDv4 keys, 6M (TestScaleCurve)"},
+	{"inbox on PostgreSQL, rows layout (row + PK + sweep index)", 161.4, "disk", "earlier releases; 36-char UUID keys"},
+	{"inbox on SQLite, rows layout (table + sweep index)", 125.2, "disk", "earlier releases; 36-char UUID keys"},
 	{"keystore memstore (done keys, no results)", 151, "RAM", ""},
 	{"Redis SET NX PX key (anchor, measured on Redis 7.0)", 129.6, "RAM", "plus results for the key store"},
 	{"window.Dedup (36-char ids)", 102.2, "RAM", "sized by the window, not the horizon"},
@@ -82,6 +99,7 @@ func writePlan(w io.Writer, f planFlags) {
 	marks := float64(f.producers * max(f.partitions, 1))
 	fmt.Fprintf(tw, "sequence marks (one per producer-partition)\t24.6\t%s\t%s\tRAM or one row each\n", human(marks), bytesHuman(marks*24.6))
 	tw.Flush()
+	writeRetention(w, f)
 	fmt.Fprintf(w, "\nA TTL shorter than %v lets late duplicates through as new messages; much longer pays for keys no duplicate will ask for.\n", f.horizon)
 }
 
@@ -105,4 +123,21 @@ func bytesHuman(b float64) string {
 		i++
 	}
 	return fmt.Sprintf("%.1f %s", b, units[i])
+}
+
+// writeRetention prints what retiring a horizon's worth of keys costs on
+// PostgreSQL, each day, in the inbox's two layouts.
+func writeRetention(w io.Writer, f planFlags) {
+	perDay := f.rate * 86400
+	// The bucketed layout's default width is a quarter of the retention:
+	// four bucket tables dropped per horizon, so 4 × (24 h / horizon) a day.
+	drops := 4 * (24 * time.Hour).Hours() / f.horizon.Hours()
+	fmt.Fprintf(w, "\nretention on PostgreSQL, per day (%s keys expire a day):\n", human(perDay))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "inbox layout\tWAL\ttime\thow")
+	fmt.Fprintf(tw, "rows (Sweep deletes each key, then VACUUM)\t%s\t%s\tO(keys): %.0f B of WAL a key\n",
+		bytesHuman(perDay*rowsRetireWALPerKey), (time.Duration(perDay/1e6*rowsRetireSecPerMKey) * time.Second).Round(time.Second), rowsRetireWALPerKey)
+	fmt.Fprintf(tw, "bucketed (Sweep drops whole bucket tables)\t%s\t%s\tO(buckets): %.1f tables a day\n",
+		bytesHuman(drops*bucketRetireWALPerTab), (time.Duration(drops*bucketRetireSecPerTab*1e3) * time.Millisecond).Round(time.Millisecond), drops)
+	tw.Flush()
 }

@@ -26,6 +26,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
 )
 
@@ -63,12 +64,16 @@ func run(in, out string) error {
 	rate.Y.Label.Text = "msg/s"
 	rate.Y.Min = 0
 	rate.Legend.Top = true
+	rate.Legend.Left = true
+	rate.X.Min = 0
 	size := plot.New()
 	size.Title.Text = "bytes per key (table + indexes)"
 	size.X.Label.Text = "keys in the table (millions)"
 	size.Y.Label.Text = "B/key"
 	size.Y.Min = 0
 	size.Legend.Top = true
+	size.Legend.Left = true
+	size.X.Min = 0
 	names := make([]string, 0, len(series))
 	for n := range series {
 		names = append(names, n)
@@ -99,8 +104,15 @@ func run(in, out string) error {
 		}
 	}
 	const w, h = 9 * vg.Inch, 10 * vg.Inch
-	canvas := vgsvg.New(w, h)
-	dc := draw.New(canvas)
+	var canvas vg.CanvasWriterTo
+	var dc draw.Canvas
+	if strings.HasSuffix(out, ".png") { // for a quick look; the docs use SVG
+		c := vgimg.New(w, h)
+		canvas, dc = vgimg.PngCanvas{Canvas: c}, draw.New(c)
+	} else {
+		c := vgsvg.New(w, h)
+		canvas, dc = c, draw.New(c)
+	}
 	tiles := draw.Tiles{Rows: 2, Cols: 1, PadY: vg.Centimeter}
 	plots := [][]*plot.Plot{{rate}, {size}}
 	canvases := plot.Align(plots, tiles, dc)
