@@ -55,9 +55,14 @@
 //
 // # Retention
 //
-// Rows grow without bound unless swept. [Inbox.Sweep] deletes rows older than
-// a retention in bounded batches along the (consumer, processed_at) index.
-// The retention must be at least the duplicate horizon: the broker's
+// Keys grow without bound unless swept. New tables on SQLite and PostgreSQL
+// have the bucketed layout ([LayoutBuckets]): a 16-byte keyed digest per
+// key, in one table per time bucket of first arrival, looked up in every
+// live bucket; [Inbox.Sweep] drops whole buckets, whatever they hold. On
+// the rows layout of earlier releases (and MySQL), Sweep deletes rows older
+// than a retention in bounded batches along the (consumer, processed_at)
+// index; [Inbox.MigrateLayout] moves such a table to buckets with
+// deliveries running. The retention must be at least the duplicate horizon: the broker's
 // retention or redelivery window plus the client retry horizon. A consumer
 // group that can be reset 7 days back on a topic with 7 days of retention
 // needs at least 7 days; a shorter retention lets late duplicates through as
@@ -77,5 +82,8 @@
 // exactly (consumer, idem_key), comparing bytes, and nothing that could
 // drop or rewrite a key's insert. A table that cannot dedupe (a wider
 // primary key, say, as a partitioned table needs) is refused with
-// [ErrUnsafeTable] instead of applying every redelivery again.
+// [ErrUnsafeTable] instead of applying every redelivery again. In the
+// bucketed layout each bucket table must have exactly one unique index,
+// its primary key on the digest, and no trigger; a rows table beside it
+// must be frozen by MigrateLayout.
 package inbox

@@ -59,6 +59,13 @@ func (u uniqueIndex) String() string {
 //     logged, permanent table: a MyISAM table commits the key without the
 //     effect, an unlogged one forgets every key in a crash.
 //
+// A table in the bucketed layout ([LayoutBuckets]: a <table>_meta table
+// exists) is checked instead for what that layout relies on: every bucket
+// table <table>_k<start> has exactly one unique index, its primary key on
+// (d) (uuid on PostgreSQL, BLOB with the BINARY collation on SQLite), no
+// trigger, and is a logged table; a rows table beside it must carry the
+// trigger [Inbox.MigrateLayout] installs.
+//
 // Every Inbox runs Verify once, before its first Process, ProcessBatch,
 // ProcessBatchSet or Sweep (and Migrate runs it after creating the table),
 // so a table made by a migration tool is checked too; after one success it
