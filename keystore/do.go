@@ -32,7 +32,10 @@ type doConfig struct {
 }
 
 // WithLease sets the lease Do reserves the key for (default
-// [DefaultLease]). Choose it longer than fn's worst case, including
+// [DefaultLease]). With a store that renews leases ([Extender]), Do
+// renews it every third of its length while fn runs, so it bounds how long
+// a dead holder keeps the key, not how long fn may take. With a store that
+// cannot renew, choose it longer than fn's worst case, including
 // downstream timeouts: a lease that runs out while fn still works lets a
 // second caller run fn concurrently, and the first caller's Complete then
 // fails with ErrLeaseLost.
@@ -96,12 +99,24 @@ func ClaimFrom(ctx context.Context) (Claim, bool) {
 // retry runs fn again. Downstream deduplication on the same key turns that
 // repeat into a no-op.
 //
+// Lease keep-alive: when s implements [Extender] (see [CanExtend]), Do
+// renews the lease while fn runs (see [KeepAlive]): an effect that takes
+// longer than the lease is not run again by a caller that would otherwise
+// find the lease expired. If the lease is lost anyway (the key was
+// released or taken over by an operator, or the store could not renew it
+// before it ended), fn's ctx is cancelled with a cause wrapping
+// ErrLeaseLost (context.Cause), so that fn stops acting; Do then returns an
+// error matching ErrLeaseLost. With a store that cannot renew, the lease is
+// not renewed and fn's ctx is not bounded by it, as before: choose a lease
+// longer than fn's worst case.
+//
 // What happens if the process dies:
 //
 //   - before Reserve: nothing was recorded; a retry runs fn.
-//   - after Reserve, before or during fn: the key is in progress until the
-//     lease expires; retries get ErrInProgress (or wait), then take the key
-//     over with a higher token and run fn.
+//   - after Reserve, before or during fn: renewals stop with the process;
+//     the key is in progress until the lease (from its last renewal)
+//     expires; retries get ErrInProgress (or wait), then take the key over
+//     with a higher token and run fn.
 //   - after fn's effect, before Complete: as above, fn runs again after the
 //     lease; downstream deduplication by key absorbs it.
 //   - after Complete: retries get the stored result until the TTL ends.
@@ -154,7 +169,7 @@ func Do(ctx context.Context, s Store, key string, fp []byte, fn func(context.Con
 				// the key back at once rather than hold it for a lease.
 				return nil, false, releaseUnused(ctx, s, c, err)
 			}
-			return run(ctx, s, c, fn, cfg.ttl)
+			return run(ctx, s, c, fn, cfg.lease, cfg.ttl)
 		case InProgress:
 			if !cfg.wait {
 				return nil, false, &InProgressError{Key: key, Expires: c.Expires}
@@ -194,7 +209,7 @@ func releaseUnused(ctx context.Context, s Store, c Claim, cause error) error {
 }
 
 // run executes fn under the acquired claim c and records its outcome.
-func run(ctx context.Context, s Store, c Claim, fn func(context.Context) ([]byte, error), ttl time.Duration) (result []byte, replayed bool, err error) {
+func run(ctx context.Context, s Store, c Claim, fn func(context.Context) ([]byte, error), lease, ttl time.Duration) (result []byte, replayed bool, err error) {
 	finished := false
 	defer func() {
 		if finished {
@@ -206,8 +221,14 @@ func run(ctx context.Context, s Store, c Claim, fn func(context.Context) ([]byte
 		defer cancel()
 		_ = s.Release(cctx, c)
 	}()
-	result, err = fn(context.WithValue(ctx, claimKey{}, c))
+	fctx, stop := KeepAlive(context.WithValue(ctx, claimKey{}, c), s, c, lease)
+	defer func() { _, _ = stop() }() // a panic in fn: stop renewing before Release
+	result, err = fn(fctx)
 	finished = true
+	if _, lost := stop(); lost != nil && err != nil && !errors.Is(err, ErrLeaseLost) {
+		// fn most likely gave up because its context was cancelled: say why.
+		err = fmt.Errorf("%w (the effect's context was cancelled: %w)", err, lost)
+	}
 
 	cctx, cancel := Detach(ctx)
 	defer cancel()

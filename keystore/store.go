@@ -13,7 +13,8 @@ import (
 // extension point of this package; implementations are in the memstore,
 // sqlitestore, pgstore and redisstore packages, and every one of them passes
 // the conformance suite in package storetest. Optional behaviour is added
-// through separate interfaces ([Scoper], [Sweeper]), never by growing Store.
+// through separate interfaces ([Extender], [Scoper], [Sweeper]), never by
+// growing Store.
 //
 // All methods are safe for concurrent use, and each is atomic: a crash or a
 // cancelled ctx leaves the key either as it was before the call or as the

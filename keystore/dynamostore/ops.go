@@ -274,6 +274,8 @@ func (s *Store) Release(ctx context.Context, c keystore.Claim) error {
 //
 // Crash: a renewal that did not land leaves the old lease, which expires as
 // if Extend had not been called.
+var _ keystore.Extender = (*Store)(nil)
+
 func (s *Store) Extend(ctx context.Context, c keystore.Claim, lease time.Duration) (keystore.Claim, error) {
 	if err := keystore.ValidateRelease(c); err != nil {
 		return keystore.Claim{}, err

@@ -11,8 +11,8 @@
 //
 //	idem_keystore_reservations_total{outcome}     acquired, in_progress, done, mismatch, error
 //	idem_keystore_lease_takeovers_total           acquisitions that replaced an expired lease
-//	idem_keystore_lease_lost_total{op}            complete, release refused for a stale token
-//	idem_keystore_errors_total{op}                reserve, complete, release, sweep: store or input errors
+//	idem_keystore_lease_lost_total{op}            complete, release, extend refused for a stale token
+//	idem_keystore_errors_total{op}                reserve, complete, release, extend, sweep: store or input errors
 //	idem_keystore_operation_duration_seconds{op}  histogram of each call, errors included
 //	idem_keystore_swept_total                     keys deleted by Sweep
 //
@@ -92,7 +92,7 @@ func New(s keystore.Store, opts ...Option) (*Store, error) {
 	m := &metrics{
 		reservations: prometheus.NewCounterVec(prometheus.CounterOpts(opt("reservations_total", "Reserve calls by outcome: acquired, in_progress, done, mismatch, error.")), []string{"outcome"}),
 		takeovers:    prometheus.NewCounter(prometheus.CounterOpts(opt("lease_takeovers_total", "Acquisitions that replaced an expired lease whose holder neither completed nor released."))),
-		leaseLost:    prometheus.NewCounterVec(prometheus.CounterOpts(opt("lease_lost_total", "Complete or Release refused because the claim's token is no longer current.")), []string{"op"}),
+		leaseLost:    prometheus.NewCounterVec(prometheus.CounterOpts(opt("lease_lost_total", "Complete, Release or Extend refused because the claim's token is no longer current.")), []string{"op"}),
 		errors:       prometheus.NewCounterVec(prometheus.CounterOpts(opt("errors_total", "Calls that failed with a store or input error (not mismatch or lease lost).")), []string{"op"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: cfg.namespace, Subsystem: "keystore", Name: "operation_duration_seconds",
@@ -104,10 +104,10 @@ func New(s keystore.Store, opts ...Option) (*Store, error) {
 	for _, o := range []string{"acquired", "in_progress", "done", "mismatch", "error"} {
 		m.reservations.WithLabelValues(o)
 	}
-	for _, op := range []string{"complete", "release"} {
+	for _, op := range []string{"complete", "release", "extend"} {
 		m.leaseLost.WithLabelValues(op)
 	}
-	for _, op := range []string{"reserve", "complete", "release", "sweep"} {
+	for _, op := range []string{"reserve", "complete", "release", "extend", "sweep"} {
 		m.errors.WithLabelValues(op)
 		m.duration.WithLabelValues(op)
 	}
@@ -179,6 +179,21 @@ func (s *Store) observe(op string, start time.Time, err error) {
 	case err != nil:
 		s.m.errors.WithLabelValues(op).Inc()
 	}
+}
+
+// Extend calls the wrapped store's Extend (see [keystore.Extender]). It
+// fails with errors.ErrUnsupported when the wrapped store cannot renew
+// leases; keystore.CanExtend looks through Unwrap and reports that, so
+// keystore.Do and KeepAlive do not call it then.
+func (s *Store) Extend(ctx context.Context, c keystore.Claim, lease time.Duration) (keystore.Claim, error) {
+	ex, ok := s.inner.(keystore.Extender)
+	if !ok {
+		return keystore.Claim{}, fmt.Errorf("keystoremetrics: %T cannot renew leases: %w", s.inner, errors.ErrUnsupported)
+	}
+	start := time.Now()
+	nc, err := ex.Extend(ctx, c, lease)
+	s.observe("extend", start, err)
+	return nc, err
 }
 
 // Scope returns the wrapped store's view of the scope name, wrapped with

@@ -96,13 +96,15 @@ idem_keystore_reservations_total{outcome="mismatch",store="memory"} 1
 # HELP idem_keystore_lease_takeovers_total Acquisitions that replaced an expired lease whose holder neither completed nor released.
 # TYPE idem_keystore_lease_takeovers_total counter
 idem_keystore_lease_takeovers_total{store="memory"} 1
-# HELP idem_keystore_lease_lost_total Complete or Release refused because the claim's token is no longer current.
+# HELP idem_keystore_lease_lost_total Complete, Release or Extend refused because the claim's token is no longer current.
 # TYPE idem_keystore_lease_lost_total counter
 idem_keystore_lease_lost_total{op="complete",store="memory"} 1
+idem_keystore_lease_lost_total{op="extend",store="memory"} 0
 idem_keystore_lease_lost_total{op="release",store="memory"} 1
 # HELP idem_keystore_errors_total Calls that failed with a store or input error (not mismatch or lease lost).
 # TYPE idem_keystore_errors_total counter
 idem_keystore_errors_total{op="complete",store="memory"} 1
+idem_keystore_errors_total{op="extend",store="memory"} 0
 idem_keystore_errors_total{op="release",store="memory"} 0
 idem_keystore_errors_total{op="reserve",store="memory"} 1
 idem_keystore_errors_total{op="sweep",store="memory"} 0
@@ -115,9 +117,10 @@ idem_keystore_swept_total{store="memory"} 1
 		"idem_keystore_errors_total", "idem_keystore_swept_total"); err != nil {
 		t.Fatal(err)
 	}
-	// Every call was timed: 9 Reserves, 4 Completes, 1 Release, 1 Sweep.
-	if n := testutil.CollectAndCount(m, "idem_keystore_operation_duration_seconds"); n != 4 {
-		t.Fatalf("%d duration series, want 4", n)
+	// Every call was timed: 9 Reserves, 4 Completes, 1 Release, 1 Sweep
+	// (and a zero series for Extend).
+	if n := testutil.CollectAndCount(m, "idem_keystore_operation_duration_seconds"); n != 5 {
+		t.Fatalf("%d duration series, want 5", n)
 	}
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil || len(problems) > 0 {
@@ -135,6 +138,12 @@ func TestScopeAndSweepUnsupported(t *testing.T) {
 	}
 	if _, err := m.Sweep(context.Background(), 1); !errors.Is(err, errors.ErrUnsupported) {
 		t.Fatalf("Sweep: %v", err)
+	}
+	if _, err := m.Extend(context.Background(), keystore.Claim{}, time.Second); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Extend: %v", err)
+	}
+	if keystore.CanExtend(m) {
+		t.Fatal("CanExtend true for a wrapper around a store that cannot renew")
 	}
 	if m.Unwrap() != (onlyStore{}) {
 		t.Fatal("Unwrap")

@@ -16,8 +16,11 @@
 // back to absent), fencing (a stale token writes nothing and gets
 // ErrLeaseLost), lease expiry and takeover with a higher token, result
 // expiry, fingerprints, input validation, 64 concurrent reservations of one
-// key, [keystore.Do], the optional [keystore.Scoper] and [keystore.Sweeper]
-// interfaces, and finally the linearizability of random concurrent
+// key, [keystore.Do], the optional [keystore.Scoper], [keystore.Sweeper] and
+// [keystore.Extender] interfaces (for Extender: fenced renewal, and Do
+// running an effect three times longer than its lease once among
+// concurrent retriers; a store without it is reported with t.Log), and
+// finally the linearizability of random concurrent
 // histories against a sequential model of the state machine, with
 // github.com/anishathalye/porcupine.
 //
@@ -94,6 +97,7 @@ func Run(t *testing.T, newStore func(t *testing.T) keystore.Store, opts ...Optio
 		{"Do", testDo},
 		{"Scopes", testScopes},
 		{"Sweep", testSweep},
+		{"Extend", testExtend},
 		{"Linearizability", testLinearizability},
 	}
 	for _, tc := range tests {

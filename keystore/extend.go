@@ -1,0 +1,206 @@
+package keystore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Extender is implemented by stores that can renew a live lease, so that an
+// effect that takes longer than its lease is not run a second time by a
+// caller that finds the lease expired. [Do], idemhttp and idemgrpc renew
+// through [KeepAlive] while the effect runs.
+//
+// Extend sets the lease of c to end lease from now, measured by the store's
+// clock from the call, capped by [CapDuration], and returns c with its new
+// Expires. It is fenced like Complete: once the key was taken over,
+// released, completed or swept, it returns an error wrapping [ErrLeaseLost]
+// and changes nothing. Like Complete, it may succeed on a lease that has
+// lapsed if nobody has taken the key over, because then nobody else can
+// have started. Bad input (see [ValidateExtend]) is rejected before any I/O.
+//
+// Cancellation follows the [Store] rules: a ctx that ended before the call
+// returns its error and changes nothing; a call under way runs to its end
+// under [Detach]. If Extend returns an error that is not ErrLeaseLost, the
+// lease may or may not have been renewed: keep counting from the old one.
+//
+// Crash: a renewal that did not land leaves the old lease, which expires as
+// if Extend had not been called; a holder that dies stops renewing, so its
+// key is free one lease after its last renewal.
+type Extender interface {
+	Extend(ctx context.Context, c Claim, lease time.Duration) (Claim, error)
+}
+
+// ValidateExtend checks the arguments of [Extender.Extend]: the claim (see
+// [ValidateRelease]) and a positive lease (wraps [ErrInvalidArgument]).
+func ValidateExtend(c Claim, lease time.Duration) error {
+	if err := ValidateRelease(c); err != nil {
+		return err
+	}
+	if lease <= 0 {
+		return fmt.Errorf("%w: lease %v is not positive", ErrInvalidArgument, lease)
+	}
+	return nil
+}
+
+// CanExtend reports whether s renews leases: it implements [Extender], and
+// so does every store it wraps (a wrapper such as keystoremetrics.Store has
+// an Unwrap() Store method and forwards Extend to the store it wraps).
+func CanExtend(s Store) bool {
+	for {
+		if _, ok := s.(Extender); !ok {
+			return false
+		}
+		u, ok := s.(interface{ Unwrap() Store })
+		if !ok {
+			return true
+		}
+		s = u.Unwrap()
+	}
+}
+
+// ErrLeaseNotRenewed is the cause (see context.Cause) of a [KeepAlive]
+// context cancelled because the lease could not be renewed before it
+// ended: the store did not answer, or answered with errors. It wraps
+// [ErrLeaseLost]: the holder must assume somebody else may now hold the key.
+var ErrLeaseNotRenewed = fmt.Errorf("%w: lease not renewed before it ended", ErrLeaseLost)
+
+// minRenewal is the shortest wait between two renewals or retries.
+const minRenewal = 10 * time.Millisecond
+
+// KeepAlive keeps the lease of c, an Acquired claim of lease length lease,
+// alive while the caller acts on it. It returns a context derived from ctx
+// for the effect, and stop, which the caller calls once the effect has
+// returned (or panicked), before Complete or Release.
+//
+// When s renews leases (see [CanExtend]), a goroutine calls Extend every
+// third of the lease, with jitter, each call under [Detach]. If the lease is
+// lost (Extend returns [ErrLeaseLost]: the key was taken over, released or
+// swept) or cannot be renewed before it ends by this process's clock
+// (counted from the start of the last successful renewal, or from the call
+// to KeepAlive), the returned context is cancelled with a cause wrapping
+// ErrLeaseLost (context.Cause), so that a holder that cannot renew stops
+// acting before, or as soon as, somebody else may start. Other Extend
+// errors are retried until the lease ends.
+//
+// When s does not renew leases, nothing is started and the context is ctx's
+// (with a cancel); the lease then ends when it ends, as without KeepAlive.
+//
+// stop ends the renewals, waits for one in flight, cancels the returned
+// context, and returns c with the Expires of the last renewal and nil, or
+// the error that cancelled the context (wrapping ErrLeaseLost) if the lease
+// was lost. A lease that could not be renewed may still be completed if
+// nobody took the key over; stop's error does not say the Complete will
+// fail, only that the effect ran without the guarantee. Calling stop again
+// returns the same values.
+//
+// Crash: if the process dies, renewals stop with it and the key is free
+// one lease after the last renewal.
+func KeepAlive(ctx context.Context, s Store, c Claim, lease time.Duration) (context.Context, func() (Claim, error)) {
+	kctx, cancel := context.WithCancelCause(ctx)
+	if !CanExtend(s) || lease <= 0 {
+		return kctx, func() (Claim, error) { cancel(context.Canceled); return c, nil }
+	}
+	k := &keeper{ext: s.(Extender), claim: c, lease: lease, cancel: cancel, quit: make(chan struct{}), done: make(chan struct{})}
+	start := time.Now()
+	k.watchdog = time.AfterFunc(lease, k.expired)
+	go k.loop(ctx, start)
+	var once sync.Once
+	return kctx, func() (Claim, error) {
+		once.Do(func() {
+			close(k.quit)
+			<-k.done
+			k.watchdog.Stop()
+			cancel(context.Canceled)
+		})
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		return k.claim, k.err
+	}
+}
+
+// keeper is the state of one KeepAlive.
+type keeper struct {
+	ext      Extender
+	lease    time.Duration
+	cancel   context.CancelCauseFunc
+	watchdog *time.Timer
+	quit     chan struct{} // closed by stop
+	done     chan struct{} // closed when loop returns
+
+	mu    sync.Mutex
+	claim Claim
+	err   error // set once the lease is lost
+}
+
+// lose records err as the reason the lease is lost and cancels the effect's
+// context with it. The first reason wins.
+func (k *keeper) lose(err error) {
+	k.mu.Lock()
+	if k.err == nil {
+		k.err = err
+	}
+	err = k.err
+	k.mu.Unlock()
+	k.cancel(err)
+}
+
+// expired runs when the lease ends without a renewal.
+func (k *keeper) expired() {
+	k.mu.Lock()
+	key := k.claim.Key
+	k.mu.Unlock()
+	k.lose(fmt.Errorf("keystore: key %q: %w", key, ErrLeaseNotRenewed))
+}
+
+func (k *keeper) loop(ctx context.Context, start time.Time) {
+	defer close(k.done)
+	deadline := start.Add(k.lease)
+	wait := jitter(k.lease / 3)
+	for {
+		t := time.NewTimer(max(wait, minRenewal))
+		select {
+		case <-k.quit:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		k.mu.Lock()
+		c, lost := k.claim, k.err != nil
+		k.mu.Unlock()
+		if lost {
+			return
+		}
+		began := time.Now()
+		dctx, cancel := Detach(ctx)
+		nc, err := k.ext.Extend(dctx, c, k.lease)
+		cancel()
+		switch {
+		case err == nil:
+			k.mu.Lock()
+			k.claim = nc
+			lost = k.err != nil
+			k.mu.Unlock()
+			if lost {
+				return // the lease ran out while Extend ran: the effect was told to stop
+			}
+			deadline = began.Add(k.lease)
+			k.watchdog.Reset(time.Until(deadline))
+			wait = jitter(k.lease / 3)
+		case errors.Is(err, ErrLeaseLost):
+			k.lose(fmt.Errorf("keystore: renewing the lease of %q: %w", c.Key, err))
+			return
+		default:
+			// The store did not answer or failed: retry while the lease
+			// lasts; the watchdog cancels the effect when it ends.
+			left := time.Until(deadline)
+			if left <= 0 {
+				k.lose(fmt.Errorf("keystore: key %q: %w: last renewal error: %w", c.Key, ErrLeaseNotRenewed, err))
+				return
+			}
+			wait = jitter(min(k.lease/3, left/3))
+		}
+	}
+}

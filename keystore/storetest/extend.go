@@ -1,0 +1,243 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/keystore"
+)
+
+// testExtend checks [keystore.Extender]: a renewal keeps a lease alive past
+// its first end; a stale token, a completed or a released key get
+// ErrLeaseLost and change nothing; bad input and an ended ctx are refused;
+// and [keystore.Do] renews while fn runs, so an effect three times longer
+// than its lease runs once among concurrent retriers.
+func testExtend(t *testing.T, s keystore.Store, cfg config) {
+	if !keystore.CanExtend(s) {
+		t.Logf("%T does not implement keystore.Extender (or wraps a store that does not): leases are not renewed while effects run", s)
+		return
+	}
+	ext := s.(keystore.Extender)
+	ctx := testCtx(t)
+	unit := cfg.unit
+	t.Run("KeepsLeaseAlive", func(t *testing.T) {
+		t.Parallel()
+		key := newKey("extend-alive")
+		c := reserve(t, s, key, nil, unit)
+		before := time.Now()
+		nc, err := ext.Extend(ctx, c, long)
+		noErr(t, "Extend", err)
+		if nc.Key != c.Key || nc.Token != c.Token || nc.State != keystore.Acquired {
+			t.Fatalf("Extend returned %+v for claim %+v: key, token and state must not change", nc, c)
+		}
+		if !near(nc.Expires, before.Add(long), 5*time.Second) {
+			t.Fatalf("extended lease ends %v, want about %v (lease measured from the call)", nc.Expires, before.Add(long))
+		}
+		time.Sleep(unit * 5 / 2)
+		held := reserve(t, s, key, nil, long)
+		wantState(t, held, keystore.InProgress)
+		noErr(t, "Complete after Extend", s.Complete(ctx, c, []byte("r"), long))
+		done := reserve(t, s, key, nil, long)
+		wantState(t, done, keystore.Done)
+	})
+	t.Run("Shortens", func(t *testing.T) {
+		t.Parallel()
+		// The lease is set from the call, not added to the old one.
+		key := newKey("extend-short")
+		c := reserve(t, s, key, nil, long)
+		_, err := ext.Extend(ctx, c, unit)
+		noErr(t, "Extend", err)
+		time.Sleep(unit * 5 / 2)
+		next := reserve(t, s, key, nil, long)
+		wantState(t, next, keystore.Acquired)
+	})
+	t.Run("StaleTokenChangesNothing", func(t *testing.T) {
+		t.Parallel()
+		key := newKey("extend-stale")
+		old := reserve(t, s, key, nil, unit)
+		time.Sleep(unit * 5 / 2)
+		cur := reserve(t, s, key, nil, unit)
+		wantState(t, cur, keystore.Acquired)
+		_, err := ext.Extend(ctx, old, long)
+		wantErr(t, "Extend with a stale token", err, keystore.ErrLeaseLost)
+		// Had the stale Extend renewed the current lease, it would still
+		// be live.
+		time.Sleep(unit * 5 / 2)
+		next := reserve(t, s, key, nil, long)
+		wantState(t, next, keystore.Acquired)
+		if next.Token <= cur.Token {
+			t.Fatalf("token %d after takeover, want above %d", next.Token, cur.Token)
+		}
+	})
+	t.Run("AfterCompleteOrRelease", func(t *testing.T) {
+		t.Parallel()
+		key := newKey("extend-done")
+		c := reserve(t, s, key, nil, long)
+		noErr(t, "Complete", s.Complete(ctx, c, []byte("kept"), long))
+		_, err := ext.Extend(ctx, c, long)
+		wantErr(t, "Extend after Complete", err, keystore.ErrLeaseLost)
+		done := reserve(t, s, key, nil, long)
+		wantState(t, done, keystore.Done)
+		if string(done.Result) != "kept" {
+			t.Fatalf("result %q after a refused Extend, want %q", done.Result, "kept")
+		}
+
+		key = newKey("extend-released")
+		c = reserve(t, s, key, nil, long)
+		noErr(t, "Release", s.Release(ctx, c))
+		_, err = ext.Extend(ctx, c, long)
+		wantErr(t, "Extend after Release", err, keystore.ErrLeaseLost)
+		next := reserve(t, s, key, nil, long)
+		wantState(t, next, keystore.Acquired)
+	})
+	t.Run("BadInput", func(t *testing.T) {
+		t.Parallel()
+		key := newKey("extend-bad")
+		c := reserve(t, s, key, nil, long)
+		for name, tc := range map[string]struct {
+			c     keystore.Claim
+			lease time.Duration
+		}{
+			"zero lease":     {c, 0},
+			"negative lease": {c, -time.Second},
+			"no token":       {keystore.Claim{Key: key, State: keystore.Acquired}, long},
+			"not acquired":   {keystore.Claim{Key: key, State: keystore.InProgress, Token: c.Token}, long},
+			"empty key":      {keystore.Claim{State: keystore.Acquired, Token: c.Token}, long},
+		} {
+			_, err := ext.Extend(ctx, tc.c, tc.lease)
+			if !errors.Is(err, keystore.ErrInvalidArgument) && !errors.Is(err, keystore.ErrInvalidKey) {
+				t.Errorf("Extend with %s: %v, want ErrInvalidArgument or ErrInvalidKey", name, err)
+			}
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		_, err := ext.Extend(cctx, c, long)
+		wantErr(t, "Extend with an ended ctx", err, context.Canceled)
+		noErr(t, "Complete", s.Complete(ctx, c, nil, long))
+	})
+	t.Run("HugeLease", func(t *testing.T) {
+		t.Parallel()
+		key := newKey("extend-huge")
+		c := reserve(t, s, key, nil, long)
+		nc, err := ext.Extend(ctx, c, math.MaxInt64)
+		noErr(t, "Extend(MaxInt64)", err)
+		if !nc.Expires.After(time.Now().Add(50 * 365 * 24 * time.Hour)) {
+			t.Fatalf("a lease of MaxInt64 ends %v: want practically never (capped, not overflowed)", nc.Expires)
+		}
+		wantState(t, reserve(t, s, key, nil, long), keystore.InProgress)
+	})
+	t.Run("DoSlowEffectRunsOnce", func(t *testing.T) { t.Parallel(); testSlowEffect(t, s, cfg) })
+	t.Run("DoLostLeaseCancelsEffect", func(t *testing.T) { t.Parallel(); testLostLease(t, s, cfg) })
+}
+
+// slowLease is the lease of the keep-alive tests: at least 300 ms, so that
+// renewals every third of it survive a loaded machine.
+func slowLease(cfg config) time.Duration { return max(3*cfg.unit, 300*time.Millisecond) }
+
+// testSlowEffect runs an effect three times longer than its lease while 4
+// other callers retry the same key every 100 ms: with renewals, the effect
+// runs once, its result is stored, and every retrier gets it as a replay.
+func testSlowEffect(t *testing.T, s keystore.Store, cfg config) {
+	ctx := testCtx(t)
+	key := newKey("extend-slow")
+	lease := slowLease(cfg)
+	var runs atomic.Int32
+	effect := func(ctx context.Context) ([]byte, error) {
+		runs.Add(1)
+		select {
+		case <-time.After(3 * lease):
+			return []byte("slow-result"), nil
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
+	started := make(chan struct{})
+	var firstRes []byte
+	var firstErr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		firstRes, _, firstErr = keystore.Do(ctx, s, key, nil, func(ctx context.Context) ([]byte, error) {
+			close(started)
+			return effect(ctx)
+		}, keystore.WithLease(lease))
+	})
+	<-started
+	var replays atomic.Int32
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				res, replayed, err := keystore.Do(ctx, s, key, nil, effect, keystore.WithLease(lease))
+				switch {
+				case errors.Is(err, keystore.ErrInProgress):
+					time.Sleep(100 * time.Millisecond)
+					continue
+				case err != nil:
+					errs <- err
+				case !replayed || string(res) != "slow-result":
+					errs <- errors.New("retrier got " + string(res) + " not replayed")
+				default:
+					replays.Add(1)
+				}
+				return
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("retrier: %v", err)
+	}
+	if firstErr != nil || string(firstRes) != "slow-result" {
+		t.Fatalf("first caller: %q, %v; want slow-result and no error (lease renewed)", firstRes, firstErr)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("an effect 3x its lease ran %d times with 4 retriers, want 1", n)
+	}
+	if n := replays.Load(); n != 4 {
+		t.Fatalf("%d of 4 retriers got the replay", n)
+	}
+	done := reserve(t, s, key, nil, long)
+	wantState(t, done, keystore.Done)
+	if string(done.Result) != "slow-result" {
+		t.Fatalf("stored result %q, want slow-result", done.Result)
+	}
+}
+
+// testLostLease takes the key away from a running effect (released and
+// reserved by someone else, as an operator's fenced release would): the
+// next renewal gets ErrLeaseLost, the effect's ctx is cancelled with a cause
+// wrapping ErrLeaseLost, and Do returns an error matching it.
+func testLostLease(t *testing.T, s keystore.Store, cfg config) {
+	ctx := testCtx(t)
+	key := newKey("extend-lost")
+	lease := slowLease(cfg)
+	var cause error
+	_, _, err := keystore.Do(ctx, s, key, nil, func(fctx context.Context) ([]byte, error) {
+		c, _ := keystore.ClaimFrom(fctx)
+		if err := s.Release(ctx, c); err != nil {
+			return nil, err
+		}
+		thief := reserve(t, s, key, nil, long)
+		if thief.State != keystore.Acquired {
+			return nil, errors.New("key not reservable after Release: " + thief.State.String())
+		}
+		select {
+		case <-fctx.Done():
+			cause = context.Cause(fctx)
+			return nil, cause
+		case <-time.After(10 * lease):
+			return []byte("acted without a lease"), nil
+		}
+	}, keystore.WithLease(lease))
+	if !errors.Is(cause, keystore.ErrLeaseLost) {
+		t.Fatalf("the effect's ctx ended with cause %v, want one matching ErrLeaseLost (not cancelled within 10 leases?)", cause)
+	}
+	wantErr(t, "Do after losing its lease", err, keystore.ErrLeaseLost)
+	wantState(t, reserve(t, s, key, nil, long), keystore.InProgress) // the thief's lease
+}
