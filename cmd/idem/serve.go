@@ -60,7 +60,7 @@ for --drain, then aborts the rest, releasing their keys so that retries execute.
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address to serve the proxy on")
 	fl.StringVar(&f.admin, "admin-listen", "", "address for /metrics, /healthz and /readyz (empty: off)")
 	fl.StringVar(&f.upstream, "upstream", "", "URL of the API to proxy to (required)")
-	fl.StringVar(&f.store, "store", "sqlite:idem.db", "key store: memory, sqlite:PATH, postgres://…, redis://…")
+	fl.StringVar(&f.store, "store", "sqlite:idem.db", "key store: "+storeForms)
 	fl.DurationVar(&f.ttl, "ttl", 24*time.Hour, "how long completed responses are replayed")
 	fl.DurationVar(&f.lease, "lease", 30*time.Second, "how long a request holds its key; also the upstream timeout")
 	fl.DurationVar(&f.wait, "wait", 0, "wait up to this long for an in-progress request instead of answering 409")

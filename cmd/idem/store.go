@@ -9,26 +9,32 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/keystore"
+	"github.com/idem-go/idem/keystore/dynamostore"
 	"github.com/idem-go/idem/keystore/memstore"
+	"github.com/idem-go/idem/keystore/natsstore"
 	"github.com/idem-go/idem/keystore/pgstore"
 	"github.com/idem-go/idem/keystore/redisstore"
 	"github.com/idem-go/idem/keystore/sqlitestore"
 	"github.com/idem-go/idem/sqldialect"
 	_ "github.com/jackc/pgx/v5/stdlib" // "pgx"
-	"github.com/redis/go-redis/v9"
-	_ "modernc.org/sqlite" // "sqlite"
+	_ "modernc.org/sqlite"             // "sqlite"
 )
 
 // storeSpec is a parsed --store value.
 type storeSpec struct {
-	kind string // memory, sqlite, postgres, redis
+	kind string // memory, sqlite, postgres, redis, nats, dynamodb
 	arg  string // path or URL
 }
 
 var errStoreSpec = errors.New("invalid --store")
 
-// parseStoreSpec accepts memory, sqlite:PATH, postgres://… (or postgresql://)
-// and redis://… (or rediss://).
+// storeForms lists what --store accepts, for error messages and help.
+const storeForms = "memory, sqlite:PATH, postgres://…, redis://… (rediss://), redis-cluster://host:port,host:port… (rediss-cluster://), nats://host:port,… or dynamodb://TABLE?region=…"
+
+// parseStoreSpec accepts memory, sqlite:PATH, postgres://… (or
+// postgresql://), redis://… (rediss://), redis-cluster://… (rediss-cluster://),
+// nats://… (tls://) and dynamodb://TABLE?…. The network forms are parsed
+// here, so that a bad URL is refused before anything is opened.
 func parseStoreSpec(s string) (storeSpec, error) {
 	switch {
 	case s == "memory":
@@ -41,13 +47,24 @@ func parseStoreSpec(s string) (storeSpec, error) {
 		return storeSpec{kind: "sqlite", arg: p}, nil
 	case strings.HasPrefix(s, "postgres://"), strings.HasPrefix(s, "postgresql://"):
 		return storeSpec{kind: "postgres", arg: s}, nil
-	case strings.HasPrefix(s, "redis://"), strings.HasPrefix(s, "rediss://"):
-		if _, err := redis.ParseURL(s); err != nil {
+	case strings.HasPrefix(s, "redis://"), strings.HasPrefix(s, "rediss://"),
+		strings.HasPrefix(s, "redis-cluster://"), strings.HasPrefix(s, "rediss-cluster://"):
+		// OpenURL does no I/O: it only parses and builds the client.
+		_, rdb, err := redisstore.OpenURL(s)
+		if err != nil {
 			return storeSpec{}, fmt.Errorf("%w %q: %v", errStoreSpec, redactURL(s), err)
 		}
+		rdb.Close()
 		return storeSpec{kind: "redis", arg: s}, nil
+	case strings.HasPrefix(s, "nats://"), strings.HasPrefix(s, "tls://"):
+		return storeSpec{kind: "nats", arg: s}, nil
+	case strings.HasPrefix(s, "dynamodb://"):
+		if _, err := dynamostore.ParseURL(s); err != nil {
+			return storeSpec{}, fmt.Errorf("%w %q: %v", errStoreSpec, redactURL(s), err)
+		}
+		return storeSpec{kind: "dynamodb", arg: s}, nil
 	}
-	return storeSpec{}, fmt.Errorf("%w %q: want memory, sqlite:PATH, postgres://… or redis://…", errStoreSpec, redactURL(s))
+	return storeSpec{}, fmt.Errorf("%w %q: want %s", errStoreSpec, redactURL(s), storeForms)
 }
 
 // redactURL hides a password in error messages.
@@ -119,17 +136,44 @@ func openStore(ctx context.Context, spec storeSpec, maxResult int) (*openedStore
 		}
 		return &openedStore{Store: s, ping: db.PingContext, close: func() error { return errors.Join(stop(), db.Close()) }}, nil
 	case "redis":
-		opt, err := redis.ParseURL(spec.arg)
+		// redis-cluster:// gets the client settings that keep a failover
+		// outage under 10 s and spreads each scope over the cluster's slots
+		// (docs/scale.md).
+		s, rdb, err := redisstore.OpenURL(spec.arg, redisstore.WithMaxResultSize(maxResult))
 		if err != nil {
-			return nil, err
-		}
-		rdb := redis.NewClient(opt)
-		s, err := redisstore.New(rdb, redisstore.WithMaxResultSize(maxResult))
-		if err != nil {
-			rdb.Close()
 			return nil, err
 		}
 		return &openedStore{Store: s, ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, close: rdb.Close}, nil
+	case "nats":
+		s, nc, err := natsstore.OpenURL(ctx, spec.arg, natsstore.WithMaxResultSize(maxResult))
+		if err != nil {
+			return nil, fmt.Errorf("nats store: %w", err)
+		}
+		ping := func(ctx context.Context) error {
+			d := 2 * time.Second
+			if dl, ok := ctx.Deadline(); ok {
+				d = time.Until(dl)
+			}
+			return nc.FlushTimeout(d)
+		}
+		return &openedStore{Store: s, ping: ping, close: func() error { nc.Close(); return nil }}, nil
+	case "dynamodb":
+		// A DynamoDB item holds about 400 KB: a larger --max-response is
+		// capped there, and a response above it is delivered and kept as
+		// "not stored" (410 on a retry), never executed again.
+		s, err := dynamostore.OpenURL(ctx, spec.arg)
+		if err == nil && maxResult < s.MaxResultSize() {
+			s, err = dynamostore.OpenURL(ctx, spec.arg, dynamostore.WithMaxResultSize(maxResult))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("dynamodb store: %w", err)
+		}
+		if err := s.Migrate(ctx); err != nil {
+			return nil, fmt.Errorf("dynamodb store: %w", err)
+		}
+		// Migrate only describes the table once it exists: a cheap,
+		// authenticated call that fails when DynamoDB cannot be reached.
+		return &openedStore{Store: s, ping: s.Migrate, close: func() error { return nil }}, nil
 	}
 	return nil, fmt.Errorf("%w: unknown store kind %q", errStoreSpec, spec.kind)
 }
