@@ -3,7 +3,7 @@ GO      ?= go
 TIMEOUT ?= 20m
 FUZZTIME ?= 15s
 
-.PHONY: test deps lint unit modules bench bench-compact fuzz demo chaos
+.PHONY: test deps lint unit modules bench bench-compact soak fuzz demo chaos
 
 # Every package of every module in go.work. In workspace mode `./...` at the
 # root covers only the root module, so the targets name each module's tree.
@@ -41,6 +41,13 @@ bench-compact:
 		IDEM_BENCH_10M=1 $(GO) test -run '^$$' -bench '^BenchmarkCompactSteady$$' -benchtime 1000000x -timeout 60m ./window || exit 1; \
 	done
 	IDEM_BENCH_10M=1 $(GO) test -run '^$$' -bench '^BenchmarkCompactGC$$' -benchtime 1x -timeout 60m ./window
+
+## soak: the failover tests of the distributed key stores (kill -9 of a Redis
+## Cluster master, with and without replication lag; of the JetStream stream
+## leader) with SOAK of load around each kill; `make test` runs them short.
+SOAK ?= 30s
+soak: deps
+	IDEM_SOAK=$(SOAK) $(GO) test -race -run 'Failover|LeaderKilled' -v -count=1 -timeout 0 ./keystore/redisstore/ github.com/idem-go/idem/keystore/natsstore/
 
 ## fuzz: run every fuzz target for FUZZTIME each.
 fuzz:

@@ -9,7 +9,9 @@
 // IDEM_TEST_MYSQL (a go-sql-driver DSN of a user that may CREATE DATABASE),
 // IDEM_TEST_REDIS (host:port), IDEM_TEST_RABBITMQ (an amqp:// URL),
 // IDEM_TEST_DYNAMODB (the http:// endpoint of a DynamoDB-API server; by
-// default dynalite, installed from npm by scripts/install-deps.sh).
+// default dynalite, installed from npm by scripts/install-deps.sh),
+// IDEM_TEST_REDIS_CLUSTER (comma-separated host:port of a Redis Cluster; by
+// default six redis-server processes, three masters and three replicas).
 //
 // When a server is missing, a test skips with the command that installs it;
 // with CI=true it fails instead, so that CI never passes by skipping.
