@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/keystore"
+	"github.com/idem-go/idem/keystore/storetest"
 )
 
 const testLease = 300 * time.Millisecond
@@ -58,7 +59,7 @@ func TestDoRenewsLease(t *testing.T) {
 	t.Parallel()
 	s := newLeaseStore()
 	runs, err := slowEffect(t, s)
-	t.Logf("with renewals: the effect ran %d time(s); first caller's error: %v; %d Extend calls", runs, err, s.extends.Load())
+	t.Logf("with renewals: the effect ran %d time(s); first caller's error: %v; %d Extend calls", runs, err, s.Extends.Load())
 	if runs != 1 || err != nil {
 		t.Fatalf("an effect 3.5x its lease ran %d times (first caller: %v), want once and no error", runs, err)
 	}
@@ -108,7 +109,7 @@ func TestDoLostLeaseCancelsEffect(t *testing.T) {
 func TestKeepAliveStoreFailing(t *testing.T) {
 	t.Parallel()
 	s := newLeaseStore()
-	s.extendErr = errors.New("store unreachable")
+	s.FailExtend(errors.New("store unreachable"))
 	c, _ := s.Reserve(context.Background(), "k", nil, testLease)
 	start := time.Now()
 	ctx, stop := keystore.KeepAlive(context.Background(), s, c, testLease)
@@ -122,7 +123,7 @@ func TestKeepAliveStoreFailing(t *testing.T) {
 	if _, err := stop(); !errors.Is(err, keystore.ErrLeaseLost) {
 		t.Fatalf("stop: %v, want ErrLeaseLost", err)
 	}
-	if n := s.extends.Load(); n < 2 {
+	if n := s.Extends.Load(); n < 2 {
 		t.Fatalf("%d Extend calls, want retries while the lease lasted", n)
 	}
 }
@@ -143,9 +144,9 @@ func TestKeepAliveStop(t *testing.T) {
 	if ctx.Err() == nil {
 		t.Fatal("stop did not cancel the context")
 	}
-	n := s.extends.Load()
+	n := s.Extends.Load()
 	time.Sleep(testLease)
-	if m := s.extends.Load(); m != n {
+	if m := s.Extends.Load(); m != n {
 		t.Fatalf("%d renewals after stop", m-n)
 	}
 	if again, err := stop(); !again.Expires.Equal(nc.Expires) || err != nil {
@@ -176,7 +177,7 @@ func TestKeepAliveWithoutExtender(t *testing.T) {
 }
 
 type wrapper struct {
-	*leaseStore
+	*storetest.RefStore
 	inner keystore.Store
 }
 
