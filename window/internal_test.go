@@ -114,7 +114,8 @@ func TestDedupMatchesModel(t *testing.T) {
 }
 
 // TestMemoryIsReleased checks that a burst's memory is given back once its
-// ids expire, and that a live id costs at most 24 bytes.
+// ids expire, and that a live id costs at most 24 bytes, plus at most 6
+// while the index grows (the old index, see internal/compact/grow.go).
 func TestMemoryIsReleased(t *testing.T) {
 	t.Parallel()
 	d, err := New(time.Second)
@@ -126,8 +127,8 @@ func TestMemoryIsReleased(t *testing.T) {
 	for i := range burst {
 		d.Seen("scope", fmt.Sprintf("id-%08d", i), t0)
 	}
-	if n, b := d.Len(), d.Bytes(); n != burst || b > 24*burst {
-		t.Fatalf("after the burst: %d ids in %d bytes", n, b)
+	if n, b, g := d.Len(), d.Bytes(), d.set.GrowthBytes(); n != burst || b-g > 24*burst || b > 30*burst {
+		t.Fatalf("after the burst: %d ids in %d bytes (%d of them while growing)", n, b, g)
 	}
 	// A trickle after the window: the burst expires.
 	for i := range 10 {

@@ -113,6 +113,12 @@ type Set struct {
 	spare  *[chunkLen]rec // one released chunk's records, kept for reuse
 	hasAux bool
 	idx    index
+	// grow is the index being migrated into idx while it grows, and the
+	// records not yet moved; see grow.go.
+	grow growth
+	// syncBelow is the record count under which the index grows in one
+	// rebuild rather than incrementally; tests lower it.
+	syncBelow int
 	// homeMask is applied to the 32 fingerprint bits that choose a home
 	// slot; tests narrow it to force long probe chains.
 	homeMask uint32
@@ -120,7 +126,7 @@ type Set struct {
 
 // NewSet returns an empty set: 16 bytes a record plus the index.
 func NewSet() *Set {
-	return &Set{idx: newIndex(minGroups), homeMask: ^uint32(0)}
+	return &Set{idx: newIndex(minGroups), homeMask: ^uint32(0), syncBelow: syncGrowBelow, grow: growth{step: migrateStep}}
 }
 
 // NewSetAux returns an empty set that also keeps Rec.Aux: 17 bytes a
@@ -150,7 +156,18 @@ func (s *Set) id(pos int, i int) uint32 {
 
 // Find returns the record with fingerprint fp.
 func (s *Set) Find(fp FP) (Rec, bool) {
-	x := &s.idx
+	if r, ok := s.findIn(&s.idx, fp); ok {
+		return r, true
+	}
+	if s.grow.left > 0 {
+		// Growing: records not yet moved are only in the old index.
+		return s.findIn(&s.grow.old, fp)
+	}
+	return Rec{}, false
+}
+
+// findIn looks fp up in x, which is s.idx or the old index of a growth.
+func (s *Set) findIn(x *index, fp FP) (Rec, bool) {
 	tag := tagOf(fp)
 	g, step := x.home(s.homeBits(fp)), x.stride(stepBits(fp))
 	for range x.ng {
@@ -178,12 +195,20 @@ func (s *Set) Find(fp FP) (Rec, bool) {
 	return Rec{}, false
 }
 
+// check returns the record id if it is live and has fingerprint fp. The
+// old index of a growth still holds the ids of records dropped since it
+// began (they are removed from idx only), so ids are checked against the
+// live range before their record is read.
 func (s *Set) check(id uint32, fp FP) (Rec, bool) {
-	c, r := s.rec(id)
-	if r.lo != fp.Lo || r.hi != fp.Hi {
+	p, i := int((id>>chunkBits-s.first)&chunkMask), int(id&(chunkLen-1))
+	if p >= len(s.chunks) || (p == 0 && i < s.head) || i >= s.chunks[p].n {
 		return Rec{}, false
 	}
-	return c.get(int(id & (chunkLen - 1))), true
+	c := &s.chunks[p]
+	if r := &c.recs[i]; r.lo != fp.Lo || r.hi != fp.Hi {
+		return Rec{}, false
+	}
+	return c.get(i), true
 }
 
 // Append adds a record for fp, which the caller has checked is absent. Its
@@ -215,10 +240,16 @@ func (s *Set) Append(fp FP, r Rec) error {
 	s.count++
 	id := s.id(len(s.chunks)-1, i)
 	if s.idx.full() {
-		s.rebuild(groupsFor(s.count))
-		return nil
+		if s.count < s.syncBelow {
+			s.rebuild(groupsFor(s.count))
+			return nil
+		}
+		s.startGrowth()
 	}
 	s.idx.insert(s.homeBits(fp), stepBits(fp), tagOf(fp), id)
+	if s.grow.left > 0 {
+		s.migrate(s.grow.step)
+	}
 	return nil
 }
 
@@ -261,7 +292,15 @@ func (s *Set) DropThrough(t int64) int {
 			break
 		}
 		fp := FP{Lo: r.lo, Hi: r.hi}
-		if !s.idx.remove(s.homeBits(fp), stepBits(fp), tagOf(fp), s.id(0, s.head)) {
+		if s.grow.left > 0 && s.grow.p == 0 && s.grow.j == s.head {
+			// Not moved yet: it is only in the old index, which is
+			// dropped whole when the growth ends.
+			s.grow.j++
+			s.grow.left--
+			if s.grow.left == 0 {
+				s.grow.old = index{}
+			}
+		} else if !s.idx.remove(s.homeBits(fp), stepBits(fp), tagOf(fp), s.id(0, s.head)) {
 			panic("compact: index lost a record")
 		}
 		s.count--
@@ -270,7 +309,7 @@ func (s *Set) DropThrough(t int64) int {
 			s.releaseFront()
 		}
 	}
-	if dropped > 0 && s.idx.ng > minGroups && s.idx.n*100 < s.idx.slots()*shrinkLoadPct {
+	if dropped > 0 && s.idx.ng > minGroups && s.count*100 < s.idx.slots()*shrinkLoadPct {
 		s.rebuild(groupsFor(s.count))
 	}
 	return dropped
@@ -302,7 +341,7 @@ func (s *Set) Bytes() int {
 	if s.hasAux {
 		per += chunkLen
 	}
-	b := n*per + s.idx.bytes() + cap(s.chunks)*int(unsafe.Sizeof(chunk{}))
+	b := n*per + s.idx.bytes() + s.grow.old.bytes() + cap(s.chunks)*int(unsafe.Sizeof(chunk{}))
 	for i := range s.chunks {
 		b += cap(s.chunks[i].rebases)*int(unsafe.Sizeof(rebase{})) + cap(s.chunks[i].auxes)*int(unsafe.Sizeof(auxRebase{}))
 	}
@@ -335,6 +374,13 @@ func (s *Set) newChunk(r Rec) *chunk {
 }
 
 func (s *Set) releaseFront() {
+	// A growth's cursor is at or past the head, which has passed this
+	// chunk: it moves to the next chunk's start if it was in this one.
+	if s.grow.p > 0 {
+		s.grow.p--
+	} else {
+		s.grow.j = 0
+	}
 	s.spare = s.chunks[0].recs
 	s.chunks[0] = chunk{}
 	s.chunks = s.chunks[1:]
@@ -376,4 +422,5 @@ func (s *Set) rebuild(groups uint64) {
 	}
 	x.touch = touch // keeps the touching loads
 	s.idx = x
+	s.grow.left, s.grow.old = 0, index{} // every record is in x
 }
