@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/compact"
 	"github.com/idem-go/idem/keystore"
 )
 
@@ -35,6 +36,8 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 		e = &sh.entries[i]
 	}
 	takeover := false
+	var kfp compact.FP
+	hashed := false
 	switch {
 	case ok && e.exp > now:
 		if len(fp) > 0 && e.fpLen > 0 && string(fp) != e.fp() {
@@ -48,7 +51,9 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 		// Expired: reuse the slot. An expired lease is taken over.
 		takeover = e.state == stInProgress
 	default:
-		if r, found := s.findDone(sh, key, now); found {
+		var r compact.Rec
+		var found bool
+		if r, found, kfp, hashed = s.findDone(sh, key, now); found {
 			// Completed with an empty result and no fingerprint: nothing to
 			// compare fp with, as for a stored entry without one.
 			return keystore.Claim{Key: key, State: keystore.Done, Expires: c.at(r.T), Result: []byte{}}, nil
@@ -62,7 +67,8 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 	}
 	sh.tokens++
 	exp := after(now, lease)
-	n := entry{data: string(fp), exp: exp, token: sh.tokens, fpLen: uint32(len(fp)), state: stInProgress}
+	n := entry{data: string(fp), exp: exp, token: sh.tokens, fpLen: uint8(len(fp)), state: stInProgress,
+		kfpLo: kfp.Lo, kfpHi: kfp.Hi, hasKFP: hashed}
 	if ok {
 		*e = n
 	} else {
@@ -91,7 +97,7 @@ func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, 
 	}
 	i, ok := sh.m[string(k)]
 	if !ok {
-		if r, found := s.findDone(sh, cl.Key, c.now()); found && r.Aux == cl.Token {
+		if r, found, _, _ := s.findDone(sh, cl.Key, c.now()); found && r.Aux == cl.Token {
 			return nil // this claim completed already
 		}
 		return keystore.LeaseLostError("complete", cl.Key, cl.Token)
