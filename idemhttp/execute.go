@@ -17,6 +17,9 @@ type attempt struct {
 	wrote      atomic.Bool // a connection to the upstream carried (some of) the request
 	madeUp     atomic.Bool // the proxy answered itself: no upstream response
 	bodyFailed atomic.Bool // the upstream's response body broke off
+	// lease ends only when the lease is lost (see keystore.KeepAlive) or
+	// the handler has returned; the client's disconnect does not end it.
+	lease context.Context
 }
 
 type attemptKey struct{}
@@ -27,24 +30,41 @@ func attemptOf(ctx context.Context) *attempt {
 }
 
 // execute runs the handler under the claim and stores or releases the key.
-// Store calls after the handler use a context that the client's disconnect
-// does not cancel: the effect has happened and must be recorded.
+// While the handler runs, the lease is renewed when the store can (see
+// keystore.KeepAlive), and the handler's context is cancelled, with a cause
+// wrapping keystore.ErrLeaseLost, if the lease is lost. Store calls after
+// the handler use a context that the client's disconnect does not cancel:
+// the effect has happened and must be recorded.
 func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, claim keystore.Claim, echo string) Outcome {
 	rec := newRecorder(w, &m.cfg, echo)
 	defer rec.resetDeadline()
 	att := &attempt{}
-	r = r.WithContext(context.WithValue(r.Context(), attemptKey{}, att))
+	base := context.WithValue(r.Context(), attemptKey{}, att)
+	lease, stopLease := keystore.KeepAlive(context.WithoutCancel(base), m.store, claim, m.cfg.lease)
+	att.lease = lease
+	hctx, hcancel := context.WithCancelCause(base)
+	unhook := context.AfterFunc(lease, func() { hcancel(context.Cause(lease)) })
+	finish := func() {
+		unhook()
+		if _, err := stopLease(); err != nil {
+			m.cfg.logger.WarnContext(base, "idemhttp: the lease was lost while the handler ran; its context was cancelled", "err", err)
+		}
+		hcancel(context.Canceled)
+	}
+	r = r.WithContext(hctx)
 	start := time.Now()
 	defer func() {
 		if p := recover(); p != nil {
+			finish()
 			m.took.observe(time.Since(start))
-			m.settle(r.Context(), claim, rec, att, true)
+			m.settle(base, claim, rec, att, true)
 			panic(p)
 		}
 	}()
 	next.ServeHTTP(rec, r)
+	finish()
 	m.took.observe(time.Since(start))
-	return m.settle(r.Context(), claim, rec, att, false)
+	return m.settle(base, claim, rec, att, false)
 }
 
 // settle stores or releases the key once the handler has returned or

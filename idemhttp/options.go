@@ -139,9 +139,13 @@ func WithTTL(d time.Duration) Option {
 }
 
 // WithLease sets how long a request holds its key while running (default
-// 30s). Set it longer than the handler's longest run: once it ends, a retry
-// may execute concurrently. The proxy cancels the upstream call when the
-// lease ends.
+// 30s). With a store that renews leases (keystore.Extender), the lease is
+// renewed every third of d while the handler runs, so d bounds how long a
+// crashed instance keeps the key, not how long the handler may take; the
+// handler's context (and the proxy's upstream call) is cancelled if the
+// lease is lost. With a store that cannot renew, set it longer than the
+// handler's longest run: once it ends, a retry may execute concurrently;
+// the proxy cancels the upstream call when the lease ends.
 func WithLease(d time.Duration) Option {
 	return positiveDuration("lease", d, func(c *config) *time.Duration { return &c.lease })
 }
@@ -267,7 +271,7 @@ const (
 	OutcomeBadRequest  Outcome = "bad_request" // 400: missing or invalid key, bad or missing principal
 	OutcomeTooLarge    Outcome = "too_large"   // 413
 	OutcomeStoreError  Outcome = "store_error" // 503
-	OutcomeLeaseLost   Outcome = "lease_lost"  // handler ran past its lease; response not stored
+	OutcomeLeaseLost   Outcome = "lease_lost"  // the lease was lost while the handler ran (not renewed, or released by an operator); response not stored
 	OutcomeLost        Outcome = "lost"        // handler answered non-5xx, then failed mid-body: completed as "response-lost"
 	OutcomeClientGone  Outcome = "client_gone" // the client left after the reservation, before the handler: released
 	OutcomeBusy        Outcome = "busy"        // 503: the buffered-bytes bound was reached

@@ -34,8 +34,12 @@ type Proxy struct {
 }
 
 // NewProxy returns a Proxy to target. The upstream call of a keyed request is
-// bounded by the lease, so the proxy never acts on a key it no longer holds;
-// it is not cancelled when the client disconnects, so that a response that
+// bounded by the lease, so the proxy never acts on a key it no longer holds:
+// with a store that renews leases (keystore.Extender), the lease is renewed
+// while the call runs and the call is cancelled if the lease is lost (the
+// key was released or taken over, or the store could not renew it in time);
+// with a store that cannot, the call times out when the lease ends (504).
+// It is not cancelled when the client disconnects, so that a response that
 // was produced is stored for the client's retry.
 func NewProxy(target *url.URL, s keystore.Store, opts ...Option) (*Proxy, error) {
 	if target == nil || target.Scheme == "" || target.Host == "" {
@@ -65,7 +69,7 @@ func NewProxy(target *url.URL, s keystore.Store, opts ...Option) (*Proxy, error)
 				return // not a keyed request running under a claim
 			}
 			hideFromTransport(pr.Out.Header)
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(pr.In.Context()), m.cfg.lease)
+			ctx, cancel := upstreamCtx(pr.In.Context(), att, m)
 			stop := context.AfterFunc(p.abortCtx, cancel)
 			done := context.CancelFunc(func() { stop(); cancel() })
 			// Once a connection is in hand, some of the request may have
@@ -97,6 +101,18 @@ func NewProxy(target *url.URL, s keystore.Store, opts ...Option) (*Proxy, error)
 	}
 	p.handler = m.Handler(p.rp)
 	return p, nil
+}
+
+// upstreamCtx is the context of a keyed upstream call: not cancelled when
+// the client disconnects, and bounded by the lease. With a store that
+// renews leases, that is the renewed lease: the call is cancelled when the
+// lease is lost (or cannot be renewed before it ends); with one that
+// cannot, the call times out when the lease ends.
+func upstreamCtx(in context.Context, att *attempt, m *Middleware) (context.Context, context.CancelFunc) {
+	if keystore.CanExtend(m.store) && att.lease != nil {
+		return context.WithCancel(att.lease)
+	}
+	return context.WithTimeout(context.WithoutCancel(in), m.cfg.lease)
 }
 
 // hideFromTransport keeps net/http's Transport from sending a keyed request

@@ -1,0 +1,194 @@
+package idemhttp_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/keystore"
+	"github.com/idem-go/idem/keystore/storetest"
+)
+
+const testLease = 300 * time.Millisecond
+
+// noExtend hides a store's Extend: a store that cannot renew leases.
+type noExtend struct{ keystore.Store }
+
+// slowRuns serves h (3.5 leases long) at srv, sends the first keyed request
+// and, while it runs, 4 retriers with the same key every 100 ms until they
+// get a non-409; it returns the first response's status and the retriers'.
+func slowRuns(t *testing.T, srv *httptest.Server, started <-chan struct{}) (first int, retries []int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	wg.Go(func() { first, _, _ = keyed(t, srv.URL, "/slow", "k") })
+	<-started
+	var mu sync.Mutex
+	for range 4 {
+		wg.Go(func() {
+			for range 200 {
+				code, h, _ := keyed(t, srv.URL, "/slow", "k")
+				if code == http.StatusConflict {
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+				if h.Get("Idempotent-Replayed") != "true" {
+					code = -code
+				}
+				mu.Lock()
+				retries = append(retries, code)
+				mu.Unlock()
+				return
+			}
+		})
+	}
+	wg.Wait()
+	return first, retries
+}
+
+// slowHandler takes 3.5 leases unless its context ends first.
+func slowHandler(runs *atomic.Int32, started chan struct{}) http.Handler {
+	var once sync.Once
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		once.Do(func() { close(started) })
+		select {
+		case <-time.After(testLease * 7 / 2):
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write([]byte("slow"))
+		case <-r.Context().Done():
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	})
+}
+
+func checkOnce(t *testing.T, runs int32, first int, retries []int) {
+	t.Helper()
+	if runs != 1 || first != http.StatusCreated {
+		t.Fatalf("a handler 3.5x its lease ran %d times (first answer %d), want once and 201", runs, first)
+	}
+	if len(retries) != 4 {
+		t.Fatalf("retries: %v, want 4 replays", retries)
+	}
+	for _, c := range retries {
+		if c != http.StatusCreated {
+			t.Fatalf("retries answered %v, want 201 replayed (negative: not replayed)", retries)
+		}
+	}
+}
+
+func TestMiddlewareRenewsLease(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	started := make(chan struct{})
+	m, err := idemhttp.New(storetest.NewRefStore(), idemhttp.WithLease(testLease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(m.Handler(slowHandler(&runs, started)))
+	defer srv.Close()
+	first, retries := slowRuns(t, srv, started)
+	checkOnce(t, runs.Load(), first, retries)
+}
+
+func TestProxyRenewsLease(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	started := make(chan struct{})
+	up := httptest.NewServer(slowHandler(&runs, started))
+	defer up.Close()
+	target, _ := url.Parse(up.URL)
+	p, err := idemhttp.NewProxy(target, storetest.NewRefStore(), idemhttp.WithLease(testLease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(p)
+	defer srv.Close()
+	first, retries := slowRuns(t, srv, started)
+	checkOnce(t, runs.Load(), first, retries)
+}
+
+// Without renewals (the behaviour before keep-alive, and with a store that
+// cannot renew) the proxy cuts the upstream call at the lease: 504, key
+// released, and a retry executes again.
+func TestProxyWithoutExtenderCutsAtLease(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	started := make(chan struct{})
+	up := httptest.NewServer(slowHandler(&runs, started))
+	defer up.Close()
+	target, _ := url.Parse(up.URL)
+	p, err := idemhttp.NewProxy(target, noExtend{storetest.NewRefStore()}, idemhttp.WithLease(testLease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(p)
+	defer srv.Close()
+	if code, _, _ := keyed(t, srv.URL, "/slow", "k"); code != http.StatusGatewayTimeout {
+		t.Fatalf("without renewals: %d, want 504 at the lease", code)
+	}
+}
+
+// A lost lease cancels the handler's context (middleware) and the upstream
+// call (proxy), with a cause wrapping ErrLeaseLost.
+func TestLostLeaseCancels(t *testing.T) {
+	t.Parallel()
+	for _, proxy := range []bool{false, true} {
+		name := map[bool]string{false: "middleware", true: "proxy"}[proxy]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := storetest.NewRefStore()
+			var cause atomic.Value
+			ended := make(chan struct{})
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				// Read the body: net/http then watches the connection, and
+				// an upstream's context ends when the proxy drops it.
+				_, _ = io.ReadAll(r.Body)
+				s.FailExtend(keystore.ErrLeaseLost) // the key was taken away
+				select {
+				case <-r.Context().Done():
+					if c := context.Cause(r.Context()); c != nil {
+						cause.Store(c)
+					}
+					close(ended)
+				case <-time.After(20 * testLease):
+				}
+			})
+			var handler http.Handler
+			if proxy {
+				up := httptest.NewServer(h)
+				defer up.Close()
+				target, _ := url.Parse(up.URL)
+				p, err := idemhttp.NewProxy(target, s, idemhttp.WithLease(testLease))
+				if err != nil {
+					t.Fatal(err)
+				}
+				handler = p
+			} else {
+				m, err := idemhttp.New(s, idemhttp.WithLease(testLease))
+				if err != nil {
+					t.Fatal(err)
+				}
+				handler = m.Handler(h)
+			}
+			srv := httptest.NewServer(handler)
+			defer srv.Close()
+			code, _, _ := keyed(t, srv.URL, "/x", "k")
+			select {
+			case <-ended:
+			default:
+				t.Fatalf("the %s's handler was not cancelled when the lease was lost (answer %d)", name, code)
+			}
+			if c, _ := cause.Load().(error); !proxy && !errors.Is(c, keystore.ErrLeaseLost) {
+				t.Fatalf("cause %v, want ErrLeaseLost", c)
+			}
+		})
+	}
+}
