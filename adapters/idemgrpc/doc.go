@@ -59,16 +59,22 @@
 // # What happens if the process dies, or the client goes
 //
 //   - Before the reservation: nothing recorded; the retry executes.
-//   - After the reservation, while the handler runs: the key stays in
-//     progress until its lease ends (retries get IN_PROGRESS), then a retry
+//   - After the reservation, while the handler runs: renewals stop with the
+//     process; the key stays in progress until its lease (from the last
+//     renewal) ends (retries get IN_PROGRESS), then a retry
 //     executes. Pass the key downstream so that a repeat is absorbed there.
 //   - After the response is stored: retries replay it.
 //   - The client cancels or its deadline passes while the handler runs: the
 //     handler's answer is still stored (store calls do not end with the
 //     client's context), and the client's retry gets the replay.
 //
-// Limitation: there is no lease keep-alive yet. The handler's context ends
-// when its lease does; a handler that ignores that and runs on may run
-// twice, and its late response is not stored (ErrLeaseLost). Set the lease
-// ([WithLease]) above the handler's longest run.
+// Lease keep-alive: with a store that renews leases (keystore.Extender),
+// the lease is renewed every third of its length while the handler runs, so
+// a slow handler does not run twice; if the lease is lost anyway (released
+// by an operator, or not renewed before it ended), the handler's context is
+// cancelled with a cause wrapping keystore.ErrLeaseLost. With a store that
+// cannot renew, the handler's context ends when its lease does; a handler
+// that ignores that and runs on may run twice, and its late response is not
+// stored (ErrLeaseLost): set the lease ([WithLease]) above the handler's
+// longest run.
 package idemgrpc

@@ -42,15 +42,23 @@ func (i *Interceptor) reserve(ctx context.Context, key string, fp []byte) (keyst
 }
 
 // execute runs the handler under the claim and stores or releases the key.
-// A panic releases the key and continues.
+// While the handler runs, the lease is renewed when the store can (see
+// keystore.KeepAlive) and the handler's context ends if the lease is lost;
+// with a store that cannot renew, it ends when the lease does. A panic
+// releases the key and continues.
 func (i *Interceptor) execute(ctx context.Context, req any, handler grpc.UnaryHandler, claim keystore.Claim) (any, error) {
 	cap := &capture{inner: grpc.ServerTransportStreamFromContext(ctx)}
 	hctx := grpc.NewContextWithServerTransportStream(ctx, cap)
 	hctx = context.WithValue(hctx, claimKey{}, claim)
-	hctx, cancel := context.WithTimeout(hctx, i.cfg.lease)
-	defer cancel()
+	if !keystore.CanExtend(i.store) {
+		var cancel context.CancelFunc
+		hctx, cancel = context.WithTimeout(hctx, i.cfg.lease)
+		defer cancel()
+	}
+	hctx, stopLease := keystore.KeepAlive(hctx, i.store, claim, i.cfg.lease)
 	finished := false
 	defer func() {
+		_, _ = stopLease() // stop renewing before the release below
 		if !finished {
 			i.release(ctx, claim, "handler panicked")
 		}
@@ -58,6 +66,9 @@ func (i *Interceptor) execute(ctx context.Context, req any, handler grpc.UnaryHa
 	start := time.Now()
 	resp, herr := handler(hctx, req)
 	finished = true
+	if _, err := stopLease(); err != nil {
+		i.cfg.logger.WarnContext(ctx, "idemgrpc: the lease was lost while the handler ran; its context was cancelled", "err", err)
+	}
 	i.took.observe(time.Since(start))
 	i.settle(ctx, claim, cap, resp, herr)
 	return resp, herr

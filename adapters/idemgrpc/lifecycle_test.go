@@ -120,11 +120,11 @@ func TestClientGoneAfterReservation(t *testing.T) {
 	}
 }
 
-// TestEffectLongerThanLease documents the current limitation: there is no
-// lease keep-alive, so an effect that outlives its lease can run twice.
-// What idemgrpc does: the handler's context ends with the lease (a handler
-// that honours it stops), and the first execution's late result is not
-// stored over the second's (ErrLeaseLost).
+// TestEffectLongerThanLease is the behaviour with a store that cannot renew
+// leases: an effect that outlives its lease can run twice. What idemgrpc
+// does: the handler's context ends with the lease (a handler that honours
+// it stops), and the first execution's late result is not stored over the
+// second's (ErrLeaseLost).
 func TestEffectLongerThanLease(t *testing.T) {
 	t.Parallel()
 	leaseEnded, finish := make(chan struct{}), make(chan struct{})
@@ -140,7 +140,7 @@ func TestEffectLongerThanLease(t *testing.T) {
 		}
 		return &testpb.ChargeReply{Id: "ch_second"}, nil
 	}}
-	srv := serve(t, svc, nil, []idemgrpc.Option{idemgrpc.WithLease(200 * time.Millisecond)})
+	srv := serve(t, svc, noExtend{newMem(t)}, []idemgrpc.Option{idemgrpc.WithLease(200 * time.Millisecond)})
 	c := dial(t, srv.addr)
 	ctx := keyed(ctxT(t), "Bearer alice", "k-lease")
 	first := make(chan *testpb.ChargeReply, 1)

@@ -105,9 +105,12 @@ func WithTTL(d time.Duration) Option {
 }
 
 // WithLease sets how long a call holds its key while the handler runs
-// (default 30s). The handler's context ends when the lease does; set the
-// lease longer than the handler's longest run, because once it has ended a
-// retry may execute concurrently (there is no lease keep-alive yet).
+// (default 30s). With a store that renews leases (keystore.Extender), it is
+// renewed every third of d while the handler runs, and the handler's
+// context ends only if the lease is lost: d then bounds how long a crashed
+// server keeps the key. With a store that cannot renew, the handler's
+// context ends when the lease does; set the lease longer than the handler's
+// longest run, because once it has ended a retry may execute concurrently.
 func WithLease(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {

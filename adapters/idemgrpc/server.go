@@ -64,8 +64,9 @@ func ClaimFrom(ctx context.Context) (keystore.Claim, bool) {
 // end (bounded by the store timeout): a reservation is never left half
 // made, and an effect that happened is recorded even if the client has
 // gone. If the client is gone once the key is reserved, the handler does
-// not run and the key is released. The handler's context ends when the
-// lease does.
+// not run and the key is released. The lease is renewed while the handler
+// runs when the store can, and the handler's context ends if the lease is
+// lost; with a store that cannot renew, it ends when the lease does.
 //
 // If the process dies after the reservation and before the response is
 // stored, the key stays in progress until its lease ends (retries get
