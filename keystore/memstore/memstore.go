@@ -94,6 +94,11 @@ type shard struct {
 	// order, dropped from the front as they expire. A key is in m or in
 	// done, never both. Created on first use.
 	done *compact.Set
+	// pending holds keys in progress reserved without a request
+	// fingerprint, by compact fingerprint; see pend. A key is in m, pending
+	// or done, never in two.
+	pending map[compact.FP]pend
+	recent  [recentLen]recentClaim
 	// tokens is the last token handed out in this shard. A key always maps
 	// to the same shard, so its tokens strictly increase.
 	tokens uint64
@@ -150,6 +155,7 @@ func New(opts ...Option) (*Store, error) {
 	c.base = c.clock()
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]uint32)
+		c.shards[i].pending = make(map[compact.FP]pend)
 		c.shards[i].minExp.Store(math.MaxInt64)
 	}
 	return &Store{c: c, prefix: scopePrefix(keystore.DefaultScope)}, nil
@@ -190,7 +196,8 @@ func (s *Store) Close() error {
 	for i := range s.c.shards {
 		sh := &s.c.shards[i]
 		sh.mu.Lock()
-		sh.m, sh.entries, sh.free, sh.done = nil, nil, nil, nil
+		sh.m, sh.entries, sh.free, sh.done, sh.pending = nil, nil, nil, nil, nil
+		sh.recent = [recentLen]recentClaim{}
 		sh.mu.Unlock()
 	}
 	s.c.count.Store(0)
@@ -252,41 +259,47 @@ func (sh *shard) dropDone(c *core, now int64) {
 	}
 }
 
-// findDone looks key up in the compact tier, after dropping the expired
-// keys, so a key found there is live. It also returns the key's
-// fingerprint if it computed one (hashed is then true). Called with the
-// shard locked.
-func (s *Store) findDone(sh *shard, key string, now int64) (r compact.Rec, found bool, fp compact.FP, hashed bool) {
+// findDone looks the key with compact fingerprint fp up in the compact
+// tier, after dropping the expired keys, so a key found there is live.
+// Called with the shard locked.
+func (sh *shard) findDone(c *core, fp compact.FP, now int64) (compact.Rec, bool) {
 	if sh.done == nil || sh.done.Len() == 0 {
-		return compact.Rec{}, false, compact.FP{}, false
+		return compact.Rec{}, false
 	}
-	sh.dropDone(s.c, now)
-	fp = s.c.fpKey.Sum(s.prefix, key)
-	r, found = sh.done.Find(fp)
-	return r, found, fp, true
+	sh.dropDone(c, now)
+	return sh.done.Find(fp)
 }
 
 // completeDone moves the in-progress entry e of key, at index i, into the
-// compact tier as completed with expiry exp, if it fits there: an empty
-// result, no fingerprint, and an expiry not before the tier's newest (the
-// tier expires in order). It reports whether it did. Called with the shard
-// locked.
+// compact tier as completed with expiry exp, if it fits there (see
+// appendDone). It reports whether it did. Called with the shard locked.
 func (s *Store) completeDone(sh *shard, k []byte, key string, i uint32, e *entry, exp int64) bool {
+	fp := compact.FP{Lo: e.kfpLo, Hi: e.kfpHi}
+	if !e.hasKFP {
+		fp = s.c.fpKey.Sum(s.prefix, key)
+	}
+	if !s.appendDone(sh, fp, e.token, exp) {
+		return false
+	}
+	sh.remove(string(k), i)
+	return true
+}
+
+// appendDone adds the key with compact fingerprint fp to the compact tier
+// as completed with token and expiry exp, if it fits there: an expiry not
+// before the tier's newest (the tier expires in order). It reports whether
+// it did. Called with the shard locked.
+func (s *Store) appendDone(sh *shard, fp compact.FP, token uint64, exp int64) bool {
 	if sh.done == nil {
 		sh.done = compact.NewSetAux()
 	}
 	if last, ok := sh.done.Newest(); ok && exp < last {
 		return false
 	}
-	r := compact.Rec{T: exp, Seq: sh.done.NextSeq(), Aux: e.token}
-	fp := compact.FP{Lo: e.kfpLo, Hi: e.kfpHi}
-	if !e.hasKFP {
-		fp = s.c.fpKey.Sum(s.prefix, key)
-	}
+	r := compact.Rec{T: exp, Seq: sh.done.NextSeq(), Aux: token}
 	if sh.done.Append(fp, r) != nil {
 		return false
 	}
-	sh.remove(string(k), i)
 	sh.lower(exp)
 	return true
 }

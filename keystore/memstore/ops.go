@@ -51,9 +51,22 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 		// Expired: reuse the slot. An expired lease is taken over.
 		takeover = e.state == stInProgress
 	default:
-		var r compact.Rec
-		var found bool
-		if r, found, kfp, hashed = s.findDone(sh, key, now); found {
+		kfp, hashed = c.fpKey.Sum(s.prefix, key), true
+		if p, in := sh.pending[kfp]; in {
+			if p.exp > now {
+				return keystore.Claim{Key: key, State: keystore.InProgress, Expires: c.at(p.exp)}, nil
+			}
+			// An expired lease: taken over.
+			exp := after(now, lease)
+			if len(fp) == 0 {
+				token := s.reservePending(sh, key, kfp, exp)
+				return keystore.Claim{Key: key, State: keystore.Acquired, Token: token, Expires: c.at(exp), Takeover: true}, nil
+			}
+			delete(sh.pending, kfp) // it moves to the map tier, with fp
+			takeover = true
+			break
+		}
+		if r, found := sh.findDone(c, kfp, now); found {
 			// Completed with an empty result and no fingerprint: nothing to
 			// compare fp with, as for a stored entry without one.
 			return keystore.Claim{Key: key, State: keystore.Done, Expires: c.at(r.T), Result: []byte{}}, nil
@@ -63,6 +76,11 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 		}
 		if !c.admit(sh, now) {
 			return keystore.Claim{}, fmt.Errorf("memstore: reserve %q: %w (limit %d keys, none expired)", key, ErrFull, c.maxKeys)
+		}
+		if len(fp) == 0 {
+			exp := after(now, lease)
+			token := s.reservePending(sh, key, kfp, exp)
+			return keystore.Claim{Key: key, State: keystore.Acquired, Token: token, Expires: c.at(exp)}, nil
 		}
 	}
 	sh.tokens++
@@ -97,7 +115,13 @@ func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, 
 	}
 	i, ok := sh.m[string(k)]
 	if !ok {
-		if r, found, _, _ := s.findDone(sh, cl.Key, c.now()); found && r.Aux == cl.Token {
+		kfp := s.keyFP(sh, cl.Token, cl.Key)
+		now := c.now()
+		if p, in := sh.pending[kfp]; in && p.token == cl.Token {
+			s.completePending(sh, k, kfp, p, result, after(now, ttl))
+			return nil
+		}
+		if r, found := sh.findDone(c, kfp, now); found && r.Aux == cl.Token {
 			return nil // this claim completed already
 		}
 		return keystore.LeaseLostError("complete", cl.Key, cl.Token)
@@ -138,7 +162,16 @@ func (s *Store) Release(ctx context.Context, cl keystore.Claim) error {
 		return fmt.Errorf("memstore: release: %w", keystore.ErrClosed)
 	}
 	i, ok := sh.m[string(k)]
-	if !ok || sh.entries[i].token != cl.Token || sh.entries[i].state != stInProgress {
+	if !ok {
+		kfp := s.keyFP(sh, cl.Token, cl.Key)
+		if p, in := sh.pending[kfp]; in && p.token == cl.Token {
+			delete(sh.pending, kfp)
+			c.count.Add(-1)
+			return nil
+		}
+		return keystore.LeaseLostError("release", cl.Key, cl.Token)
+	}
+	if sh.entries[i].token != cl.Token || sh.entries[i].state != stInProgress {
 		return keystore.LeaseLostError("release", cl.Key, cl.Token)
 	}
 	sh.remove(string(k), i)
@@ -216,6 +249,7 @@ func (sh *shard) sample(c *core, now int64) {
 			break
 		}
 	}
+	freed += sh.samplePending(now)
 	c.count.Add(int64(-freed))
 	if freed == 0 {
 		sh.nextSample = now + sampleBackoff
@@ -253,6 +287,12 @@ func (sh *shard) scan(c *core, now int64, limit int) int {
 		least = min(least, exp)
 	}
 	c.count.Add(int64(-removed))
+	if complete {
+		var n int
+		n, least, complete = sh.scanPending(now, limit-freed, least)
+		freed += n
+		c.count.Add(int64(-n))
+	}
 	if complete {
 		sh.minExp.Store(least)
 	}

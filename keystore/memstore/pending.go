@@ -1,0 +1,103 @@
+package memstore
+
+import (
+	"github.com/idem-go/idem/internal/compact"
+)
+
+// pend is a key in progress that was reserved without a request
+// fingerprint: the common case of keystore.Do. Such keys are kept by their
+// compact-tier fingerprint, in a map with fixed-size keys and values (no
+// allocation per key, unlike the map tier's string keys), so that a
+// Reserve and a Complete with an empty result never touch the map tier:
+// the key goes from here straight to the compact tier. They are compared
+// by fingerprint, as completed keys in the compact tier are (see the
+// package documentation for the bound).
+type pend struct {
+	exp   int64 // lease expiry, ns since base
+	token uint64
+}
+
+// recentLen is how many of a shard's latest pending claims remember their
+// fingerprint, so that Complete and Release of a claim taken shortly before
+// do not hash the key again. A power of two.
+const recentLen = 8
+
+// recentClaim is a pending claim's fingerprint, found by its token (unique
+// in the shard) and checked against the claim's key and scope.
+type recentClaim struct {
+	token  uint64
+	key    string
+	prefix string
+	fp     compact.FP
+}
+
+// remember records the fingerprint of the pending claim token. Called with
+// the shard locked.
+func (sh *shard) remember(token uint64, prefix, key string, fp compact.FP) {
+	sh.recent[token&(recentLen-1)] = recentClaim{token: token, key: key, prefix: prefix, fp: fp}
+}
+
+// keyFP returns the compact fingerprint of key in s's scope, from the
+// recent claims if token is among them. Called with the shard locked.
+func (s *Store) keyFP(sh *shard, token uint64, key string) compact.FP {
+	if r := &sh.recent[token&(recentLen-1)]; r.token == token && r.key == key && r.prefix == s.prefix {
+		return r.fp
+	}
+	return s.c.fpKey.Sum(s.prefix, key)
+}
+
+// reservePending records a new pending claim. Called with the shard locked.
+func (s *Store) reservePending(sh *shard, key string, fp compact.FP, exp int64) uint64 {
+	sh.tokens++
+	sh.pending[fp] = pend{exp: exp, token: sh.tokens}
+	sh.remember(sh.tokens, s.prefix, key, fp)
+	sh.lower(exp)
+	return sh.tokens
+}
+
+// completePending completes the pending claim with fingerprint fp: into the
+// compact tier if its result is empty and its expiry in order there, into
+// the map tier (under the internal key k) otherwise. Called with the shard
+// locked.
+func (s *Store) completePending(sh *shard, k []byte, fp compact.FP, p pend, result []byte, exp int64) {
+	delete(sh.pending, fp)
+	if len(result) == 0 && s.appendDone(sh, fp, p.token, exp) {
+		return
+	}
+	sh.add(k, entry{data: string(result), exp: exp, token: p.token, state: stDone, kfpLo: fp.Lo, kfpHi: fp.Hi, hasKFP: true})
+	sh.lower(exp)
+}
+
+// samplePending deletes the expired entries among a few pending ones.
+// Called with the shard locked.
+func (sh *shard) samplePending(now int64) int {
+	seen, freed := 0, 0
+	for fp, p := range sh.pending {
+		if p.exp <= now {
+			delete(sh.pending, fp)
+			freed++
+		}
+		if seen++; seen == sampleSize {
+			break
+		}
+	}
+	return freed
+}
+
+// scanPending deletes up to limit expired pending entries and returns how
+// many it deleted, the earliest expiry of those left, and whether it looked
+// at all of them. Called with the shard locked.
+func (sh *shard) scanPending(now int64, limit int, least int64) (freed int, _ int64, complete bool) {
+	for fp, p := range sh.pending {
+		if p.exp <= now {
+			if freed >= limit {
+				return freed, least, false
+			}
+			delete(sh.pending, fp)
+			freed++
+			continue
+		}
+		least = min(least, p.exp)
+	}
+	return freed, least, true
+}
