@@ -113,6 +113,15 @@ func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, 
 	if sh.m == nil {
 		return fmt.Errorf("memstore: complete: %w", keystore.ErrClosed)
 	}
+	if kfp, ok := s.recentFP(sh, cl.Token, cl.Key); ok {
+		// A claim reserved without a fingerprint shortly before: if it is
+		// still pending it is in no other tier, so the map tier is not
+		// looked up.
+		if p, in := sh.pending[kfp]; in && p.token == cl.Token {
+			s.completePending(sh, k, kfp, p, result, after(c.now(), ttl))
+			return nil
+		}
+	}
 	i, ok := sh.m[string(k)]
 	if !ok {
 		kfp := s.keyFP(sh, cl.Token, cl.Key)

@@ -40,10 +40,19 @@ func (sh *shard) remember(token uint64, prefix, key string, fp compact.FP) {
 // keyFP returns the compact fingerprint of key in s's scope, from the
 // recent claims if token is among them. Called with the shard locked.
 func (s *Store) keyFP(sh *shard, token uint64, key string) compact.FP {
-	if r := &sh.recent[token&(recentLen-1)]; r.token == token && r.key == key && r.prefix == s.prefix {
-		return r.fp
+	if fp, ok := s.recentFP(sh, token, key); ok {
+		return fp
 	}
 	return s.c.fpKey.Sum(s.prefix, key)
+}
+
+// recentFP returns the fingerprint of the recent claim token of key in s's
+// scope, if it is among the recent claims. Called with the shard locked.
+func (s *Store) recentFP(sh *shard, token uint64, key string) (compact.FP, bool) {
+	if r := &sh.recent[token&(recentLen-1)]; r.token == token && r.key == key && r.prefix == s.prefix {
+		return r.fp, true
+	}
+	return compact.FP{}, false
 }
 
 // reservePending records a new pending claim. Called with the shard locked.
