@@ -67,11 +67,14 @@ func WithMaxEntries(n int) Option {
 // without pointers for the garbage collector to trace. Expired ids are
 // dropped from the front of the arrival-ordered ring at the start of each
 // call, one index deletion each (amortised O(1)), so no call scans the
-// whole set. Growing (or, after a burst, shrinking) the index rebuilds it
-// from the ring in the call that crosses the load limit: about 35 ns per
-// live id, so a call that grows a 10M-id Dedup takes about 0.3 s (a Go
-// map grows incrementally instead); amortised, growth adds about 130 ns
-// to each insert while the set is growing, nothing once it is steady.
+// whole set. The index grows incrementally: the call that takes it past
+// its load limit allocates one sized for the ids at load 0.68, each later
+// Add moves 8 ids into it (a few hundred ns) while lookups probe both,
+// so no Add pays for the whole set (before, one call rebuilt a 10M-id
+// index in about 0.3 s). While both indexes exist an id costs up to 5.8 bytes more (29.7
+// at the start of a growth), for about a third of the time a filling
+// Dedup spends growing. Shrinking after a burst has expired is still one
+// rebuild of the ids left, in the call that drops the load under 0.25.
 type Dedup struct {
 	w   int64 // window, nanoseconds
 	max int

@@ -26,18 +26,24 @@
 // a key at 10M keys, 25.8 at 1M (where the 64 shards' partly filled
 // chunks weigh more), against 150.9 before issue 16, in memory the garbage
 // collector does not scan; the tier drops expired keys from its front, a cheap step each
-// call takes. Such keys are then compared by fingerprint, not byte for
-// byte: a new key is wrongly found completed with probability n/2⁹⁶ among
-// n such keys (any pair collides with about n²/2⁹⁷: 6.3×10⁻¹² at 10⁹ keys),
+// call takes. While it is in progress such a key (reserved without a
+// fingerprint) waits in a small per-shard map by the same fingerprint,
+// with its lease expiry and token (no allocation per key), and goes from
+// there straight to the compact tier: a Reserve and an empty Complete
+// hash the key once and never touch the map tier. Such keys are compared
+// by fingerprint, not byte for byte, in progress and done: a new key is
+// wrongly found in progress or completed with probability n/2⁹⁶ among n
+// such keys (any pair collides with about n²/2⁹⁷: 6.3×10⁻¹² at 10⁹ keys),
 // and the key, drawn from crypto/rand per store, keeps crafted keys from
 // colliding on purpose. A completion whose expiry is earlier than the
-// tier's newest (a shorter TTL after a longer one) stays in the map tier,
-// as do keys in progress, keys with a result or a fingerprint: about 160
-// bytes a key plus the result and fingerprint bytes.
+// tier's newest (a shorter TTL after a longer one) goes to the map tier,
+// as do keys reserved with a request fingerprint and keys completed with
+// a result: about 160 bytes a key plus the result and fingerprint bytes.
 //
-// Leases and TTLs are measured by the store's clock, time.Now by default
-// (its monotonic reading, so wall-clock steps do not move them) or the
-// function given to [WithClock]. Fencing tokens come from a counter per
+// Leases and TTLs are measured by the store's clock, to the nanosecond:
+// time.Now by default (its monotonic reading only, so wall-clock steps do
+// not move them; read once per Reserve or Complete) or the function given
+// to [WithClock]. Fencing tokens come from a counter per
 // shard: a key always lives in the same shard, so its tokens strictly
 // increase across Release and expiry.
 //
