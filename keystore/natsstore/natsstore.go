@@ -265,7 +265,7 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 			expect, takeover = st.seq, false
 			continue
 		case !st.rec.done && bytes.Equal(st.rec.nonce, nonce): // our own publish, whose ack was lost
-			return keystore.Claim{Key: key, State: keystore.Acquired, Token: st.seq, Expires: st.rec.end, Takeover: takeover}, nil
+			return keystore.Claim{Key: key, State: keystore.Acquired, Token: st.leaseToken(), Expires: st.rec.end, Takeover: takeover}, nil
 		case keystore.FingerprintsConflict(st.rec.fp, fp):
 			// A live key's fingerprint; an expired lease's is checked only
 			// after its expiry is known, below.
@@ -313,36 +313,42 @@ func (s *Store) Complete(ctx context.Context, c keystore.Claim, result []byte, t
 	// The result keeps the lease's fingerprint, which the claim does not
 	// carry: read it from the lease (a read from the leader, then the
 	// fenced publish; two round trips).
-	fp, err := s.leaseFingerprint(dctx, subject, c.Token)
+	fp, expect, err := s.leaseFingerprint(dctx, subject, c.Token)
 	if err != nil {
 		return err
 	}
 	ttl = roundUpSecond(keystore.CapDuration(ttl))
-	_, err = s.publish(dctx, subject, encodeDone(c.Token, ttl, fp, result), c.Token, ttl, callID("c"), nil)
-	if err == nil {
-		return nil
+	id := callID("c")
+	for attempt := 0; ; attempt++ {
+		_, err = s.publish(dctx, subject, encodeDone(c.Token, ttl, fp, result), expect, ttl, id, nil)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, errConflict) {
+			return fmt.Errorf("natsstore: complete: %w", err)
+		}
+		st, ok, err := s.settled(dctx, subject, expect)
+		if err != nil {
+			return fmt.Errorf("natsstore: complete: %w", err)
+		}
+		if ok && !st.marker && st.rec.done && st.rec.token == c.Token {
+			return nil // completed by this claim: this call's first try, or an earlier call
+		}
+		if !ok || !st.heldBy(c.Token) || st.seq == expect || attempt == 3 {
+			return keystore.LeaseLostError("complete", c.Key, c.Token)
+		}
+		expect = st.seq // still the claim's lease, renewed meanwhile
 	}
-	if !errors.Is(err, errConflict) {
-		return fmt.Errorf("natsstore: complete: %w", err)
-	}
-	st, ok, err := s.settled(dctx, subject, c.Token)
-	if err != nil {
-		return fmt.Errorf("natsstore: complete: %w", err)
-	}
-	if ok && !st.marker && st.rec.done && st.rec.token == c.Token {
-		return nil // completed by this claim: this call's first try, or an earlier call
-	}
-	return keystore.LeaseLostError("complete", c.Key, c.Token)
 }
 
-// settled reads subject's latest message after a fenced publish on token
-// failed, waiting (up to about a second) while it is still the claim's
-// lease: the conflict was then with a write not yet applied on the leader,
-// such as this call's own first try whose ack was lost.
-func (s *Store) settled(ctx context.Context, subject string, token uint64) (stored, bool, error) {
+// settled reads subject's latest message after a publish fenced on
+// revision rev failed, waiting (up to about a second) while rev is still
+// the latest: the conflict was then with a write not yet applied on the
+// leader, such as this call's own first try whose ack was lost.
+func (s *Store) settled(ctx context.Context, subject string, rev uint64) (stored, bool, error) {
 	for attempt := 0; ; attempt++ {
 		st, ok, err := s.get(ctx, subject)
-		if err != nil || !ok || st.seq != token || attempt == 10 {
+		if err != nil || !ok || st.seq != rev || attempt == 10 {
 			return st, ok, err
 		}
 		settle(attempt)
@@ -352,19 +358,20 @@ func (s *Store) settled(ctx context.Context, subject string, token uint64) (stor
 // settle sleeps a little longer after each attempt: 10, 20, … 100 ms.
 func settle(attempt int) { time.Sleep(time.Duration(min(attempt+1, 10)) * 10 * time.Millisecond) }
 
-// leaseFingerprint reads the claim's lease record for its fingerprint, or
-// returns ErrLeaseLost if the key's revision is no longer the claim's (or
-// nil, nil when it was completed by the claim already: the publish that
-// follows then fails and the completion is recognised).
-func (s *Store) leaseFingerprint(ctx context.Context, subject string, token uint64) ([]byte, error) {
+// leaseFingerprint reads the claim's lease record for its fingerprint and
+// the revision to fence the write on (the lease's, or its latest
+// renewal's); when the key is no longer the claim's lease (or was
+// completed by the claim already) it returns nil and token: the fenced
+// publish that follows then fails and the read after it decides.
+func (s *Store) leaseFingerprint(ctx context.Context, subject string, token uint64) ([]byte, uint64, error) {
 	st, ok, err := s.get(ctx, subject)
 	if err != nil {
-		return nil, fmt.Errorf("natsstore: complete: %w", err)
+		return nil, 0, fmt.Errorf("natsstore: complete: %w", err)
 	}
-	if !ok || st.marker || st.seq != token || st.rec.done {
-		return nil, nil // the fenced publish decides
+	if !ok || !st.heldBy(token) {
+		return nil, token, nil
 	}
-	return st.rec.fp, nil
+	return st.rec.fp, st.seq, nil
 }
 
 // Release implements [keystore.Store.Release]: one publish of a delete
@@ -383,19 +390,26 @@ func (s *Store) Release(ctx context.Context, c keystore.Claim) error {
 	id := callID("r")
 	h := nats.Header{"KV-Operation": []string{"DEL"}, releaseHeader: []string{id}}
 	subject := s.Subject(c.Key)
-	_, err := s.publish(dctx, subject, nil, c.Token, time.Second, id, h)
-	if errors.Is(err, errConflict) {
-		st, ok, gerr := s.settled(dctx, subject, c.Token)
-		if gerr != nil {
-			return fmt.Errorf("natsstore: release: %w", gerr)
+	expect := c.Token
+	for attempt := 0; ; attempt++ {
+		_, err := s.publish(dctx, subject, nil, expect, time.Second, id, h)
+		if errors.Is(err, errConflict) {
+			st, ok, gerr := s.settled(dctx, subject, expect)
+			if gerr != nil {
+				return fmt.Errorf("natsstore: release: %w", gerr)
+			}
+			if ok && st.marker && st.release == id {
+				return nil // this call's first try landed (its ack was lost)
+			}
+			if ok && st.heldBy(c.Token) && st.seq != expect && attempt < 3 {
+				expect = st.seq // the claim's lease, renewed: fence on the renewal
+				continue
+			}
+			return keystore.LeaseLostError("release", c.Key, c.Token)
 		}
-		if ok && st.marker && st.release == id {
-			return nil // this call's first try landed (its ack was lost)
+		if err != nil {
+			return fmt.Errorf("natsstore: release: %w", err)
 		}
-		return keystore.LeaseLostError("release", c.Key, c.Token)
+		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("natsstore: release: %w", err)
-	}
-	return nil
 }

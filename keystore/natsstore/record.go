@@ -13,8 +13,9 @@ import (
 
 // A key's record is its latest message's data:
 //
-//	lease: 'L' leaseMs(uvarint) endUs(uvarint) len(fp)(uvarint) fp nonce
-//	done:  'D' token(uvarint) ttlMs(uvarint) len(fp)(uvarint) fp result
+//	lease:   'L' leaseMs(uvarint) endUs(uvarint) len(fp)(uvarint) fp nonce
+//	renewed: 'E' token(uvarint) leaseMs(uvarint) endUs(uvarint) len(fp)(uvarint) fp nonce
+//	done:    'D' token(uvarint) ttlMs(uvarint) len(fp)(uvarint) fp result
 //
 // endUs is the holder's estimate of the lease's end (its clock when it
 // published, plus the lease), in µs since 1970: reported as Expires to the
@@ -22,13 +23,16 @@ import (
 // Retry-After. The lease itself ends by the server's clock (the message's
 // timestamp plus leaseMs), whatever the holder's clock says.
 //
-// A lease's token is its own revision (stream sequence); a result keeps
-// the token of the lease it completed, so that a repeated Complete of the
-// same claim is recognised. A delete marker (KV-Operation DEL or PURGE, or
+// A lease's token is its own revision (stream sequence); a renewal (Extend)
+// is a new message that keeps the token of the lease it renews, so that a
+// claim's token does not change while it is held; a result keeps the token
+// of the lease it completed, so that a repeated Complete of the same claim
+// is recognised. Writes are fenced on the key's current revision, after a
+// read that checks that it is still the claim's lease. A delete marker (KV-Operation DEL or PURGE, or
 // a server's Nats-Marker-Reason marker) means absent.
 type record struct {
 	done   bool
-	token  uint64        // done: the lease's token
+	token  uint64        // done, renewed: the lease's token
 	dur    time.Duration // lease length, or result TTL
 	fp     []byte
 	nonce  []byte    // lease
@@ -48,6 +52,14 @@ func encodeLease(lease time.Duration, end time.Time, fp, nonce []byte) []byte {
 	return append(b, nonce...)
 }
 
+// encodeRenewed is the lease of token renewed to end at end.
+func encodeRenewed(token uint64, lease time.Duration, end time.Time, fp, nonce []byte) []byte {
+	b := make([]byte, 0, 1+4*binary.MaxVarintLen64+len(fp)+len(nonce))
+	b = append(b, 'E')
+	b = binary.AppendUvarint(b, token)
+	return append(b, encodeLease(lease, end, fp, nonce)[1:]...)
+}
+
 func encodeDone(token uint64, ttl time.Duration, fp, result []byte) []byte {
 	b := make([]byte, 0, 1+3*binary.MaxVarintLen64+len(fp)+len(result))
 	b = append(b, 'D')
@@ -61,10 +73,11 @@ func encodeDone(token uint64, ttl time.Duration, fp, result []byte) []byte {
 var errRecord = errors.New("natsstore: malformed record")
 
 func decode(b []byte) (record, error) {
-	if len(b) == 0 || (b[0] != 'L' && b[0] != 'D') {
+	if len(b) == 0 || (b[0] != 'L' && b[0] != 'D' && b[0] != 'E') {
 		return record{}, errRecord
 	}
 	r := record{done: b[0] == 'D'}
+	renewed := b[0] == 'E'
 	b = b[1:]
 	next := func() (uint64, bool) {
 		v, n := binary.Uvarint(b)
@@ -75,8 +88,8 @@ func decode(b []byte) (record, error) {
 		return v, true
 	}
 	var ok bool
-	if r.done {
-		if r.token, ok = next(); !ok {
+	if r.done || renewed {
+		if r.token, ok = next(); !ok || r.token == 0 {
 			return record{}, errRecord
 		}
 	}
@@ -115,6 +128,20 @@ type stored struct {
 	marker  bool   // a delete marker: the key is absent
 	release string // a Release's marker: the id of the call that wrote it
 	rec     record
+}
+
+// leaseToken is the fencing token of a lease message: its own revision,
+// or for a renewal the revision of the lease it renewed.
+func (st stored) leaseToken() uint64 {
+	if !st.marker && !st.rec.done && st.rec.token != 0 {
+		return st.rec.token
+	}
+	return st.seq
+}
+
+// heldBy reports whether st is the live or lapsed lease of token.
+func (st stored) heldBy(token uint64) bool {
+	return !st.marker && !st.rec.done && st.leaseToken() == token
 }
 
 // releaseHeader carries the message id of the Release call that wrote a

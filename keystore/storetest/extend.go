@@ -45,6 +45,29 @@ func testExtend(t *testing.T, s keystore.Store, cfg config) {
 		done := reserve(t, s, key, nil, long)
 		wantState(t, done, keystore.Done)
 	})
+	t.Run("ReleaseAfterExtend", func(t *testing.T) {
+		t.Parallel()
+		key := newKey("extend-release")
+		c := reserve(t, s, key, []byte("fp"), long)
+		for range 3 {
+			nc, err := ext.Extend(ctx, c, long)
+			noErr(t, "Extend", err)
+			c = nc
+		}
+		noErr(t, "Release after Extend", s.Release(ctx, c))
+		next := reserve(t, s, key, []byte("fp"), long)
+		wantState(t, next, keystore.Acquired)
+		nc, err := ext.Extend(ctx, next, long)
+		noErr(t, "Extend", err)
+		noErr(t, "Complete after Extend", s.Complete(ctx, nc, []byte("r"), long))
+		noErr(t, "Complete again", s.Complete(ctx, nc, []byte("other"), long))
+		_, err = s.Reserve(ctx, key, []byte("other-fp"), long)
+		wantErr(t, "Reserve with another fingerprint after Extend and Complete", err, keystore.ErrFingerprintMismatch)
+		done := reserve(t, s, key, []byte("fp"), long)
+		if done.State != keystore.Done || string(done.Result) != "r" {
+			t.Fatalf("after Extend and Complete: %v %q, want done with r", done.State, done.Result)
+		}
+	})
 	t.Run("Shortens", func(t *testing.T) {
 		t.Parallel()
 		// The lease is set from the call, not added to the old one.
