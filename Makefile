@@ -47,7 +47,7 @@ bench-compact:
 ## leader) with SOAK of load around each kill; `make test` runs them short.
 SOAK ?= 30s
 soak: deps
-	IDEM_SOAK=$(SOAK) $(GO) test -race -run 'Failover|LeaderKilled' -v -count=1 -timeout 0 ./keystore/redisstore/ github.com/idem-go/idem/keystore/natsstore/
+	IDEM_SOAK=$(SOAK) $(GO) test -race -run 'Failover|LeaderKilled' -v -count=1 -timeout 0 ./keystore/redisstore/ ./adapters/idemnats/ github.com/idem-go/idem/keystore/natsstore/
 
 ## fuzz: run every fuzz target for FUZZTIME each.
 fuzz:
