@@ -17,7 +17,9 @@
 // ErrLeaseLost), lease expiry and takeover with a higher token, result
 // expiry, fingerprints, input validation, 64 concurrent reservations of one
 // key, [keystore.Do], the optional [keystore.Scoper], [keystore.Sweeper] and
-// [keystore.Extender] interfaces (for Extender: fenced renewal, and Do
+// [keystore.Extender] interfaces, [keystore.Inspector] and
+// [keystore.Forgetter] (with an operator's fenced release by key and
+// token) (for Extender: fenced renewal, and Do
 // running an effect three times longer than its lease once among
 // concurrent retriers; a store without it is reported with t.Log), and
 // finally the linearizability of random concurrent
@@ -98,6 +100,7 @@ func Run(t *testing.T, newStore func(t *testing.T) keystore.Store, opts ...Optio
 		{"Scopes", testScopes},
 		{"Sweep", testSweep},
 		{"Extend", testExtend},
+		{"Inspect", testInspect},
 		{"Linearizability", testLinearizability},
 	}
 	for _, tc := range tests {
