@@ -122,3 +122,19 @@ func FuzzReadBody(f *testing.F) {
 
 // nopStore is never called by readBody.
 type nopStore struct{ keystore.Store }
+
+func TestDescribeRecord(t *testing.T) {
+	for _, r := range []*record{
+		{status: 201, header: http.Header{"A": {"b"}}, body: []byte("x")},
+		{status: 200, notStored: true},
+		{status: 404, lost: true},
+	} {
+		st, ns, lost, err := DescribeRecord(r.encode())
+		if err != nil || st != r.status || ns != r.notStored || lost != r.lost {
+			t.Fatalf("DescribeRecord(%+v) = %d %v %v %v", r, st, ns, lost, err)
+		}
+	}
+	if _, _, _, err := DescribeRecord([]byte("not a record")); err == nil {
+		t.Fatal("DescribeRecord of garbage: no error")
+	}
+}

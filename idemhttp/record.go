@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strings"
 )
 
 // A stored response, as kept in the key store:
@@ -108,3 +109,21 @@ func decodeRecord(b []byte) (*record, error) {
 	r.body = b
 	return r, nil
 }
+
+// DescribeRecord decodes the result the middleware or proxy stores for a
+// key, for operators (idem keys show): the stored status, and whether the
+// response was not stored (too large or streamed: replays answer 410) or
+// lost (the status was sent, then the body broke off: replays answer 502).
+// A result that is not an idemhttp record returns an error.
+func DescribeRecord(b []byte) (status int, notStored, lost bool, err error) {
+	r, err := decodeRecord(b)
+	if err != nil {
+		return 0, false, false, err
+	}
+	return r.status, r.notStored, r.lost, nil
+}
+
+// IsStoreKey reports whether key has the form of the keys the middleware
+// writes to the store (a digest of the principal's scope and the client's
+// key, prefixed "http:").
+func IsStoreKey(key string) bool { return strings.HasPrefix(key, "http:") }
