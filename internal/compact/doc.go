@@ -25,9 +25,9 @@
 //     a scan of the live set. The index is resized when its load leaves
 //     [0.25, 0.92] (target 0.68), so it costs 5.8 to 7.8 bytes an id.
 //     Growth is incremental (grow.go): a second index, into which each
-//     Append moves 8 records, read sequentially from the chunks, while
+//     Append moves 32 records, read sequentially from the chunks, while
 //     lookups that miss the new index probe the old one; the old index
-//     (5.8 bytes a record more, for about a third of a filling set's
+//     (5.8 bytes a record more, for about a tenth of a filling set's
 //     growth phase) is released when the move ends. Shrinking, and growth
 //     below 16K records, rebuild the index in one call.
 //
