@@ -30,6 +30,9 @@ type KeyInfo struct {
 	Fingerprint string
 	// ResultSize is the stored result's length in bytes (Done).
 	ResultSize int
+	// Result is the stored result (Done), set by Inspect only; List
+	// leaves it nil.
+	Result []byte
 }
 
 // Lapsed reports whether k is a lease that has ended at now: its holder

@@ -17,16 +17,20 @@ var (
 	_ keystore.Forgetter = (*Store)(nil)
 )
 
-// inspectScript: KEYS the keys to read (one slot). Returns, per key, ""
-// when absent, else "state token expires resultLen " followed by the
-// fingerprint. Read-only.
+// inspectScript: KEYS the keys to read (one slot); ARGV[1] '1' to return
+// results too. Returns, per key, "" when absent, else "state token expires
+// resultLen fpLen " followed by the fingerprint and (when asked) the
+// result. Read-only.
 var inspectScript = newScript(`
 local out = {}
 for i, k in ipairs(KEYS) do
 	local v = redis.call('GET', k)
 	if v then
 		local s, tok, e, n, f, r = cmsgpack.unpack(v)
-		out[i] = string.format('%d %d %d %d ', s, tok, e, #r) .. f
+		out[i] = string.format('%d %d %d %d %d ', s, tok, e, #r, #f) .. f
+		if ARGV[1] == '1' then
+			out[i] = out[i] .. r
+		end
 	else
 		out[i] = ''
 	end
@@ -55,7 +59,7 @@ func parseInfo(key, v string) (keystore.KeyInfo, bool, error) {
 		return keystore.KeyInfo{}, false, nil
 	}
 	rest := v
-	var f [4]int64
+	var f [5]int64
 	for i := range f {
 		field, tail, ok := strings.Cut(rest, " ")
 		n, err := strconv.ParseInt(field, 10, 64)
@@ -64,12 +68,18 @@ func parseInfo(key, v string) (keystore.KeyInfo, bool, error) {
 		}
 		f[i], rest = n, tail
 	}
-	k := keystore.KeyInfo{Key: key, Token: uint64(f[1]), Expires: time.UnixMilli(f[2]), Fingerprint: keystore.HexFingerprint([]byte(rest))}
+	if f[4] < 0 || f[4] > int64(len(rest)) {
+		return keystore.KeyInfo{}, false, fmt.Errorf("%w: %q", errReply, v)
+	}
+	k := keystore.KeyInfo{Key: key, Token: uint64(f[1]), Expires: time.UnixMilli(f[2]), Fingerprint: keystore.HexFingerprint([]byte(rest[:f[4]]))}
 	switch f[0] {
 	case 1:
 		k.State = keystore.InProgress
 	case 2:
 		k.State, k.ResultSize = keystore.Done, int(f[3])
+		if len(rest) > int(f[4]) || f[3] == 0 {
+			k.Result = []byte(rest[f[4]:])
+		}
 	default:
 		return keystore.KeyInfo{}, false, fmt.Errorf("%w: %q", errReply, v)
 	}
@@ -87,7 +97,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (keystore.KeyInfo, erro
 		return keystore.KeyInfo{}, fmt.Errorf("redisstore: inspect: %w", err)
 	}
 	rkey := s.RedisKey(key)
-	cmd, err := eval(ctx, s, rkey, redis.NewStringSliceCmd, inspectScript, 1, rkey)
+	cmd, err := eval(ctx, s, rkey, redis.NewStringSliceCmd, inspectScript, 1, rkey, "1")
 	if err != nil {
 		return keystore.KeyInfo{}, fmt.Errorf("redisstore: inspect: %w", err)
 	}
@@ -213,11 +223,12 @@ func (s *Store) inspectAll(ctx context.Context, tag string, names []string) ([]k
 	if len(names) == 0 {
 		return nil, nil
 	}
-	args := make([]any, 0, 1+len(names))
+	args := make([]any, 0, 2+len(names))
 	args = append(args, len(names))
 	for _, n := range names {
 		args = append(args, n)
 	}
+	args = append(args, "0")
 	cmd, err := eval(ctx, s, names[0], redis.NewStringSliceCmd, inspectScript, args...)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: list: %w", err)

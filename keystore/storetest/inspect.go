@@ -49,9 +49,9 @@ func testInspect(t *testing.T, s keystore.Store, cfg config) {
 	noErr(t, "Complete", s.Complete(ctx, done, []byte("result"), long))
 	info, err = in.Inspect(ctx, done.Key)
 	noErr(t, "Inspect", err)
-	if info.State != keystore.Done || info.ResultSize != len("result") || info.Fingerprint != hex.EncodeToString(fp) ||
+	if info.State != keystore.Done || info.ResultSize != len("result") || string(info.Result) != "result" || info.Fingerprint != hex.EncodeToString(fp) ||
 		(info.Token != 0 && info.Token != done.Token) || !near(info.Expires, time.Now().Add(long), 5*time.Second) {
-		t.Fatalf("Inspect of a done key: %+v, want done, 6 bytes, fingerprint %x, token %d or 0", info, fp, done.Token)
+		t.Fatalf("Inspect of a done key: %+v, want done, result \"result\", fingerprint %x, token %d or 0", info, fp, done.Token)
 	}
 
 	// A lapsed lease is still visible (or already gone), and inspecting it

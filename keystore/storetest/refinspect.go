@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -39,7 +40,11 @@ func (s *RefStore) Inspect(ctx context.Context, key string) (keystore.KeyInfo, e
 	if e == nil || e.done && !nowBefore(e) {
 		return keystore.KeyInfo{}, keystore.NotFoundError(key)
 	}
-	return e.info(key), nil
+	k := e.info(key)
+	if e.done {
+		k.Result = bytes.Clone(e.result)
+	}
+	return k, nil
 }
 
 // List implements [keystore.Inspector], in key order.
