@@ -12,7 +12,7 @@ import (
 // Measured bytes per key (docs/benchmarks.md, docs/inbox.md); the plan
 // multiplies them, it does not guess them.
 const (
-	pgBucketBytes     = 0.0 // FILL
+	pgBucketBytes     = 85.3
 	sqliteBucketBytes = 25.6
 )
 
@@ -20,10 +20,10 @@ const (
 // 15, fsync on): the rows layout's Sweep deletes every row and VACUUM
 // follows; the bucketed layout drops whole tables.
 const (
-	rowsRetireWALPerKey   = 0.0 // FILL bytes of WAL per key retired
-	rowsRetireSecPerMKey  = 0.0 // FILL seconds per million keys, Sweep + VACUUM
-	bucketRetireWALPerTab = 0.0 // FILL bytes of WAL per bucket table dropped
-	bucketRetireSecPerTab = 0.0 // FILL seconds per bucket table dropped
+	rowsRetireWALPerKey   = 217.7  // bytes of WAL per key retired (218 MB for 1M)
+	rowsRetireSecPerMKey  = 14.4   // seconds per million keys, Sweep + VACUUM
+	bucketRetireWALPerTab = 15024  // bytes of WAL per bucket table dropped (135 KB for 9)
+	bucketRetireSecPerTab = 0.0059 // seconds per bucket table dropped (53 ms for 9)
 )
 
 var perKey = []struct {
