@@ -4,6 +4,7 @@
 //	idem serve    an Idempotency-Key reverse proxy in front of any HTTP API
 //	idem plan     size the dedup store from a message rate and a duplicate horizon
 //	idem chaos    kill consumers, drop acks, duplicate and reorder messages, and count what each strategy loses or doubles
+//	idem keys     list, inspect, release (fenced) and forget keys in a key store
 package main
 
 import (
@@ -36,6 +37,6 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newDemo(), newServe(), newPlan(), newChaos(), newChaosWorker())
+	root.AddCommand(newDemo(), newServe(), newPlan(), newChaos(), newChaosWorker(), newKeys())
 	return root
 }
