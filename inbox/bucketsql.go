@@ -110,19 +110,25 @@ func (in *Inbox) bucketInsert(ctx context.Context, tx *sql.Tx, b *buckets, msgs 
 		if err != nil {
 			return nil, in.bucketStatementError(ctx, err)
 		}
-		for rows.Next() {
-			var d [16]byte
-			if err := b.scanDigest(rows, &d); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("inbox: record keys: %w", err)
-			}
-			inserted[keyOf[d]] = true
-		}
-		if err := rows.Err(); err != nil {
+		if err := b.eachDigest(rows, func(d [16]byte) { inserted[keyOf[d]] = true }); err != nil {
 			return nil, in.bucketStatementError(ctx, err)
 		}
 	}
 	return inserted, nil
+}
+
+// eachDigest calls f with each row's digest (the only column) and closes
+// rows.
+func (b *buckets) eachDigest(rows *sql.Rows, f func(d [16]byte)) error {
+	defer rows.Close()
+	for rows.Next() {
+		var d [16]byte
+		if err := b.scanDigest(rows, &d); err != nil {
+			return err
+		}
+		f(d)
+	}
+	return rows.Err()
 }
 
 // lookupHits looks up, in each filtered bucket, the digests its filter may
@@ -153,18 +159,13 @@ func (in *Inbox) lookupHits(ctx context.Context, tx *sql.Tx, b *buckets, hits ma
 		if err != nil {
 			return nil, in.bucketStatementError(ctx, err)
 		}
-		for rows.Next() {
-			var d [16]byte
-			if err := b.scanDigest(rows, &d); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("inbox: look keys up: %w", err)
-			}
+		err = b.eachDigest(rows, func(d [16]byte) {
 			if found == nil {
 				found = map[[16]byte]bool{}
 			}
 			found[d] = true
-		}
-		if err := rows.Err(); err != nil {
+		})
+		if err != nil {
 			return nil, in.bucketStatementError(ctx, err)
 		}
 	}

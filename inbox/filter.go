@@ -170,17 +170,8 @@ func (in *Inbox) readFilter(ctx context.Context, b *buckets, s int64) (*bloom, e
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
 	got := 0
-	for rows.Next() {
-		var d [16]byte
-		if err := b.scanDigest(rows, &d); err != nil {
-			return nil, err
-		}
-		f.add(d)
-		got++
-	}
-	if err := rows.Err(); err != nil {
+	if err := b.eachDigest(rows, func(d [16]byte) { f.add(d); got++ }); err != nil {
 		return nil, err
 	}
 	if got != n {

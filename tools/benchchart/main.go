@@ -58,22 +58,8 @@ func run(in, out string) error {
 	if len(series) == 0 {
 		return errors.New("no curve rows in " + in)
 	}
-	rate := plot.New()
-	rate.Title.Text = "inbox ProcessBatchSet, 100 msg/tx: rate as the key table grows"
-	rate.X.Label.Text = "keys in the table (millions)"
-	rate.Y.Label.Text = "msg/s"
-	rate.Y.Min = 0
-	rate.Legend.Top = true
-	rate.Legend.Left = true
-	rate.X.Min = 0
-	size := plot.New()
-	size.Title.Text = "bytes per key (table + indexes)"
-	size.X.Label.Text = "keys in the table (millions)"
-	size.Y.Label.Text = "B/key"
-	size.Y.Min = 0
-	size.Legend.Top = true
-	size.Legend.Left = true
-	size.X.Min = 0
+	rate := newPlot("inbox ProcessBatchSet, 100 msg/tx: rate as the key table grows", "msg/s")
+	size := newPlot("bytes per key (table + indexes)", "B/key")
 	names := make([]string, 0, len(series))
 	for n := range series {
 		names = append(names, n)
@@ -127,6 +113,16 @@ func run(in, out string) error {
 		return err
 	}
 	return o.Close()
+}
+
+func newPlot(title, y string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "keys in the table (millions)"
+	p.Y.Label.Text = y
+	p.X.Min, p.Y.Min = 0, 0
+	p.Legend.Top, p.Legend.Left = true, true
+	return p
 }
 
 var palette = []color.Color{
