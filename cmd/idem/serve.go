@@ -30,6 +30,7 @@ type serveFlags struct {
 	bodyTimeout, idleTimeout       time.Duration
 	writeTimeout, storeTimeout     time.Duration
 	storeCheck                     string
+	adminTokenFile                 string
 	// the gateway: per-route policies, TLS, forwarding (serveflags.go)
 	config, checkConfig       string
 	tlsCert, tlsKey           string
@@ -59,6 +60,7 @@ for --drain, then aborts the rest, releasing their keys so that retries execute.
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address to serve the proxy on")
 	fl.StringVar(&f.admin, "admin-listen", "", "address for /metrics, /healthz and /readyz (empty: off)")
+	fl.StringVar(&f.adminTokenFile, "admin-token-file", "", "serve the key API (/admin/keys: list, show, fenced release, forget) on --admin-listen, to requests with Authorization: Bearer <this file's token> (empty: off)")
 	fl.StringVar(&f.upstream, "upstream", "", "URL of the API to proxy to (required)")
 	fl.StringVar(&f.store, "store", "sqlite:idem.db", "key store: "+storeForms)
 	fl.DurationVar(&f.ttl, "ttl", 24*time.Hour, "how long completed responses are replayed")
@@ -90,6 +92,17 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	}
 	if err := checkServeFlags(f); err != nil {
 		return fmt.Errorf("serve: %w", err)
+	}
+	var adminToken []byte
+	if f.adminTokenFile != "" {
+		if f.admin == "" {
+			return errors.New("serve: --admin-token-file needs --admin-listen")
+		}
+		tok, err := readAdminToken(f.adminTokenFile)
+		if err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		adminToken = tok
 	}
 	target, err := parseUpstream(f)
 	if err != nil {
@@ -185,6 +198,9 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+		if adminToken != nil {
+			mux.Handle("/admin/", adminKeys(store.Store, adminToken, log))
+		}
 		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 			pctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 			defer cancel()
