@@ -1,0 +1,121 @@
+// Package inboxprom exports an inbox's hooks as Prometheus metrics. It is a
+// separate package so that inbox does not depend on Prometheus.
+//
+//	h, err := inboxprom.New(registry)
+//	...
+//	in, err := inbox.New(db, dialect, "billing", inbox.WithHooks(h))
+//
+// Metrics, named like idem's other components (idem_<component>_<what>,
+// counters _total, histograms _seconds):
+//
+//	idem_inbox_messages_total{consumer,outcome}            applied, duplicate, mismatch, invalid, error
+//	idem_inbox_message_duration_seconds{consumer,outcome}  time to a decision, retries included
+//	idem_inbox_retries_total{consumer}                     transactions retried (serialization failures, deadlocks, busy)
+//	idem_inbox_swept_total{consumer}                       key rows deleted by Sweep
+//
+// outcome error covers the handler's errors and the database's; mismatch is
+// a key delivered again with another payload's fingerprint (a producer bug
+// surfaced); invalid is a key or argument refused before any I/O. A rising
+// duplicate share is redelivery (the inbox doing its job); a rising retries
+// rate is contention on the key table.
+package inboxprom
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/inbox"
+)
+
+// Outcomes of idem_inbox_messages_total.
+const (
+	OutcomeApplied   = "applied"
+	OutcomeDuplicate = "duplicate"
+	OutcomeMismatch  = "mismatch"
+	OutcomeInvalid   = "invalid"
+	OutcomeError     = "error"
+)
+
+// Hooks implements inbox.Hooks with Prometheus collectors.
+type Hooks struct {
+	messages *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	retries  *prometheus.CounterVec
+	swept    *prometheus.CounterVec
+}
+
+var _ inbox.Hooks = (*Hooks)(nil)
+
+// New registers the collectors with reg and returns hooks to pass to
+// inbox.WithHooks. Registering twice with one registry fails (the
+// registry's AlreadyRegisteredError): share one Hooks between inboxes, the
+// consumer label tells them apart.
+func New(reg prometheus.Registerer) (*Hooks, error) {
+	if reg == nil {
+		return nil, fmt.Errorf("%w: inboxprom: nil registerer", idem.ErrInvalidOption)
+	}
+	h := &Hooks{
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_inbox_messages_total",
+			Help: "Messages that reached a decision, by consumer and outcome: applied, duplicate, mismatch, invalid, error.",
+		}, []string{"consumer", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idem_inbox_message_duration_seconds",
+			Help:    "Time from Process to its decision, retries included, by consumer and outcome.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 14),
+		}, []string{"consumer", "outcome"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_inbox_retries_total",
+			Help: "Transactions retried after a retryable error (serialization failure, deadlock, busy), by consumer.",
+		}, []string{"consumer"}),
+		swept: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_inbox_swept_total",
+			Help: "Key rows deleted by Sweep, by consumer.",
+		}, []string{"consumer"}),
+	}
+	for _, c := range []prometheus.Collector{h.messages, h.duration, h.retries, h.swept} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("inboxprom: %w", err)
+		}
+	}
+	return h, nil
+}
+
+// outcome classifies one decision.
+func outcome(applied bool, err error) string {
+	switch {
+	case errors.Is(err, idem.ErrFingerprintMismatch):
+		return OutcomeMismatch
+	case errors.Is(err, idem.ErrInvalidKey), errors.Is(err, inbox.ErrInvalidArgument):
+		return OutcomeInvalid
+	case err != nil:
+		return OutcomeError
+	case applied:
+		return OutcomeApplied
+	}
+	return OutcomeDuplicate
+}
+
+// Processed implements inbox.Hooks. A decision made before any I/O (an
+// invalid key) is reported with d == 0 and is counted, not timed.
+func (h *Hooks) Processed(consumer string, applied bool, err error, d time.Duration) {
+	o := outcome(applied, err)
+	h.messages.WithLabelValues(consumer, o).Inc()
+	if d > 0 {
+		h.duration.WithLabelValues(consumer, o).Observe(d.Seconds())
+	}
+}
+
+// Retried implements inbox.Hooks.
+func (h *Hooks) Retried(consumer string, _ int, _ error) {
+	h.retries.WithLabelValues(consumer).Inc()
+}
+
+// Swept implements inbox.Hooks.
+func (h *Hooks) Swept(consumer string, n int) {
+	h.swept.WithLabelValues(consumer).Add(float64(n))
+}
