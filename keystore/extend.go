@@ -46,18 +46,32 @@ func ValidateExtend(c Claim, lease time.Duration) error {
 }
 
 // CanExtend reports whether s renews leases: it implements [Extender], and
-// so does every store it wraps (a wrapper such as keystoremetrics.Store has
-// an Unwrap() Store method and forwards Extend to the store it wraps).
+// so does every store it wraps (see [As]).
 func CanExtend(s Store) bool {
-	for {
-		if _, ok := s.(Extender); !ok {
-			return false
+	_, ok := As[Extender](s)
+	return ok
+}
+
+// As returns s as the optional interface T ([Extender], [Inspector],
+// [Forgetter], ...) when s implements it and so does every store it wraps:
+// a wrapper such as keystoremetrics.Store has an Unwrap() Store method and
+// forwards the optional methods to the store it wraps, failing with
+// errors.ErrUnsupported when that store lacks them.
+func As[T any](s Store) (T, bool) {
+	t, ok := s.(T)
+	if !ok {
+		return t, false
+	}
+	for cur := s; ; {
+		u, isWrapper := cur.(interface{ Unwrap() Store })
+		if !isWrapper {
+			return t, true
 		}
-		u, ok := s.(interface{ Unwrap() Store })
-		if !ok {
-			return true
+		cur = u.Unwrap()
+		if _, ok := cur.(T); !ok {
+			var zero T
+			return zero, false
 		}
-		s = u.Unwrap()
 	}
 }
 

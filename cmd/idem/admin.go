@@ -166,7 +166,7 @@ func (a *admin) release(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *admin) forget(w http.ResponseWriter, r *http.Request) {
-	fg, ok := a.s.(keystore.Forgetter)
+	fg, ok := keystore.As[keystore.Forgetter](a.s)
 	if !ok {
 		a.fail(w, r, fmt.Errorf("%T cannot forget keys: %w", a.s, errors.ErrUnsupported))
 		return

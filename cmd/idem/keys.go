@@ -49,7 +49,7 @@ var errKeysUnsupported = errors.New("the store cannot do this")
 
 // inspector returns s as a keystore.Inspector.
 func inspector(s keystore.Store) (keystore.Inspector, error) {
-	in, ok := s.(keystore.Inspector)
+	in, ok := keystore.As[keystore.Inspector](s)
 	if !ok {
 		return nil, fmt.Errorf("%w: %T cannot list or inspect keys (no keystore.Inspector): %w", errKeysUnsupported, s, errors.ErrUnsupported)
 	}
@@ -256,7 +256,7 @@ func newKeysForget(f *keysFlags) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withStore(cmd, f, func(ctx context.Context, s keystore.Store) error {
-				fg, ok := s.(keystore.Forgetter)
+				fg, ok := keystore.As[keystore.Forgetter](s)
 				if !ok {
 					return fmt.Errorf("keys forget: %w: %T cannot forget keys (no keystore.Forgetter): %w", errKeysUnsupported, s, errors.ErrUnsupported)
 				}

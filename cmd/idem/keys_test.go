@@ -80,7 +80,7 @@ func testKeysCommand(t *testing.T, storeURL string) {
 	idem := func(args ...string) (string, string, bool) {
 		return runIdem(t, append([]string{"keys", "--store", storeURL, "--scope", scope}, args...)...)
 	}
-	in, ok := s.(keystore.Inspector)
+	in, ok := keystore.As[keystore.Inspector](s)
 	if !ok {
 		_, stderr, ok := idem("list")
 		if ok || !strings.Contains(stderr, "cannot list or inspect keys") {

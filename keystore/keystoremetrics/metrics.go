@@ -221,3 +221,34 @@ func (s *Store) Sweep(ctx context.Context, batch int) (int, error) {
 	s.observe("sweep", start, err)
 	return n, err
 }
+
+// Inspect calls the wrapped store's Inspect (see [keystore.Inspector]); it
+// fails with errors.ErrUnsupported when the wrapped store cannot inspect.
+// Inspections are not counted: they are an operator's, not traffic.
+func (s *Store) Inspect(ctx context.Context, key string) (keystore.KeyInfo, error) {
+	in, ok := s.inner.(keystore.Inspector)
+	if !ok {
+		return keystore.KeyInfo{}, fmt.Errorf("keystoremetrics: %T cannot inspect keys: %w", s.inner, errors.ErrUnsupported)
+	}
+	return in.Inspect(ctx, key)
+}
+
+// List calls the wrapped store's List (see [keystore.Inspector]); it fails
+// with errors.ErrUnsupported when the wrapped store cannot list.
+func (s *Store) List(ctx context.Context, opts keystore.ListOptions) ([]keystore.KeyInfo, string, error) {
+	in, ok := s.inner.(keystore.Inspector)
+	if !ok {
+		return nil, "", fmt.Errorf("keystoremetrics: %T cannot list keys: %w", s.inner, errors.ErrUnsupported)
+	}
+	return in.List(ctx, opts)
+}
+
+// Forget calls the wrapped store's Forget (see [keystore.Forgetter]); it
+// fails with errors.ErrUnsupported when the wrapped store cannot forget.
+func (s *Store) Forget(ctx context.Context, key string) error {
+	f, ok := s.inner.(keystore.Forgetter)
+	if !ok {
+		return fmt.Errorf("keystoremetrics: %T cannot forget keys: %w", s.inner, errors.ErrUnsupported)
+	}
+	return f.Forget(ctx, key)
+}

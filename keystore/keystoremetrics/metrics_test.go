@@ -142,6 +142,15 @@ func TestScopeAndSweepUnsupported(t *testing.T) {
 	if _, err := m.Extend(context.Background(), keystore.Claim{}, time.Second); !errors.Is(err, errors.ErrUnsupported) {
 		t.Fatalf("Extend: %v", err)
 	}
+	if _, err := m.Inspect(context.Background(), "k"); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Inspect: %v", err)
+	}
+	if _, _, err := m.List(context.Background(), keystore.ListOptions{}); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("List: %v", err)
+	}
+	if err := m.Forget(context.Background(), "k"); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Forget: %v", err)
+	}
 	if keystore.CanExtend(m) {
 		t.Fatal("CanExtend true for a wrapper around a store that cannot renew")
 	}

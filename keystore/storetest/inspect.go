@@ -16,9 +16,9 @@ import (
 // page with filters), the fenced release of an operator by key and token,
 // and [keystore.Forgetter].
 func testInspect(t *testing.T, s keystore.Store, cfg config) {
-	in, ok := s.(keystore.Inspector)
+	in, ok := keystore.As[keystore.Inspector](s)
 	if !ok {
-		t.Logf("%T does not implement keystore.Inspector: operators cannot list or inspect its keys", s)
+		t.Logf("%T does not implement keystore.Inspector (or wraps a store that does not): operators cannot list or inspect its keys", s)
 		return
 	}
 	ctx := testCtx(t)
@@ -145,7 +145,7 @@ func testInspect(t *testing.T, s keystore.Store, cfg config) {
 }
 
 func testForget(t *testing.T, s keystore.Store, prefix string) {
-	f, ok := s.(keystore.Forgetter)
+	f, ok := keystore.As[keystore.Forgetter](s)
 	if !ok {
 		t.Logf("%T does not implement keystore.Forgetter", s)
 		return
