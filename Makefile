@@ -3,7 +3,7 @@ GO      ?= go
 TIMEOUT ?= 20m
 FUZZTIME ?= 15s
 
-.PHONY: test deps lint unit modules bench bench-compact soak fuzz demo chaos
+.PHONY: test deps lint unit modules bench bench-compact bench-scale soak fuzz demo chaos
 
 # Every package of every module in go.work. In workspace mode `./...` at the
 # root covers only the root module, so the targets name each module's tree.
@@ -41,6 +41,22 @@ bench-compact:
 		IDEM_BENCH_10M=1 $(GO) test -run '^$$' -bench '^BenchmarkCompactSteady$$' -benchtime 1000000x -timeout 60m ./window || exit 1; \
 	done
 	IDEM_BENCH_10M=1 $(GO) test -run '^$$' -bench '^BenchmarkCompactGC$$' -benchtime 1x -timeout 60m ./window
+
+## bench-scale: the inbox scale curve (msg/s per million keys, UUIDv4 against
+## UUIDv7, bytes/key) on SQLite and PostgreSQL (fsync on), retiring 1M keys,
+## MariaDB row shape; redraws docs/img/inbox-scale.svg. `make test` runs the
+## same code at 20k keys (TestScaleCurve) without asserting speed. The 20M
+## run needs about 8 GB of disk.
+SCALE_KEYS ?= 20000000
+SCALE_CSV  ?= /tmp/idem-scale.csv
+bench-scale: deps
+	rm -f $(SCALE_CSV)
+	IDEM_SCALE_KEYS=$(SCALE_KEYS) IDEM_SCALE_STEP=1000000 IDEM_SCALE_BUCKET_SECONDS=60 IDEM_SCALE_CSV=$(SCALE_CSV) \
+		$(GO) test -run '^TestScaleCurve$$' -v -count=1 -timeout 0 ./inbox
+	IDEM_SCALE_RETIRE=1000000 IDEM_SCALE_MARIADB=1000000 IDEM_SCALE_CSV=$(SCALE_CSV) \
+		$(GO) test -run '^TestScale(Retire|MariaDBRowShape)$$' -v -count=1 -timeout 0 ./inbox
+	cp $(SCALE_CSV) docs/img/inbox-scale.csv
+	cd tools/benchchart && $(GO) run . -in ../../docs/img/inbox-scale.csv -out ../../docs/img/inbox-scale.svg
 
 ## soak: the failover tests of the distributed key stores (kill -9 of a Redis
 ## Cluster master, with and without replication lag; of the JetStream stream
