@@ -31,6 +31,8 @@ type queries struct {
 	tokenOf  string
 	release  string
 	sweep    string
+	// Operations' statements (ops.go).
+	extend, inspect, list, forget string
 }
 
 // nowSQLite is SQLite's clock in microseconds since the Unix epoch.
@@ -142,6 +144,7 @@ WHERE scope = $1 AND idem_key = $2 AND token = $3 AND state = 1`,
 	default:
 		return nil, fmt.Errorf("%w: %v has no key store", sqldialect.ErrUnknownDialect, d)
 	}
+	opsQueries(d, &q)
 	q.tokenOf = `SELECT state FROM {T} WHERE scope = $1 AND idem_key = $2 AND token = $3`
 	q.release = `DELETE FROM {T} WHERE scope = $1 AND idem_key = $2 AND token = $3 AND state = 1`
 	fix := func(s string) string {
@@ -154,7 +157,7 @@ WHERE scope = $1 AND idem_key = $2 AND token = $3 AND state = 1`,
 	for i := range q.migrate {
 		q.migrate[i] = fix(q.migrate[i])
 	}
-	for _, p := range []*string{&q.reserve, &q.lookup, &q.complete, &q.tokenOf, &q.release, &q.sweep} {
+	for _, p := range []*string{&q.reserve, &q.lookup, &q.complete, &q.tokenOf, &q.release, &q.sweep, &q.extend, &q.inspect, &q.list, &q.forget} {
 		*p = fix(*p)
 	}
 	return &q, nil
