@@ -16,7 +16,7 @@ package compact
 // reaches maxLoad only after 35% more; moving step records per Append
 // finishes after at most 1/step as many appends, so with step 32 the old
 // index is released before the new one holds 1.03× the records it started
-// with. (If it did fill first, the growth is finished in that call.) While
+// with. (If it did fill first, the index would be rebuilt in that call.) While
 // both exist the index costs 5.8 bytes an id more: a transient peak of
 // about 29.7 bytes a record, for the 1/step × 1/0.35 ≈ 9% of the growth
 // phase of a filling set that the move lasts.
@@ -39,13 +39,10 @@ type growth struct {
 	step int // records moved per Append
 }
 
-// startGrowth replaces the full index with a larger empty one and starts
-// moving the records into it, the newest (just appended, not yet indexed)
+// startGrowth replaces the full index, which no growth is moving from,
+// with a larger empty one and starts moving the records into it, the newest (just appended, not yet indexed)
 // excepted: the caller inserts it.
 func (s *Set) startGrowth() {
-	if s.grow.left > 0 {
-		s.migrate(s.grow.left)
-	}
 	s.grow.old = s.idx
 	s.idx = newIndex(groupsFor(s.count))
 	s.grow.p, s.grow.j, s.grow.left = 0, s.head, s.count-1

@@ -240,7 +240,9 @@ func (s *Set) Append(fp FP, r Rec) error {
 	s.count++
 	id := s.id(len(s.chunks)-1, i)
 	if s.idx.full() {
-		if s.count < s.syncBelow {
+		// A growth still under way when the new index fills (only with a
+		// step far below migrateStep) cannot finish into it: rebuild.
+		if s.count < s.syncBelow || s.grow.left > 0 {
 			s.rebuild(groupsFor(s.count))
 			return nil
 		}

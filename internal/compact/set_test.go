@@ -206,3 +206,53 @@ func TestSparseArrivalsShareChunks(t *testing.T) {
 		}
 	}
 }
+
+// TestIncrementalGrowth grows a set incrementally, moving one record an
+// append (so a growth is still under way when the new index fills, which
+// then rebuilds it), while the oldest records expire in
+// the middle of moves, and checks every live record is found, every
+// dropped one is not, and the index accounts for each record.
+func TestIncrementalGrowth(t *testing.T) {
+	t.Parallel()
+	for _, step := range []int{1, 2, 32} {
+		s := NewSet()
+		s.syncBelow, s.grow.step = 0, step
+		fp := func(i int) FP { return FP{Lo: uint64(i)*0x9e3779b97f4a7c15 + 1, Hi: uint32(i) ^ 0x5bd1e995} }
+		const n, keep = 6_000, 1_000
+		dropMoving := 0
+		for i := range n {
+			if err := s.Append(fp(i), Rec{T: int64(i), Seq: uint64(i + 1)}); err != nil {
+				t.Fatal(err)
+			}
+			if s.grow.left > 0 && s.grow.p == 0 && s.grow.j-s.head <= 32 {
+				// A growth has just begun: expire the next 100 records,
+				// most of them not moved yet.
+				oldest, _ := s.Oldest()
+				left := s.grow.left
+				s.DropThrough(oldest + 100)
+				if s.grow.left < left {
+					dropMoving++
+				}
+			}
+			if i%7 == 0 && i >= keep {
+				s.DropThrough(int64(i - keep))
+			}
+			if s.indexed() != s.Len() {
+				t.Fatalf("step %d, append %d: index accounts for %d of %d", step, i, s.indexed(), s.Len())
+			}
+			if i%499 == 0 {
+				checkIndex(t, s)
+				oldest, _ := s.Oldest()
+				for j := 0; j <= i; j++ {
+					r, ok := s.Find(fp(j))
+					if live := int64(j) >= oldest; ok != live || (ok && r.Seq != uint64(j+1)) {
+						t.Fatalf("step %d, after %d: Find(%d) = %+v %v, live %v", step, i, j, r, ok, live)
+					}
+				}
+			}
+		}
+		if dropMoving == 0 {
+			t.Fatalf("step %d: no drop met records not yet moved", step)
+		}
+	}
+}
