@@ -53,7 +53,7 @@
 //     second probe for a new id while a move is under way. Six rounds of
 //     BenchmarkCompact, old and new binaries interleaved: window fill at
 //     10M ids 0.84 to 1.92× the map's insert before (median 1.51), 1.19 to
-//     1.85× after (median 1.63); at 1M 0.91 to 1.20× before, 1.03 to 1.27×
+//     1.85× after (median 1.70); at 1M 0.91 to 1.20× before, 1.03 to 1.27×
 //     after. The fill is bound by one index cache miss and a SipHash an
 //     id (the map hashes the 16 raw bytes with AES), plus the moves.
 //   - Linear probing between groups (step 1): at 0.9 load runs of full
