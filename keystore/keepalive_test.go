@@ -3,6 +3,7 @@ package keystore_test
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -193,5 +194,23 @@ func TestCanExtendUnwraps(t *testing.T) {
 	}
 	if !keystore.CanExtend(wrapper{newLeaseStore(), newLeaseStore()}) {
 		t.Fatal("CanExtend false for a wrapper around an Extender")
+	}
+}
+
+// The same with a real store: SQLite renews by its own clock.
+func TestDoRenewsLeaseSQLite(t *testing.T) {
+	t.Parallel()
+	s := openSQLite(t, filepath.Join(t.TempDir(), "keys.db"))
+	if !keystore.CanExtend(s) {
+		t.Fatal("sqlitestore does not renew leases")
+	}
+	runs, err := slowEffect(t, s)
+	t.Logf("SQLite, with renewals: the effect ran %d time(s); first caller's error: %v", runs, err)
+	if runs != 1 || err != nil {
+		t.Fatalf("an effect 3.5x its lease ran %d times (first caller: %v), want once and no error", runs, err)
+	}
+	c, _ := s.Reserve(context.Background(), "slow", nil, time.Minute)
+	if c.State != keystore.Done || string(c.Result) != "ok" {
+		t.Fatalf("after Do: %v %q, want the stored result", c.State, c.Result)
 	}
 }
