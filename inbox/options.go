@@ -183,3 +183,11 @@ type Hooks interface {
 	// Swept is called after a Sweep batch deleted n rows.
 	Swept(consumer string, n int)
 }
+
+// BatchHooks is implemented by [Hooks] that also observe batches:
+// ProcessBatch calls Batch once per batch that reached the database, with
+// its number of valid messages and the time it took, retries included
+// (each message is also reported to Processed).
+type BatchHooks interface {
+	Batch(consumer string, n int, d time.Duration)
+}

@@ -8,12 +8,16 @@
 // Metrics, named like idem's other components (idem_<component>_<what>,
 // counters _total, histograms _seconds):
 //
-//	idem_inbox_messages_total{consumer,outcome}            applied, duplicate, mismatch, invalid, error
+//	idem_inbox_messages_total{consumer,outcome}            applied, duplicate, mismatch, invalid, handler_error, error
 //	idem_inbox_message_duration_seconds{consumer,outcome}  time to a decision, retries included
 //	idem_inbox_retries_total{consumer}                     transactions retried (serialization failures, deadlocks, busy)
 //	idem_inbox_swept_total{consumer}                       key rows deleted by Sweep
+//	idem_inbox_batch_size{consumer}                        messages per ProcessBatch transaction (histogram)
+//	idem_inbox_batch_duration_seconds{consumer}            time per ProcessBatch, retries included
 //
-// outcome error covers the handler's errors and the database's; mismatch is
+// outcome handler_error is the handler's error (nothing recorded, the
+// message is redelivered); error is the database's (unreachable, a commit
+// whose outcome is unknown, retries exhausted); mismatch is
 // a key delivered again with another payload's fingerprint (a producer bug
 // surfaced); invalid is a key or argument refused before any I/O. A rising
 // duplicate share is redelivery (the inbox doing its job); a rising retries
@@ -37,6 +41,7 @@ const (
 	OutcomeDuplicate = "duplicate"
 	OutcomeMismatch  = "mismatch"
 	OutcomeInvalid   = "invalid"
+	OutcomeHandler   = "handler_error"
 	OutcomeError     = "error"
 )
 
@@ -46,9 +51,14 @@ type Hooks struct {
 	duration *prometheus.HistogramVec
 	retries  *prometheus.CounterVec
 	swept    *prometheus.CounterVec
+	batch    *prometheus.HistogramVec
+	batchDur *prometheus.HistogramVec
 }
 
-var _ inbox.Hooks = (*Hooks)(nil)
+var (
+	_ inbox.Hooks      = (*Hooks)(nil)
+	_ inbox.BatchHooks = (*Hooks)(nil)
+)
 
 // New registers the collectors with reg and returns hooks to pass to
 // inbox.WithHooks. Registering twice with one registry fails (the
@@ -61,7 +71,7 @@ func New(reg prometheus.Registerer) (*Hooks, error) {
 	h := &Hooks{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idem_inbox_messages_total",
-			Help: "Messages that reached a decision, by consumer and outcome: applied, duplicate, mismatch, invalid, error.",
+			Help: "Messages that reached a decision, by consumer and outcome: applied, duplicate, mismatch, invalid, handler_error, error.",
 		}, []string{"consumer", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "idem_inbox_message_duration_seconds",
@@ -76,8 +86,18 @@ func New(reg prometheus.Registerer) (*Hooks, error) {
 			Name: "idem_inbox_swept_total",
 			Help: "Key rows deleted by Sweep, by consumer.",
 		}, []string{"consumer"}),
+		batch: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idem_inbox_batch_size",
+			Help:    "Valid messages per ProcessBatch transaction, by consumer.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
+		}, []string{"consumer"}),
+		batchDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idem_inbox_batch_duration_seconds",
+			Help:    "Time per ProcessBatch transaction, retries included, by consumer.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 14),
+		}, []string{"consumer"}),
 	}
-	for _, c := range []prometheus.Collector{h.messages, h.duration, h.retries, h.swept} {
+	for _, c := range []prometheus.Collector{h.messages, h.duration, h.retries, h.swept, h.batch, h.batchDur} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("inboxprom: %w", err)
 		}
@@ -92,6 +112,8 @@ func outcome(applied bool, err error) string {
 		return OutcomeMismatch
 	case errors.Is(err, idem.ErrInvalidKey), errors.Is(err, inbox.ErrInvalidArgument):
 		return OutcomeInvalid
+	case errors.As(err, new(*inbox.HandlerError)):
+		return OutcomeHandler
 	case err != nil:
 		return OutcomeError
 	case applied:
@@ -118,4 +140,10 @@ func (h *Hooks) Retried(consumer string, _ int, _ error) {
 // Swept implements inbox.Hooks.
 func (h *Hooks) Swept(consumer string, n int) {
 	h.swept.WithLabelValues(consumer).Add(float64(n))
+}
+
+// Batch implements inbox.BatchHooks.
+func (h *Hooks) Batch(consumer string, n int, d time.Duration) {
+	h.batch.WithLabelValues(consumer).Observe(float64(n))
+	h.batchDur.WithLabelValues(consumer).Observe(d.Seconds())
 }

@@ -21,7 +21,8 @@ import (
 )
 
 // A real inbox on SQLite, observed through a real registry: applied,
-// duplicate and handler error are counted by consumer and timed.
+// duplicate and handler error are counted by consumer and timed, and a
+// batch's size is observed.
 func TestInboxMetrics(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	h, err := inboxprom.New(reg)
@@ -51,19 +52,46 @@ func TestInboxMetrics(t *testing.T) {
 	if _, err := in.Process(ctx, "c", func(context.Context, *sql.Tx) error { return boom }); !errors.Is(err, boom) {
 		t.Fatalf("Process: %v", err)
 	}
+	// A batch of 4: three new keys, one already applied.
+	batch := []inbox.Message{{Key: "d"}, {Key: "e"}, {Key: "a"}, {Key: "f"}}
+	if _, err := in.ProcessBatch(ctx, batch, func(context.Context, *sql.Tx, inbox.Message) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
 	want := `
-# HELP idem_inbox_messages_total Messages that reached a decision, by consumer and outcome: applied, duplicate, mismatch, invalid, error.
+# HELP idem_inbox_messages_total Messages that reached a decision, by consumer and outcome: applied, duplicate, mismatch, invalid, handler_error, error.
 # TYPE idem_inbox_messages_total counter
-idem_inbox_messages_total{consumer="billing",outcome="applied"} 2
-idem_inbox_messages_total{consumer="billing",outcome="duplicate"} 2
-idem_inbox_messages_total{consumer="billing",outcome="error"} 1
+idem_inbox_messages_total{consumer="billing",outcome="applied"} 5
+idem_inbox_messages_total{consumer="billing",outcome="duplicate"} 3
+idem_inbox_messages_total{consumer="billing",outcome="handler_error"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "idem_inbox_messages_total"); err != nil {
 		t.Fatal(err)
 	}
-	// Timed: applied, duplicate, error.
+	// Timed: applied, duplicate, handler_error.
 	if n := testutil.CollectAndCount(reg, "idem_inbox_message_duration_seconds"); n != 3 {
 		t.Fatalf("%d duration series, want 3", n)
+	}
+	wantBatch := `
+# HELP idem_inbox_batch_size Valid messages per ProcessBatch transaction, by consumer.
+# TYPE idem_inbox_batch_size histogram
+idem_inbox_batch_size_bucket{consumer="billing",le="1"} 0
+idem_inbox_batch_size_bucket{consumer="billing",le="2"} 0
+idem_inbox_batch_size_bucket{consumer="billing",le="4"} 1
+idem_inbox_batch_size_bucket{consumer="billing",le="8"} 1
+idem_inbox_batch_size_bucket{consumer="billing",le="16"} 1
+idem_inbox_batch_size_bucket{consumer="billing",le="32"} 1
+idem_inbox_batch_size_bucket{consumer="billing",le="64"} 1
+idem_inbox_batch_size_bucket{consumer="billing",le="128"} 1
+idem_inbox_batch_size_bucket{consumer="billing",le="256"} 1
+idem_inbox_batch_size_bucket{consumer="billing",le="512"} 1
+idem_inbox_batch_size_bucket{consumer="billing",le="1024"} 1
+idem_inbox_batch_size_bucket{consumer="billing",le="2048"} 1
+idem_inbox_batch_size_bucket{consumer="billing",le="+Inf"} 1
+idem_inbox_batch_size_sum{consumer="billing"} 4
+idem_inbox_batch_size_count{consumer="billing"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(wantBatch), "idem_inbox_batch_size"); err != nil {
+		t.Fatal(err)
 	}
 	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
 		t.Fatalf("lint: %v %v", problems, err)
@@ -81,7 +109,7 @@ func TestHooksDirect(t *testing.T) {
 	h.Retried("c", 2, errors.New("busy"))
 	h.Swept("c", 7)
 	want := `
-# HELP idem_inbox_messages_total Messages that reached a decision, by consumer and outcome: applied, duplicate, mismatch, invalid, error.
+# HELP idem_inbox_messages_total Messages that reached a decision, by consumer and outcome: applied, duplicate, mismatch, invalid, handler_error, error.
 # TYPE idem_inbox_messages_total counter
 idem_inbox_messages_total{consumer="c",outcome="mismatch"} 1
 # HELP idem_inbox_retries_total Transactions retried after a retryable error (serialization failure, deadlock, busy), by consumer.
