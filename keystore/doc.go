@@ -38,6 +38,21 @@
 //     (consumer, tenant, endpoint) apart; the same key in two scopes never
 //     collides and no scope reads another's results.
 //
+//   - Keep-alive: with a store implementing [Extender], Do (and idemhttp,
+//     idemgrpc, through [KeepAlive]) renews the lease every third of its
+//     length while the effect runs, fenced by the token, so an effect that
+//     outlives its lease does not run twice; a lease lost anyway cancels
+//     the effect's context with a cause wrapping ErrLeaseLost; a dead
+//     holder's key is free one lease after its last renewal.
+//
+// # Operations
+//
+// Stores implementing [Inspector] and [Forgetter] let operators list keys
+// by state, look at one ([KeyInfo]: state, token, expiry, fingerprint,
+// result size), free a stuck one with a fenced [ReleaseToken], and delete
+// a done one. The idem command's "keys" subcommand and idem serve's admin
+// API use them; docs/operations.md is the runbook.
+//
 // What no store can close is the window between the effect and Complete: if
 // the process dies there, the key stays in progress until its lease expires
 // and the effect then runs again. Send the key downstream (Stripe's
@@ -48,8 +63,10 @@
 // # Implementations
 //
 // memstore (in-process, exact, bounded), sqlitestore, pgstore,
-// redisstore and dynamostore (a module of its own, on the AWS SDK);
-// keystoremetrics wraps any of them with Prometheus metrics.
+// redisstore, natsstore and dynamostore (modules of their own, on the NATS
+// client and the AWS SDK); keystoremetrics wraps any of them with
+// Prometheus metrics. storetest.RefStore is a small reference store for
+// tests.
 // Every implementation passes the conformance suite in package storetest,
 // including a linearizability check of random concurrent histories.
 package keystore
