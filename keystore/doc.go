@@ -37,7 +37,6 @@
 //   - Scopes: stores implementing [Scoper] keep keys of different scopes
 //     (consumer, tenant, endpoint) apart; the same key in two scopes never
 //     collides and no scope reads another's results.
-//
 //   - Keep-alive: with a store implementing [Extender], Do (and idemhttp,
 //     idemgrpc, through [KeepAlive]) renews the lease every third of its
 //     length while the effect runs, fenced by the token, so an effect that
