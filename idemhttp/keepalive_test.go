@@ -84,35 +84,47 @@ func checkOnce(t *testing.T, runs int32, first int, retries []int) {
 	}
 }
 
-func TestMiddlewareRenewsLease(t *testing.T) {
-	t.Parallel()
-	var runs atomic.Int32
-	started := make(chan struct{})
-	m, err := idemhttp.New(storetest.NewRefStore(), idemhttp.WithLease(testLease))
-	if err != nil {
-		t.Fatal(err)
+// serveKeyed serves h behind the middleware (proxy false) or behind a
+// Proxy to an upstream running h, with store s and a lease of testLease.
+func serveKeyed(t *testing.T, s keystore.Store, h http.Handler, proxy bool) *httptest.Server {
+	t.Helper()
+	var handler http.Handler
+	if proxy {
+		up := httptest.NewServer(h)
+		t.Cleanup(up.Close)
+		target, _ := url.Parse(up.URL)
+		p, err := idemhttp.NewProxy(target, s, idemhttp.WithLease(testLease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		handler = p
+	} else {
+		m, err := idemhttp.New(s, idemhttp.WithLease(testLease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		handler = m.Handler(h)
 	}
-	srv := httptest.NewServer(m.Handler(slowHandler(&runs, started)))
-	defer srv.Close()
-	first, retries := slowRuns(t, srv, started)
-	checkOnce(t, runs.Load(), first, retries)
+	srv := httptest.NewServer(handler)
+	t.Cleanup(srv.Close)
+	return srv
 }
 
-func TestProxyRenewsLease(t *testing.T) {
+// A handler (middleware) or upstream (proxy) 3.5x its lease, with 4
+// retriers: the lease is renewed, it runs once, and the retriers get its
+// response replayed.
+func TestRenewsLease(t *testing.T) {
 	t.Parallel()
-	var runs atomic.Int32
-	started := make(chan struct{})
-	up := httptest.NewServer(slowHandler(&runs, started))
-	defer up.Close()
-	target, _ := url.Parse(up.URL)
-	p, err := idemhttp.NewProxy(target, storetest.NewRefStore(), idemhttp.WithLease(testLease))
-	if err != nil {
-		t.Fatal(err)
+	for _, proxy := range []bool{false, true} {
+		t.Run(map[bool]string{false: "middleware", true: "proxy"}[proxy], func(t *testing.T) {
+			t.Parallel()
+			var runs atomic.Int32
+			started := make(chan struct{})
+			srv := serveKeyed(t, storetest.NewRefStore(), slowHandler(&runs, started), proxy)
+			first, retries := slowRuns(t, srv, started)
+			checkOnce(t, runs.Load(), first, retries)
+		})
 	}
-	srv := httptest.NewServer(p)
-	defer srv.Close()
-	first, retries := slowRuns(t, srv, started)
-	checkOnce(t, runs.Load(), first, retries)
 }
 
 // Without renewals (the behaviour before keep-alive, and with a store that
@@ -121,16 +133,7 @@ func TestProxyRenewsLease(t *testing.T) {
 func TestProxyWithoutExtenderCutsAtLease(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int32
-	started := make(chan struct{})
-	up := httptest.NewServer(slowHandler(&runs, started))
-	defer up.Close()
-	target, _ := url.Parse(up.URL)
-	p, err := idemhttp.NewProxy(target, noExtend{storetest.NewRefStore()}, idemhttp.WithLease(testLease))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(p)
-	defer srv.Close()
+	srv := serveKeyed(t, noExtend{storetest.NewRefStore()}, slowHandler(&runs, make(chan struct{})), true)
 	if code, _, _ := keyed(t, srv.URL, "/slow", "k"); code != http.StatusGatewayTimeout {
 		t.Fatalf("without renewals: %d, want 504 at the lease", code)
 	}
@@ -161,25 +164,7 @@ func TestLostLeaseCancels(t *testing.T) {
 				case <-time.After(20 * testLease):
 				}
 			})
-			var handler http.Handler
-			if proxy {
-				up := httptest.NewServer(h)
-				defer up.Close()
-				target, _ := url.Parse(up.URL)
-				p, err := idemhttp.NewProxy(target, s, idemhttp.WithLease(testLease))
-				if err != nil {
-					t.Fatal(err)
-				}
-				handler = p
-			} else {
-				m, err := idemhttp.New(s, idemhttp.WithLease(testLease))
-				if err != nil {
-					t.Fatal(err)
-				}
-				handler = m.Handler(h)
-			}
-			srv := httptest.NewServer(handler)
-			defer srv.Close()
+			srv := serveKeyed(t, s, h, proxy)
 			code, _, _ := keyed(t, srv.URL, "/x", "k")
 			select {
 			case <-ended:
