@@ -84,6 +84,12 @@ var ErrLeaseNotRenewed = fmt.Errorf("%w: lease not renewed before it ended", Err
 // minRenewal is the shortest wait between two renewals or retries.
 const minRenewal = 10 * time.Millisecond
 
+// safe is how long after a renewal was sent (or KeepAlive was called) the
+// holder still counts on its lease: nine tenths of it, a margin for the
+// time the request took to reach the store and for clocks that run at
+// slightly different rates.
+func safe(lease time.Duration) time.Duration { return lease - lease/10 }
+
 // KeepAlive keeps the lease of c, an Acquired claim of lease length lease,
 // alive while the caller acts on it. It returns a context derived from ctx
 // for the effect, and stop, which the caller calls once the effect has
@@ -93,11 +99,13 @@ const minRenewal = 10 * time.Millisecond
 // third of the lease, with jitter, each call under [Detach]. If the lease is
 // lost (Extend returns [ErrLeaseLost]: the key was taken over, released or
 // swept) or cannot be renewed before it ends by this process's clock
-// (counted from the start of the last successful renewal, or from the call
-// to KeepAlive), the returned context is cancelled with a cause wrapping
+// (nine tenths of the lease after the last successful renewal was sent, or
+// after the call to KeepAlive: a margin for the request's travel and for
+// clock rates), the returned context is cancelled with a cause wrapping
 // ErrLeaseLost (context.Cause), so that a holder that cannot renew stops
-// acting before, or as soon as, somebody else may start. Other Extend
-// errors are retried until the lease ends.
+// acting before somebody else may start. Other Extend errors are retried
+// until then. Call KeepAlive right after Reserve returns: the lease began
+// when the store served Reserve.
 //
 // When s does not renew leases, nothing is started and the context is ctx's
 // (with a cancel); the lease then ends when it ends, as without KeepAlive.
@@ -119,7 +127,7 @@ func KeepAlive(ctx context.Context, s Store, c Claim, lease time.Duration) (cont
 	}
 	k := &keeper{ext: s.(Extender), claim: c, lease: lease, cancel: cancel, quit: make(chan struct{}), done: make(chan struct{})}
 	start := time.Now()
-	k.watchdog = time.AfterFunc(lease, k.expired)
+	k.watchdog = time.AfterFunc(safe(lease), k.expired)
 	go k.loop(ctx, start)
 	var once sync.Once
 	return kctx, func() (Claim, error) {
@@ -171,7 +179,7 @@ func (k *keeper) expired() {
 
 func (k *keeper) loop(ctx context.Context, start time.Time) {
 	defer close(k.done)
-	deadline := start.Add(k.lease)
+	deadline := start.Add(safe(k.lease))
 	wait := jitter(k.lease / 3)
 	for {
 		t := time.NewTimer(max(wait, minRenewal))
@@ -200,7 +208,7 @@ func (k *keeper) loop(ctx context.Context, start time.Time) {
 			if lost {
 				return // the lease ran out while Extend ran: the effect was told to stop
 			}
-			deadline = began.Add(k.lease)
+			deadline = began.Add(safe(k.lease))
 			k.watchdog.Reset(time.Until(deadline))
 			wait = jitter(k.lease / 3)
 		case errors.Is(err, ErrLeaseLost):

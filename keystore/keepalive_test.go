@@ -115,8 +115,8 @@ func TestKeepAliveStoreFailing(t *testing.T) {
 	start := time.Now()
 	ctx, stop := keystore.KeepAlive(context.Background(), s, c, testLease)
 	<-ctx.Done()
-	if took := time.Since(start); took < testLease {
-		t.Fatalf("cancelled after %v, before the lease of %v ended", took, testLease)
+	if took := time.Since(start); took < testLease*9/10 {
+		t.Fatalf("cancelled after %v, before nine tenths of the lease of %v: the holder gave up while its lease was good", took, testLease)
 	}
 	if cause := context.Cause(ctx); !errors.Is(cause, keystore.ErrLeaseNotRenewed) || !errors.Is(cause, keystore.ErrLeaseLost) {
 		t.Fatalf("cause %v, want ErrLeaseNotRenewed (an ErrLeaseLost)", cause)
