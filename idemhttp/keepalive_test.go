@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -175,5 +176,38 @@ func TestLostLeaseCancels(t *testing.T) {
 				t.Fatalf("cause %v, want ErrLeaseLost", c)
 			}
 		})
+	}
+}
+
+// StoreKey names the key the middleware writes for a request.
+func TestStoreKey(t *testing.T) {
+	t.Parallel()
+	s := storetest.NewRefStore()
+	m, err := idemhttp.New(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest("POST", "/orders", strings.NewReader("x"))
+	req.Header.Set("Idempotency-Key", `"order-1"`)
+	req.Header.Set("Authorization", "Bearer alice")
+	key, err := m.StoreKey(req)
+	if err != nil || !idemhttp.IsStoreKey(key) {
+		t.Fatalf("StoreKey: %q %v", key, err)
+	}
+	m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) })).ServeHTTP(httptest.NewRecorder(), req)
+	k, err := s.Inspect(context.Background(), key)
+	if err != nil || k.State != keystore.Done {
+		t.Fatalf("the key StoreKey names: %+v %v, want the stored response", k, err)
+	}
+	if st, _, _, err := idemhttp.DescribeRecord(k.Result); err != nil || st != 201 {
+		t.Fatalf("DescribeRecord: %d %v", st, err)
+	}
+	req.Header.Set("Authorization", "Bearer bob")
+	if other, _ := m.StoreKey(req); other == key {
+		t.Fatal("two principals share a store key")
+	}
+	req.Header.Del("Authorization")
+	if _, err := m.StoreKey(req); !errors.Is(err, idemhttp.ErrNoPrincipal) {
+		t.Fatalf("no principal: %v", err)
 	}
 }

@@ -207,3 +207,20 @@ func (m *Middleware) replay(w http.ResponseWriter, c keystore.Claim) Outcome {
 	_, _ = w.Write(rec.body)
 	return OutcomeReplayed
 }
+
+// StoreKey returns the key under which the middleware keeps r's response
+// in the store: a digest of r's scope (its principal, as the scope options
+// say) and its Idempotency-Key. Operators use it to find a client's key
+// (idem keys show); it does no store I/O. It fails as the middleware would
+// answer 400: no key, an invalid one, or no principal.
+func (m *Middleware) StoreKey(r *http.Request) (string, error) {
+	key, err := ParseKey(r.Header, m.cfg.strict)
+	if err != nil {
+		return "", err
+	}
+	scope, err := m.cfg.scopeOf(r)
+	if err != nil {
+		return "", err
+	}
+	return storeKey(scope, key), nil
+}

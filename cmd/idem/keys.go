@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/keystore"
+	"github.com/idem-go/idem/keystore/memstore"
 )
 
 // keyView is one key as idem keys and the admin API show it.
@@ -184,17 +187,25 @@ func printKeys(out, errOut io.Writer, format string, keys []keystore.KeyInfo, ne
 }
 
 func newKeysShow(f *keysFlags) *cobra.Command {
-	return &cobra.Command{
-		Use:   "show KEY",
+	var hk httpKeyFlags
+	cmd := &cobra.Command{
+		Use:   "show KEY | show --idempotency-key K -H 'Authorization: …'",
 		Short: "Show one key: state, token, expiry, fingerprint, result (an HTTP key's stored status)",
-		Args:  cobra.ExactArgs(1),
+		Long: `show prints one key. For a key of idem serve, name it by the client's request
+instead of the store key: --idempotency-key and the headers that scope it
+(-H 'Authorization: Bearer …' by default, or the --scope-header idem serve uses).`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			key, err := hk.storeKey(args)
+			if err != nil {
+				return fmt.Errorf("keys show: %w", err)
+			}
 			return withStore(cmd, f, func(ctx context.Context, s keystore.Store) error {
 				in, err := inspector(s)
 				if err != nil {
 					return fmt.Errorf("keys show: %w", err)
 				}
-				k, err := in.Inspect(ctx, args[0])
+				k, err := in.Inspect(ctx, key)
 				if err != nil {
 					return fmt.Errorf("keys show: %w", err)
 				}
@@ -222,6 +233,56 @@ func newKeysShow(f *keysFlags) *cobra.Command {
 			})
 		},
 	}
+	fl := cmd.Flags()
+	fl.StringVar(&hk.key, "idempotency-key", "", "the client's Idempotency-Key header value (instead of KEY)")
+	fl.StringArrayVarP(&hk.headers, "header", "H", nil, "a header of the client's request, 'Name: value' (repeatable)")
+	fl.StringVar(&hk.scopeHeader, "scope-header", "", "the --scope-header idem serve runs with")
+	fl.StringVar(&hk.scopeCookie, "scope-cookie", "", "the --scope-cookie idem serve runs with")
+	fl.BoolVar(&hk.anonymous, "allow-anonymous", false, "idem serve runs with --allow-anonymous")
+	return cmd
+}
+
+// httpKeyFlags name an HTTP key by the client's request.
+type httpKeyFlags struct {
+	key, scopeHeader, scopeCookie string
+	headers                       []string
+	anonymous                     bool
+}
+
+// storeKey is args[0], or the store key of the request the flags describe.
+func (h *httpKeyFlags) storeKey(args []string) (string, error) {
+	switch {
+	case len(args) == 1 && h.key == "":
+		return args[0], nil
+	case len(args) == 1 || h.key == "":
+		return "", errors.New("give either KEY or --idempotency-key")
+	}
+	r, _ := http.NewRequest(http.MethodPost, "/", nil)
+	r.Header.Set(idemhttp.HeaderKey, h.key)
+	for _, hv := range h.headers {
+		name, value, ok := strings.Cut(hv, ":")
+		if !ok {
+			return "", fmt.Errorf("--header %q: want 'Name: value'", hv)
+		}
+		r.Header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
+	}
+	opts := []idemhttp.Option{idemhttp.WithAllowAnonymous(h.anonymous)}
+	if h.scopeHeader != "" {
+		opts = append(opts, idemhttp.WithScopeHeader(h.scopeHeader))
+	}
+	if h.scopeCookie != "" {
+		opts = append(opts, idemhttp.WithScopeCookie(h.scopeCookie))
+	}
+	ms, err := memstore.New() // no store I/O: only the key is derived
+	if err != nil {
+		return "", err
+	}
+	defer ms.Close()
+	m, err := idemhttp.New(ms, opts...)
+	if err != nil {
+		return "", err
+	}
+	return m.StoreKey(r)
 }
 
 func newKeysRelease(f *keysFlags) *cobra.Command {

@@ -156,6 +156,11 @@ func testKeysCommand(t *testing.T, storeURL string) {
 	if out, _, ok := idem("show", httpKey); !ok || !strings.Contains(out, "http status:  201") {
 		t.Fatalf("show (text): %q", out)
 	}
+	// The same key named by the client's request.
+	out, stderr, ok = idem("show", "--idempotency-key", `"order-1"`, "-H", "Authorization: Bearer alice", "-o", "json")
+	if !ok || json.Unmarshal([]byte(out), &v) != nil || v.Key != httpKey {
+		t.Fatalf("show --idempotency-key: %q %q, want %s", out, stderr, httpKey)
+	}
 	if _, stderr, _ := idem("list", "--limit", "1", "-o", "json"); !strings.Contains(stderr, "more: --after ") {
 		t.Fatalf("list --limit 1 of 3 keys printed no cursor: %q", stderr)
 	}
