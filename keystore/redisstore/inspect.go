@@ -136,11 +136,13 @@ func globEscape(p string) string {
 
 // List implements [keystore.Inspector] with SCAN over the scope's keys,
 // bucket by bucket (on a Cluster, on the master of each bucket's slot),
-// then one read-only script per page. The cursor is
-// "bucket:scan-cursor[:skip]" (skip: keys of that SCAN batch already
-// returned). As with SCAN, a key may appear twice in one listing if Redis
-// rehashes meanwhile, and a page may hold fewer keys than the limit (or
-// none) while more follow.
+// and one read-only script per SCAN batch; one call runs at most
+// listScans SCANs, so a page may hold fewer keys than the limit (or none)
+// while more follow. The cursor is "bucket:scan-cursor[:skip]" (skip: keys
+// of that SCAN batch already returned). As with SCAN, a key may appear
+// twice in one listing if Redis rehashes meanwhile. SCAN walks the whole
+// keyspace of each node, matching the scope's pattern: on a large Redis,
+// list sparingly.
 func (s *Store) List(ctx context.Context, opts keystore.ListOptions) ([]keystore.KeyInfo, string, error) {
 	opts, err := keystore.ValidateList(opts)
 	if err != nil {
@@ -155,45 +157,55 @@ func (s *Store) List(ctx context.Context, opts keystore.ListOptions) ([]keystore
 	}
 	dctx, cancel := keystore.Detach(ctx)
 	defer cancel()
-	tag := s.bucketTag(bucket)
-	node := redis.Cmdable(s.conn.rdb)
-	if cc, ok := s.conn.rdb.(*redis.ClusterClient); ok {
-		if node, err = cc.MasterForKey(dctx, tag+"t"); err != nil {
+	var out []keystore.KeyInfo
+	for range listScans {
+		tag := s.bucketTag(bucket)
+		node := redis.Cmdable(s.conn.rdb)
+		if cc, ok := s.conn.rdb.(*redis.ClusterClient); ok {
+			if node, err = cc.MasterForKey(dctx, tag+"t"); err != nil {
+				return nil, "", fmt.Errorf("redisstore: list: %w", err)
+			}
+		}
+		names, next, err := node.Scan(dctx, cursor, globEscape(tag)+"s:*", int64(max(opts.Limit, listCount))).Result()
+		if err != nil {
 			return nil, "", fmt.Errorf("redisstore: list: %w", err)
 		}
-	}
-	names, next, err := node.Scan(dctx, cursor, globEscape(tag)+"s:*", int64(opts.Limit)).Result()
-	if err != nil {
-		return nil, "", fmt.Errorf("redisstore: list: %w", err)
-	}
-	if skip < len(names) {
-		names = names[skip:]
-	} else {
-		names = nil
-	}
-	infos, err := s.inspectAll(dctx, tag, names)
-	if err != nil {
-		return nil, "", err
-	}
-	var out []keystore.KeyInfo
-	for i, k := range infos {
-		if k.State == 0 || opts.State != 0 && k.State != opts.State {
-			continue
+		names = names[min(skip, len(names)):]
+		infos, err := s.inspectAll(dctx, tag, names)
+		if err != nil {
+			return nil, "", err
 		}
-		out = append(out, k)
-		if len(out) == opts.Limit && i+1 < len(infos) {
-			// SCAN's COUNT is a hint: the rest of this batch comes next.
-			return out, fmt.Sprintf("%d:%d:%d", bucket, cursor, skip+i+1), nil
+		for i, k := range infos {
+			if k.State == 0 || opts.State != 0 && k.State != opts.State {
+				continue
+			}
+			out = append(out, k)
+			if len(out) == opts.Limit {
+				if i+1 < len(infos) { // the rest of this batch comes next
+					return out, fmt.Sprintf("%d:%d:%d", bucket, cursor, skip+i+1), nil
+				}
+				break
+			}
+		}
+		cursor, skip = next, 0
+		if cursor == 0 {
+			if bucket++; bucket == s.buckets {
+				return out, "", nil
+			}
+		}
+		if len(out) == opts.Limit {
+			break
 		}
 	}
-	switch {
-	case next != 0:
-		return out, fmt.Sprintf("%d:%d", bucket, next), nil
-	case bucket+1 < s.buckets:
-		return out, fmt.Sprintf("%d:0", bucket+1), nil
-	}
-	return out, "", nil
+	return out, fmt.Sprintf("%d:%d", bucket, cursor), nil
 }
+
+// List's SCAN work per call: at most listScans SCANs of COUNT listCount
+// (or the limit, if larger).
+const (
+	listScans = 32
+	listCount = 500
+)
 
 // parseCursor reads List's cursor.
 func (s *Store) parseCursor(after string) (bucket int, cursor uint64, skip int, err error) {
