@@ -64,7 +64,7 @@ for --drain, then aborts the rest, releasing their keys so that retries execute.
 	fl.StringVar(&f.upstream, "upstream", "", "URL of the API to proxy to (required)")
 	fl.StringVar(&f.store, "store", "sqlite:idem.db", "key store: "+storeForms)
 	fl.DurationVar(&f.ttl, "ttl", 24*time.Hour, "how long completed responses are replayed")
-	fl.DurationVar(&f.lease, "lease", 30*time.Second, "how long a request holds its key; also the upstream timeout")
+	fl.DurationVar(&f.lease, "lease", 30*time.Second, "how long a request holds its key: renewed every third while the upstream works (a lost lease cancels the call), so it is how long a crashed proxy keeps its keys")
 	fl.DurationVar(&f.wait, "wait", 0, "wait up to this long for an in-progress request instead of answering 409")
 	fl.DurationVar(&f.drain, "drain", 30*time.Second, "how long SIGTERM lets in-flight requests finish")
 	fl.BoolVar(&f.requireKey, "require-key", false, "answer 400 to keyed methods without an Idempotency-Key")
