@@ -64,7 +64,10 @@ func walPagesAfter(t *testing.T, keys int, checkpointer bool) int64 {
 			t.Fatal(err)
 		}
 		if checkpointer && i%50 == 0 {
-			time.Sleep(15 * time.Millisecond) // let a checkpoint run
+			// Let a checkpoint run: several of its 10 ms ticks, so that a
+			// loaded machine (the suite runs packages side by side) still
+			// schedules one between two bursts of writes.
+			time.Sleep(60 * time.Millisecond)
 		}
 	}
 	fi, err := os.Stat(path + "-wal")
