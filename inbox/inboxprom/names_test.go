@@ -17,7 +17,7 @@ import (
 // recorder is a Registerer that keeps what is registered.
 type recorder struct{ cs []prometheus.Collector }
 
-func (r *recorder) Register(c prometheus.Collector) error { r.cs = append(r.cs, c); return nil }
+func (r *recorder) Register(c prometheus.Collector) error   { r.cs = append(r.cs, c); return nil }
 func (r *recorder) MustRegister(cs ...prometheus.Collector) { r.cs = append(r.cs, cs...) }
 func (r *recorder) Unregister(prometheus.Collector) bool    { return false }
 
