@@ -35,8 +35,13 @@ func TestDeadlineExpiresWhileHandlerRuns(t *testing.T) {
 	t.Parallel()
 	fs := &faultyStore{Store: newMem(t)}
 	done := make(chan struct{})
+	// gaveUp is closed once the client has seen its deadline: the server's
+	// copy of the deadline fires a little earlier than the client's, and a
+	// reply sent in between would reach the client in time.
+	gaveUp := make(chan struct{})
 	svc := &payments{charge: func(ctx context.Context, n int64, req *testpb.ChargeRequest) (*testpb.ChargeReply, error) {
 		<-ctx.Done() // the client's deadline; the effect goes on regardless
+		<-gaveUp
 		if n == 1 {
 			defer close(done)
 		}
@@ -48,6 +53,7 @@ func TestDeadlineExpiresWhileHandlerRuns(t *testing.T) {
 	short, cancel := context.WithTimeout(base, 50*time.Millisecond)
 	defer cancel()
 	_, err := c.Charge(short, &testpb.ChargeRequest{Amount: 3})
+	close(gaveUp)
 	if status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("first call: %v, want DeadlineExceeded", err)
 	}
