@@ -7,8 +7,11 @@ import (
 	"unicode/utf8"
 )
 
-// Sentinel errors shared by idem's packages. Packages re-export them under
-// their own names, so errors.Is works whichever name the caller uses.
+// Sentinel errors shared by idem's packages. Each is defined here once and
+// every package wraps it, so one errors.Is test works whichever package
+// returned the error. Messages follow one shape: the package's name, the
+// problem, then the wrapped sentinel or cause
+// ("keystore: lease -1s is not positive: idem: invalid argument").
 var (
 	// ErrInvalidOption is wrapped by every constructor that rejects an option.
 	ErrInvalidOption = errors.New("idem: invalid option")
@@ -17,7 +20,39 @@ var (
 	// ErrFingerprintMismatch is returned when a key that is already recorded
 	// arrives with a different payload fingerprint. Nothing is applied.
 	ErrFingerprintMismatch = errors.New("idem: key reused with a different fingerprint")
+	// ErrInvalidArgument is wrapped when a call's argument is out of range
+	// (a negative lease, an oversized fingerprint, an empty batch entry).
+	// Nothing was applied.
+	ErrInvalidArgument = errors.New("idem: invalid argument")
+	// ErrMissingKey is wrapped when a request or message carries no
+	// idempotency key and the caller requires one.
+	ErrMissingKey = errors.New("idem: no idempotency key")
+	// ErrClosed is wrapped by every call made after Close, and by a consumer
+	// whose connection or channel closed under it.
+	ErrClosed = errors.New("idem: closed")
 )
+
+// MaxFingerprintLen is the longest payload fingerprint, in bytes, that idem
+// stores, everywhere (a SHA-512 digest fits). Pass a digest of the payload,
+// never the payload itself.
+const MaxFingerprintLen = 64
+
+// ValidateFingerprint reports a fingerprint longer than [MaxFingerprintLen];
+// the error wraps [ErrInvalidArgument]. An empty fingerprint is valid: it
+// means "do not check the payload".
+func ValidateFingerprint(fp []byte) error {
+	if len(fp) > MaxFingerprintLen {
+		return fmt.Errorf("fingerprint is %d bytes, longer than %d; pass a digest of the payload: %w", len(fp), MaxFingerprintLen, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// FingerprintsConflict is idem's one rule for a reused key: the stored and
+// the arriving fingerprints conflict when both are non-empty and differ. An
+// empty side means "not checked", so it never conflicts.
+func FingerprintsConflict(stored, got []byte) bool {
+	return len(stored) > 0 && len(got) > 0 && string(stored) != string(got)
+}
 
 // MaxKeyLen is the longest key, in bytes, that idem accepts (the limit of the
 // IETF Idempotency-Key draft and of Stripe).

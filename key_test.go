@@ -112,3 +112,20 @@ func ExampleDeriveKey() {
 	fmt.Println(len(key), key == again)
 	// Output: 36 true
 }
+
+func TestFingerprintRules(t *testing.T) {
+	if err := idem.ValidateFingerprint(make([]byte, idem.MaxFingerprintLen)); err != nil {
+		t.Fatalf("fingerprint at the limit: %v", err)
+	}
+	if err := idem.ValidateFingerprint(make([]byte, idem.MaxFingerprintLen+1)); !errors.Is(err, idem.ErrInvalidArgument) {
+		t.Fatalf("oversized fingerprint: %v, want ErrInvalidArgument", err)
+	}
+	for _, c := range []struct {
+		stored, got string
+		want        bool
+	}{{"", "", false}, {"a", "", false}, {"", "a", false}, {"a", "a", false}, {"a", "b", true}} {
+		if got := idem.FingerprintsConflict([]byte(c.stored), []byte(c.got)); got != c.want {
+			t.Errorf("FingerprintsConflict(%q, %q) = %v, want %v", c.stored, c.got, got, c.want)
+		}
+	}
+}

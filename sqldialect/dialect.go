@@ -10,6 +10,8 @@
 package sqldialect
 
 import (
+	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"reflect"
@@ -227,4 +229,11 @@ func unwrapAll(err error) []error {
 // failing to upgrade a read lock.
 func SQLiteDSN(path string) string {
 	return "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=busy_timeout(5000)&_pragma=foreign_keys(1)&_txlock=immediate"
+}
+
+// Execer runs a statement: *sql.DB, *sql.Conn and *sql.Tx implement it. It is
+// what every Migrate in idem takes, and what writes inside a caller's
+// transaction (an outbox Add, a version gate) take.
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
