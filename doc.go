@@ -1,8 +1,13 @@
 // Package idem turns at-least-once delivery into effectively-once results.
 //
 // Brokers, relays and retrying clients deliver a message or a request one or
-// more times. idem makes its effect happen exactly once, loses nothing, and
-// documents what happens if the process dies between any two steps.
+// more times. idem loses none of them and documents what happens if the
+// process dies between any two steps. Inside the database (package inbox)
+// the key and the effect commit in one transaction, so the effect is applied
+// once per key while the key is kept. Outside it (package keystore) the
+// effect runs at most once per lease, and a crash between the effect and
+// Complete can repeat it once, after the lease ends; pass the key downstream
+// so that the repeat is absorbed there.
 //
 // # The rules every idem component keeps
 //

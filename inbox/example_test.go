@@ -29,7 +29,7 @@ func openExampleDB() (*sql.DB, func()) {
 	return db, func() { db.Close(); os.RemoveAll(dir) }
 }
 
-// The seed's Account: five deliveries, two of them duplicates. The event id
+// An Account: five deliveries, two of them duplicates. The event id
 // and the balance change commit in one transaction, so a redelivered event
 // changes nothing.
 func Example_account() {
@@ -71,7 +71,7 @@ func Example_account() {
 	// evt-3: applied=true balance=85
 }
 
-// The seed's wallet credit, delivered twice. The naive version inserts the
+// A wallet credit of 50, delivered twice. The naive version inserts the
 // key with ON CONFLICT DO NOTHING and then updates unconditionally: DO
 // NOTHING suppresses the conflict instead of aborting, so the redelivery
 // credits again. The inbox gates the update on the insert's row count.

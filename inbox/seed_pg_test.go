@@ -10,11 +10,11 @@ import (
 	"github.com/idem-go/idem/sqldialect"
 )
 
-// TestSeedWalletPostgres runs seed 003's wallet credit on PostgreSQL three
+// TestWalletCreditPostgres runs the wallet credit of 50 on PostgreSQL three
 // ways, each delivered twice: the naive INSERT ... ON CONFLICT DO NOTHING
-// followed by an unconditional UPDATE (double credit), the seed's CTE gate,
-// and the inbox.
-func TestSeedWalletPostgres(t *testing.T) {
+// followed by an unconditional UPDATE (double credit), one statement whose
+// UPDATE runs only if its CTE inserted the key, and the inbox.
+func TestWalletCreditPostgres(t *testing.T) {
 	db := testenv.Postgres(t)
 	ctx := context.Background()
 	for _, q := range []string{
@@ -56,7 +56,7 @@ func TestSeedWalletPostgres(t *testing.T) {
 	twice("INSERT INTO processed_events (transaction_id) VALUES ('txn-123') ON CONFLICT (transaction_id) DO NOTHING",
 		"UPDATE wallets SET balance = balance + 50 WHERE user_id = 42")
 	if got := reset(); got != 100 {
-		t.Fatalf("naive version: balance %d; the seed says it double-credits to 100", got)
+		t.Fatalf("naive version: balance %d, want 100 (it double-credits)", got)
 	}
 
 	twice(`WITH ins AS (

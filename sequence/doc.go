@@ -22,10 +22,10 @@
 //   - a producer the tracker does not know, or has forgotten after the idle
 //     expiry (default 24 h), is accepted at any sequence (KIP-360).
 //
-// The trace from the lesson: producer 7 sends sequence 5 to partition 2; the
-// broker appends it at offset 0 and the acknowledgement is lost; the producer
-// retries sequence 5; Check reports a duplicate with offset 0, and the log
-// still holds one record. See the package example.
+// A lost acknowledgement, step by step: producer 7 sends sequence 5 to
+// partition 2; the broker appends it at offset 0 and the acknowledgement is
+// lost; the producer retries sequence 5; Check reports a duplicate with
+// offset 0, and the log still holds one record. See the package example.
 //
 // # Consumer side: HighWater and SQLMarks
 //

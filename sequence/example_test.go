@@ -14,7 +14,7 @@ import (
 	"github.com/idem-go/idem/sqldialect"
 )
 
-// The lesson's trace: producer 7 sends sequence 5 to partition 2, the broker
+// A lost acknowledgement: producer 7 sends sequence 5 to partition 2, the broker
 // appends it and the acknowledgement is lost, the producer retries sequence
 // 5, and the broker answers with the original offset without appending.
 func ExampleTracker_Check() {

@@ -13,8 +13,9 @@ import (
 	_ "modernc.org/sqlite"
 )
 
-// The seed's product_view: version 5 is stored, version 7 arrives and is
-// applied, then a delayed version 6 arrives and changes nothing.
+// A product_view row kept current from price events: version 5 is stored,
+// version 7 arrives and is applied, then a delayed version 6 arrives and
+// changes nothing.
 func Example_productView() {
 	dir, _ := os.MkdirTemp("", "versiongate-")
 	defer os.RemoveAll(dir)

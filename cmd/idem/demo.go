@@ -12,8 +12,8 @@ func newDemo() *cobra.Command {
 	var keep bool
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Run the seed scenarios on an embedded SQLite database (no server needed)",
-		Long: `demo runs the scenarios of idem's seed documents through the transactional
+		Short: "Run the inbox's worked examples on an embedded SQLite database (no server needed)",
+		Long: `demo runs three worked examples through the transactional
 inbox on a SQLite file in a temporary directory, and prints what happened:
 the Account's five deliveries, the wallet credit's naive and gated versions,
 and 32 concurrent deliveries of one key.`,

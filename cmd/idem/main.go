@@ -1,6 +1,6 @@
 // Command idem runs idem's demonstrations and tools.
 //
-//	idem demo     run the seed scenarios on an embedded SQLite database
+//	idem demo     run the inbox's worked examples on an embedded SQLite database
 //	idem serve    an Idempotency-Key reverse proxy in front of any HTTP API
 //	idem plan     size the dedup store from a message rate and a duplicate horizon
 //	idem chaos    kill consumers, drop acks, duplicate and reorder messages, and count what each strategy loses or doubles
@@ -31,7 +31,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "idem",
 		Short:         "Effectively-once results over at-least-once delivery",
-		Long:          "idem makes the effect of a message or request happen exactly once when it is delivered one or more times.\nSee https://github.com/idem-go/idem for the library.",
+		Long:          "idem applies the effect of a message or request once per key when it is delivered one or more times:\nin the inbox, key and effect commit in one transaction; with a key store outside the database, a crash\nbetween the effect and its completion can repeat it once (docs/guarantees.md).\nSee https://github.com/idem-go/idem for the library.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

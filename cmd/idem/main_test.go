@@ -21,10 +21,10 @@ func TestDemo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out)
 	}
-	// Seed 000's five lines, verbatim and in order.
+	// The Account run's five lines, verbatim and in order.
 	want := "evt-1: applied=true balance=50\nevt-2: applied=true balance=80\nevt-1: applied=false balance=80\nevt-2: applied=false balance=80\nevt-3: applied=true balance=85\n"
 	if !strings.Contains(out, want) {
-		t.Errorf("demo output lacks the seed's five lines:\n%s", out)
+		t.Errorf("demo output lacks the Account run's five lines:\n%s", out)
 	}
 	for _, s := range []string{"balance = 100  <- double credit", "balance = 50", "delivered 32 times: applied 1, duplicates 31, balance = 50"} {
 		if !strings.Contains(out, s) {
@@ -44,7 +44,7 @@ func TestPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The seed's arithmetic: 100,000 × 86,400 = 8.64 × 10^9 keys.
+	// 100,000 msg/s kept for 24 h: 100,000 × 86,400 = 8.64 × 10^9 keys.
 	for _, s := range []string{"8.64×10^9 keys", "inbox on PostgreSQL", "1.4 TB", "sequence marks"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("plan output lacks %q:\n%s", s, out)

@@ -1,4 +1,4 @@
-// Package demo runs the seed documents' scenarios on an embedded SQLite
+// Package demo runs the inbox's worked examples on an embedded SQLite
 // database and prints a short report. It backs `idem demo`.
 package demo
 
@@ -36,13 +36,13 @@ func Run(ctx context.Context, dir string, w io.Writer) (*Report, error) {
 	}
 	defer db.Close()
 	r := &Report{}
-	fmt.Fprintf(w, "idem demo: the seed scenarios on an embedded SQLite database (%s)\n\n", path)
+	fmt.Fprintf(w, "idem demo: the inbox's worked examples on an embedded SQLite database (%s)\n\n", path)
 
-	fmt.Fprintln(w, "1. Account (seed 000): five deliveries, two of them duplicates")
+	fmt.Fprintln(w, "1. Account: five deliveries, two of them duplicates")
 	if err := account(ctx, db, w, r); err != nil {
 		return nil, fmt.Errorf("account: %w", err)
 	}
-	fmt.Fprintln(w, "\n2. Wallet credit of 50, delivered twice (seed 003)")
+	fmt.Fprintln(w, "\n2. Wallet credit of 50, delivered twice")
 	if err := wallet(ctx, db, w, r); err != nil {
 		return nil, fmt.Errorf("wallet: %w", err)
 	}
