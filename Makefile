@@ -82,4 +82,4 @@ demo:
 ## on SQLite and a throwaway PostgreSQL with 4 consumers (docs/chaos.md).
 CHAOS_MESSAGES ?= 50000
 chaos: deps
-	IDEM_CHAOS_LONG=$(CHAOS_MESSAGES) $(GO) test -run '^TestLongRun$$' -v -count=1 -timeout 0 ./chaos/
+	IDEM_CHAOS_LONG=$(CHAOS_MESSAGES) $(GO) test -run '^TestLongRun$$' -v -count=1 -timeout 0 ./cmd/idem/internal/chaos/

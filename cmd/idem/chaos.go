@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idem-go/idem/chaos"
+	"github.com/idem-go/idem/cmd/idem/internal/chaos"
 	"github.com/idem-go/idem/keystore"
 	"github.com/spf13/cobra"
 )

@@ -5,17 +5,22 @@ go 1.26.0
 require (
 	github.com/goccy/go-yaml v1.19.2
 	github.com/idem-go/idem v0.0.0
+	github.com/idem-go/idem/idemhttp/idemhttpprom v0.0.0
 	github.com/idem-go/idem/keystore/dynamostore v0.0.0
 	github.com/idem-go/idem/keystore/natsstore v0.0.0
+	github.com/idem-go/idem/keystore/redisstore v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
+	github.com/redis/go-redis/v9 v9.23.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
+	go.uber.org/goleak v1.3.0
 	modernc.org/sqlite v1.62.0
 )
 
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/anishathalye/porcupine v1.3.1 // indirect
 	github.com/aws/aws-sdk-go-v2 v1.48.0 // indirect
 	github.com/aws/aws-sdk-go-v2/config v1.33.18 // indirect
 	github.com/aws/aws-sdk-go-v2/credentials v1.21.0 // indirect
@@ -52,7 +57,6 @@ require (
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
-	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
@@ -71,6 +75,9 @@ require (
 // working from a checkout.
 replace (
 	github.com/idem-go/idem => ../..
+	github.com/idem-go/idem/idemhttp/idemhttpprom => ../../idemhttp/idemhttpprom
 	github.com/idem-go/idem/keystore/dynamostore => ../../keystore/dynamostore
+	github.com/idem-go/idem/keystore/keystoreprom => ../../keystore/keystoreprom
 	github.com/idem-go/idem/keystore/natsstore => ../../keystore/natsstore
+	github.com/idem-go/idem/keystore/redisstore => ../../keystore/redisstore
 )

@@ -10,7 +10,7 @@ import (
 
 	"github.com/idem-go/idem/idemhttp/idemhttpprom"
 	"github.com/idem-go/idem/inbox/inboxprom"
-	"github.com/idem-go/idem/keystore/keystoremetrics"
+	"github.com/idem-go/idem/keystore/keystoreprom"
 	"github.com/idem-go/idem/keystore/storetest"
 )
 
@@ -36,7 +36,7 @@ func TestMetricNames(t *testing.T) {
 	if _, err := idemhttpprom.New(rec); err != nil {
 		t.Fatal(err)
 	}
-	m, err := keystoremetrics.New(storetest.NewRefStore())
+	m, err := keystoreprom.New(storetest.NewRefStore())
 	if err != nil {
 		t.Fatal(err)
 	}

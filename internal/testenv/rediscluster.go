@@ -2,17 +2,18 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // RedisServer is a redis-server process a test owns: it can be killed,
@@ -78,18 +79,14 @@ func (r *RedisServer) Start() error {
 		return err
 	}
 	r.srv = s
-	rdb := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1, DialTimeout: time.Second})
-	defer rdb.Close()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := rdb.Ping(ctx).Err()
-		cancel()
-		if err == nil {
+		out, err := nodeCmd(r.Addr, "ping")
+		if err == nil && out == "PONG" {
 			return nil
 		}
 		if time.Now().After(deadline) || s.cmd.ProcessState != nil {
-			return fmt.Errorf("redis %s did not answer: %v; log:\n%s", r.Addr, err, s.logTail())
+			return fmt.Errorf("redis %s did not answer: %v %q; log:\n%s", r.Addr, err, out, s.logTail())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -107,13 +104,6 @@ func (r *RedisServer) Kill() {
 	_ = r.srv.cmd.Wait()
 	r.srv.logf.Close()
 	r.srv = nil
-}
-
-// Client returns a client of this server alone, closed when t ends.
-func (r *RedisServer) Client(t testing.TB) *redis.Client {
-	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
-	t.Cleanup(func() { rdb.Close() })
-	return rdb
 }
 
 func (r *RedisServer) stop() {
@@ -263,7 +253,7 @@ func (c *RedisCluster) WaitHealthy(d time.Duration) error {
 func (c *RedisCluster) WaitRole(i int, role string, d time.Duration) error {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
-		if info, err := nodeCmd(c.Nodes[i].Addr, "info", "replication"); err == nil && strings.Contains(info, "role:"+role+"\r\n") {
+		if info, err := nodeCmd(c.Nodes[i].Addr, "info", "replication"); err == nil && strings.Contains(strings.ReplaceAll(info, "\r", "")+"\n", "role:"+role+"\n") {
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -311,45 +301,68 @@ func (c *RedisCluster) Masters() ([]int, error) {
 // its replica.
 func (c *RedisCluster) MasterOf(key string) (master, replica int, err error) {
 	for _, n := range c.Nodes {
-		rdb := redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
-		s, err := rdb.ClusterKeySlot(context.Background(), key).Result()
-		if err != nil {
-			rdb.Close()
-			continue
-		}
-		shards, err := rdb.ClusterShards(context.Background()).Result()
-		rdb.Close()
+		slot, err := nodeCmd(n.Addr, "cluster", "keyslot", key)
 		if err != nil {
 			continue
 		}
-		for _, sh := range shards {
-			in := false
-			for _, r := range sh.Slots {
-				if s >= r.Start && s <= r.End {
-					in = true
-				}
+		out, err := nodeCmd(n.Addr, "cluster", "nodes")
+		if err != nil {
+			continue
+		}
+		master, replica = -1, -1
+		var masterID string
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		for _, line := range lines {
+			f := strings.Fields(line)
+			if len(f) > 8 && strings.Contains(f[2], "master") && servesSlot(f[8:], slot) {
+				masterID, master = f[0], c.nodeIndex(f[1])
 			}
-			if !in {
-				continue
+		}
+		for _, line := range lines {
+			if f := strings.Fields(line); len(f) > 3 && f[3] == masterID && strings.Contains(f[2], "slave") {
+				replica = c.nodeIndex(f[1])
 			}
-			master, replica = -1, -1
-			for _, nd := range sh.Nodes {
-				for i, m := range c.Nodes {
-					if m.Addr == fmt.Sprintf("%s:%d", nd.IP, nd.Port) {
-						if nd.Role == "master" {
-							master = i
-						} else {
-							replica = i
-						}
-					}
-				}
-			}
-			if master >= 0 && replica >= 0 {
-				return master, replica, nil
-			}
+		}
+		if master >= 0 && replica >= 0 {
+			return master, replica, nil
 		}
 	}
 	return -1, -1, fmt.Errorf("no node knows the master and replica of %q", key)
+}
+
+// nodeIndex returns the index in Nodes of the node at addr ("host:port" or
+// CLUSTER NODES' "host:port@cport"), or -1.
+func (c *RedisCluster) nodeIndex(addr string) int {
+	if i := strings.IndexByte(addr, '@'); i >= 0 {
+		addr = addr[:i]
+	}
+	for i, m := range c.Nodes {
+		if m.Addr == addr {
+			return i
+		}
+	}
+	return -1
+}
+
+// servesSlot reports whether the slot ranges of a CLUSTER NODES line
+// ("0-5460", "5461", "[...]" for migrating slots) contain slot.
+func servesSlot(ranges []string, slot string) bool {
+	n, err := strconv.Atoi(slot)
+	if err != nil {
+		return false
+	}
+	for _, r := range ranges {
+		lo, hi, _ := strings.Cut(r, "-")
+		if hi == "" {
+			hi = lo
+		}
+		a, err1 := strconv.Atoi(lo)
+		b, err2 := strconv.Atoi(hi)
+		if err1 == nil && err2 == nil && a <= n && n <= b {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *RedisCluster) stop() {
@@ -358,15 +371,25 @@ func (c *RedisCluster) stop() {
 	}
 }
 
-// nodeCmd runs one command on addr with a short timeout and returns its
-// reply as text.
-func nodeCmd(addr string, args ...any) (string, error) {
-	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 500 * time.Millisecond, ReadTimeout: time.Second})
-	defer rdb.Close()
+// nodeCmd runs one command on addr with redis-cli, with a short timeout,
+// and returns its reply as text. An error reply is an error.
+func nodeCmd(addr string, args ...string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	cli, err := findBinary("redis-cli", "/usr/bin", "/usr/local/bin")
+	if err != nil {
+		return "", err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	v, err := rdb.Do(ctx, args...).Text()
-	return v, err
+	out, err := exec.CommandContext(ctx, cli, append([]string{"-h", host, "-p", port}, args...)...).Output()
+	reply := strings.TrimRight(string(out), "\r\n")
+	if err == nil && (strings.HasPrefix(reply, "ERR") || strings.HasPrefix(reply, "Could not connect")) {
+		err = errors.New(reply)
+	}
+	return reply, err
 }
 
 // CopyFile copies src to dst (a dump.rdb kept for a later restore).

@@ -1,8 +1,8 @@
-// Package keystoremetrics wraps a [keystore.Store] with Prometheus metrics.
+// Package keystoreprom wraps a [keystore.Store] with Prometheus metrics.
 // It is a separate package so that keystore and its stores do not depend on
 // Prometheus.
 //
-//	m, err := keystoremetrics.New(store, keystoremetrics.WithConstLabels(prometheus.Labels{"store": "pg"}))
+//	m, err := keystoreprom.New(store, keystoreprom.WithConstLabels(prometheus.Labels{"store": "pg"}))
 //	...
 //	registry.MustRegister(m)
 //	res, replayed, err := keystore.Do(ctx, m, key, fp, fn)
@@ -19,7 +19,7 @@
 // A rising lease_takeovers_total means holders die or outlive their lease
 // between Reserve and Complete; a rising lease_lost_total means the lease is
 // too short for the effect, and effects are being repeated.
-package keystoremetrics
+package keystoreprom
 
 import (
 	"context"
@@ -79,11 +79,11 @@ func New(s keystore.Store, opts ...Option) (*Store, error) {
 		o(&cfg)
 	}
 	if s == nil {
-		return nil, fmt.Errorf("%w: keystoremetrics: nil store", idem.ErrInvalidOption)
+		return nil, fmt.Errorf("%w: keystoreprom: nil store", idem.ErrInvalidOption)
 	}
 	for i, b := range cfg.buckets {
 		if i > 0 && b <= cfg.buckets[i-1] {
-			return nil, fmt.Errorf("%w: keystoremetrics: buckets are not increasing", idem.ErrInvalidOption)
+			return nil, fmt.Errorf("%w: keystoreprom: buckets are not increasing", idem.ErrInvalidOption)
 		}
 	}
 	opt := func(name, help string) prometheus.Opts {
@@ -141,7 +141,7 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 	c, err := s.inner.Reserve(ctx, key, fp, lease)
 	s.m.duration.WithLabelValues("reserve").Observe(time.Since(start).Seconds())
 	switch {
-	case errors.Is(err, keystore.ErrFingerprintMismatch):
+	case errors.Is(err, idem.ErrFingerprintMismatch):
 		s.m.reservations.WithLabelValues("mismatch").Inc()
 	case err != nil:
 		s.m.reservations.WithLabelValues("error").Inc()
@@ -188,7 +188,7 @@ func (s *Store) observe(op string, start time.Time, err error) {
 func (s *Store) Extend(ctx context.Context, c keystore.Claim, lease time.Duration) (keystore.Claim, error) {
 	ex, ok := s.inner.(keystore.Extender)
 	if !ok {
-		return keystore.Claim{}, fmt.Errorf("keystoremetrics: %T cannot renew leases: %w", s.inner, errors.ErrUnsupported)
+		return keystore.Claim{}, fmt.Errorf("keystoreprom: %T cannot renew leases: %w", s.inner, errors.ErrUnsupported)
 	}
 	start := time.Now()
 	nc, err := ex.Extend(ctx, c, lease)
@@ -202,7 +202,7 @@ func (s *Store) Extend(ctx context.Context, c keystore.Claim, lease time.Duratio
 func (s *Store) Scope(name string) (keystore.Store, error) {
 	v, err := keystore.Scope(s.inner, name)
 	if err != nil {
-		return nil, fmt.Errorf("keystoremetrics: %w", err)
+		return nil, fmt.Errorf("keystoreprom: %w", err)
 	}
 	return &Store{inner: v, m: s.m}, nil
 }
@@ -213,7 +213,7 @@ func (s *Store) Scope(name string) (keystore.Store, error) {
 func (s *Store) Sweep(ctx context.Context, batch int) (int, error) {
 	sw, ok := s.inner.(keystore.Sweeper)
 	if !ok {
-		return 0, fmt.Errorf("keystoremetrics: %T cannot sweep: %w", s.inner, errors.ErrUnsupported)
+		return 0, fmt.Errorf("keystoreprom: %T cannot sweep: %w", s.inner, errors.ErrUnsupported)
 	}
 	start := time.Now()
 	n, err := sw.Sweep(ctx, batch)
@@ -228,7 +228,7 @@ func (s *Store) Sweep(ctx context.Context, batch int) (int, error) {
 func (s *Store) Inspect(ctx context.Context, key string) (keystore.KeyInfo, error) {
 	in, ok := s.inner.(keystore.Inspector)
 	if !ok {
-		return keystore.KeyInfo{}, fmt.Errorf("keystoremetrics: %T cannot inspect keys: %w", s.inner, errors.ErrUnsupported)
+		return keystore.KeyInfo{}, fmt.Errorf("keystoreprom: %T cannot inspect keys: %w", s.inner, errors.ErrUnsupported)
 	}
 	return in.Inspect(ctx, key)
 }
@@ -238,7 +238,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (keystore.KeyInfo, erro
 func (s *Store) List(ctx context.Context, opts keystore.ListOptions) ([]keystore.KeyInfo, string, error) {
 	in, ok := s.inner.(keystore.Inspector)
 	if !ok {
-		return nil, "", fmt.Errorf("keystoremetrics: %T cannot list keys: %w", s.inner, errors.ErrUnsupported)
+		return nil, "", fmt.Errorf("keystoreprom: %T cannot list keys: %w", s.inner, errors.ErrUnsupported)
 	}
 	return in.List(ctx, opts)
 }
@@ -248,7 +248,7 @@ func (s *Store) List(ctx context.Context, opts keystore.ListOptions) ([]keystore
 func (s *Store) Forget(ctx context.Context, key string) error {
 	f, ok := s.inner.(keystore.Forgetter)
 	if !ok {
-		return fmt.Errorf("keystoremetrics: %T cannot forget keys: %w", s.inner, errors.ErrUnsupported)
+		return fmt.Errorf("keystoreprom: %T cannot forget keys: %w", s.inner, errors.ErrUnsupported)
 	}
 	return f.Forget(ctx, key)
 }

@@ -1,4 +1,4 @@
-package keystoremetrics_test
+package keystoreprom_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/keystore"
-	"github.com/idem-go/idem/keystore/keystoremetrics"
+	"github.com/idem-go/idem/keystore/keystoreprom"
 	"github.com/idem-go/idem/keystore/memstore"
 	"github.com/idem-go/idem/keystore/storetest"
 )
@@ -26,13 +26,13 @@ type clock struct{ t time.Time }
 
 func (c *clock) now() time.Time { return c.t }
 
-func newWrapped(t *testing.T) (*keystoremetrics.Store, *clock) {
+func newWrapped(t *testing.T) (*keystoreprom.Store, *clock) {
 	clk := &clock{t: time.Unix(1_700_000_000, 0)}
 	mem, err := memstore.New(memstore.WithClock(clk.now))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := keystoremetrics.New(mem, keystoremetrics.WithConstLabels(prometheus.Labels{"store": "memory"}))
+	m, err := keystoreprom.New(mem, keystoreprom.WithConstLabels(prometheus.Labels{"store": "memory"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestConformance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := keystoremetrics.New(mem)
+		m, err := keystoreprom.New(mem)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,7 +129,7 @@ idem_keystore_swept_total{store="memory"} 1
 }
 
 func TestScopeAndSweepUnsupported(t *testing.T) {
-	m, err := keystoremetrics.New(onlyStore{})
+	m, err := keystoreprom.New(onlyStore{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,13 +160,13 @@ func TestScopeAndSweepUnsupported(t *testing.T) {
 }
 
 func TestOptions(t *testing.T) {
-	if _, err := keystoremetrics.New(nil); !errors.Is(err, idem.ErrInvalidOption) {
+	if _, err := keystoreprom.New(nil); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Fatalf("New(nil): %v", err)
 	}
-	if _, err := keystoremetrics.New(onlyStore{}, keystoremetrics.WithBuckets([]float64{1, 1})); !errors.Is(err, idem.ErrInvalidOption) {
+	if _, err := keystoreprom.New(onlyStore{}, keystoreprom.WithBuckets([]float64{1, 1})); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Fatalf("bad buckets: %v", err)
 	}
-	m, err := keystoremetrics.New(onlyStore{}, keystoremetrics.WithNamespace("acme"))
+	m, err := keystoreprom.New(onlyStore{}, keystoreprom.WithNamespace("acme"))
 	if err != nil {
 		t.Fatal(err)
 	}

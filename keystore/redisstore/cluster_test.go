@@ -147,7 +147,7 @@ func TestWaitReplicasAcknowledged(t *testing.T) {
 	ctx := context.Background()
 	master := testenv.StartRedis(t)
 	replica := testenv.StartRedis(t, "--replicaof", "127.0.0.1", master.Addr[len("127.0.0.1:"):])
-	rdb, rrep := master.Client(t), replica.Client(t)
+	rdb, rrep := serverClient(t, master), serverClient(t, replica)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if n, _ := rdb.Do(ctx, "wait", 1, 100).Int(); n == 1 {
 			break

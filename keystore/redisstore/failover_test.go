@@ -79,15 +79,15 @@ func (f failover) run(t *testing.T) testenv.KeyLoadReport {
 	time.Sleep(testenv.Soak(t))
 	vict := c.Nodes[victim]
 	if f.lag > 0 {
-		if _, err := vict.Client(t).Do(ctx, "acl", "setuser", "default", "-psync", "-sync").Result(); err != nil {
+		if _, err := serverClient(t, vict).Do(ctx, "acl", "setuser", "default", "-psync", "-sync").Result(); err != nil {
 			t.Fatal(err)
 		}
-		if err := vict.Client(t).Do(ctx, "client", "kill", "type", "replica").Err(); err != nil {
+		if err := serverClient(t, vict).Do(ctx, "client", "kill", "type", "replica").Err(); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(f.lag)
-		info, _ := vict.Client(t).Info(ctx, "replication").Result()
-		probe := vict.Client(t).Eval(ctx, "return redis.call('set', KEYS[1], '1')", []string{s.CounterKey("x") + "probe"}).Err()
+		info, _ := serverClient(t, vict).Info(ctx, "replication").Result()
+		probe := serverClient(t, vict).Eval(ctx, "return redis.call('set', KEYS[1], '1')", []string{s.CounterKey("x") + "probe"}).Err()
 		t.Logf("after the cut: probe write %v; %q", probe, info[:min(len(info), 120)])
 	}
 	before := load.Acked()

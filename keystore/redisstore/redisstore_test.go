@@ -43,6 +43,13 @@ func client(t testing.TB, opts ...func(*redis.Options)) *redis.Client {
 	return rdb
 }
 
+// serverClient returns a client of srv alone, closed when t ends.
+func serverClient(t testing.TB, srv *testenv.RedisServer) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
 func newStore(t testing.TB, rdb redis.UniversalClient, opts ...redisstore.Option) *redisstore.Store {
 	s, err := redisstore.New(rdb, append([]redisstore.Option{redisstore.WithPrefix(testenv.Name("t_") + ":")}, opts...)...)
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 func TestTokensAfterOlderSnapshot(t *testing.T) {
 	ctx := context.Background()
 	srv := testenv.StartRedis(t, "--dbfilename", "dump.rdb")
-	rdb := srv.Client(t)
+	rdb := serverClient(t, srv)
 	s, err := redisstore.New(rdb)
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +108,7 @@ func TestTokenIsCounterOrClock(t *testing.T) {
 func TestBytesPerDoneKey(t *testing.T) {
 	ctx := context.Background()
 	srv := testenv.StartRedis(t)
-	rdb := srv.Client(t)
+	rdb := serverClient(t, srv)
 	for _, buckets := range []int{1, 64} {
 		rdb.FlushAll(ctx)
 		s, err := redisstore.New(rdb, redisstore.WithBuckets(buckets), redisstore.WithScope("orders"))

@@ -1,4 +1,4 @@
-package sequence_test
+package kfakeseq_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package memstore_test
+package membench_test
 
 import (
 	"context"

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/idem-go/idem/chaos"
+	"github.com/idem-go/idem/cmd/idem/internal/chaos"
 )
 
 // A small run of two strategies on SQLite. In a program, the default worker

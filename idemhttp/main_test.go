@@ -1,0 +1,10 @@
+package idemhttp_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/idem-go/idem/internal/testenv"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }

@@ -1,0 +1,41 @@
+module github.com/idem-go/idem/inbox/inboxprom
+
+go 1.26.0
+
+require (
+	github.com/idem-go/idem v0.0.0
+	github.com/idem-go/idem/idemhttp/idemhttpprom v0.0.0
+	github.com/idem-go/idem/keystore/keystoreprom v0.0.0
+	github.com/prometheus/client_golang v1.25.0
+	modernc.org/sqlite v1.62.0
+)
+
+require (
+	github.com/anishathalye/porcupine v1.3.1 // indirect
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/dunglas/httpsfv v1.1.2 // indirect
+	github.com/dustin/go-humanize v1.1.0 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/kylelemons/godebug v1.1.0 // indirect
+	github.com/mattn/go-isatty v0.0.24 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/ncruces/go-strftime v1.1.0 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/prometheus/common v0.72.0 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+	modernc.org/libc v1.80.1 // indirect
+	modernc.org/mathutil v1.7.1 // indirect
+	modernc.org/memory v1.12.1 // indirect
+)
+
+// Inside the repository go.work resolves these; the replaces keep
+// GOWORK=off builds (and go mod tidy) working.
+replace (
+	github.com/idem-go/idem => ../..
+	github.com/idem-go/idem/idemhttp/idemhttpprom => ../../idemhttp/idemhttpprom
+	github.com/idem-go/idem/keystore/keystoreprom => ../../keystore/keystoreprom
+)
