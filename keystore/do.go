@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/idem-go/idem"
@@ -22,13 +21,14 @@ const (
 	DefaultTTL = 24 * time.Hour
 )
 
-// Option configures [Do].
-type Option func(*doConfig)
+// Option configures [Do]. It has the shape of every option in idem,
+// func(*config) error; since Do is a call and not a constructor, its
+// options are applied and validated on every call.
+type Option func(*doConfig) error
 
 type doConfig struct {
-	lease, ttl       time.Duration
-	wait             bool
-	pollMin, pollMax time.Duration
+	lease, ttl time.Duration
+	wait       Wait
 }
 
 // WithLease sets the lease Do reserves the key for (default
@@ -38,32 +38,45 @@ type doConfig struct {
 // cannot renew, choose it longer than fn's worst case, including
 // downstream timeouts: a lease that runs out while fn still works lets a
 // second caller run fn concurrently, and the first caller's Complete then
-// fails with ErrLeaseLost.
-func WithLease(d time.Duration) Option { return func(c *doConfig) { c.lease = d } }
+// fails with ErrLeaseLost. A lease that is not positive is refused.
+func WithLease(d time.Duration) Option {
+	return func(c *doConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("keystore: lease %v is not positive: %w", d, idem.ErrInvalidOption)
+		}
+		c.lease = d
+		return nil
+	}
+}
 
 // WithTTL sets how long the result is kept after completion (default
-// [DefaultTTL]); a retry after that runs fn again.
-func WithTTL(d time.Duration) Option { return func(c *doConfig) { c.ttl = d } }
+// [DefaultTTL]); a retry after that runs fn again. A TTL that is not
+// positive is refused.
+func WithTTL(d time.Duration) Option {
+	return func(c *doConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("keystore: ttl %v is not positive: %w", d, idem.ErrInvalidOption)
+		}
+		c.ttl = d
+		return nil
+	}
+}
 
 // WithWait makes Do wait while another holder has the key in progress,
 // polling the store with jittered exponential backoff from pollMin up to
-// pollMax, until the holder completes (Do returns its result, replayed),
-// releases or loses its lease (Do takes the key over and runs fn), or ctx
-// ends. Without it, Do fails fast with an [*InProgressError].
+// pollMax (see [Await]), until the holder completes (Do returns its result,
+// replayed), releases or loses its lease (Do takes the key over and runs
+// fn), or ctx ends. Without it, Do fails fast with an [*InProgressError].
+// It requires 0 < pollMin <= pollMax.
 func WithWait(pollMin, pollMax time.Duration) Option {
-	return func(c *doConfig) { c.wait, c.pollMin, c.pollMax = true, pollMin, pollMax }
-}
-
-func (c *doConfig) validate() error {
-	switch {
-	case c.lease <= 0:
-		return fmt.Errorf("%w: keystore: lease %v is not positive", idem.ErrInvalidOption, c.lease)
-	case c.ttl <= 0:
-		return fmt.Errorf("%w: keystore: ttl %v is not positive", idem.ErrInvalidOption, c.ttl)
-	case c.wait && (c.pollMin <= 0 || c.pollMax < c.pollMin):
-		return fmt.Errorf("%w: keystore: wait poll interval [%v, %v] is not 0 < min <= max", idem.ErrInvalidOption, c.pollMin, c.pollMax)
+	return func(c *doConfig) error {
+		w := Wait{Min: pollMin, Max: pollMax}
+		if err := w.validate(); err != nil || pollMax <= 0 {
+			return fmt.Errorf("keystore: wait poll interval [%v, %v] is not 0 < min <= max: %w", pollMin, pollMax, idem.ErrInvalidOption)
+		}
+		c.wait = w
+		return nil
 	}
-	return nil
 }
 
 type claimKey struct{}
@@ -137,75 +150,29 @@ func ClaimFrom(ctx context.Context) (Claim, bool) {
 // (store unreachable, result too large, lease lost), Do returns fn's result
 // with that error and does not release the key: the effect has happened,
 // and holding the lease until it expires keeps retries from repeating it
-// sooner. Options are validated on every call; a bad option returns an
-// error wrapping idem.ErrInvalidOption before the store is touched.
+// sooner.
+//
+// Do is a call, not a constructor: its options are applied and validated
+// on every call; a bad option (or a nil one) returns an error wrapping
+// idem.ErrInvalidOption before the store is touched.
 func Do(ctx context.Context, s Store, key string, fp []byte, fn func(context.Context) ([]byte, error), opts ...Option) (result []byte, replayed bool, err error) {
 	cfg := doConfig{lease: DefaultLease, ttl: DefaultTTL}
 	for _, o := range opts {
-		o(&cfg)
-	}
-	if err := cfg.validate(); err != nil {
-		return nil, false, err
-	}
-	poll := cfg.pollMin
-	waited := false
-	for {
-		if err := ctx.Err(); err != nil {
-			if waited {
-				return nil, false, fmt.Errorf("keystore: waiting for key %q: %w: %w", key, ErrInProgress, err)
-			}
-			return nil, false, fmt.Errorf("keystore: reserve %q: %w", key, err)
+		if o == nil {
+			return nil, false, fmt.Errorf("keystore: nil option: %w", idem.ErrInvalidOption)
 		}
-		c, err := reserveDetached(ctx, s, key, fp, cfg.lease)
-		if err != nil {
+		if err := o(&cfg); err != nil {
 			return nil, false, err
 		}
-		switch c.State {
-		case Done:
-			return c.Result, true, nil
-		case Acquired:
-			if err := ctx.Err(); err != nil {
-				// ctx ended while Reserve ran: do not start fn, and give
-				// the key back at once rather than hold it for a lease.
-				return nil, false, releaseUnused(ctx, s, c, err)
-			}
-			return run(ctx, s, c, fn, cfg.lease, cfg.ttl)
-		case InProgress:
-			if !cfg.wait {
-				return nil, false, &InProgressError{Key: key, Expires: c.Expires}
-			}
-			if err := sleep(ctx, jitter(poll)); err != nil {
-				return nil, false, fmt.Errorf("keystore: waiting for key %q: %w: %w", key, ErrInProgress, err)
-			}
-			poll = min(poll*2, cfg.pollMax)
-			waited = true
-		default:
-			return nil, false, fmt.Errorf("keystore: %T.Reserve returned a claim in state %v", s, c.State)
-		}
 	}
-}
-
-// reserveDetached calls s.Reserve under Detach(ctx): a store that gives up
-// half-way when ctx is cancelled may have taken the key and still report
-// an error, and Do would then leave the key in progress for a whole lease
-// with nobody to release it. Detached, Reserve answers truthfully, and Do
-// releases a key acquired after ctx ended.
-func reserveDetached(ctx context.Context, s Store, key string, fp []byte, lease time.Duration) (Claim, error) {
-	dctx, cancel := Detach(ctx)
-	defer cancel()
-	return s.Reserve(dctx, key, fp, lease)
-}
-
-// releaseUnused gives back c, acquired after ctx ended (cause), without
-// running fn, and returns the error Do reports.
-func releaseUnused(ctx context.Context, s Store, c Claim, cause error) error {
-	err := fmt.Errorf("keystore: key %q acquired after the context ended; released, fn not run: %w", c.Key, cause)
-	dctx, cancel := Detach(ctx)
-	defer cancel()
-	if rerr := s.Release(dctx, c); rerr != nil {
-		return errors.Join(err, fmt.Errorf("keystore: release (the lease will expire): %w", rerr))
+	c, err := Await(ctx, s, key, fp, cfg.lease, cfg.wait)
+	if err != nil {
+		return nil, false, err
 	}
-	return err
+	if c.State == Done {
+		return c.Result, true, nil
+	}
+	return run(ctx, s, c, fn, cfg.lease, cfg.ttl)
 }
 
 // run executes fn under the acquired claim c and records its outcome.
@@ -242,25 +209,4 @@ func run(ctx context.Context, s Store, c Claim, fn func(context.Context) ([]byte
 		return result, false, fmt.Errorf("keystore: effect done but not recorded (the key stays in progress until its lease expires): %w", cerr)
 	}
 	return result, false, nil
-}
-
-// sleep waits for d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// jitter returns a duration in [d/2, d], so that waiters do not poll in
-// lockstep.
-func jitter(d time.Duration) time.Duration {
-	if d < 2 {
-		return d
-	}
-	return d/2 + rand.N(d/2+1)
 }

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/retry"
 )
 
 // Extender is implemented by stores that can renew a live lease, so that an
@@ -34,13 +37,13 @@ type Extender interface {
 }
 
 // ValidateExtend checks the arguments of [Extender.Extend]: the claim (see
-// [ValidateRelease]) and a positive lease (wraps [ErrInvalidArgument]).
+// [ValidateRelease]) and a positive lease (wraps idem.ErrInvalidArgument).
 func ValidateExtend(c Claim, lease time.Duration) error {
 	if err := ValidateRelease(c); err != nil {
 		return err
 	}
 	if lease <= 0 {
-		return fmt.Errorf("%w: lease %v is not positive", ErrInvalidArgument, lease)
+		return fmt.Errorf("keystore: lease %v is not positive: %w", lease, idem.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -54,7 +57,7 @@ func CanExtend(s Store) bool {
 
 // As returns s as the optional interface T ([Extender], [Inspector],
 // [Forgetter], ...) when s implements it and so does every store it wraps:
-// a wrapper such as keystoremetrics.Store has an Unwrap() Store method and
+// a wrapper such as keystoreprom.Store has an Unwrap() Store method and
 // forwards the optional methods to the store it wraps, failing with
 // errors.ErrUnsupported when that store lacks them.
 func As[T any](s Store) (T, bool) {
@@ -83,6 +86,13 @@ var ErrLeaseNotRenewed = fmt.Errorf("%w: lease not renewed before it ended", Err
 
 // minRenewal is the shortest wait between two renewals or retries.
 const minRenewal = 10 * time.Millisecond
+
+// renewalPause draws the wait before the next renewal from [d/2, d] (the
+// one jitter, internal/retry's), so that holders that reserved together do
+// not renew in lockstep.
+func renewalPause(d time.Duration) time.Duration {
+	return retry.Backoff{Min: d, Max: d}.Delay(0)
+}
 
 // safe is how long after a renewal was sent (or KeepAlive was called) the
 // holder still counts on its lease: nine tenths of it, a margin for the
@@ -180,7 +190,7 @@ func (k *keeper) expired() {
 func (k *keeper) loop(ctx context.Context, start time.Time) {
 	defer close(k.done)
 	deadline := start.Add(safe(k.lease))
-	wait := jitter(k.lease / 3)
+	wait := renewalPause(k.lease / 3)
 	for {
 		t := time.NewTimer(max(wait, minRenewal))
 		select {
@@ -210,7 +220,7 @@ func (k *keeper) loop(ctx context.Context, start time.Time) {
 			}
 			deadline = began.Add(safe(k.lease))
 			k.watchdog.Reset(time.Until(deadline))
-			wait = jitter(k.lease / 3)
+			wait = renewalPause(k.lease / 3)
 		case errors.Is(err, ErrLeaseLost):
 			k.lose(fmt.Errorf("keystore: renewing the lease of %q: %w", c.Key, err))
 			return
@@ -222,7 +232,7 @@ func (k *keeper) loop(ctx context.Context, start time.Time) {
 				k.lose(fmt.Errorf("keystore: key %q: %w: last renewal error: %w", c.Key, ErrLeaseNotRenewed, err))
 				return
 			}
-			wait = jitter(min(k.lease/3, left/3))
+			wait = renewalPause(min(k.lease/3, left/3))
 		}
 	}
 }
