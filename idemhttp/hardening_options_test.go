@@ -248,8 +248,12 @@ func TestStalledReaderDoesNotHoldTheKey(t *testing.T) {
 	_ = conn.(*net.TCPConn).SetReadBuffer(4096)
 	fmt.Fprint(conn, "POST /export HTTP/1.1\r\nHost: x\r\nIdempotency-Key: big\r\nAuthorization: Bearer alice\r\nContent-Length: 1\r\n\r\nx")
 	// The stalled client never reads. Its retry, on another connection,
-	// gets 409 while the first is running, then the stored response.
+	// gets 409 while the first is running, then the stored response. The
+	// retry starts once the first request runs, so it cannot come first.
 	deadline := time.Now().Add(15 * time.Second)
+	for runs.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
 	for {
 		code, h, body := keyed(t, srv.URL, "/export", "big")
 		if code == 201 && h.Get("Idempotent-Replayed") == "true" && len(body) == size {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/keystore"
 )
 
@@ -90,10 +91,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	key, err := ParseKey(r.Header, m.cfg.strict)
 	switch {
-	case errors.Is(err, ErrMissingKey) && !m.cfg.required:
+	case errors.Is(err, idem.ErrMissingKey) && !m.cfg.required:
 		next.ServeHTTP(w, r)
 		return OutcomePassThrough
-	case errors.Is(err, ErrMissingKey):
+	case errors.Is(err, idem.ErrMissingKey):
 		m.problem(w, http.StatusBadRequest, probMissingKey, "this endpoint requires an Idempotency-Key header on "+r.Method+" requests", nil)
 		return OutcomeBadRequest
 	case err != nil:
@@ -121,56 +122,41 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	fp := Fingerprint(r, body, m.cfg.fpHeaders)
 	sk := storeKey(scope, key)
 
-	claim, err := m.reserve(r.Context(), sk, fp)
+	claim, err := keystore.Await(r.Context(), m.store, sk, fp, m.cfg.lease, m.wait())
 	switch {
-	case errors.Is(err, keystore.ErrFingerprintMismatch):
+	case errors.Is(err, idem.ErrFingerprintMismatch):
 		m.problem(w, http.StatusUnprocessableEntity, probMismatch, "the key was first used with a different method, path, query, body or fingerprinted header", nil)
 		return OutcomeMismatch
+	case errors.Is(err, keystore.ErrInProgress):
+		m.problem(w, http.StatusConflict, probInProgress, "a request with this key is being processed; retry after it completes", map[string]string{"Retry-After": strconv.Itoa(m.retryAfter(claim))})
+		return OutcomeInProgress
+	case err != nil && errors.Is(err, r.Context().Err()):
+		// The client left before or while the key was reserved: nobody
+		// would get the answer, so do not act (Await gave back a key it
+		// took); the retry executes.
+		m.cfg.logger.DebugContext(r.Context(), "idemhttp: client gone before the handler ran", "err", err)
+		return OutcomeClientGone
 	case err != nil:
 		m.cfg.logger.ErrorContext(r.Context(), "idemhttp: store unavailable", "err", err)
 		m.problem(w, http.StatusServiceUnavailable, probStore, "the request was not executed; retry later with the same key", map[string]string{"Retry-After": "1"})
 		return OutcomeStoreError
-	}
-	switch claim.State {
-	case keystore.Done:
+	case claim.State == keystore.Done:
 		return m.replay(w, claim)
-	case keystore.InProgress:
-		m.problem(w, http.StatusConflict, probInProgress, "a request with this key is being processed; retry after it completes", map[string]string{"Retry-After": strconv.Itoa(m.retryAfter(claim))})
-		return OutcomeInProgress
-	}
-	if r.Context().Err() != nil {
-		// The client left while the key was being reserved: nobody would
-		// get the answer, so do not act; the retry executes.
-		m.release(r.Context(), claim, "client gone after the reservation")
-		return OutcomeClientGone
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	return m.execute(w, r, next, claim, echo)
 }
 
-// reserve calls Reserve, waiting for an in-progress holder when configured.
-// Each call runs under storeCtx; only the waits between calls end with the
-// client.
-func (m *Middleware) reserve(ctx context.Context, key string, fp []byte) (keystore.Claim, error) {
-	deadline := time.Now().Add(m.cfg.wait)
-	poll := 10 * time.Millisecond
-	for {
-		sctx, cancel := m.storeCtx(ctx)
-		c, err := m.store.Reserve(sctx, key, fp, m.cfg.lease)
-		cancel()
-		if err != nil || c.State != keystore.InProgress || m.cfg.wait == 0 || time.Now().Add(poll).After(deadline) {
-			return c, err
-		}
-		t := time.NewTimer(poll)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return c, nil
-		case <-t.C:
-		}
-		poll = min(2*poll, 250*time.Millisecond)
+// wait is how a request waits for a key in progress: WithWait's bound,
+// polled by keystore.Await from 10ms up to 250ms with jitter, each Reserve
+// bounded by the store timeout and not ended by the client's disconnect.
+func (m *Middleware) wait() keystore.Wait {
+	w := keystore.Wait{CallTimeout: m.cfg.storeTimeout}
+	if m.cfg.wait > 0 {
+		w.Min, w.Max, w.Timeout = 10*time.Millisecond, 250*time.Millisecond, m.cfg.wait
 	}
+	return w
 }
 
 // release gives the key back, so that a retry executes.

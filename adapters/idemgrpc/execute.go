@@ -17,30 +17,6 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
-// reserve calls Reserve, waiting for an in-progress holder when configured.
-// Each call runs under storeCtx; only the waits between calls end with the
-// client.
-func (i *Interceptor) reserve(ctx context.Context, key string, fp []byte) (keystore.Claim, error) {
-	deadline := time.Now().Add(i.cfg.wait)
-	poll := 10 * time.Millisecond
-	for {
-		sctx, cancel := i.storeCtx(ctx)
-		c, err := i.store.Reserve(sctx, key, fp, i.cfg.lease)
-		cancel()
-		if err != nil || c.State != keystore.InProgress || i.cfg.wait == 0 || time.Now().Add(poll).After(deadline) {
-			return c, err
-		}
-		t := time.NewTimer(poll)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return c, nil
-		case <-t.C:
-		}
-		poll = min(2*poll, 250*time.Millisecond)
-	}
-}
-
 // execute runs the handler under the claim and stores or releases the key.
 // While the handler runs, the lease is renewed when the store can (see
 // keystore.KeepAlive) and the handler's context ends if the lease is lost;

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemhttp"
 	"google.golang.org/grpc/metadata"
 )
@@ -19,25 +20,16 @@ const (
 	MetadataPushback = "grpc-retry-pushback-ms"
 )
 
-// Errors of [KeyFromMetadata].
-var (
-	// ErrMissingKey: the call carries no idempotency-key entry. It is
-	// idemhttp.ErrMissingKey.
-	ErrMissingKey = idemhttp.ErrMissingKey
-	// ErrInvalidKey: the entry is repeated or its value is not a usable key.
-	// It is idem.ErrInvalidKey.
-	ErrInvalidKey = idemhttp.ErrInvalidKey
-)
-
 // KeyFromMetadata returns the idempotency key of a call's metadata. The
 // rules are the HTTP header's, shared with [idemhttp.ParseKey] in lenient
 // mode: one entry, either an RFC 9651 String ("abc") or a bare token of
 // printable ASCII without spaces, quotes, commas or backslashes, 1 to 255
-// characters once unquoted. Errors wrap [ErrMissingKey] or [ErrInvalidKey].
+// characters once unquoted. Errors wrap idem.ErrMissingKey or
+// idem.ErrInvalidKey.
 func KeyFromMetadata(md metadata.MD) (string, error) {
 	vals := md.Get(MetadataKey)
 	if len(vals) == 0 {
-		return "", fmt.Errorf("idemgrpc: %w", ErrMissingKey)
+		return "", fmt.Errorf("idemgrpc: no %s metadata: %w", MetadataKey, idem.ErrMissingKey)
 	}
 	key, err := idemhttp.ParseKey(http.Header{idemhttp.HeaderKey: vals}, false)
 	if err != nil {

@@ -6,7 +6,9 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/keystore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -79,9 +81,9 @@ func (i *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServer
 	md, _ := metadata.FromIncomingContext(ctx)
 	key, err := KeyFromMetadata(md)
 	switch {
-	case errors.Is(err, ErrMissingKey) && !i.cfg.required:
+	case errors.Is(err, idem.ErrMissingKey) && !i.cfg.required:
 		return handler(ctx, req)
-	case errors.Is(err, ErrMissingKey):
+	case errors.Is(err, idem.ErrMissingKey):
 		return nil, failure(codes.InvalidArgument, ReasonMissingKey, info.FullMethod+" requires an "+MetadataKey+" metadata entry")
 	case err != nil:
 		return nil, failure(codes.InvalidArgument, ReasonInvalidKey, err.Error())
@@ -97,27 +99,25 @@ func (i *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServer
 	if err != nil {
 		return nil, failure(codes.Internal, ReasonUnfingerprintable, err.Error())
 	}
-	claim, err := i.reserve(ctx, storeKey(scope, key), fp)
+	claim, err := keystore.Await(ctx, i.store, storeKey(scope, key), fp, i.cfg.lease, i.wait())
 	switch {
-	case errors.Is(err, keystore.ErrFingerprintMismatch):
+	case errors.Is(err, idem.ErrFingerprintMismatch):
 		return nil, failure(codes.FailedPrecondition, ReasonKeyReused, "the key was first used with another method or request message; use a new key for a new request")
-	case err != nil:
-		i.cfg.logger.ErrorContext(ctx, "idemgrpc: store unavailable", "method", info.FullMethod, "err", err)
-		return nil, failure(codes.Unavailable, ReasonStore, "the idempotency store is unavailable; the call was not executed, retry with the same key")
-	}
-	switch claim.State {
-	case keystore.Done:
-		return i.replay(ctx, claim)
-	case keystore.InProgress:
+	case errors.Is(err, keystore.ErrInProgress):
 		d := i.pushback(claim)
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(MetadataPushback, fmt.Sprint(d.Milliseconds())))
 		return nil, failure(codes.Unavailable, ReasonInProgress, "a call with this key is being executed; retry after it completes", retryInfo(d))
-	}
-	if err := ctx.Err(); err != nil {
-		// The client left while the key was being reserved: nobody would
-		// get the answer, so do not act; the retry executes.
-		i.release(ctx, claim, "client gone after the reservation")
-		return nil, statusOf(err).Err()
+	case err != nil && errors.Is(err, ctx.Err()):
+		// The client left before or while the key was reserved: nobody
+		// would get the answer, so do not act (Await gave back a key it
+		// took); the retry executes.
+		i.cfg.logger.DebugContext(ctx, "idemgrpc: client gone before the handler ran", "method", info.FullMethod, "err", err)
+		return nil, statusOf(ctx.Err()).Err()
+	case err != nil:
+		i.cfg.logger.ErrorContext(ctx, "idemgrpc: store unavailable", "method", info.FullMethod, "err", err)
+		return nil, failure(codes.Unavailable, ReasonStore, "the idempotency store is unavailable; the call was not executed, retry with the same key")
+	case claim.State == keystore.Done:
+		return i.replay(ctx, claim)
 	}
 	return i.execute(ctx, req, handler, claim)
 }
@@ -151,6 +151,17 @@ func storeKey(scope, key string) string {
 	h.Write([]byte{0})
 	h.Write([]byte(key))
 	return "grpc:" + base64.RawURLEncoding.EncodeToString(h.Sum(nil))
+}
+
+// wait is how a call waits for a key in progress: WithWait's bound, polled
+// by keystore.Await from 10ms up to 250ms with jitter, each Reserve bounded
+// by the store timeout and not ended by the client's cancellation.
+func (i *Interceptor) wait() keystore.Wait {
+	w := keystore.Wait{CallTimeout: i.cfg.storeTimeout}
+	if i.cfg.wait > 0 {
+		w.Min, w.Max, w.Timeout = 10*time.Millisecond, 250*time.Millisecond, i.cfg.wait
+	}
+	return w
 }
 
 func (i *Interceptor) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
