@@ -1,13 +1,15 @@
 package idemhttpprom_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem/idemhttp"
-	"github.com/idem-go/idem/idemhttp/idemhttpprom"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/idemhttp/idemhttpprom"
 )
 
 func TestHooks(t *testing.T) {
@@ -36,4 +38,19 @@ func TestHooks(t *testing.T) {
 	if _, err := idemhttpprom.New(reg); err == nil {
 		t.Fatal("registering twice succeeded")
 	}
+}
+
+// Hooks for a proxy, with a label that names it in a shared registry.
+func ExampleNew() {
+	reg := prometheus.NewRegistry()
+	h, err := idemhttpprom.New(reg, idemhttpprom.WithConstLabels(prometheus.Labels{"proxy": "payments"}))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// Pass h to idemhttp.New or idemhttp.NewProxy with idemhttp.WithHooks(h).
+	h.Request(idemhttp.OutcomeReplayed, time.Millisecond)
+	n, err := testutil.GatherAndCount(reg, "idem_http_requests_total")
+	fmt.Println(n, err)
+	// Output: 1 <nil>
 }

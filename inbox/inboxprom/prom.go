@@ -27,6 +27,8 @@ package inboxprom
 import (
 	"errors"
 	"fmt"
+	"regexp"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -60,42 +62,94 @@ var (
 	_ inbox.BatchHooks = (*Hooks)(nil)
 )
 
+// Option configures [New]. An option that cannot apply returns an error
+// wrapping idem.ErrInvalidOption, and New returns it.
+type Option func(*config) error
+
+type config struct {
+	namespace string
+	labels    prometheus.Labels
+	buckets   []float64
+}
+
+var metricName = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+
+// WithNamespace sets the first part of every metric's name (default "idem").
+func WithNamespace(ns string) Option {
+	return func(c *config) error {
+		if !metricName.MatchString(ns) {
+			return fmt.Errorf("inboxprom: namespace %q is not a metric name: %w", ns, idem.ErrInvalidOption)
+		}
+		c.namespace = ns
+		return nil
+	}
+}
+
+// WithConstLabels adds labels to every metric, to tell several services
+// apart in one registry (inboxes are told apart by the consumer label).
+func WithConstLabels(l prometheus.Labels) Option {
+	return func(c *config) error {
+		for k := range l {
+			if !metricName.MatchString(k) || k == "consumer" || k == "outcome" {
+				return fmt.Errorf("inboxprom: label %q is not a free label name: %w", k, idem.ErrInvalidOption)
+			}
+		}
+		c.labels = l
+		return nil
+	}
+}
+
+// WithBuckets sets the buckets, in seconds, of the two duration histograms
+// (default 100 µs to about 15 min in steps of 2.5×). They must be
+// increasing. The batch size histogram keeps its powers of two.
+func WithBuckets(b []float64) Option {
+	return func(c *config) error {
+		if len(b) == 0 || !slices.IsSorted(b) || len(slices.Compact(slices.Clone(b))) != len(b) {
+			return fmt.Errorf("inboxprom: buckets %v are not increasing: %w", b, idem.ErrInvalidOption)
+		}
+		c.buckets = b
+		return nil
+	}
+}
+
 // New registers the collectors with reg and returns hooks to pass to
-// inbox.WithHooks. Registering twice with one registry fails (the
+// inbox.WithHooks. A nil reg or a bad option is an error wrapping
+// idem.ErrInvalidOption. Registering twice with one registry fails (the
 // registry's AlreadyRegisteredError): share one Hooks between inboxes, the
 // consumer label tells them apart.
-func New(reg prometheus.Registerer) (*Hooks, error) {
+func New(reg prometheus.Registerer, opts ...Option) (*Hooks, error) {
+	cfg := config{namespace: "idem", buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 14)}
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
 	if reg == nil {
-		return nil, fmt.Errorf("%w: inboxprom: nil registerer", idem.ErrInvalidOption)
+		return nil, fmt.Errorf("inboxprom: nil registerer: %w", idem.ErrInvalidOption)
+	}
+	opt := func(name, help string) prometheus.Opts {
+		return prometheus.Opts{Namespace: cfg.namespace, Subsystem: "inbox", Name: name, Help: help, ConstLabels: cfg.labels}
+	}
+	histogram := func(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+		o := opt(name, help)
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: o.Namespace, Subsystem: o.Subsystem, Name: o.Name, Help: o.Help, ConstLabels: o.ConstLabels, Buckets: buckets,
+		}, labels)
 	}
 	h := &Hooks{
-		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "idem_inbox_messages_total",
-			Help: "Messages that reached a decision, by consumer and outcome: applied, duplicate, mismatch, invalid, handler_error, error.",
-		}, []string{"consumer", "outcome"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "idem_inbox_message_duration_seconds",
-			Help:    "Time from Process to its decision, retries included, by consumer and outcome.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 14),
-		}, []string{"consumer", "outcome"}),
-		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "idem_inbox_retries_total",
-			Help: "Transactions retried after a retryable error (serialization failure, deadlock, busy), by consumer.",
-		}, []string{"consumer"}),
-		swept: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "idem_inbox_swept_total",
-			Help: "Key rows deleted by Sweep, by consumer.",
-		}, []string{"consumer"}),
-		batch: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "idem_inbox_batch_size",
-			Help:    "Valid messages per ProcessBatch transaction, by consumer.",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
-		}, []string{"consumer"}),
-		batchDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "idem_inbox_batch_duration_seconds",
-			Help:    "Time per ProcessBatch transaction, retries included, by consumer.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 14),
-		}, []string{"consumer"}),
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts(opt("messages_total",
+			"Messages that reached a decision, by consumer and outcome: applied, duplicate, mismatch, invalid, handler_error, error.")),
+			[]string{"consumer", "outcome"}),
+		duration: histogram("message_duration_seconds", "Time from Process to its decision, retries included, by consumer and outcome.",
+			cfg.buckets, "consumer", "outcome"),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts(opt("retries_total",
+			"Transactions retried after a retryable error (serialization failure, deadlock, busy), by consumer.")), []string{"consumer"}),
+		swept: prometheus.NewCounterVec(prometheus.CounterOpts(opt("swept_total",
+			"Key rows deleted by Sweep, by consumer.")), []string{"consumer"}),
+		batch: histogram("batch_size", "Valid messages per ProcessBatch transaction, by consumer.",
+			prometheus.ExponentialBuckets(1, 2, 12), "consumer"),
+		batchDur: histogram("batch_duration_seconds", "Time per ProcessBatch transaction, retries included, by consumer.",
+			cfg.buckets, "consumer"),
 	}
 	for _, c := range []prometheus.Collector{h.messages, h.duration, h.retries, h.swept, h.batch, h.batchDur} {
 		if err := reg.Register(c); err != nil {
@@ -110,7 +164,7 @@ func outcome(applied bool, err error) string {
 	switch {
 	case errors.Is(err, idem.ErrFingerprintMismatch):
 		return OutcomeMismatch
-	case errors.Is(err, idem.ErrInvalidKey), errors.Is(err, inbox.ErrInvalidArgument):
+	case errors.Is(err, idem.ErrInvalidKey), errors.Is(err, idem.ErrInvalidArgument):
 		return OutcomeInvalid
 	case errors.As(err, new(*inbox.HandlerError)):
 		return OutcomeHandler

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -128,4 +129,35 @@ idem_inbox_swept_total{consumer="c"} 7
 	if _, err := inboxprom.New(nil); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Fatalf("New(nil): %v", err)
 	}
+}
+
+// Hooks on an inbox, with a label that names the service in a shared
+// registry: one message applied, then its duplicate.
+func ExampleNew() {
+	reg := prometheus.NewRegistry()
+	h, err := inboxprom.New(reg, inboxprom.WithConstLabels(prometheus.Labels{"service": "billing"}))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	dir, _ := os.MkdirTemp("", "inboxprom-")
+	defer os.RemoveAll(dir)
+	db, _ := sql.Open("sqlite", sqldialect.SQLiteDSN(filepath.Join(dir, "inbox.db")))
+	defer db.Close()
+	ctx := context.Background()
+	in, err := inbox.New(db, sqldialect.SQLite, "payments", inbox.WithHooks(h))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := in.Migrate(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	for range 2 {
+		_, _ = in.Process(ctx, "evt-1", func(context.Context, *sql.Tx) error { return nil })
+	}
+	n, err := testutil.GatherAndCount(reg, "idem_inbox_messages_total")
+	fmt.Println(n, "series", err)
+	// Output: 2 series <nil>
 }

@@ -1,11 +1,12 @@
 // Package keystoreprom wraps a [keystore.Store] with Prometheus metrics.
-// It is a separate package so that keystore and its stores do not depend on
-// Prometheus.
+// It is a separate package (and module) so that keystore and its stores do
+// not depend on Prometheus.
 //
-//	m, err := keystoreprom.New(store, keystoreprom.WithConstLabels(prometheus.Labels{"store": "pg"}))
+//	m, err := keystoreprom.New(registry, keystoreprom.WithConstLabels(prometheus.Labels{"store": "pg"}))
 //	...
-//	registry.MustRegister(m)
-//	res, replayed, err := keystore.Do(ctx, m, key, fp, fn)
+//	s, err := m.Wrap(store)
+//	...
+//	res, replayed, err := keystore.Do(ctx, s, key, fp, fn)
 //
 // Metrics (namespace "idem" unless [WithNamespace] says otherwise):
 //
@@ -25,6 +26,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,8 +36,9 @@ import (
 	"github.com/idem-go/idem/keystore"
 )
 
-// Option configures [New].
-type Option func(*config)
+// Option configures [New]. An option that cannot apply returns an error
+// wrapping idem.ErrInvalidOption, and New returns it.
+type Option func(*config) error
 
 type config struct {
 	namespace string
@@ -42,19 +46,49 @@ type config struct {
 	buckets   []float64
 }
 
-// WithNamespace sets the metric namespace (default "idem").
-func WithNamespace(ns string) Option { return func(c *config) { c.namespace = ns } }
+var metricName = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+
+// WithNamespace sets the first part of every metric's name (default "idem").
+func WithNamespace(ns string) Option {
+	return func(c *config) error {
+		if !metricName.MatchString(ns) {
+			return fmt.Errorf("keystoreprom: namespace %q is not a metric name: %w", ns, idem.ErrInvalidOption)
+		}
+		c.namespace = ns
+		return nil
+	}
+}
 
 // WithConstLabels adds labels to every metric, to tell several stores apart
 // in one registry.
-func WithConstLabels(l prometheus.Labels) Option { return func(c *config) { c.labels = l } }
+func WithConstLabels(l prometheus.Labels) Option {
+	return func(c *config) error {
+		for k := range l {
+			if !metricName.MatchString(k) || k == "op" || k == "outcome" {
+				return fmt.Errorf("keystoreprom: label %q is not a free label name: %w", k, idem.ErrInvalidOption)
+			}
+		}
+		c.labels = l
+		return nil
+	}
+}
 
-// WithBuckets sets the latency histogram buckets in seconds (default from
-// 50 µs to 2.5 s, covering memory, Redis and SQL stores).
-func WithBuckets(b []float64) Option { return func(c *config) { c.buckets = b } }
+// WithBuckets sets the latency histogram's buckets in seconds (default from
+// 50 µs to 2.5 s, covering memory, Redis and SQL stores). They must be
+// increasing.
+func WithBuckets(b []float64) Option {
+	return func(c *config) error {
+		if len(b) == 0 || !slices.IsSorted(b) || len(slices.Compact(slices.Clone(b))) != len(b) {
+			return fmt.Errorf("keystoreprom: buckets %v are not increasing: %w", b, idem.ErrInvalidOption)
+		}
+		c.buckets = b
+		return nil
+	}
+}
 
-// metrics are shared by a store and its scoped views.
-type metrics struct {
+// Metrics is one set of key store collectors, registered by [New]. Every
+// store it wraps, and every scoped view of those, counts into it.
+type Metrics struct {
 	reservations *prometheus.CounterVec
 	takeovers    prometheus.Counter
 	leaseLost    *prometheus.CounterVec
@@ -63,33 +97,31 @@ type metrics struct {
 	swept        prometheus.Counter
 }
 
-// Store is a [keystore.Store] that records metrics about the store it wraps.
-// It is a prometheus.Collector: register it once.
+// Store is a [keystore.Store] that records into its [Metrics] what the
+// store it wraps does. It changes no behaviour.
 type Store struct {
 	inner keystore.Store
-	m     *metrics
+	m     *Metrics
 }
 
-var _ prometheus.Collector = (*Store)(nil)
-
-// New wraps s. Bad options return an error wrapping idem.ErrInvalidOption.
-func New(s keystore.Store, opts ...Option) (*Store, error) {
+// New registers the key store collectors with reg. A nil reg or a bad
+// option is an error wrapping idem.ErrInvalidOption; registering twice with
+// one registry fails (the registry's AlreadyRegisteredError): give each
+// Metrics its own labels ([WithConstLabels]) or share one.
+func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	cfg := config{namespace: "idem", buckets: []float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1, 2.5}}
 	for _, o := range opts {
-		o(&cfg)
-	}
-	if s == nil {
-		return nil, fmt.Errorf("%w: keystoreprom: nil store", idem.ErrInvalidOption)
-	}
-	for i, b := range cfg.buckets {
-		if i > 0 && b <= cfg.buckets[i-1] {
-			return nil, fmt.Errorf("%w: keystoreprom: buckets are not increasing", idem.ErrInvalidOption)
+		if err := o(&cfg); err != nil {
+			return nil, err
 		}
+	}
+	if reg == nil {
+		return nil, fmt.Errorf("keystoreprom: nil registerer: %w", idem.ErrInvalidOption)
 	}
 	opt := func(name, help string) prometheus.Opts {
 		return prometheus.Opts{Namespace: cfg.namespace, Subsystem: "keystore", Name: name, Help: help, ConstLabels: cfg.labels}
 	}
-	m := &metrics{
+	m := &Metrics{
 		reservations: prometheus.NewCounterVec(prometheus.CounterOpts(opt("reservations_total", "Reserve calls by outcome: acquired, in_progress, done, mismatch, error.")), []string{"outcome"}),
 		takeovers:    prometheus.NewCounter(prometheus.CounterOpts(opt("lease_takeovers_total", "Acquisitions that replaced an expired lease whose holder neither completed nor released."))),
 		leaseLost:    prometheus.NewCounterVec(prometheus.CounterOpts(opt("lease_lost_total", "Complete, Release or Extend refused because the claim's token is no longer current.")), []string{"op"}),
@@ -111,29 +143,25 @@ func New(s keystore.Store, opts ...Option) (*Store, error) {
 		m.errors.WithLabelValues(op)
 		m.duration.WithLabelValues(op)
 	}
+	for _, c := range []prometheus.Collector{m.reservations, m.takeovers, m.leaseLost, m.errors, m.duration, m.swept} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("keystoreprom: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Wrap returns s with every call counted and timed into m. A nil s is an
+// error wrapping idem.ErrInvalidArgument.
+func (m *Metrics) Wrap(s keystore.Store) (*Store, error) {
+	if s == nil {
+		return nil, fmt.Errorf("keystoreprom: nil store: %w", idem.ErrInvalidArgument)
+	}
 	return &Store{inner: s, m: m}, nil
 }
 
 // Unwrap returns the wrapped store.
 func (s *Store) Unwrap() keystore.Store { return s.inner }
-
-// Describe implements prometheus.Collector.
-func (s *Store) Describe(ch chan<- *prometheus.Desc) {
-	for _, c := range s.m.collectors() {
-		c.Describe(ch)
-	}
-}
-
-// Collect implements prometheus.Collector.
-func (s *Store) Collect(ch chan<- prometheus.Metric) {
-	for _, c := range s.m.collectors() {
-		c.Collect(ch)
-	}
-}
-
-func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.reservations, m.takeovers, m.leaseLost, m.errors, m.duration, m.swept}
-}
 
 // Reserve implements [keystore.Store.Reserve].
 func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.Duration) (keystore.Claim, error) {

@@ -3,6 +3,7 @@ package keystoreprom_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -26,17 +27,29 @@ type clock struct{ t time.Time }
 
 func (c *clock) now() time.Time { return c.t }
 
-func newWrapped(t *testing.T) (*keystoreprom.Store, *clock) {
+// wrap wraps s with metrics registered in a new pedantic registry.
+func wrap(t *testing.T, s keystore.Store, opts ...keystoreprom.Option) (*keystoreprom.Store, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	m, err := keystoreprom.New(reg, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := m.Wrap(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w, reg
+}
+
+func newWrapped(t *testing.T) (*keystoreprom.Store, *clock, *prometheus.Registry) {
 	clk := &clock{t: time.Unix(1_700_000_000, 0)}
 	mem, err := memstore.New(memstore.WithClock(clk.now))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := keystoreprom.New(mem, keystoreprom.WithConstLabels(prometheus.Labels{"store": "memory"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m, clk
+	m, reg := wrap(t, mem, keystoreprom.WithConstLabels(prometheus.Labels{"store": "memory"}))
+	return m, clk, reg
 }
 
 // The wrapper changes no behaviour.
@@ -46,19 +59,14 @@ func TestConformance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := keystoreprom.New(mem)
-		if err != nil {
-			t.Fatal(err)
-		}
+		m, _ := wrap(t, mem)
 		return m
 	})
 }
 
 func TestMetrics(t *testing.T) {
 	ctx := context.Background()
-	m, clk := newWrapped(t)
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(m)
+	m, clk, reg := newWrapped(t)
 
 	c, _ := m.Reserve(ctx, "a", []byte("fp"), time.Second) // acquired
 	m.Reserve(ctx, "a", nil, time.Second)                  // in progress
@@ -119,8 +127,8 @@ idem_keystore_swept_total{store="memory"} 1
 	}
 	// Every call was timed: 9 Reserves, 4 Completes, 1 Release, 1 Sweep
 	// (and a zero series for Extend).
-	if n := testutil.CollectAndCount(m, "idem_keystore_operation_duration_seconds"); n != 5 {
-		t.Fatalf("%d duration series, want 5", n)
+	if n, err := testutil.GatherAndCount(reg, "idem_keystore_operation_duration_seconds"); n != 5 || err != nil {
+		t.Fatalf("%d duration series, want 5 (%v)", n, err)
 	}
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil || len(problems) > 0 {
@@ -129,10 +137,7 @@ idem_keystore_swept_total{store="memory"} 1
 }
 
 func TestScopeAndSweepUnsupported(t *testing.T) {
-	m, err := keystoreprom.New(onlyStore{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, _ := wrap(t, onlyStore{})
 	if _, err := m.Scope("x"); !errors.Is(err, errors.ErrUnsupported) {
 		t.Fatalf("Scope: %v", err)
 	}
@@ -163,15 +168,19 @@ func TestOptions(t *testing.T) {
 	if _, err := keystoreprom.New(nil); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Fatalf("New(nil): %v", err)
 	}
-	if _, err := keystoreprom.New(onlyStore{}, keystoreprom.WithBuckets([]float64{1, 1})); !errors.Is(err, idem.ErrInvalidOption) {
+	if _, err := keystoreprom.New(prometheus.NewRegistry(), keystoreprom.WithBuckets([]float64{1, 1})); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Fatalf("bad buckets: %v", err)
 	}
-	m, err := keystoreprom.New(onlyStore{}, keystoreprom.WithNamespace("acme"))
+	m, err := keystoreprom.New(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(m, "acme_keystore_reservations_total"); n != 5 {
-		t.Fatalf("%d series in namespace acme, want 5", n)
+	if _, err := m.Wrap(nil); !errors.Is(err, idem.ErrInvalidArgument) {
+		t.Fatalf("Wrap(nil): %v", err)
+	}
+	_, reg := wrap(t, onlyStore{}, keystoreprom.WithNamespace("acme"))
+	if n, err := testutil.GatherAndCount(reg, "acme_keystore_reservations_total"); n != 5 || err != nil {
+		t.Fatalf("%d series in namespace acme, want 5 (%v)", n, err)
 	}
 }
 
@@ -183,3 +192,39 @@ func (onlyStore) Reserve(context.Context, string, []byte, time.Duration) (keysto
 }
 func (onlyStore) Complete(context.Context, keystore.Claim, []byte, time.Duration) error { return nil }
 func (onlyStore) Release(context.Context, keystore.Claim) error                         { return nil }
+
+// A store wrapped with metrics, one label naming it: every call is counted.
+func ExampleMetrics_Wrap() {
+	reg := prometheus.NewRegistry()
+	m, err := keystoreprom.New(reg, keystoreprom.WithConstLabels(prometheus.Labels{"store": "memory"}))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	mem, _ := memstore.New()
+	s, err := m.Wrap(mem)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx := context.Background()
+	for range 2 {
+		_, replayed, err := keystore.Do(ctx, s, "charge-42", nil, func(context.Context) ([]byte, error) {
+			return []byte("ok"), nil
+		})
+		fmt.Println("replayed:", replayed, err)
+	}
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		for _, x := range mf.GetMetric() {
+			if mf.GetName() == "idem_keystore_reservations_total" && x.GetCounter().GetValue() > 0 {
+				fmt.Println(mf.GetName(), x.GetLabel()[0].GetValue(), x.GetCounter().GetValue())
+			}
+		}
+	}
+	// Output:
+	// replayed: false <nil>
+	// replayed: true <nil>
+	// idem_keystore_reservations_total acquired 1
+	// idem_keystore_reservations_total done 1
+}
