@@ -213,18 +213,22 @@ func idemConsume(b *testing.B, c *kfake.Cluster, group, topic string, mode consu
 	eff := newEffects(b, db)
 	var done atomic.Int64
 	all := make(chan struct{})
-	opt := idemkafka.WithOutcome(func(*kgo.Record, idemkafka.Outcome, error) {
+	opt := idemkafka.WithObserver(func(idemkafka.Event) {
 		if done.Add(1) == benchRecords {
 			close(all)
 		}
 	})
-	var con *idemkafka.Consumer
+	var con interface {
+		Run(context.Context) error
+		Close()
+	}
 	var err error
 	switch mode {
 	case modeOffsets:
-		con, err = idemkafka.NewOffsetConsumer(db, sqldialect.SQLite, eff.handler(""), groupOpts(c, group, topic), opt)
+		var oc *idemkafka.OffsetConsumer
+		oc, err = idemkafka.NewOffsetConsumer(db, sqldialect.SQLite, eff.handler(""), groupOpts(c, group, topic), opt)
 		if err == nil {
-			err = con.Migrate(context.Background())
+			con, err = oc, oc.Migrate(context.Background())
 		}
 	case modeSet:
 		set := setInsert
@@ -273,7 +277,7 @@ func rawConsume(b *testing.B, c *kfake.Cluster, group string) {
 	defer cancel()
 	n := 0
 	for n < benchRecords {
-		fs := cl.PollRecords(ctx, idemkafka.DefaultMaxPoll)
+		fs := cl.PollRecords(ctx, idemkafka.DefaultBatchSize)
 		if ctx.Err() != nil {
 			b.Fatal("timed out")
 		}
@@ -302,7 +306,7 @@ func BenchmarkOutboxRelay(b *testing.B) {
 	defer c.Close()
 	ctx := context.Background()
 	msg := func(i int) outbox.Message {
-		return outbox.Message{ID: outbox.NewID(), Topic: "bench", Key: fmt.Sprint("acct-", i%100), Payload: []byte(`{"amount":50,"user":42}`), Seq: int64(i + 1), Headers: map[string]string{"type": "Deposited"}}
+		return outbox.Message{ID: outbox.NewID(), Topic: "bench", OrderingKey: fmt.Sprint("acct-", i%100), Payload: []byte(`{"amount":50,"user":42}`), Seq: int64(i + 1), Headers: map[string]string{"type": "Deposited"}}
 	}
 	for _, batch := range []int{100, 1000} {
 		b.Run(fmt.Sprintf("plain-produce-loop/batch-%d", batch), func(b *testing.B) {

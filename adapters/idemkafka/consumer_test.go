@@ -151,7 +151,7 @@ func TestPoisonToDeadLetter(t *testing.T) {
 	}
 	ta := newTally()
 	con, err := idemkafka.NewConsumer(newInbox(t, db, "g"), h, groupOpts(c, "g", "orders"), ta.option(),
-		idemkafka.WithRetries(2, time.Millisecond, 5*time.Millisecond), idemkafka.WithDeadLetterTopic("dlq"))
+		idemkafka.WithMaxAttempts(3), idemkafka.WithBackoff(time.Millisecond, 5*time.Millisecond), idemkafka.WithDeadLetter("dlq"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,8 +169,8 @@ func TestPoisonToDeadLetter(t *testing.T) {
 	}
 	dl := readTopic(t, c, "dlq", 2)
 	want := map[string]map[string]string{
-		"poison": {idemkafka.HeaderDLQReason: "handler", idemkafka.HeaderDLQAttempts: "3", idemkafka.HeaderDLQOffset: "1", idemkafka.HeaderDLQError: "boom"},
-		"perm":   {idemkafka.HeaderDLQReason: "permanent", idemkafka.HeaderDLQAttempts: "1", idemkafka.HeaderDLQOffset: "3"},
+		"poison": {idemkafka.HeaderDLQReason: idemkafka.ReasonMaxAttempts, idemkafka.HeaderDLQAttempts: "3", idemkafka.HeaderDLQOffset: "1", idemkafka.HeaderDLQError: "boom"},
+		"perm":   {idemkafka.HeaderDLQReason: idemkafka.ReasonPermanent, idemkafka.HeaderDLQAttempts: "1", idemkafka.HeaderDLQOffset: "3"},
 	}
 	for _, r := range dl {
 		w, ok := want[string(r.Value)]
@@ -210,7 +210,7 @@ func TestMissingKey(t *testing.T) {
 		eff := newEffects(t, db)
 		ta := newTally()
 		con, err := idemkafka.NewConsumer(newInbox(t, db, "g"), eff.handler("1"), groupOpts(c, "g", "orders"),
-			ta.option(), idemkafka.WithDeadLetterTopic("dlq"))
+			ta.option(), idemkafka.WithDeadLetter("dlq"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -244,7 +244,7 @@ func TestMissingKey(t *testing.T) {
 			defer cancel()
 			err = con.Run(ctx)
 			con.Close()
-			want := idemkafka.ErrMissingKey
+			want := idem.ErrMissingKey
 			if name == "no-dlq" {
 				want = idemkafka.ErrDeadLetter
 			}
@@ -274,7 +274,7 @@ func TestDeadLetterProduceFails(t *testing.T) {
 		return base(ctx, tx, r)
 	}
 	con, err := idemkafka.NewConsumer(newInbox(t, db, "g"), h, groupOpts(c, "g", "orders"),
-		idemkafka.WithDeadLetterTopic("no-such-topic"))
+		idemkafka.WithDeadLetter("no-such-topic"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,8 +345,8 @@ func TestKeystoreMode(t *testing.T) {
 		return nil
 	}
 	first := newTally()
-	con, err := idemkafka.NewKeystoreConsumer(store, h, groupOpts(c, "g", "mails"), nil, first.option(),
-		idemkafka.WithRetries(2, time.Millisecond, 5*time.Millisecond))
+	con, err := idemkafka.NewKeystoreConsumer(store, h, groupOpts(c, "g", "mails"), first.option(),
+		idemkafka.WithMaxAttempts(3), idemkafka.WithBackoff(time.Millisecond, 5*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +358,7 @@ func TestKeystoreMode(t *testing.T) {
 	}
 	block.Store(false)
 	second := newTally()
-	con2, err := idemkafka.NewKeystoreConsumer(store, h, groupOpts(c, "g", "mails"), nil, second.option())
+	con2, err := idemkafka.NewKeystoreConsumer(store, h, groupOpts(c, "g", "mails"), second.option())
 	if err != nil {
 		t.Fatal(err)
 	}

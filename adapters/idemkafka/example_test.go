@@ -83,7 +83,8 @@ func ExampleConsumer() {
 			kgo.ConsumeTopics("payments"),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		},
-		idemkafka.WithOutcome(func(r *kgo.Record, o idemkafka.Outcome, _ error) {
+		idemkafka.WithObserver(func(e idemkafka.Event) {
+			r, o := e.Record, e.Outcome
 			fmt.Printf("offset %d: %v\n", r.Offset, o)
 			if seen++; seen == 2 {
 				stop()
@@ -131,7 +132,7 @@ func ExampleProducer_OutboxPublisher() {
 	if _, err := tx.ExecContext(ctx, `UPDATE orders SET status = 'paid' WHERE id = 7`); err != nil {
 		log.Fatal(err)
 	}
-	if _, err := ob.Add(ctx, tx, outbox.Message{Topic: "orders", Key: "order-7", Payload: []byte(`{"status":"paid"}`)}); err != nil {
+	if _, err := ob.Add(ctx, tx, outbox.Message{Topic: "orders", OrderingKey: "order-7", Payload: []byte(`{"status":"paid"}`)}); err != nil {
 		log.Fatal(err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -232,7 +233,8 @@ func ExampleWithSetHandler() {
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		},
 		idemkafka.WithSetHandler(creditAll),
-		idemkafka.WithOutcome(func(r *kgo.Record, o idemkafka.Outcome, _ error) {
+		idemkafka.WithObserver(func(e idemkafka.Event) {
+			r, o := e.Record, e.Outcome
 			fmt.Printf("offset %d: %v\n", r.Offset, o)
 			if seen++; seen == 3 {
 				stop()

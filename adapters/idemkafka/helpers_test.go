@@ -164,7 +164,7 @@ func newInbox(t testing.TB, db *sql.DB, group string) *inbox.Inbox {
 	return in
 }
 
-// tally counts outcomes reported by WithOutcome.
+// tally counts outcomes reported by WithObserver.
 type tally struct {
 	mu  sync.Mutex
 	n   map[idemkafka.Outcome]int
@@ -174,7 +174,8 @@ type tally struct {
 func newTally() *tally { return &tally{n: map[idemkafka.Outcome]int{}, off: map[string]int{}} }
 
 func (ta *tally) option() idemkafka.Option {
-	return idemkafka.WithOutcome(func(r *kgo.Record, o idemkafka.Outcome, _ error) {
+	return idemkafka.WithObserver(func(e idemkafka.Event) {
+		r, o := e.Record, e.Outcome
 		ta.mu.Lock()
 		ta.n[o]++
 		ta.off[fmt.Sprintf("%d/%d", r.Partition, r.Offset)]++

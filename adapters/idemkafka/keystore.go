@@ -11,80 +11,127 @@ import (
 	"github.com/idem-go/idem/keystore"
 )
 
-// processKeystore runs one partition's records through keystore.Do, in
-// order. It returns nil only when every record is applied, replayed, or
-// dead-lettered.
-func (c *Consumer) processKeystore(ctx context.Context, recs []*kgo.Record) error {
-	for _, r := range recs {
-		key, err := c.cfg.key(r)
-		if err == nil {
-			err = idem.ValidateKey(key)
-		}
-		if err != nil {
-			if c.cfg.missing == StopOnMissing {
-				return fmt.Errorf("idemkafka: %s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
-			}
-			if err := c.deadLetter(ctx, r, ReasonMissingKey, 0, err); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := c.applyKeystore(ctx, r, key); err != nil {
-			return err
-		}
-	}
-	return nil
+// KeystoreHandler applies one record's effect outside any database
+// transaction (an email, a call to a payment API).
+type KeystoreHandler func(ctx context.Context, r *kgo.Record) error
+
+// KeystoreConsumer is a consume loop for effects that cannot share a
+// transaction with the key: each record runs through keystore.Do before its
+// offset is marked.
+type KeystoreConsumer struct {
+	g *group
+	s keystore.Store
+	h KeystoreHandler
 }
 
-func (c *Consumer) applyKeystore(ctx context.Context, r *kgo.Record, key string) error {
-	var fp []byte
-	if c.cfg.fingerprint != nil {
-		fp = c.cfg.fingerprint(r)
+// NewKeystoreConsumer builds a KeystoreConsumer: each record runs through
+// keystore.Do (reserve the key in progress, run h, complete the key; release
+// it when h fails), one record at a time, before its offset is marked.
+// WithKeystoreOptions passes the lease, TTL and wait to keystore.Do; the
+// lease must exceed h's worst case. Scope s by group (keystore.Scope). kopts
+// are as for NewConsumer. Every option applies except WithSetHandler and
+// WithOffsetsTable.
+//
+// If the process dies after h's effect and before the key is completed, the
+// key stays in progress until its lease expires and the re-consumed record
+// then runs h again: pass the key downstream (keystore.ClaimFrom gives the
+// fencing token too) so that the repeat is absorbed there. A record whose key
+// is held in progress by another member is retried until that lease ends.
+func NewKeystoreConsumer(s keystore.Store, h KeystoreHandler, kopts []kgo.Opt, opts ...Option) (*KeystoreConsumer, error) {
+	if s == nil {
+		return nil, invalid("nil store")
 	}
+	if h == nil {
+		return nil, invalid("nil handler")
+	}
+	g, err := newGroup(opts, optKey|optFingerprint|optMissingKey|optKeystore, "NewKeystoreConsumer")
+	if err != nil {
+		return nil, err
+	}
+	c := &KeystoreConsumer{g: g, s: s, h: h}
+	if err := g.start(kopts, c.process); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Client returns the franz-go client the KeystoreConsumer owns, for
+// producing and admin requests. Do not poll, commit or close it.
+func (c *KeystoreConsumer) Client() *kgo.Client { return c.g.cl }
+
+// Run polls, processes and marks records until ctx ends (returning ctx's
+// error), Close is called (an error wrapping idem.ErrClosed), or a record
+// can neither be applied nor dead-lettered (an error; its offset is not
+// committed). Run may be called once. What happens if the process dies:
+//   - before keystore.Do reserved the key: nothing is recorded; the record
+//     is consumed again.
+//   - while h runs, or after its effect and before the key is completed:
+//     the re-consumed record waits for the lease to end and runs h again.
+//   - after the key is completed, before the offset commit: the record is
+//     consumed again and replayed (Outcome Duplicate); h does not run.
+//   - after the offset commit: the record is not consumed again.
+func (c *KeystoreConsumer) Run(ctx context.Context) error { return c.g.run(ctx) }
+
+// Close stops Run (waiting for it to return), commits the marked offsets
+// while leaving the group, and closes the client.
+func (c *KeystoreConsumer) Close() { c.g.close() }
+
+// process runs one partition's records through keystore.Do, in order. It
+// returns nil only when every record is applied, replayed, or
+// dead-lettered.
+func (c *KeystoreConsumer) process(ctx context.Context, recs []*kgo.Record) (bool, error) {
+	for _, r := range recs {
+		key, fp, ok, err := c.g.keyOf(ctx, r)
+		if err != nil {
+			return false, err
+		}
+		if ok {
+			if err := c.apply(ctx, r, key, fp); err != nil {
+				return false, err
+			}
+		}
+	}
+	return true, nil
+}
+
+func (c *KeystoreConsumer) apply(ctx context.Context, r *kgo.Record, key string, fp []byte) error {
 	attempts, waits := 0, 0
 	for {
 		attempts++
-		_, replayed, err := keystore.Do(ctx, c.ks, key, fp, func(ctx context.Context) ([]byte, error) {
-			if err := c.kh(ctx, r); err != nil {
+		_, replayed, err := keystore.Do(ctx, c.s, key, fp, func(ctx context.Context) ([]byte, error) {
+			if err := c.h(ctx, r); err != nil {
 				return nil, &handlerError{err}
 			}
 			return nil, nil
-		}, c.doOpts...)
+		}, c.g.cfg.doOpts...)
 		var he *handlerError
 		switch {
 		case err == nil && replayed:
-			c.outcome(r, Duplicate, nil)
+			c.g.observe(Event{Record: r, Key: key, Outcome: Duplicate})
 			return nil
 		case err == nil:
-			c.outcome(r, Applied, nil)
+			c.g.observe(Event{Record: r, Key: key, Outcome: Applied, Attempts: attempts})
 			return nil
 		case errors.Is(err, keystore.ErrInProgress):
 			// Another holder (a previous owner of the partition) runs it;
 			// its lease bounds the wait. Not a handler failure.
 			attempts--
 			waits++
-			if werr := c.sleep(ctx, min(waits, 8)); werr != nil {
+			if werr := c.g.cfg.backoff.Wait(ctx, min(waits, 8)-1); werr != nil {
 				return werr
 			}
 			continue
 		case errors.Is(err, idem.ErrFingerprintMismatch):
-			return c.deadLetter(ctx, r, ReasonFingerprintMismatch, attempts, err)
+			return c.g.deadLetter(ctx, r, key, ReasonFingerprintMismatch, attempts, err)
 		case !errors.As(err, &he):
-			return fmt.Errorf("idemkafka: %s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err) // store down: fail closed
+			return fmt.Errorf("idemkafka: %s: %w", where(r), err) // store down: fail closed
 		}
-		if cerr := ctx.Err(); cerr != nil {
-			return cerr
-		}
+		reason, stop := c.g.cfg.failed(ctx, r, attempts, err)
 		switch {
-		case idem.IsPermanent(err):
-			return c.deadLetter(ctx, r, ReasonPermanent, attempts, he.err)
-		case attempts > c.cfg.retries:
-			return c.deadLetter(ctx, r, ReasonHandler, attempts, he.err)
-		}
-		c.cfg.log.Info("idemkafka: handler failed, retrying", "topic", r.Topic, "partition", r.Partition,
-			"offset", r.Offset, "attempt", attempts, "err", err)
-		if werr := c.sleep(ctx, attempts); werr != nil {
-			return werr
+		case stop != nil:
+			return stop
+		case reason != "":
+			return c.g.deadLetter(ctx, r, key, reason, attempts, he.err)
 		}
 	}
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -23,42 +22,86 @@ type handlerError struct{ err error }
 func (e *handlerError) Error() string { return "idemkafka: handler: " + e.err.Error() }
 func (e *handlerError) Unwrap() error { return e.err }
 
-// OffsetsSchemaSQL returns the statement that creates the offsets table of
-// offsets-in-database mode (idempotent: IF NOT EXISTS), for migration tools.
-// table "" means DefaultOffsetsTable.
-func OffsetsSchemaSQL(d sqldialect.Dialect, table string) ([]string, error) {
-	if table == "" {
-		table = DefaultOffsetsTable
-	}
-	if !identRE.MatchString(table) {
-		return nil, fmt.Errorf("idemkafka: offsets table %q is not a plain identifier: %w", table, idem.ErrInvalidOption)
+// OffsetConsumer is a consume loop over a Kafka consumer group that keeps
+// each partition's next offset in the database, in the same transaction as
+// the records' effects, instead of a key per record.
+type OffsetConsumer struct {
+	g  *group
+	db *sql.DB
+	d  sqldialect.Dialect
+	h  Handler
+}
+
+// NewOffsetConsumer builds an OffsetConsumer: the next offset to consume of
+// each partition is kept in a table of db (DefaultOffsetsTable: group_id,
+// topic, partition_id, next_offset), written in the same transaction as h's
+// effect, and the consumer seeks to it whenever a partition is assigned.
+// That is exactly-once from Kafka into the database without a key per
+// record, as long as every effect of h is in db. Commits to Kafka still
+// happen (for lag monitoring) but are never read back.
+//
+// The offset update is conditional (the stored offset must not be past the
+// batch), so a member that lost its partitions without knowing (a zombie)
+// cannot commit a batch that the new owner has already applied: it rolls
+// back and re-seeks. Supported dialects: PostgreSQL and SQLite. Call Migrate,
+// or apply SchemaSQL, before Run. kopts are as for NewConsumer, and
+// NewOffsetConsumer adds its kgo.AdjustFetchOffsetsFn. The options that
+// apply: WithOffsetsTable, WithMaxAttempts, WithBackoff, WithDeadLetter,
+// WithBatchSize, WithLogger, WithObserver.
+func NewOffsetConsumer(db *sql.DB, d sqldialect.Dialect, h Handler, kopts []kgo.Opt, opts ...Option) (*OffsetConsumer, error) {
+	if db == nil {
+		return nil, invalid("nil db")
 	}
 	if d != sqldialect.Postgres && d != sqldialect.SQLite {
-		return nil, fmt.Errorf("idemkafka: offsets table on %v: %w", d, idem.ErrInvalidOption)
+		return nil, invalid("offsets in the database support PostgreSQL and SQLite, not %v", d)
 	}
-	return []string{"CREATE TABLE IF NOT EXISTS " + table + ` (
+	if h == nil {
+		return nil, invalid("nil handler")
+	}
+	g, err := newGroup(opts, optOffsetsTable, "NewOffsetConsumer")
+	if err != nil {
+		return nil, err
+	}
+	c := &OffsetConsumer{g: g, db: db, d: d, h: h}
+	if err := g.start(kopts, c.process, kgo.AdjustFetchOffsetsFn(c.adjustOffsets)); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Client returns the franz-go client the OffsetConsumer owns, for producing
+// and admin requests. Do not poll, commit or close it.
+func (c *OffsetConsumer) Client() *kgo.Client { return c.g.cl }
+
+// Run polls, processes and stores offsets until ctx ends (returning ctx's
+// error), Close is called (an error wrapping idem.ErrClosed), or a record
+// can neither be applied nor dead-lettered (an error). Run may be called
+// once. What happens if the process dies:
+//   - before a batch's transaction commits: neither effects nor the offset
+//     are recorded; the records are consumed again from the stored offset.
+//   - after it commits, before the Kafka offset commit: the next owner seeks
+//     to the stored offset, past the applied records; nothing is repeated.
+//   - after the Kafka offset commit: the records are not consumed again.
+func (c *OffsetConsumer) Run(ctx context.Context) error { return c.g.run(ctx) }
+
+// Close stops Run (waiting for it to return), commits the marked offsets to
+// Kafka while leaving the group, and closes the client.
+func (c *OffsetConsumer) Close() { c.g.close() }
+
+// SchemaSQL returns the statement that creates the offsets table
+// (idempotent: IF NOT EXISTS), for migration tools.
+func (c *OffsetConsumer) SchemaSQL() []string {
+	return []string{"CREATE TABLE IF NOT EXISTS " + c.g.cfg.table + ` (
 	group_id VARCHAR(255) NOT NULL,
 	topic VARCHAR(255) NOT NULL,
 	partition_id INTEGER NOT NULL,
 	next_offset BIGINT NOT NULL,
-	PRIMARY KEY (group_id, topic, partition_id))`}, nil
+	PRIMARY KEY (group_id, topic, partition_id))`}
 }
 
-// Migrate creates what the Consumer stores in its database: the inbox's key
-// table, or in offsets-in-database mode the offsets table. In keystore mode
-// it does nothing (stores create their own tables).
-func (c *Consumer) Migrate(ctx context.Context) error {
-	switch {
-	case c.in != nil:
-		return c.in.Migrate(ctx)
-	case c.db == nil:
-		return nil
-	}
-	stmts, err := OffsetsSchemaSQL(c.d, c.cfg.table)
-	if err != nil {
-		return err
-	}
-	for _, s := range stmts {
+// Migrate runs SchemaSQL on the consumer's database.
+func (c *OffsetConsumer) Migrate(ctx context.Context) error {
+	for _, s := range c.SchemaSQL() {
 		if _, err := c.db.ExecContext(ctx, s); err != nil {
 			return fmt.Errorf("idemkafka: migrate: %w", err)
 		}
@@ -68,9 +111,9 @@ func (c *Consumer) Migrate(ctx context.Context) error {
 
 // adjustOffsets replaces the offsets Kafka returned for the assigned
 // partitions by the ones committed with the effects, where there are any.
-func (c *Consumer) adjustOffsets(ctx context.Context, offs map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+func (c *OffsetConsumer) adjustOffsets(ctx context.Context, offs map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 	select {
-	case <-c.ready:
+	case <-c.g.ready:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -78,7 +121,7 @@ func (c *Consumer) adjustOffsets(ctx context.Context, offs map[string]map[int32]
 		for p := range ps {
 			next, ok, err := c.storedOffset(ctx, topic, p)
 			if err != nil {
-				c.cfg.log.Error("idemkafka: reading stored offset", "topic", topic, "partition", p, "err", err)
+				c.g.cfg.log.Error("idemkafka: reading stored offset", "topic", topic, "partition", p, "err", err)
 				return nil, err
 			}
 			if ok {
@@ -89,11 +132,11 @@ func (c *Consumer) adjustOffsets(ctx context.Context, offs map[string]map[int32]
 	return offs, nil
 }
 
-func (c *Consumer) storedOffset(ctx context.Context, topic string, p int32) (int64, bool, error) {
-	q := "SELECT next_offset FROM " + c.cfg.table + " WHERE group_id = " + c.d.Placeholder(1) +
+func (c *OffsetConsumer) storedOffset(ctx context.Context, topic string, p int32) (int64, bool, error) {
+	q := "SELECT next_offset FROM " + c.g.cfg.table + " WHERE group_id = " + c.d.Placeholder(1) +
 		" AND topic = " + c.d.Placeholder(2) + " AND partition_id = " + c.d.Placeholder(3)
 	var next int64
-	err := c.db.QueryRowContext(ctx, q, c.group, topic, p).Scan(&next)
+	err := c.db.QueryRowContext(ctx, q, c.g.name, topic, p).Scan(&next)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, false, nil
 	}
@@ -105,12 +148,12 @@ func (c *Consumer) storedOffset(ctx context.Context, topic string, p int32) (int
 
 // advance sets the partition's next offset to next inside tx, unless the
 // stored offset is already past first (errFenced).
-func (c *Consumer) advance(ctx context.Context, tx *sql.Tx, topic string, p int32, first, next int64) error {
+func (c *OffsetConsumer) advance(ctx context.Context, tx *sql.Tx, topic string, p int32, first, next int64) error {
 	ph := c.d.Placeholder
-	q := "INSERT INTO " + c.cfg.table + " (group_id, topic, partition_id, next_offset) VALUES (" +
+	q := "INSERT INTO " + c.g.cfg.table + " (group_id, topic, partition_id, next_offset) VALUES (" +
 		c.d.Placeholders(1, 4) + ") ON CONFLICT (group_id, topic, partition_id) DO UPDATE SET next_offset = excluded.next_offset WHERE " +
-		c.cfg.table + ".next_offset <= " + ph(5)
-	res, err := tx.ExecContext(ctx, q, c.group, topic, p, next, first)
+		c.g.cfg.table + ".next_offset <= " + ph(5)
+	res, err := tx.ExecContext(ctx, q, c.g.name, topic, p, next, first)
 	if err != nil {
 		return fmt.Errorf("idemkafka: store offset: %w", err)
 	}
@@ -126,19 +169,19 @@ func (c *Consumer) advance(ctx context.Context, tx *sql.Tx, topic string, p int3
 
 // inTx runs fn in a transaction with the partition's offset advanced to next,
 // retrying serialization failures and busy databases a few times.
-func (c *Consumer) inTx(ctx context.Context, topic string, p int32, first, next int64, fn func(*sql.Tx) error) error {
+func (c *OffsetConsumer) inTx(ctx context.Context, topic string, p int32, first, next int64, fn func(*sql.Tx) error) error {
 	for attempt := 1; ; attempt++ {
 		err := c.tryTx(ctx, topic, p, first, next, fn)
 		if err == nil || attempt >= 10 || !c.d.Retryable(err) {
 			return err
 		}
-		if err := c.sleep(ctx, 1); err != nil {
+		if err := c.g.cfg.backoff.Wait(ctx, 0); err != nil {
 			return err
 		}
 	}
 }
 
-func (c *Consumer) tryTx(ctx context.Context, topic string, p int32, first, next int64, fn func(*sql.Tx) error) error {
+func (c *OffsetConsumer) tryTx(ctx context.Context, topic string, p int32, first, next int64, fn func(*sql.Tx) error) error {
 	tx, err := c.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("idemkafka: begin: %w", err)
@@ -159,11 +202,12 @@ func (c *Consumer) tryTx(ctx context.Context, topic string, p int32, first, next
 	return nil
 }
 
-// processOffsets applies one partition's records with the offset in the same
+// process applies one partition's records with the offset in the same
 // transaction: all of them in one transaction when every handler succeeds,
-// else one record per transaction, in order, with retries and dead-lettering.
-// mark reports whether the last record may be marked in Kafka.
-func (c *Consumer) processOffsets(ctx context.Context, recs []*kgo.Record) (mark bool, err error) {
+// else one record per transaction, in order, with retries and
+// dead-lettering. mark reports whether the last record may be marked in
+// Kafka.
+func (c *OffsetConsumer) process(ctx context.Context, recs []*kgo.Record) (mark bool, err error) {
 	topic, p := recs[0].Topic, recs[0].Partition
 	last := recs[len(recs)-1]
 	err = c.inTx(ctx, topic, p, recs[0].Offset, last.Offset+1, func(tx *sql.Tx) error {
@@ -178,7 +222,7 @@ func (c *Consumer) processOffsets(ctx context.Context, recs []*kgo.Record) (mark
 	switch {
 	case err == nil:
 		for _, r := range recs {
-			c.outcome(r, Applied, nil)
+			c.g.observe(Event{Record: r, Outcome: Applied, Attempts: 1})
 		}
 		return true, nil
 	case errors.Is(err, errFenced):
@@ -187,7 +231,7 @@ func (c *Consumer) processOffsets(ctx context.Context, recs []*kgo.Record) (mark
 		return false, err
 	}
 	for _, r := range recs {
-		if err := c.applyOneOffset(ctx, r); err != nil {
+		if err := c.applyOne(ctx, r); err != nil {
 			if errors.Is(err, errFenced) {
 				return false, c.reseek(ctx, topic, p)
 			}
@@ -197,9 +241,9 @@ func (c *Consumer) processOffsets(ctx context.Context, recs []*kgo.Record) (mark
 	return true, nil
 }
 
-// applyOneOffset applies r in its own transaction, retrying handler errors,
-// and dead-letters it (then stores its offset) when retries are spent.
-func (c *Consumer) applyOneOffset(ctx context.Context, r *kgo.Record) error {
+// applyOne applies r in its own transaction, retrying handler errors, and
+// dead-letters it (then stores its offset) when its attempts are spent.
+func (c *OffsetConsumer) applyOne(ctx context.Context, r *kgo.Record) error {
 	for attempts := 1; ; attempts++ {
 		err := c.inTx(ctx, r.Topic, r.Partition, r.Offset, r.Offset+1, func(tx *sql.Tx) error {
 			if err := c.h(ctx, tx, r); err != nil {
@@ -210,44 +254,34 @@ func (c *Consumer) applyOneOffset(ctx context.Context, r *kgo.Record) error {
 		var he *handlerError
 		switch {
 		case err == nil:
-			c.outcome(r, Applied, nil)
+			c.g.observe(Event{Record: r, Outcome: Applied, Attempts: attempts})
 			return nil
 		case !errors.As(err, &he):
 			return err
 		}
-		if cerr := ctx.Err(); cerr != nil {
-			return cerr
-		}
-		reason := ""
-		if idem.IsPermanent(err) {
-			reason = ReasonPermanent
-		} else if attempts > c.cfg.retries {
-			reason = ReasonHandler
-		}
-		if reason != "" {
-			if err := c.deadLetter(ctx, r, reason, attempts, he.err); err != nil {
+		reason, stop := c.g.cfg.failed(ctx, r, attempts, err)
+		switch {
+		case stop != nil:
+			return stop
+		case reason != "":
+			if err := c.g.deadLetter(ctx, r, "", reason, attempts, he.err); err != nil {
 				return err
 			}
 			return c.inTx(ctx, r.Topic, r.Partition, r.Offset, r.Offset+1, nil)
-		}
-		c.cfg.log.Info("idemkafka: handler failed, retrying", "topic", r.Topic, "partition", r.Partition,
-			"offset", r.Offset, "attempt", attempts, "err", err)
-		if err := c.sleep(ctx, attempts); err != nil {
-			return err
 		}
 	}
 }
 
 // reseek moves consumption of the partition to the offset stored in the
 // database, after another member was found to have moved it.
-func (c *Consumer) reseek(ctx context.Context, topic string, p int32) error {
+func (c *OffsetConsumer) reseek(ctx context.Context, topic string, p int32) error {
 	next, ok, err := c.storedOffset(ctx, topic, p)
 	if err != nil {
 		return err
 	}
-	c.cfg.log.Warn("idemkafka: offset moved by another member; seeking", "topic", topic, "partition", p, "offset", next)
+	c.g.cfg.log.Warn("idemkafka: offset moved by another member; seeking", "topic", topic, "partition", p, "offset", next)
 	if ok {
-		c.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{topic: {p: {Epoch: -1, Offset: next}}})
+		c.g.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{topic: {p: {Epoch: -1, Offset: next}}})
 	}
 	return nil
 }

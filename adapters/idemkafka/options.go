@@ -1,197 +1,199 @@
 package idemkafka
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
-	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/retry"
+	"github.com/idem-go/idem/keystore"
 )
 
-// HeaderID is the record header that carries a message's stable id: the
-// default dedup key of a Consumer, and what Producer.Produce stamps.
-const HeaderID = "idem-id"
-
-// Defaults of a Consumer.
+// Defaults of the consumers.
 const (
-	DefaultRetries      = 3
-	DefaultRetryMin     = 100 * time.Millisecond
-	DefaultRetryMax     = 5 * time.Second
-	DefaultMaxPoll      = 1000
+	DefaultMaxAttempts  = 4 // handler runs of one record before it is dead-lettered
+	DefaultBackoffMin   = 100 * time.Millisecond
+	DefaultBackoffMax   = 5 * time.Second
+	DefaultBatchSize    = 1000 // records per poll
 	DefaultOffsetsTable = "idem_kafka_offsets"
 )
 
-// KeyFunc derives a record's dedup key. It returns an error (for example one
-// wrapping ErrMissingKey) when the record carries no usable key.
-type KeyFunc func(r *kgo.Record) (string, error)
-
-// MissingKeyPolicy says what a Consumer does with a record whose key cannot be
+// MissingKeyPolicy says what a consumer does with a record whose key cannot be
 // derived.
 type MissingKeyPolicy int
 
 const (
 	// DeadLetterMissing sends the record to the dead-letter topic with
-	// reason "missing-key" and moves on (the default). Without a dead-letter
-	// topic it behaves like StopOnMissing.
+	// reason ReasonMissingKey and moves on (the default). Without a
+	// dead-letter topic it behaves like StopOnMissing.
 	DeadLetterMissing MissingKeyPolicy = iota + 1
-	// StopOnMissing makes Run return an error wrapping ErrMissingKey; the
-	// record's offset is not committed, so it is seen again after a restart.
+	// StopOnMissing makes Run return an error wrapping idem.ErrMissingKey;
+	// the record's offset is not committed, so it is seen again after a
+	// restart.
 	StopOnMissing
 )
 
-// Outcome is what became of one record.
-type Outcome int
-
-const (
-	// Applied: the handler's effect committed.
-	Applied Outcome = iota + 1
-	// Duplicate: the record's key was already recorded; the handler did not
-	// run. The record is done.
-	Duplicate
-	// DeadLettered: the record was produced to the dead-letter topic.
-	DeadLettered
-)
-
-// String returns the outcome's name.
-func (o Outcome) String() string {
-	switch o {
-	case Applied:
-		return "applied"
-	case Duplicate:
-		return "duplicate"
-	case DeadLettered:
-		return "dead-lettered"
-	}
-	return "Outcome(" + strconv.Itoa(int(o)) + ")"
-}
-
-// Option configures a Consumer. Options are validated once, by NewConsumer
-// and NewOffsetConsumer, whose errors wrap idem.ErrInvalidOption.
+// Option configures a [Consumer], [OffsetConsumer], [KeystoreConsumer] or
+// [TransactConsumer]. Options are validated once, by the constructor, whose
+// errors wrap idem.ErrInvalidOption; an option that does not apply to what
+// is being built (each option's doc says where it applies) is such an error
+// too.
 type Option func(*config) error
 
+// optKind marks the options that only some consumers take.
+type optKind uint8
+
+const (
+	optKey optKind = 1 << iota
+	optFingerprint
+	optMissingKey
+	optSetHandler
+	optOffsetsTable
+	optKeystore
+)
+
+// optNames names each restricted option in "does not apply" errors.
+var optNames = []struct {
+	k    optKind
+	name string
+}{
+	{optKey, "WithKey"},
+	{optFingerprint, "WithFingerprint"},
+	{optMissingKey, "WithMissingKey"},
+	{optSetHandler, "WithSetHandler"},
+	{optOffsetsTable, "WithOffsetsTable"},
+	{optKeystore, "WithKeystoreOptions"},
+}
+
 type config struct {
+	given       optKind // restricted options given
 	key         KeyFunc
 	fingerprint func(*kgo.Record) []byte
 	missing     MissingKeyPolicy
-	retries     int
-	retryMin    time.Duration
-	retryMax    time.Duration
+	maxAttempts int
+	backoff     retry.Backoff
 	dlq         string
-	maxPoll     int
+	batch       int
 	table       string
 	log         *slog.Logger
-	onOutcome   func(r *kgo.Record, o Outcome, err error)
+	observer    func(Event)
 	set         SetHandler
+	doOpts      []keystore.Option
 }
 
-func defaultConfig() config {
-	return config{
-		key:      headerKey(HeaderID),
-		missing:  DeadLetterMissing,
-		retries:  DefaultRetries,
-		retryMin: DefaultRetryMin,
-		retryMax: DefaultRetryMax,
-		maxPoll:  DefaultMaxPoll,
-		table:    DefaultOffsetsTable,
-		log:      slog.New(slog.DiscardHandler),
+// newConfig applies opts over the defaults and refuses options outside
+// allowed, naming the constructor ctor.
+func newConfig(opts []Option, allowed optKind, ctor string) (config, error) {
+	c := config{
+		key:         HeaderKey(HeaderID),
+		missing:     DeadLetterMissing,
+		maxAttempts: DefaultMaxAttempts,
+		backoff:     retry.Backoff{Min: DefaultBackoffMin, Max: DefaultBackoffMax},
+		batch:       DefaultBatchSize,
+		table:       DefaultOffsetsTable,
+		log:         slog.New(slog.DiscardHandler),
 	}
+	for _, o := range opts {
+		if o == nil {
+			return config{}, invalid("nil option")
+		}
+		if err := o(&c); err != nil {
+			return config{}, err
+		}
+	}
+	for _, n := range optNames {
+		if c.given&n.k != 0 && allowed&n.k == 0 {
+			return config{}, invalid("%s does not apply to %s", n.name, ctor)
+		}
+	}
+	return c, nil
 }
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("idemkafka: %s: %w", fmt.Sprintf(format, args...), idem.ErrInvalidOption)
 }
 
-// WithKeyHeader takes the dedup key from the named record header (default
-// HeaderID). A record without it, or with an empty or repeated one, follows
-// the MissingKeyPolicy.
-func WithKeyHeader(name string) Option {
-	return func(c *config) error {
-		if name == "" {
-			return invalid("empty key header name")
-		}
-		c.key = headerKey(name)
-		return nil
-	}
-}
-
-// WithKeyFunc derives the dedup key with fn, for example from a business id
-// in the payload (see idem.DeriveKey). An error from fn follows the
-// MissingKeyPolicy.
-func WithKeyFunc(fn KeyFunc) Option {
+// WithKey derives each record's dedup key with fn (default
+// HeaderKey(HeaderID)), for example from a business id in the payload (see
+// idem.DeriveKey), or [OffsetKey]. A record for which fn fails, or returns
+// an invalid key, follows the MissingKeyPolicy. For Consumer and
+// KeystoreConsumer.
+func WithKey(fn KeyFunc) Option {
 	return func(c *config) error {
 		if fn == nil {
 			return invalid("nil key func")
 		}
-		c.key = fn
+		c.key, c.given = fn, c.given|optKey
 		return nil
 	}
 }
 
-// WithOffsetKey keys records by topic, partition and offset. Every record has
-// one, but offsets identify a position in one log, not a message: a message
-// produced twice gets two offsets (not deduplicated), and after the topic is
-// recreated or its records are repartitioned into a new topic, old keys name
-// other messages (wrongly dropped as duplicates). Prefer a stable id header.
-func WithOffsetKey() Option {
-	return func(c *config) error {
-		c.key = OffsetKey
-		return nil
-	}
-}
-
-// WithFingerprint stores fn(record) with each key (at most 64 bytes, a digest
-// of the payload); a redelivery of the key with another fingerprint is
-// dead-lettered with reason "fingerprint-mismatch".
-func WithFingerprint(fn func(r *kgo.Record) []byte) Option {
+// WithFingerprint stores fn(record) with each key (at most
+// idem.MaxFingerprintLen bytes: a digest of the payload, never the payload);
+// a redelivery of the key with another fingerprint is dead-lettered with
+// reason ReasonFingerprintMismatch, and a longer fingerprint with reason
+// ReasonInvalidFingerprint. For Consumer and KeystoreConsumer.
+func WithFingerprint(fn func(*kgo.Record) []byte) Option {
 	return func(c *config) error {
 		if fn == nil {
 			return invalid("nil fingerprint func")
 		}
-		c.fingerprint = fn
+		c.fingerprint, c.given = fn, c.given|optFingerprint
 		return nil
 	}
 }
 
 // WithMissingKey sets what happens to a record whose key cannot be derived
-// (default DeadLetterMissing).
+// (default DeadLetterMissing). For Consumer and KeystoreConsumer.
 func WithMissingKey(p MissingKeyPolicy) Option {
 	return func(c *config) error {
 		if p != DeadLetterMissing && p != StopOnMissing {
 			return invalid("unknown missing-key policy %d", p)
 		}
-		c.missing = p
+		c.missing, c.given = p, c.given|optMissingKey
 		return nil
 	}
 }
 
-// WithRetries sets how many times a failing handler is run again for one
-// record (n further attempts, so n+1 in all), with jittered exponential
-// backoff from min to max, before the record is dead-lettered. Errors marked
-// with idem.Permanent are not retried. Default: 3 retries, 100 ms to 5 s.
-func WithRetries(n int, min, max time.Duration) Option {
+// WithMaxAttempts sets how many times a failing handler runs for one record
+// before the record is dead-lettered with reason ReasonMaxAttempts (default
+// DefaultMaxAttempts; 1 means no retry). Errors marked with idem.Permanent
+// are not retried. The retries wait the WithBackoff delays. For every
+// consumer.
+func WithMaxAttempts(n int) Option {
 	return func(c *config) error {
-		if n < 0 || n > 1000 {
-			return invalid("retries %d out of range 0..1000", n)
+		if n < 1 || n > 1000 {
+			return invalid("max attempts %d out of range 1..1000", n)
 		}
-		if min <= 0 || max < min {
-			return invalid("retry backoff %v..%v: need 0 < min <= max", min, max)
-		}
-		c.retries, c.retryMin, c.retryMax = n, min, max
+		c.maxAttempts = n
 		return nil
 	}
 }
 
-// WithDeadLetterTopic names the topic that records go to when their handler
-// keeps failing, fails permanently, or they have no key. Without it, such a
-// record stops Run with an error, and its offset is not committed: a record is
-// never acknowledged and dropped.
-func WithDeadLetterTopic(topic string) Option {
+// WithBackoff sets the delays between a record's attempts: full jitter
+// between min/2 and min·2ⁿ, capped at max (default DefaultBackoffMin to
+// DefaultBackoffMax). For every consumer.
+func WithBackoff(min, max time.Duration) Option {
+	return func(c *config) error {
+		b := retry.Backoff{Min: min, Max: max}
+		if err := b.Validate(); err != nil || min <= 0 {
+			return invalid("backoff %v..%v: need 0 < min <= max", min, max)
+		}
+		c.backoff = b
+		return nil
+	}
+}
+
+// WithDeadLetter names the topic that records go to when their handler
+// keeps failing, fails permanently, or they have no usable key. Without it,
+// such a record stops Run with an error wrapping ErrDeadLetter, and its
+// offset is not committed: a record is never acknowledged and dropped. For
+// every consumer.
+func WithDeadLetter(topic string) Option {
 	return func(c *config) error {
 		if topic == "" {
 			return invalid("empty dead-letter topic")
@@ -201,65 +203,82 @@ func WithDeadLetterTopic(topic string) Option {
 	}
 }
 
-// WithMaxPollRecords bounds the records taken per poll (default 1000). One
-// poll is processed before the group may rebalance, so it must be processed
-// well within the group's rebalance timeout.
-func WithMaxPollRecords(n int) Option {
+// WithBatchSize bounds the records taken per poll (default
+// DefaultBatchSize). One poll is processed before the group may rebalance,
+// so it must be processed well within the group's rebalance timeout. For
+// every consumer.
+func WithBatchSize(n int) Option {
 	return func(c *config) error {
 		if n <= 0 {
-			return invalid("max poll records %d: must be positive", n)
+			return invalid("batch size %d: must be positive", n)
 		}
-		c.maxPoll = n
+		c.batch = n
 		return nil
 	}
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
-// WithOffsetsTable names the offsets table of NewOffsetConsumer (default
-// DefaultOffsetsTable). It must be a plain SQL identifier.
+// WithOffsetsTable names the offsets table of an [OffsetConsumer] (default
+// DefaultOffsetsTable). It must be a plain SQL identifier. For
+// OffsetConsumer.
 func WithOffsetsTable(name string) Option {
 	return func(c *config) error {
 		if !identRE.MatchString(name) {
 			return invalid("offsets table %q is not a plain identifier", name)
 		}
-		c.table = name
+		c.table, c.given = name, c.given|optOffsetsTable
 		return nil
 	}
 }
 
-// WithSetHandler makes a Consumer in inbox mode (NewConsumer) apply each
-// partition's polled batch with fn: the batch's keys are recorded with one
-// multi-row insert and fn is called once, in the same transaction, with the
-// records whose keys were new (inbox.ProcessBatchSet), so a batch costs a
-// fixed number of statements whatever its size.
+// WithSetHandler makes a [Consumer] apply each partition's polled batch
+// with fn: the batch's keys are recorded with one multi-row insert and fn
+// is called once, in the same transaction, with the records whose keys were
+// new (inbox.ProcessBatchSet), so a batch costs a fixed number of
+// statements whatever its size.
 //
-// NewConsumer's per-message Handler becomes the fallback: when fn fails, the
+// NewConsumer's per-record Handler becomes the fallback: when fn fails, the
 // transaction is rolled back whole and the batch is run again one record at
 // a time with that Handler (each record in its own savepoint), so a failing
 // record is isolated, retried alone and dead-lettered exactly as without
 // WithSetHandler, while the others commit. The Handler may be nil when fn is
 // given; then a failing fn fails the whole batch: nothing of it commits and
-// no offset is marked; the batch is retried as a whole with the WithRetries
-// backoff (not at all for an idem.Permanent error), and when the retries are
-// spent Run returns an error wrapping the *inbox.HandlerError. The records
-// are consumed again from the last committed offset by the next Run: a
-// record that can never succeed then blocks its partition, so give a
-// Handler wherever poison records are possible.
-//
-// Offsets-in-database and keystore modes do not take a set handler.
+// no offset is marked; the batch is retried as a whole, up to
+// WithMaxAttempts runs with the WithBackoff delays (once for an
+// idem.Permanent error), and then Run returns an error wrapping the
+// *inbox.HandlerError. The records are consumed again from the last
+// committed offset by the next Run: a record that can never succeed then
+// blocks its partition, so give a Handler wherever poison records are
+// possible. For Consumer.
 func WithSetHandler(fn SetHandler) Option {
 	return func(c *config) error {
 		if fn == nil {
 			return invalid("nil set handler")
 		}
-		c.set = fn
+		c.set, c.given = fn, c.given|optSetHandler
+		return nil
+	}
+}
+
+// WithKeystoreOptions passes opts (keystore.WithLease, keystore.WithTTL,
+// keystore.WithWait) to the keystore.Do call of every record of a
+// [KeystoreConsumer]. The lease must exceed the handler's worst case. For
+// KeystoreConsumer.
+func WithKeystoreOptions(opts ...keystore.Option) Option {
+	return func(c *config) error {
+		for _, o := range opts {
+			if o == nil {
+				return invalid("nil keystore option")
+			}
+		}
+		c.doOpts, c.given = append(c.doOpts, opts...), c.given|optKeystore
 		return nil
 	}
 }
 
 // WithLogger sets a logger for retries, dead-lettering and rebalances
-// (default: discard).
+// (default: discard). For every consumer.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {
@@ -270,52 +289,16 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithOutcome calls fn, synchronously from Run, once per record that reached
-// an outcome (for metrics and tests). err is the last handler error of a
-// dead-lettered record.
-func WithOutcome(fn func(r *kgo.Record, o Outcome, err error)) Option {
+// WithObserver calls fn, synchronously from Run, once per record that
+// reached an outcome (for metrics and tests); a TransactConsumer calls it
+// only after the record's transaction committed. fn must not block. For
+// every consumer.
+func WithObserver(fn func(Event)) Option {
 	return func(c *config) error {
 		if fn == nil {
-			return invalid("nil outcome func")
+			return invalid("nil observer")
 		}
-		c.onOutcome = fn
+		c.observer = fn
 		return nil
 	}
-}
-
-// ErrMissingKey is wrapped by the error of a record from which no key could be
-// derived.
-var ErrMissingKey = errors.New("idemkafka: record has no key")
-
-func headerKey(name string) KeyFunc {
-	return func(r *kgo.Record) (string, error) {
-		var val []byte
-		n := 0
-		for _, h := range r.Headers {
-			if h.Key == name {
-				val = h.Value
-				n++
-			}
-		}
-		switch {
-		case n == 0:
-			return "", fmt.Errorf("%w: no %q header", ErrMissingKey, name)
-		case n > 1:
-			return "", fmt.Errorf("%w: %d %q headers", ErrMissingKey, n, name)
-		case len(bytes.TrimSpace(val)) == 0:
-			return "", fmt.Errorf("%w: empty %q header", ErrMissingKey, name)
-		}
-		return string(val), nil
-	}
-}
-
-// OffsetKey is the KeyFunc of WithOffsetKey: "topic/partition/offset" with the
-// offset zero-padded so that keys of one partition sort in log order (which
-// keeps the inbox index append-mostly). See WithOffsetKey for its limits.
-func OffsetKey(r *kgo.Record) (string, error) {
-	k := r.Topic + "/" + strconv.Itoa(int(r.Partition)) + "/" + fmt.Sprintf("%020d", r.Offset)
-	if len(k) > idem.MaxKeyLen {
-		return idem.DeriveKey("idemkafka.offset", r.Topic, strconv.Itoa(int(r.Partition)), strconv.FormatInt(r.Offset, 10))
-	}
-	return k, nil
 }

@@ -24,19 +24,19 @@ func TestOptionsValidated(t *testing.T) {
 	kopts := []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1"), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t")}
 	bad := map[string][]idemkafka.Option{
 		"nil option":      {nil},
-		"key header":      {idemkafka.WithKeyHeader("")},
-		"key func":        {idemkafka.WithKeyFunc(nil)},
+		"key header":      {idemkafka.WithKey(idemkafka.HeaderKey(""))},
+		"key func":        {idemkafka.WithKey(nil)},
 		"fingerprint":     {idemkafka.WithFingerprint(nil)},
 		"missing policy":  {idemkafka.WithMissingKey(0)},
-		"retries":         {idemkafka.WithRetries(-1, time.Millisecond, time.Second)},
-		"backoff":         {idemkafka.WithRetries(1, time.Second, time.Millisecond)},
-		"dlq":             {idemkafka.WithDeadLetterTopic("")},
-		"max poll":        {idemkafka.WithMaxPollRecords(0)},
+		"retries":         {idemkafka.WithMaxAttempts(0), idemkafka.WithBackoff(time.Millisecond, time.Second)},
+		"backoff":         {idemkafka.WithMaxAttempts(2), idemkafka.WithBackoff(time.Second, time.Millisecond)},
+		"dlq":             {idemkafka.WithDeadLetter("")},
+		"max poll":        {idemkafka.WithBatchSize(0)},
 		"offsets table":   {idemkafka.WithOffsetsTable("x; DROP TABLE y")},
 		"logger":          {idemkafka.WithLogger(nil)},
-		"outcome":         {idemkafka.WithOutcome(nil)},
-		"later bad wins":  {idemkafka.WithRetries(1, time.Millisecond, time.Second), idemkafka.WithMaxPollRecords(-5)},
-		"first bad fails": {idemkafka.WithMaxPollRecords(-5), idemkafka.WithRetries(1, time.Millisecond, time.Second)},
+		"outcome":         {idemkafka.WithObserver(nil)},
+		"later bad wins":  {idemkafka.WithMaxAttempts(2), idemkafka.WithBackoff(time.Millisecond, time.Second), idemkafka.WithBatchSize(-5)},
+		"first bad fails": {idemkafka.WithBatchSize(-5), idemkafka.WithMaxAttempts(2), idemkafka.WithBackoff(time.Millisecond, time.Second)},
 	}
 	for name, opts := range bad {
 		if _, err := idemkafka.NewConsumer(in, h, kopts, opts...); !errors.Is(err, idem.ErrInvalidOption) || !strings.HasPrefix(err.Error(), "idemkafka: ") {
@@ -55,7 +55,7 @@ func TestOptionsValidated(t *testing.T) {
 	if _, err := idemkafka.NewOffsetConsumer(db, sqldialect.MySQL, h, kopts); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Errorf("MySQL offsets: %v", err)
 	}
-	if _, err := idemkafka.NewKeystoreConsumer(nil, func(context.Context, *kgo.Record) error { return nil }, kopts, nil); !errors.Is(err, idem.ErrInvalidOption) {
+	if _, err := idemkafka.NewKeystoreConsumer(nil, func(context.Context, *kgo.Record) error { return nil }, kopts); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Errorf("nil store: %v", err)
 	}
 	c, err := idemkafka.NewConsumer(in, h, kopts)
@@ -63,7 +63,7 @@ func TestOptionsValidated(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
-	if err := c.Run(context.Background()); !errors.Is(err, idemkafka.ErrClosed) {
+	if err := c.Run(context.Background()); !errors.Is(err, idem.ErrClosed) {
 		t.Errorf("Run after Close = %v, want ErrClosed", err)
 	}
 }

@@ -20,8 +20,8 @@ const HeaderOutboxSeq = "idem-outbox-seq"
 // OutboxPublisher publishes outbox messages (package outbox) to Kafka. It
 // implements [outbox.Publisher]: pass it to outbox.NewRelay.
 //
-// Each message becomes one record on m.Topic with record key m.Key (empty:
-// no key), value m.Payload, the message's headers (sorted by name), and then
+// Each message becomes one record on m.Topic with record key m.OrderingKey
+// (empty: no key), value m.Payload, the message's headers (sorted by name), and then
 // [HeaderID] = m.ID and [HeaderOutboxSeq] = m.Seq, which replace any message
 // headers of the same names. The records are produced in slice order and
 // Publish waits for every acknowledgement.
@@ -98,8 +98,8 @@ func (o *OutboxPublisher) Publish(ctx context.Context, msgs []outbox.Message) er
 // it to produce outbox messages with your own client and options.
 func OutboxRecord(m outbox.Message) *kgo.Record {
 	r := &kgo.Record{Topic: m.Topic, Value: m.Payload}
-	if m.Key != "" {
-		r.Key = []byte(m.Key)
+	if m.OrderingKey != "" {
+		r.Key = []byte(m.OrderingKey)
 	}
 	if len(m.Headers) > 0 {
 		names := make([]string, 0, len(m.Headers))

@@ -105,7 +105,8 @@ func TestOutboxRelayToConsumer(t *testing.T) {
 	var mu sync.Mutex
 	var log []delivery // every record the consumer saw, in outcome order
 	con, err := idemkafka.NewConsumer(newInbox(t, cdb, "g"), handler, groupOpts(c, "g", "orders"),
-		idemkafka.WithOutcome(func(r *kgo.Record, o idemkafka.Outcome, err error) {
+		idemkafka.WithObserver(func(e idemkafka.Event) {
+			r, o, err := e.Record, e.Outcome, e.Err
 			mu.Lock()
 			log = append(log, delivery{id: header(r, idemkafka.HeaderID), key: string(r.Key), outcome: o, at: time.Now()})
 			mu.Unlock()
@@ -162,7 +163,7 @@ func TestOutboxRelayToConsumer(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				got, err := ob.Add(ctx, tx, outbox.Message{Topic: "orders", Key: key, Payload: fmt.Appendf(nil, "%s:%d", key, n), Headers: map[string]string{"type": "Deposited"}})
+				got, err := ob.Add(ctx, tx, outbox.Message{Topic: "orders", OrderingKey: key, Payload: fmt.Appendf(nil, "%s:%d", key, n), Headers: map[string]string{"type": "Deposited"}})
 				if err != nil {
 					_ = tx.Rollback()
 					t.Error(err)
@@ -352,7 +353,7 @@ func TestOutboxPublisherRecords(t *testing.T) {
 		t.Fatalf("no topic: %v", err)
 	}
 	msgs := []outbox.Message{
-		{ID: "m1", Topic: "orders", Key: "k", Payload: []byte("p1"), Seq: 7, Headers: map[string]string{"z": "1", "a": "2", idemkafka.HeaderID: "forged", idemkafka.HeaderOutboxSeq: "0"}},
+		{ID: "m1", Topic: "orders", OrderingKey: "k", Payload: []byte("p1"), Seq: 7, Headers: map[string]string{"z": "1", "a": "2", idemkafka.HeaderID: "forged", idemkafka.HeaderOutboxSeq: "0"}},
 		{ID: "m2", Topic: "orders", Payload: []byte("p2"), Seq: 8},
 	}
 	if err := pub.Publish(ctx, msgs); err != nil {

@@ -125,7 +125,7 @@ func TestSetHandlerPoisonFallback(t *testing.T) {
 	ta := newTally()
 	con, err := idemkafka.NewConsumer(newInbox(t, db, "g"), each, groupOpts(c, "g", "orders"), ta.option(),
 		idemkafka.WithSetHandler(set.handler("1")),
-		idemkafka.WithRetries(2, time.Millisecond, 5*time.Millisecond), idemkafka.WithDeadLetterTopic("dlq"))
+		idemkafka.WithMaxAttempts(3), idemkafka.WithBackoff(time.Millisecond, 5*time.Millisecond), idemkafka.WithDeadLetter("dlq"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestSetHandlerPoisonFallback(t *testing.T) {
 	if len(dl) != 1 || string(dl[0].Value) != "poison" {
 		t.Fatalf("dead letters %v, want the poison record", dl)
 	}
-	if hs := headers(dl[0]); hs[idemkafka.HeaderDLQReason] != idemkafka.ReasonHandler || hs[idemkafka.HeaderDLQAttempts] != "3" || hs[idemkafka.HeaderDLQOffset] != "2" {
+	if hs := headers(dl[0]); hs[idemkafka.HeaderDLQReason] != idemkafka.ReasonMaxAttempts || hs[idemkafka.HeaderDLQAttempts] != "3" || hs[idemkafka.HeaderDLQOffset] != "2" {
 		t.Errorf("dead letter headers %v", hs)
 	}
 	requireCommittedToEnd(t, c, "g", "orders")
@@ -173,7 +173,7 @@ func TestSetHandlerNoFallback(t *testing.T) {
 	ta := newTally()
 	con, err := idemkafka.NewConsumer(newInbox(t, db, "g"), nil, groupOpts(c, "g", "orders"), ta.option(),
 		idemkafka.WithSetHandler(set.handler("1")),
-		idemkafka.WithRetries(2, time.Millisecond, 5*time.Millisecond), idemkafka.WithDeadLetterTopic("dlq"))
+		idemkafka.WithMaxAttempts(3), idemkafka.WithBackoff(time.Millisecond, 5*time.Millisecond), idemkafka.WithDeadLetter("dlq"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestSetHandlerNoFallback(t *testing.T) {
 	set2 := newSetRecorder()
 	set2.Fail = func([]*kgo.Record) error { return idem.Permanent(errors.New("malformed")) }
 	con2, err := idemkafka.NewConsumer(newInbox(t, db, "g"), nil, groupOpts(c, "g", "orders"),
-		idemkafka.WithSetHandler(set2.handler("2")), idemkafka.WithRetries(2, time.Millisecond, 5*time.Millisecond))
+		idemkafka.WithSetHandler(set2.handler("2")), idemkafka.WithMaxAttempts(3), idemkafka.WithBackoff(time.Millisecond, 5*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

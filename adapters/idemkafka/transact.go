@@ -85,17 +85,12 @@ const DefaultEndTimeout = 30 * time.Second
 // A TransactConsumer owns its franz-go client. Run runs in the caller's
 // goroutine; Close stops it and closes the client.
 type TransactConsumer struct {
+	loop
 	s     *kgo.GroupTransactSession
 	h     TransactHandler
 	cfg   config
 	group string
 	txnID string
-
-	mu      sync.Mutex
-	started bool
-	closed  bool
-	cancel  context.CancelFunc
-	done    chan struct{}
 }
 
 // NewTransactional builds a TransactConsumer for the instance named
@@ -110,10 +105,10 @@ type TransactConsumer struct {
 // franz-go, bounds how long a crashed instance's open transaction can block
 // a new owner when the crashed instance does not come back).
 //
-// Of the package's options, WithRetries, WithDeadLetterTopic,
-// WithMaxPollRecords, WithLogger and WithOutcome apply; the key, fingerprint,
-// missing-key, offsets-table and set-handler options do not (nothing is
-// deduplicated by key here), and giving one is an error wrapping
+// The options that apply: WithMaxAttempts, WithBackoff, WithDeadLetter,
+// WithBatchSize, WithLogger and WithObserver; the key, fingerprint,
+// missing-key, offsets-table, set-handler and keystore options do not
+// (nothing is deduplicated by key here), and giving one is an error wrapping
 // idem.ErrInvalidOption.
 func NewTransactional(transactionalID string, h TransactHandler, kopts []kgo.Opt, opts ...Option) (*TransactConsumer, error) {
 	if err := idem.ValidateKey(transactionalID); err != nil {
@@ -125,28 +120,9 @@ func NewTransactional(transactionalID string, h TransactHandler, kopts []kgo.Opt
 	if h == nil {
 		return nil, invalid("nil handler")
 	}
-	cfg := defaultConfig()
-	// Clear what only the keyed modes use, to detect options given for them.
-	cfg.key, cfg.missing, cfg.table = nil, 0, ""
-	for _, o := range opts {
-		if o == nil {
-			return nil, invalid("nil option")
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
-	}
-	switch {
-	case cfg.key != nil:
-		return nil, invalid("key options do not apply to NewTransactional")
-	case cfg.fingerprint != nil:
-		return nil, invalid("WithFingerprint does not apply to NewTransactional")
-	case cfg.missing != 0:
-		return nil, invalid("WithMissingKey does not apply to NewTransactional")
-	case cfg.table != "":
-		return nil, invalid("WithOffsetsTable does not apply to NewTransactional")
-	case cfg.set != nil:
-		return nil, invalid("WithSetHandler does not apply to NewTransactional")
+	cfg, err := newConfig(opts, 0, "NewTransactional")
+	if err != nil {
+		return nil, err
 	}
 	all := append(append([]kgo.Opt(nil), kopts...),
 		kgo.TransactionalID(transactionalID),
@@ -157,7 +133,9 @@ func NewTransactional(transactionalID string, h TransactHandler, kopts []kgo.Opt
 		return nil, fmt.Errorf("idemkafka: client: %w: %w", idem.ErrInvalidOption, err)
 	}
 	group, _ := s.Client().OptValue(kgo.ConsumerGroup).(string)
-	return &TransactConsumer{s: s, h: h, cfg: cfg, group: group, txnID: transactionalID}, nil
+	c := &TransactConsumer{s: s, h: h, cfg: cfg, group: group, txnID: transactionalID}
+	c.loop = loop{p: s, closeCl: s.Close, batch: cfg.batch, log: cfg.log, process: c.transact}
+	return c, nil
 }
 
 // Client returns the franz-go client the TransactConsumer owns, for admin
@@ -168,20 +146,21 @@ func (c *TransactConsumer) Client() *kgo.Client { return c.s.Client() }
 func (c *TransactConsumer) TransactionalID() string { return c.txnID }
 
 // Run consumes until ctx ends (returning ctx's error), Close is called
-// (ErrClosed), or a transaction cannot be completed (an error; Close the
+// (an error wrapping idem.ErrClosed), or a transaction cannot be completed (an error; Close the
 // consumer and build a new one, with the same transactional id, to resume
 // from the committed offsets). Run may be called once.
 //
 // Each non-empty poll is one transaction: Begin; the handler runs for every
 // record in log order and its records are produced; End commits the
 // produced records and the polled offsets together. A handler error is
-// retried for that record with the WithRetries backoff, inside the open
-// transaction; when the retries are spent (at once for idem.Permanent
-// errors) the record goes to the dead-letter topic in the same transaction,
-// with the usual HeaderDLQ* headers and reason ReasonHandler or
-// ReasonPermanent. Without a dead-letter topic the transaction is aborted
-// and Run returns an error wrapping ErrDeadLetter. WithOutcome reports
-// Applied and DeadLettered only after the transaction committed.
+// retried for that record with the WithBackoff delays, inside the open
+// transaction; when its WithMaxAttempts runs are spent (at once for
+// idem.Permanent errors) the record goes to the dead-letter topic in the
+// same transaction, with the usual HeaderDLQ* headers and reason
+// ReasonMaxAttempts or ReasonPermanent. Without a dead-letter topic the
+// transaction is aborted and Run returns an error wrapping ErrDeadLetter.
+// WithObserver reports Applied and DeadLettered only after the transaction
+// committed.
 //
 // What happens if the process dies, or the group rebalances:
 //   - before End commits (while the handler runs, after records were
@@ -196,46 +175,7 @@ func (c *TransactConsumer) TransactionalID() string { return c.txnID }
 //     goes on polling; the batch is processed again, by whoever owns it now.
 //   - after End committed: outputs and offsets are both committed; nothing
 //     is consumed again.
-func (c *TransactConsumer) Run(ctx context.Context) error {
-	c.mu.Lock()
-	if c.closed || c.started {
-		c.mu.Unlock()
-		return ErrClosed
-	}
-	c.started = true
-	ctx, cancel := context.WithCancel(ctx)
-	c.cancel, c.done = cancel, make(chan struct{})
-	c.mu.Unlock()
-	defer close(c.done)
-	defer cancel()
-	for {
-		fetches := c.s.PollRecords(ctx, c.cfg.maxPoll)
-		if fetches.IsClientClosed() {
-			return ErrClosed
-		}
-		if err := ctx.Err(); err != nil {
-			return err // nothing begun: the polled records are consumed again
-		}
-		fetches.EachError(func(topic string, p int32, err error) {
-			c.cfg.log.Warn("idemkafka: fetch error", "topic", topic, "partition", p, "err", err)
-		})
-		if fetches.NumRecords() == 0 {
-			continue
-		}
-		err := c.transact(ctx, fetches)
-		c.s.AllowRebalance()
-		if err != nil {
-			return err
-		}
-	}
-}
-
-// outcome is one record's result, reported once its transaction committed.
-type outcome struct {
-	r     *kgo.Record
-	o     Outcome
-	cause error
-}
+func (c *TransactConsumer) Run(ctx context.Context) error { return c.run(ctx) }
 
 // transact runs one poll as one transaction.
 func (c *TransactConsumer) transact(ctx context.Context, fetches kgo.Fetches) error {
@@ -256,22 +196,22 @@ func (c *TransactConsumer) transact(ctx context.Context, fetches kgo.Fetches) er
 			mu.Unlock()
 		}
 	}
-	outs := make([]outcome, 0, fetches.NumRecords())
+	events := make([]Event, 0, fetches.NumRecords()) // reported once committed
 	var err error
 	fetches.EachRecord(func(r *kgo.Record) {
 		if err != nil {
 			return
 		}
 		var recs []*kgo.Record
-		var o outcome
-		recs, o, err = c.handle(ctx, r)
+		var e Event
+		recs, e, err = c.handle(ctx, r)
 		if err != nil {
 			return
 		}
 		for _, out := range recs {
 			c.s.Produce(ctx, out, promise)
 		}
-		outs = append(outs, o)
+		events = append(events, e)
 	})
 	if err == nil {
 		// Flush here, not only in End, to learn of a failed record before
@@ -300,9 +240,9 @@ func (c *TransactConsumer) transact(ctx context.Context, fetches kgo.Fetches) er
 			"txn", c.txnID, "records", fetches.NumRecords())
 		return nil
 	}
-	if c.cfg.onOutcome != nil {
-		for _, o := range outs {
-			c.cfg.onOutcome(o.r, o.o, o.cause)
+	if c.cfg.observer != nil {
+		for _, e := range events {
+			c.cfg.observer(e)
 		}
 	}
 	return nil
@@ -311,39 +251,27 @@ func (c *TransactConsumer) transact(ctx context.Context, fetches kgo.Fetches) er
 // handle runs the handler for r with retries and returns the records to
 // produce: the handler's, or r's dead-letter copy. An error aborts the
 // transaction.
-func (c *TransactConsumer) handle(ctx context.Context, r *kgo.Record) ([]*kgo.Record, outcome, error) {
-	where := fmt.Sprintf("%s/%d@%d", r.Topic, r.Partition, r.Offset)
+func (c *TransactConsumer) handle(ctx context.Context, r *kgo.Record) ([]*kgo.Record, Event, error) {
 	for attempts := 1; ; attempts++ {
 		recs, err := c.h(ctx, r)
 		if err == nil {
 			err = c.checkTopics(recs)
 		}
 		if err == nil {
-			return recs, outcome{r: r, o: Applied}, nil
+			return recs, Event{Record: r, Outcome: Applied, Attempts: attempts}, nil
 		}
-		if cerr := ctx.Err(); cerr != nil {
-			return nil, outcome{}, cerr
-		}
-		reason := ""
+		reason, stop := c.cfg.failed(ctx, r, attempts, err)
 		switch {
-		case idem.IsPermanent(err):
-			reason = ReasonPermanent
-		case attempts > c.cfg.retries:
-			reason = ReasonHandler
-		}
-		if reason == "" {
-			c.cfg.log.Info("idemkafka: handler failed, retrying", "record", where, "attempt", attempts, "err", err)
-			if werr := c.cfg.sleep(ctx, attempts); werr != nil {
-				return nil, outcome{}, werr
-			}
+		case stop != nil:
+			return nil, Event{}, stop
+		case reason == "":
 			continue
+		case c.cfg.dlq == "":
+			return nil, Event{}, fmt.Errorf("idemkafka: %s (%s): no dead-letter topic; transaction aborted: %w: %w", where(r), reason, ErrDeadLetter, err)
 		}
-		if c.cfg.dlq == "" {
-			return nil, outcome{}, fmt.Errorf("idemkafka: %s (%s): no dead-letter topic; transaction aborted: %w: %w", where, reason, ErrDeadLetter, err)
-		}
-		c.cfg.log.Warn("idemkafka: record dead-lettered in the transaction", "record", where, "reason", reason, "attempts", attempts, "err", err)
+		c.cfg.log.Warn("idemkafka: record dead-lettered in the transaction", "record", where(r), "reason", reason, "attempts", attempts, "err", err)
 		return []*kgo.Record{deadLetterRecord(c.cfg.dlq, c.group, r, reason, attempts, err)},
-			outcome{r: r, o: DeadLettered, cause: err}, nil
+			Event{Record: r, Outcome: DeadLettered, Reason: reason, Attempts: attempts, Err: err}, nil
 	}
 }
 
@@ -374,21 +302,7 @@ func (c *TransactConsumer) wrap(what string, err error) error {
 // ended first), leaves the group and closes the client. A transaction that
 // was still open is aborted by the broker, at the latest when the same
 // transactional id starts again.
-func (c *TransactConsumer) Close() {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return
-	}
-	c.closed = true
-	cancel, done := c.cancel, c.done
-	c.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
-	}
-	c.s.Close()
-}
+func (c *TransactConsumer) Close() { c.close() }
 
 // OutputID returns a stable id for the n-th record that a handler scoped by
 // scope (its consumer group, say) produces for input r: derived from r's
@@ -402,7 +316,7 @@ func OutputID(scope string, r *kgo.Record, n int) (string, error) {
 	if r == nil {
 		return "", invalid("nil record")
 	}
-	if id, err := headerKey(HeaderID)(r); err == nil {
+	if id, err := HeaderKey(HeaderID)(r); err == nil {
 		return idem.DeriveKey("idemkafka.output", scope, "id", id, strconv.Itoa(n))
 	}
 	return idem.DeriveKey("idemkafka.output", scope, "offset", r.Topic,

@@ -22,7 +22,7 @@ import (
 //     and commits the poll's offsets (at least once: duplicates after a
 //     crash, see TestTransactCrash);
 //   - transact: the TransactConsumer, one Kafka transaction per poll of up
-//     to DefaultMaxPoll records (exactly once for read_committed readers).
+//     to DefaultBatchSize records (exactly once for read_committed readers).
 //
 // Each iteration consumes from the start under fresh groups, so group join
 // time is included in both consuming variants.
@@ -107,7 +107,7 @@ func plainLoop(b *testing.B, kopts []kgo.Opt, f func(*kgo.Record) *kgo.Record) {
 		}
 	}
 	for n := 0; n < benchRecords; {
-		fs := cl.PollRecords(ctx, idemkafka.DefaultMaxPoll)
+		fs := cl.PollRecords(ctx, idemkafka.DefaultBatchSize)
 		fs.EachRecord(func(r *kgo.Record) { cl.Produce(ctx, f(r), promise); n++ })
 		if err := cl.Flush(ctx); err != nil {
 			b.Fatal(err)
@@ -128,7 +128,7 @@ func transactLoop(b *testing.B, kopts []kgo.Opt, f func(*kgo.Record) *kgo.Record
 	done := make(chan struct{})
 	c, err := idemkafka.NewTransactional("bench-0", func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 		return []*kgo.Record{f(r)}, nil
-	}, kopts, idemkafka.WithOutcome(func(*kgo.Record, idemkafka.Outcome, error) {
+	}, kopts, idemkafka.WithObserver(func(idemkafka.Event) {
 		if n.Add(1) == benchRecords {
 			close(done)
 		}

@@ -177,9 +177,9 @@ func runTxnChild() error {
 	}
 	c, err := idemkafka.NewTransactional(get("ID"), ch.handle,
 		append(kopts, kgo.TransactionTimeout(10*time.Second)),
-		idemkafka.WithMaxPollRecords(10),
+		idemkafka.WithBatchSize(10),
 		// Outcomes are reported after the commit: the committed hook.
-		idemkafka.WithOutcome(func(*kgo.Record, idemkafka.Outcome, error) { ch.committed() }),
+		idemkafka.WithObserver(func(idemkafka.Event) { ch.committed() }),
 	)
 	if err != nil {
 		return err

@@ -66,7 +66,7 @@ func ExampleTransactConsumer() {
 	// First run: no dead-letter topic, so the failing payment aborts the
 	// whole transaction and Run stops.
 	first, err := idemkafka.NewTransactional("ledger-0", transform("carol>alice:10"), kopts,
-		idemkafka.WithRetries(0, time.Millisecond, time.Millisecond))
+		idemkafka.WithMaxAttempts(1), idemkafka.WithBackoff(time.Millisecond, time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func ExampleTransactConsumer() {
 	runCtx, stop := context.WithCancel(ctx)
 	done := 0
 	second, err := idemkafka.NewTransactional("ledger-0", transform(""), kopts,
-		idemkafka.WithOutcome(func(_ *kgo.Record, o idemkafka.Outcome, _ error) {
+		idemkafka.WithObserver(func(idemkafka.Event) {
 			if done++; done == 3 {
 				stop()
 			}

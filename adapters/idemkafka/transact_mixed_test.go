@@ -54,7 +54,7 @@ func TestTransactMixedInboxOutputIDs(t *testing.T) {
 	}
 	up := newTally()
 	con, err := idemkafka.NewConsumer(newInbox(t, upDB, "billing"), h, groupOpts(c, "billing", "payments"),
-		up.option(), idemkafka.WithRetries(2, time.Millisecond, time.Millisecond))
+		up.option(), idemkafka.WithMaxAttempts(3), idemkafka.WithBackoff(time.Millisecond, time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

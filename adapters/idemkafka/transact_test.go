@@ -141,7 +141,7 @@ func TestTransactAbortOnHandlerError(t *testing.T) {
 		}
 	}
 	kopts := groupOpts(c, "g", "payments")
-	first, err := idemkafka.NewTransactional("inst-0", h(true), kopts, idemkafka.WithRetries(0, time.Millisecond, time.Millisecond))
+	first, err := idemkafka.NewTransactional("inst-0", h(true), kopts, idemkafka.WithMaxAttempts(1), idemkafka.WithBackoff(time.Millisecond, time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestTransactAbortOnHandlerError(t *testing.T) {
 
 	ta := newTally()
 	second, err := idemkafka.NewTransactional("inst-0", h(true), kopts, ta.option(),
-		idemkafka.WithDeadLetterTopic("dlq"), idemkafka.WithRetries(1, time.Millisecond, time.Millisecond))
+		idemkafka.WithDeadLetter("dlq"), idemkafka.WithMaxAttempts(2), idemkafka.WithBackoff(time.Millisecond, time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,12 +201,12 @@ func TestTransactOptions(t *testing.T) {
 		{name: "nil handler", id: "inst-0", kopts: kopts},
 		{name: "no group", id: "inst-0", h: ok, kopts: []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics("in")}},
 		{name: "nil option", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{nil}},
-		{name: "key option", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{idemkafka.WithOffsetKey()}},
-		{name: "key header", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{idemkafka.WithKeyHeader("k")}},
+		{name: "key option", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{idemkafka.WithKey(idemkafka.OffsetKey)}},
+		{name: "key header", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{idemkafka.WithKey(idemkafka.HeaderKey("k"))}},
 		{name: "missing key", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{idemkafka.WithMissingKey(idemkafka.StopOnMissing)}},
 		{name: "offsets table", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{idemkafka.WithOffsetsTable("t")}},
 		{name: "fingerprint", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{idemkafka.WithFingerprint(func(*kgo.Record) []byte { return nil })}},
-		{name: "bad retries", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{idemkafka.WithRetries(-1, time.Second, time.Second)}},
+		{name: "bad retries", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{idemkafka.WithMaxAttempts(0), idemkafka.WithBackoff(time.Second, time.Second)}},
 	}
 	for _, tc := range cases {
 		if tc.name == "no group" {
@@ -224,8 +224,8 @@ func TestTransactOptions(t *testing.T) {
 			t.Errorf("%s: err = %v, want ErrInvalidOption", tc.name, err)
 		}
 	}
-	con, err := idemkafka.NewTransactional("inst-0", ok, kopts, idemkafka.WithDeadLetterTopic("dlq"),
-		idemkafka.WithMaxPollRecords(5), idemkafka.WithRetries(1, time.Millisecond, time.Second))
+	con, err := idemkafka.NewTransactional("inst-0", ok, kopts, idemkafka.WithDeadLetter("dlq"),
+		idemkafka.WithBatchSize(5), idemkafka.WithMaxAttempts(2), idemkafka.WithBackoff(time.Millisecond, time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func TestTransactOptions(t *testing.T) {
 		t.Errorf("client transactional id %q", id)
 	}
 	con.Close()
-	if err := con.Run(context.Background()); !errors.Is(err, idemkafka.ErrClosed) {
+	if err := con.Run(context.Background()); !errors.Is(err, idem.ErrClosed) {
 		t.Errorf("Run after Close = %v, want ErrClosed", err)
 	}
 }
@@ -298,7 +298,7 @@ func TestTransactRebalanceAborts(t *testing.T) {
 	var logs lockedBuffer
 	ta := newTally()
 	m1, err := idemkafka.NewTransactional("m1", ledger(true), append(groupOpts(c, "g", "payments"), onRevoked),
-		ta.option(), idemkafka.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))), idemkafka.WithMaxPollRecords(10))
+		ta.option(), idemkafka.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))), idemkafka.WithBatchSize(10))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,156 @@
+package idemkafka
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idem-go/idem"
+)
+
+// HeaderID is the record header that carries a message's stable id: the
+// default dedup key of a consumer, and what Producer.Produce stamps.
+const HeaderID = "idem-id"
+
+// Headers of a dead-lettered record. The original key, value and headers are
+// kept; these are added.
+const (
+	HeaderDLQError     = "idem-dlq-error"     // the last error's text
+	HeaderDLQReason    = "idem-dlq-reason"    // one of the Reason* constants
+	HeaderDLQTopic     = "idem-dlq-topic"     // original topic
+	HeaderDLQPartition = "idem-dlq-partition" // original partition (decimal)
+	HeaderDLQOffset    = "idem-dlq-offset"    // original offset (decimal)
+	HeaderDLQAttempts  = "idem-dlq-attempts"  // handler runs made (decimal; 0 when the handler never ran)
+	HeaderDLQGroup     = "idem-dlq-group"     // consumer group
+)
+
+// Reasons in HeaderDLQReason and Event.Reason.
+const (
+	ReasonMissingKey          = "missing-key"          // no usable key (KeyFunc failed, or the key is invalid)
+	ReasonInvalidFingerprint  = "invalid-fingerprint"  // fingerprint longer than idem.MaxFingerprintLen
+	ReasonFingerprintMismatch = "fingerprint-mismatch" // key reused with another fingerprint
+	ReasonPermanent           = "permanent"            // the handler returned idem.Permanent(err)
+	ReasonMaxAttempts         = "max-attempts"         // still failing after WithMaxAttempts runs
+)
+
+// Errors callers branch on. Run's errors after Close wrap idem.ErrClosed,
+// and a record without a key (StopOnMissing) stops Run with an error
+// wrapping idem.ErrMissingKey.
+var (
+	// ErrDeadLetter is wrapped when a record had to be dead-lettered and
+	// could not be: no dead-letter topic is configured, or producing to it
+	// failed. The record's offset is not committed.
+	ErrDeadLetter = errors.New("idemkafka: record not dead-lettered")
+
+	errClosed = fmt.Errorf("idemkafka: consumer closed: %w", idem.ErrClosed)
+)
+
+// Outcome is what became of one record.
+type Outcome int
+
+const (
+	// Applied: the handler's effect committed.
+	Applied Outcome = iota + 1
+	// Duplicate: the record's key was already recorded; the handler did not
+	// run. The record is done.
+	Duplicate
+	// DeadLettered: the record was produced to the dead-letter topic.
+	DeadLettered
+)
+
+// String returns the outcome's name.
+func (o Outcome) String() string {
+	switch o {
+	case Applied:
+		return "applied"
+	case Duplicate:
+		return "duplicate"
+	case DeadLettered:
+		return "dead-lettered"
+	}
+	return "Outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// Event reports one record that reached an outcome to [WithObserver].
+type Event struct {
+	Record   *kgo.Record
+	Key      string // the record's dedup key; "" when it has none or the consumer keys nothing
+	Outcome  Outcome
+	Reason   string // for DeadLettered: one of the Reason* constants
+	Attempts int    // handler runs made for the record (0 for a duplicate)
+	Err      error  // for DeadLettered: the last error
+}
+
+// KeyFunc derives a record's dedup key. It returns an error (wrapping
+// idem.ErrMissingKey) when the record carries no usable key.
+type KeyFunc func(r *kgo.Record) (string, error)
+
+// HeaderKey returns the KeyFunc that reads the dedup key from the named
+// record header (the default is HeaderKey(HeaderID)). A record without it,
+// or with an empty or repeated one, has no key. An empty name returns nil,
+// which WithKey refuses.
+func HeaderKey(name string) KeyFunc {
+	if name == "" {
+		return nil
+	}
+	return func(r *kgo.Record) (string, error) {
+		var val []byte
+		n := 0
+		for _, h := range r.Headers {
+			if h.Key == name {
+				val = h.Value
+				n++
+			}
+		}
+		switch {
+		case n == 0:
+			return "", fmt.Errorf("idemkafka: no %q header: %w", name, idem.ErrMissingKey)
+		case n > 1:
+			return "", fmt.Errorf("idemkafka: %d %q headers: %w", n, name, idem.ErrMissingKey)
+		case len(bytes.TrimSpace(val)) == 0:
+			return "", fmt.Errorf("idemkafka: empty %q header: %w", name, idem.ErrMissingKey)
+		}
+		return string(val), nil
+	}
+}
+
+// OffsetKey is a KeyFunc (WithKey(OffsetKey)) that keys records by
+// "topic/partition/offset", the offset zero-padded so that keys of one
+// partition sort in log order (which keeps the inbox index append-mostly).
+// Every record has one, but offsets identify a position in one log, not a
+// message: a message produced twice gets two offsets (not deduplicated), and
+// after the topic is recreated or its records are repartitioned into a new
+// topic, old keys name other messages (wrongly dropped as duplicates).
+// Prefer a stable id header.
+func OffsetKey(r *kgo.Record) (string, error) {
+	k := r.Topic + "/" + strconv.Itoa(int(r.Partition)) + "/" + fmt.Sprintf("%020d", r.Offset)
+	if len(k) > idem.MaxKeyLen {
+		return idem.DeriveKey("idemkafka.offset", r.Topic, strconv.Itoa(int(r.Partition)), strconv.FormatInt(r.Offset, 10))
+	}
+	return k, nil
+}
+
+// where names a record in errors and logs.
+func where(r *kgo.Record) string {
+	return r.Topic + "/" + strconv.Itoa(int(r.Partition)) + "@" + strconv.FormatInt(r.Offset, 10)
+}
+
+// deadLetterRecord is the copy of r that goes to the dead-letter topic dlq:
+// r's key, value, headers and timestamp, and the HeaderDLQ* headers.
+func deadLetterRecord(dlq, group string, r *kgo.Record, reason string, attempts int, cause error) *kgo.Record {
+	headers := make([]kgo.RecordHeader, 0, len(r.Headers)+7)
+	headers = append(headers, r.Headers...)
+	headers = append(headers,
+		kgo.RecordHeader{Key: HeaderDLQError, Value: []byte(cause.Error())},
+		kgo.RecordHeader{Key: HeaderDLQReason, Value: []byte(reason)},
+		kgo.RecordHeader{Key: HeaderDLQTopic, Value: []byte(r.Topic)},
+		kgo.RecordHeader{Key: HeaderDLQPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
+		kgo.RecordHeader{Key: HeaderDLQOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
+		kgo.RecordHeader{Key: HeaderDLQAttempts, Value: []byte(strconv.Itoa(attempts))},
+		kgo.RecordHeader{Key: HeaderDLQGroup, Value: []byte(group)},
+	)
+	return &kgo.Record{Topic: dlq, Key: r.Key, Value: r.Value, Headers: headers, Timestamp: r.Timestamp}
+}
