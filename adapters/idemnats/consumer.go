@@ -9,6 +9,8 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/consume"
+	"github.com/idem-go/idem/internal/retry"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -32,61 +34,18 @@ type Handler func(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) error
 // the Consumer acks them after the commit.
 type SetHandler func(ctx context.Context, tx *sql.Tx, msgs []jetstream.Msg) error
 
-// Outcome is how the Consumer settled one message.
-type Outcome int
-
-const (
-	// Applied: the key and the effect committed; the message was acked.
-	Applied Outcome = iota + 1
-	// Duplicate: the key was already recorded; nothing ran; acked.
-	Duplicate
-	// Retried: the handler (or the transaction) failed; nak'd with a delay.
-	Retried
-	// DeadLettered: republished to the dead letter (if configured) and
-	// terminated.
-	DeadLettered
-)
-
-func (o Outcome) String() string {
-	switch o {
-	case Applied:
-		return "applied"
-	case Duplicate:
-		return "duplicate"
-	case Retried:
-		return "retried"
-	case DeadLettered:
-		return "dead-lettered"
-	}
-	return fmt.Sprintf("Outcome(%d)", int(o))
-}
-
-// Reasons a message is dead-lettered, in the Idem-Reason header.
-const (
-	ReasonPermanent   = "permanent"       // the handler returned idem.Permanent(err)
-	ReasonMaxDeliver  = "max-deliveries"  // still failing at WithMaxDeliveries
-	ReasonNoKey       = "no-key"          // no usable key (missing Nats-Msg-Id)
-	ReasonFingerprint = "fingerprint"     // key reused with another payload
-	ReasonNoMetadata  = "no-jetstream-md" // not a JetStream delivery
-)
-
-// Event reports one settled message to [WithObserver].
-type Event struct {
-	Msg     jetstream.Msg
-	Key     string
-	Outcome Outcome
-	Reason  string // for DeadLettered
-	Err     error  // the handler's or transaction's error, if any
-}
+// ReasonNoMetadata is the dead-letter reason of a message that is not a
+// JetStream delivery (it has no metadata to ack or count deliveries by).
+// The other reasons are idem's, shared by every adapter ([idem.Reason]).
+const ReasonNoMetadata idem.Reason = "no-jetstream-md"
 
 // Consumer runs a pull consumer's messages through an inbox: each fetched
 // batch is applied in one transaction ([inbox.Inbox.ProcessBatch]) and each
 // message is acked only after that transaction committed.
 type Consumer struct {
-	cons    jetstream.Consumer
-	in      *inbox.Inbox
-	handler Handler
-	cfg     config
+	cons jetstream.Consumer
+	cfg  config
+	core *consume.Inbox[jetstream.Msg]
 
 	afterCommit func() // test hook: runs between the commit and the acks
 }
@@ -96,30 +55,26 @@ type Consumer struct {
 // in, and acks it after the commit. With [WithSetHandler], handler is the
 // per-message fallback of the set handler and may be nil.
 func NewConsumer(cons jetstream.Consumer, in *inbox.Inbox, handler Handler, opts ...Option) (*Consumer, error) {
-	if cons == nil || in == nil {
-		return nil, fmt.Errorf("idemnats: %w: nil consumer or inbox", idem.ErrInvalidOption)
+	c := &Consumer{cons: cons, cfg: defaultConfig()}
+	if cons == nil {
+		return nil, c.cfg.Invalid("nil consumer")
 	}
-	cfg := defaultConfig(forConsumer)
-	for _, o := range opts {
-		if o == nil {
-			return nil, invalid("nil option")
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	if err := consume.Apply("idemnats", &c.cfg, opts); err != nil {
+		return nil, err
 	}
-	if handler == nil && cfg.set == nil {
-		return nil, fmt.Errorf("idemnats: %w: nil handler (and no WithSetHandler)", idem.ErrInvalidOption)
+	var err error
+	if c.core, err = consume.NewInbox(in, consume.Handler[jetstream.Msg](handler), &c.cfg.Config); err != nil {
+		return nil, err
 	}
-	return &Consumer{cons: cons, in: in, handler: handler, cfg: cfg}, nil
+	return c, nil
 }
 
-// ErrClosed is returned by Run when the NATS connection is closed (not
-// merely reconnecting): nothing more can be fetched or acked on it.
-var ErrClosed = errors.New("idemnats: connection closed")
+// pullBackoff spaces the retries of a failing pull.
+var pullBackoff = retry.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
 
 // Run pulls and processes messages until ctx is done or the connection is
-// closed. It returns ctx's error (wrapped) or an error wrapping [ErrClosed].
+// closed. It returns ctx's error (wrapped) or, when the NATS connection is
+// closed (not merely reconnecting), an error wrapping [idem.ErrClosed].
 // While the connection is reconnecting, Run waits (the pull is renewed
 // after the reconnect) and resumes when the server is back; no message is
 // acked unless its transaction committed. The pull's goroutines are stopped
@@ -137,18 +92,18 @@ var ErrClosed = errors.New("idemnats: connection closed")
 //     it is acked as a Duplicate and the effect is not repeated.
 //   - after the ack: done.
 func (c *Consumer) Run(ctx context.Context) error {
-	it, err := c.cons.Messages(jetstream.PullMaxMessages(2*c.cfg.batch), jetstream.PullExpiry(c.cfg.maxWait))
+	it, err := c.cons.Messages(jetstream.PullMaxMessages(2*c.cfg.BatchSize), jetstream.PullExpiry(c.cfg.maxWait))
 	if err != nil {
 		return fmt.Errorf("idemnats: %w", err)
 	}
 	defer it.Stop()
-	group := make([]jetstream.Msg, 0, c.cfg.batch)
+	group := make([]jetstream.Msg, 0, c.cfg.BatchSize)
 	failures := 0
 	for {
 		m, err := it.Next(jetstream.NextContext(ctx))
 		if err == nil {
 			group = append(group[:0], m)
-			for len(group) < c.cfg.batch {
+			for len(group) < c.cfg.BatchSize {
 				m, err := it.Next(jetstream.NextMaxWait(c.cfg.linger))
 				if err != nil {
 					break // nothing more yet; an error shows again on the next blocking Next
@@ -164,14 +119,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return fmt.Errorf("idemnats: %w", ctx.Err())
 		case isClosed(err):
-			return fmt.Errorf("%w: %w", ErrClosed, err)
+			return fmt.Errorf("idemnats: connection closed: %w: %w", idem.ErrClosed, err)
 		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
 			return fmt.Errorf("idemnats: pull stopped: %w", err)
 		}
 		failures++
-		d := backoff(uint64(failures), 50*time.Millisecond, 2*time.Second)
-		c.cfg.logger.Warn("idemnats: pull failed; retrying", "err", err, "in", d)
-		if err := sleep(ctx, d); err != nil {
+		d := pullBackoff.Delay(failures - 1)
+		c.cfg.Logger.Warn("idemnats: pull failed; retrying", "err", err, "in", d)
+		if err := retry.Sleep(ctx, d); err != nil {
 			return fmt.Errorf("idemnats: %w", err)
 		}
 	}
@@ -181,163 +136,66 @@ func isClosed(err error) bool {
 	return errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, jetstream.ErrConnectionClosed)
 }
 
-// delivery is one message of a group on its way through the inbox.
-type delivery struct {
-	msg  jetstream.Msg
-	meta *jetstream.MsgMetadata
-}
-
 // process applies one group in one transaction and settles every message.
 // It returns an error only when Run should stop or back off (the connection
 // failed): messages it could not settle are redelivered by the server.
 func (c *Consumer) process(ctx context.Context, msgs []jetstream.Msg) error {
-	items := make([]inbox.Message, 0, len(msgs))
+	ds := make([]consume.Delivery[jetstream.Msg], 0, len(msgs))
+	metas := make([]*jetstream.MsgMetadata, 0, len(msgs))
 	for _, m := range msgs {
 		meta, err := m.Metadata()
 		if err != nil {
-			if err := c.deadLetter(ctx, m, nil, "", ReasonNoMetadata, err); err != nil {
+			d := consume.Delivery[jetstream.Msg]{Msg: m, Attempt: 1}
+			if err := c.deadLetter(ctx, &d, nil, consume.Decision{Outcome: idem.DeadLettered, Reason: ReasonNoMetadata, Err: err}); err != nil {
 				return err
 			}
 			continue
 		}
-		key, err := c.cfg.key(m)
-		if err == nil {
-			err = idem.ValidateKey(key)
-		}
-		if err != nil {
-			if err := c.deadLetter(ctx, m, meta, key, ReasonNoKey, err); err != nil {
-				return err
-			}
-			continue
-		}
-		im := inbox.Message{Key: key, Value: delivery{msg: m, meta: meta}}
-		if c.cfg.fingerprint != nil {
-			im.Fingerprint = c.cfg.fingerprint(m)
-			if len(im.Fingerprint) > inbox.MaxFingerprintLen {
-				err := fmt.Errorf("idemnats: fingerprint of %d bytes is longer than %d", len(im.Fingerprint), inbox.MaxFingerprintLen)
-				if err := c.deadLetter(ctx, m, meta, key, ReasonFingerprint, err); err != nil {
-					return err
-				}
-				continue
-			}
-		}
-		items = append(items, im)
+		ds = append(ds, consume.Delivery[jetstream.Msg]{Msg: m, Attempt: int(meta.NumDelivered)})
+		metas = append(metas, meta)
 	}
-	if len(items) == 0 {
+	if len(ds) == 0 {
 		return nil
 	}
-	results, err := c.apply(ctx, items)
-	if err != nil {
-		// Nothing committed, or the commit's outcome is unknown: ack none.
-		// Shutting down: leave them to AckWait (a nak could race the
-		// closing connection and means the same).
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		c.cfg.logger.Warn("idemnats: batch failed; redelivering", "messages", len(items), "err", err)
-		for _, im := range items {
-			d := im.Value.(delivery)
-			if err := c.retry(d, im.Key, err); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if c.afterCommit != nil {
+	decs, err := c.core.Process(ctx, ds)
+	switch {
+	case decs == nil:
+		// Shutting down: leave the messages to AckWait (a nak could race
+		// the closing connection and means the same).
+		return err
+	case err != nil:
+		// Nothing committed, or the commit's outcome is unknown: every
+		// message is nak'd with a delay, none acked.
+		c.cfg.Logger.Warn("idemnats: batch failed; redelivering", "messages", len(ds), "err", err)
+	case c.afterCommit != nil:
 		c.afterCommit()
 	}
-	for i, r := range results {
-		d := items[i].Value.(delivery)
-		if err := c.settle(ctx, d, r); err != nil {
+	for i := range ds {
+		if err := c.settle(ctx, &ds[i], metas[i], decs[i]); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// apply runs one group through the inbox in one transaction: per message
-// with the Handler, or with the set handler (the Handler, if any, as its
-// per-message fallback).
-func (c *Consumer) apply(ctx context.Context, items []inbox.Message) ([]inbox.Result, error) {
-	var each inbox.BatchHandler
-	if c.handler != nil {
-		each = func(ctx context.Context, tx *sql.Tx, im inbox.Message) error {
-			return c.handler(ctx, tx, im.Value.(delivery).msg)
-		}
-	}
-	if c.cfg.set == nil {
-		return c.in.ProcessBatch(ctx, items, each)
-	}
-	return c.in.ProcessBatchSet(ctx, items, func(ctx context.Context, tx *sql.Tx, fresh []inbox.Message) error {
-		msgs := make([]jetstream.Msg, len(fresh))
-		for i, im := range fresh {
-			msgs[i] = im.Value.(delivery).msg
-		}
-		return c.cfg.set(ctx, tx, msgs)
-	}, each)
-}
-
-// settle acks, naks or dead-letters one message after the commit.
-func (c *Consumer) settle(ctx context.Context, d delivery, r inbox.Result) error {
+// settle performs one decision: ack, nak with a delay, or dead letter.
+func (c *Consumer) settle(ctx context.Context, d *consume.Delivery[jetstream.Msg], meta *jetstream.MsgMetadata, dec consume.Decision) error {
+	var err error
 	switch {
-	case r.Err == nil:
-		var err error
-		if c.cfg.doubleAck {
-			err = d.msg.DoubleAck(ctx)
-		} else {
-			err = d.msg.Ack()
+	case dec.Outcome == idem.DeadLettered:
+		return c.deadLetter(ctx, d, meta, dec)
+	case dec.Outcome == idem.Retried:
+		if err := d.Msg.NakWithDelay(dec.After); err != nil {
+			return fmt.Errorf("idemnats: nak %s: %w", d.Key, err)
 		}
-		if err != nil {
-			return fmt.Errorf("idemnats: ack %s: %w", r.Key, err)
-		}
-		o := Duplicate
-		if r.Applied {
-			o = Applied
-		}
-		c.observe(Event{Msg: d.msg, Key: r.Key, Outcome: o})
-		return nil
-	case errors.Is(r.Err, idem.ErrFingerprintMismatch):
-		return c.deadLetter(ctx, d.msg, d.meta, r.Key, ReasonFingerprint, r.Err)
-	case idem.IsPermanent(r.Err):
-		return c.deadLetter(ctx, d.msg, d.meta, r.Key, ReasonPermanent, r.Err)
-	case d.meta.NumDelivered >= c.cfg.maxDeliveries:
-		return c.deadLetter(ctx, d.msg, d.meta, r.Key, ReasonMaxDeliver, r.Err)
+	case c.cfg.doubleAck:
+		err = d.Msg.DoubleAck(ctx)
+	default:
+		err = d.Msg.Ack()
 	}
-	return c.retry(d, r.Key, r.Err)
-}
-
-func (c *Consumer) retry(d delivery, key string, cause error) error {
-	delay := backoff(d.meta.NumDelivered, c.cfg.retryMin, c.cfg.retryMax)
-	if err := d.msg.NakWithDelay(delay); err != nil {
-		return fmt.Errorf("idemnats: nak %s: %w", key, err)
+	if err != nil {
+		return fmt.Errorf("idemnats: ack %s: %w", d.Key, err)
 	}
-	c.cfg.logger.Info("idemnats: message failed; redelivering", "key", key, "delivery", d.meta.NumDelivered, "in", delay, "err", cause)
-	c.observe(Event{Msg: d.msg, Key: key, Outcome: Retried, Err: cause})
+	c.cfg.Report(d, dec)
 	return nil
-}
-
-func (c *Consumer) observe(e Event) {
-	if c.cfg.observer != nil {
-		c.cfg.observer(e)
-	}
-}
-
-// backoff is lo·2^(n-1), at most hi.
-func backoff(n uint64, lo, hi time.Duration) time.Duration {
-	d := lo
-	for i := uint64(1); i < n && d < hi; i++ {
-		d *= 2
-	}
-	return min(d, hi)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -24,19 +24,31 @@ func TestOptionsValidated(t *testing.T) {
 	e := newEffects(t)
 	for name, opt := range map[string]idemnats.Option{
 		"batch 0":           idemnats.WithBatchSize(0),
-		"max deliveries 0":  idemnats.WithMaxDeliveries(0),
-		"retry range":       idemnats.WithRetryDelay(time.Second, time.Millisecond),
+		"max attempts 0":    idemnats.WithMaxAttempts(0),
+		"retry range":       idemnats.WithBackoff(time.Second, time.Millisecond),
 		"nil key":           idemnats.WithKey(nil),
 		"dead letter":       idemnats.WithDeadLetter(js, ""),
-		"publisher option":  idemnats.WithRetries(1, time.Millisecond),
 		"max wait too tiny": idemnats.WithMaxWait(time.Millisecond),
+		"nil set handler":   idemnats.WithSetHandler(nil),
+		"nil option":        nil,
 	} {
 		if _, err := idemnats.NewConsumer(cons, e.in, e.apply, opt); !errors.Is(err, idem.ErrInvalidOption) {
 			t.Errorf("%s: err = %v, want ErrInvalidOption", name, err)
 		}
 	}
-	if _, err := idemnats.NewPublisher(js, idemnats.WithBatchSize(3)); !errors.Is(err, idem.ErrInvalidOption) {
-		t.Errorf("consumer option on publisher: err = %v", err)
+	if _, err := idemnats.NewConsumer(cons, e.in, nil); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("no handler: %v", err)
+	}
+	// A publisher option given to a consumer, or the other way round, no
+	// longer compiles: the two have their own option types.
+	for name, opt := range map[string]idemnats.PublisherOption{
+		"negative retries": idemnats.WithPublishRetries(-1, time.Millisecond),
+		"zero timeout":     idemnats.WithPublishTimeout(0),
+		"nil option":       nil,
+	} {
+		if _, err := idemnats.NewPublisher(js, opt); !errors.Is(err, idem.ErrInvalidOption) {
+			t.Errorf("publisher %s: err = %v, want ErrInvalidOption", name, err)
+		}
 	}
 }
 
@@ -65,7 +77,7 @@ func TestCrashBetweenCommitAndAck(t *testing.T) {
 	}
 	idemnats.SetAfterCommit(c1, nc1.Close) // the crash: committed, never acked
 	err = c1.Run(context.Background())
-	if !errors.Is(err, idemnats.ErrClosed) {
+	if !errors.Is(err, idem.ErrClosed) {
 		t.Fatalf("Run after the connection closed = %v, want ErrClosed", err)
 	}
 	// The first group committed (the fetch may have held only part of the
@@ -85,7 +97,7 @@ func TestCrashBetweenCommitAndAck(t *testing.T) {
 	}
 	r := start(c2)
 	waitFor(t, 20*time.Second, "redeliveries acked", func() bool {
-		return ev.count(idemnats.Duplicate) == committed && ev.count(idemnats.Applied) == n-committed
+		return ev.count(idem.Duplicate) == committed && ev.count(idem.Applied) == n-committed
 	})
 	if err := r.stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v, want context.Canceled", err)
@@ -133,8 +145,8 @@ func TestPoisonDeadLettered(t *testing.T) {
 		return e.apply(ctx, tx, m)
 	}
 	var ev events
-	c, err := idemnats.NewConsumer(cons, e.in, handler, idemnats.WithMaxDeliveries(3),
-		idemnats.WithRetryDelay(10*time.Millisecond, 40*time.Millisecond),
+	c, err := idemnats.NewConsumer(cons, e.in, handler, idemnats.WithMaxAttempts(3),
+		idemnats.WithBackoff(10*time.Millisecond, 40*time.Millisecond),
 		idemnats.WithDeadLetter(js, "dlq.orders"), idemnats.WithObserver(ev.observe), idemnats.WithMaxWait(time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +157,7 @@ func TestPoisonDeadLettered(t *testing.T) {
 	publish(t, js, "orders.created", "", "no id")
 	publish(t, js, "orders.created", "good-2", "2")
 	r := start(c)
-	waitFor(t, 20*time.Second, "three dead letters", func() bool { return ev.count(idemnats.DeadLettered) == 3 })
+	waitFor(t, 20*time.Second, "three dead letters", func() bool { return ev.count(idem.DeadLettered) == 3 })
 	waitFor(t, 5*time.Second, "acks", func() bool { return consumerInfo(t, js).NumAckPending == 0 })
 	if err := r.stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v", err)
@@ -154,7 +166,7 @@ func TestPoisonDeadLettered(t *testing.T) {
 	if deliveries["poison"] != 3 || deliveries["malformed"] != 1 {
 		t.Errorf("deliveries: poison %d (want 3), malformed %d (want 1)", deliveries["poison"], deliveries["malformed"])
 	}
-	if got := ev.count(idemnats.Retried); got != 2 {
+	if got := ev.count(idem.Retried); got != 2 {
 		t.Errorf("%d retries, want 2 (poison's first two deliveries)", got)
 	}
 	mu.Unlock()
@@ -166,18 +178,18 @@ func TestPoisonDeadLettered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byReason := map[string]jetstream.Msg{}
+	byReason := map[idem.Reason]jetstream.Msg{}
 	for range 3 {
 		m, err := dlq.Next(jetstream.FetchMaxWait(5 * time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
-		byReason[m.Headers().Get(idemnats.HeaderReason)] = m
+		byReason[idem.Reason(m.Headers().Get(idemnats.HeaderReason))] = m
 	}
-	want := map[string]struct{ data, delivered, errText, orig string }{
-		idemnats.ReasonMaxDeliver: {"x", "3", "cannot parse amount", "poison"},
-		idemnats.ReasonPermanent:  {"y", "1", "schema v9 unknown", "malformed"},
-		idemnats.ReasonNoKey:      {"no id", "1", "no Nats-Msg-Id header", ""},
+	want := map[idem.Reason]struct{ data, delivered, errText, orig string }{
+		idem.ReasonMaxAttempts: {"x", "3", "cannot parse amount", "poison"},
+		idem.ReasonPermanent:   {"y", "1", "schema v9 unknown", "malformed"},
+		idem.ReasonMissingKey:  {"no id", "1", "no Nats-Msg-Id header", ""},
 	}
 	for reason, w := range want {
 		m := byReason[reason]
@@ -194,8 +206,8 @@ func TestPoisonDeadLettered(t *testing.T) {
 	}
 }
 
-func keys[V any](m map[string]V) []string {
-	var out []string
+func keys[K comparable, V any](m map[K]V) []K {
+	var out []K
 	for k := range m {
 		out = append(out, k)
 	}
@@ -275,7 +287,7 @@ func TestRunReturnsWhenClosed(t *testing.T) {
 	nc.Close()
 	select {
 	case err := <-r.done:
-		if !errors.Is(err, idemnats.ErrClosed) {
+		if !errors.Is(err, idem.ErrClosed) {
 			t.Fatalf("Run = %v, want ErrClosed", err)
 		}
 	case <-time.After(10 * time.Second):

@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/idem-go/idem/internal/consume"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Headers set on a dead-lettered message, beside its original headers.
 const (
-	HeaderReason       = "Idem-Reason"        // one of the Reason* constants
+	HeaderReason       = "Idem-Reason"        // an idem.Reason, or ReasonNoMetadata
 	HeaderError        = "Idem-Error"         // the error, as text
 	HeaderKey          = "Idem-Key"           // the inbox key, when there was one
 	HeaderSubject      = "Idem-Subject"       // the original subject
@@ -22,32 +23,32 @@ const (
 	HeaderOriginalID   = "Idem-Original-Msg-Id"
 )
 
-// deadLetter republishes m to the dead letter (if any) and then terminates
-// it. If the republish fails, m is nak'd instead: it is never terminated
+// deadLetter republishes d to the dead letter (if any) and then terminates
+// it. If the republish fails, d is nak'd instead: it is never terminated
 // without a copy when a dead letter is configured.
-func (c *Consumer) deadLetter(ctx context.Context, m jetstream.Msg, meta *jetstream.MsgMetadata, key, reason string, cause error) error {
+func (c *Consumer) deadLetter(ctx context.Context, d *consume.Delivery[jetstream.Msg], meta *jetstream.MsgMetadata, dec consume.Decision) error {
 	if c.cfg.dlqJS != nil {
-		if err := c.republish(ctx, m, meta, key, reason, cause); err != nil {
-			c.cfg.logger.Warn("idemnats: dead letter failed; redelivering", "key", key, "err", err)
+		if err := c.republish(ctx, d, meta, dec); err != nil {
+			c.cfg.Logger.Warn("idemnats: dead letter failed; redelivering", "key", d.Key, "err", err)
 			if meta == nil {
 				return fmt.Errorf("idemnats: dead letter: %w", err)
 			}
-			return c.retry(delivery{msg: m, meta: meta}, key, err)
+			return c.settle(ctx, d, meta, c.cfg.Retry(d, err))
 		}
 	}
-	text := reason
-	if cause != nil {
-		text += ": " + cause.Error()
+	text := string(dec.Reason)
+	if dec.Err != nil {
+		text += ": " + dec.Err.Error()
 	}
-	if err := m.TermWithReason(text); err != nil {
-		return fmt.Errorf("idemnats: term %s: %w", key, err)
+	if err := d.Msg.TermWithReason(text); err != nil {
+		return fmt.Errorf("idemnats: term %s: %w", d.Key, err)
 	}
-	c.cfg.logger.Error("idemnats: message dead-lettered", "key", key, "reason", reason, "err", cause, "dead_letter", c.cfg.dlqSubject)
-	c.observe(Event{Msg: m, Key: key, Outcome: DeadLettered, Reason: reason, Err: cause})
+	c.cfg.Report(d, dec)
 	return nil
 }
 
-func (c *Consumer) republish(ctx context.Context, m jetstream.Msg, meta *jetstream.MsgMetadata, key, reason string, cause error) error {
+func (c *Consumer) republish(ctx context.Context, d *consume.Delivery[jetstream.Msg], meta *jetstream.MsgMetadata, dec consume.Decision) error {
+	m := d.Msg
 	h := nats.Header{}
 	for k, v := range m.Headers() {
 		h[k] = append([]string(nil), v...)
@@ -56,12 +57,12 @@ func (c *Consumer) republish(ctx context.Context, m jetstream.Msg, meta *jetstre
 		h.Set(HeaderOriginalID, id)
 	}
 	h.Del(jetstream.MsgIDHeader)
-	h.Set(HeaderReason, reason)
-	if cause != nil {
-		h.Set(HeaderError, cause.Error())
+	h.Set(HeaderReason, string(dec.Reason))
+	if dec.Err != nil {
+		h.Set(HeaderError, dec.Err.Error())
 	}
-	if key != "" {
-		h.Set(HeaderKey, key)
+	if d.Key != "" {
+		h.Set(HeaderKey, d.Key)
 	}
 	h.Set(HeaderSubject, m.Subject())
 	var opts []jetstream.PublishOpt

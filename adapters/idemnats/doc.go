@@ -12,7 +12,7 @@
 // (StreamConfig.Duplicates, default 2 minutes, capped at MaxAge) and
 // answers a repeat with PubAck.Duplicate and the original sequence, which
 // Publish returns as [PubResult]. An attempt that gets no PubAck is retried
-// with the same id ([WithRetries]). The window is time-based and does not
+// with the same id ([WithPublishRetries]). The window is time-based and does not
 // grow with duplicates: a retry after the window stores a second copy, which
 // the consumer's inbox then absorbs.
 //
@@ -26,10 +26,12 @@
 // commit:
 //
 //   - applied or duplicate: Ack (or DoubleAck with [WithDoubleAck]);
-//   - handler error: NakWithDelay, doubling from [WithRetryDelay];
-//   - handler error at the [WithMaxDeliveries]-th delivery (the message's
+//   - handler error: NakWithDelay, a jittered delay doubling from
+//     [WithBackoff];
+//   - handler error at the [WithMaxAttempts]-th delivery (the message's
 //     NumDelivered), an error marked [idem.Permanent], or a fingerprint
-//     mismatch: dead letter (below);
+//     mismatch: dead letter (below), with the [idem.Reason] every adapter
+//     uses;
 //   - the transaction itself failed (database down, commit outcome unknown):
 //     every message of the group is nak'd with a delay and none is acked.
 //     These failures do not count towards dead-lettering: the store, not the
@@ -49,8 +51,10 @@
 // The key is the Nats-Msg-Id header by default ([MsgIDKey]) or what
 // [WithKey] derives from the message. A message with no usable key (no
 // header, empty, longer than 255 bytes) cannot be deduplicated; it is
-// dead-lettered at once with reason [ReasonNoKey] rather than applied
-// without protection or redelivered forever.
+// dead-lettered at once with reason [idem.ReasonMissingKey] (or
+// [idem.ReasonInvalidKey]) rather than applied without protection or
+// redelivered forever. A handler that panics fails its message alone, like
+// an error.
 //
 // Dead letter ([WithDeadLetter]): the message is republished, with its
 // data and headers, to a subject captured by a stream, with Idem-Reason,
@@ -58,7 +62,7 @@
 // Idem-Consumer and Idem-Num-Delivered headers, and then terminated
 // (TermWithReason). Without a dead letter it is only terminated and logged.
 // Keep the JetStream consumer's MaxDeliver at -1 (or above
-// WithMaxDeliveries), so that the server does not give up first.
+// WithMaxAttempts), so that the server does not give up first.
 //
 // # What happens if the process dies
 //
@@ -81,7 +85,7 @@
 // If the NATS connection drops, Run waits for the client to reconnect and
 // pulls again; acks sent while disconnected are buffered by the client or
 // lost, and a lost ack only costs a redelivery. If the connection is closed
-// for good, Run returns an error wrapping [ErrClosed].
+// for good, Run returns an error wrapping [idem.ErrClosed].
 //
 // Run starts no goroutine of its own; the pull iterator's goroutines are
 // stopped before it returns.

@@ -5,6 +5,7 @@ package idemnats_test
 import (
 	"context"
 	"fmt"
+	"github.com/idem-go/idem"
 	"slices"
 	"sync"
 	"testing"
@@ -81,7 +82,7 @@ func TestLeaderKilled(t *testing.T) {
 	t.Cleanup(stopRuns) // before their connections close
 
 	_, pjs := connect(t, c.url(), c.clientOptions()...)
-	pub, err := idemnats.NewPublisher(pjs, idemnats.WithRetries(3, 250*time.Millisecond), idemnats.WithAttemptTimeout(2*time.Second))
+	pub, err := idemnats.NewPublisher(pjs, idemnats.WithPublishRetries(3, 250*time.Millisecond), idemnats.WithPublishTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,15 +254,15 @@ func (l *failoverLog) observe(ev idemnats.Event) {
 		}
 	}
 	switch ev.Outcome {
-	case idemnats.Applied:
+	case idem.Applied:
 		l.applied[ev.Key]++
 		l.settleTimes = append(l.settleTimes, now)
-	case idemnats.Duplicate:
+	case idem.Duplicate:
 		l.duplicates++
 		l.settleTimes = append(l.settleTimes, now)
-	case idemnats.Retried:
+	case idem.Retried:
 		l.retried++
-	case idemnats.DeadLettered:
+	case idem.DeadLettered:
 		l.deadLettered++
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/idem-go/idem"
 	"net"
 	"os"
 	"sync"
@@ -202,7 +203,7 @@ func (e *events) observe(ev idemnats.Event) {
 	e.mu.Unlock()
 }
 
-func (e *events) count(o idemnats.Outcome) int {
+func (e *events) count(o idem.Outcome) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	n := 0

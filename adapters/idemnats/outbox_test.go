@@ -26,7 +26,7 @@ func TestOutboxPublisher(t *testing.T) {
 	}
 	tx, _ := db.BeginTx(ctx, nil)
 	for i := 0; i < 20; i++ {
-		if _, err := ob.Add(ctx, tx, outbox.Message{ID: fmt.Sprint("evt-", i), Topic: "orders.created", Key: fmt.Sprint("order-", i%3), Payload: []byte("{}")}); err != nil {
+		if _, err := ob.Add(ctx, tx, outbox.Message{ID: fmt.Sprint("evt-", i), Topic: "orders.created", OrderingKey: fmt.Sprint("order-", i%3), Payload: []byte("{}")}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/consume"
+	"github.com/idem-go/idem/internal/retry"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -15,7 +18,7 @@ import (
 func MsgIDKey(m jetstream.Msg) (string, error) {
 	id := m.Headers().Get(jetstream.MsgIDHeader)
 	if id == "" {
-		return "", fmt.Errorf("idemnats: %w: message on %q has no %s header", idem.ErrInvalidKey, m.Subject(), jetstream.MsgIDHeader)
+		return "", fmt.Errorf("idemnats: message on %q has no %s header: %w", m.Subject(), jetstream.MsgIDHeader, idem.ErrMissingKey)
 	}
 	return id, nil
 }
@@ -25,21 +28,19 @@ func MsgIDKey(m jetstream.Msg) (string, error) {
 // stream's duplicate window (Duplicates, default 2 minutes).
 type Publisher struct {
 	js  jetstream.JetStream
-	cfg config
+	cfg publisherConfig
 }
 
 // NewPublisher returns a Publisher on js.
-func NewPublisher(js jetstream.JetStream, opts ...Option) (*Publisher, error) {
+func NewPublisher(js jetstream.JetStream, opts ...PublisherOption) (*Publisher, error) {
 	if js == nil {
-		return nil, fmt.Errorf("idemnats: %w: nil JetStream", idem.ErrInvalidOption)
+		return nil, invalidPublisher("nil JetStream")
 	}
-	cfg := defaultConfig(forPublisher)
-	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	p := &Publisher{js: js, cfg: publisherConfig{retries: 3, wait: 250 * time.Millisecond, timeout: 5 * time.Second}}
+	if err := consume.Apply("idemnats", &p.cfg, opts); err != nil {
+		return nil, err
 	}
-	return &Publisher{js: js, cfg: cfg}, nil
+	return p, nil
 }
 
 // PubResult is the stream's answer to a publish.
@@ -56,7 +57,7 @@ type PubResult struct {
 // Publish sends msg with Nats-Msg-Id id (a stable id of the business event,
 // for example from [idem.DeriveKey]: never a fresh one per attempt) and
 // waits for the stream's PubAck. An attempt that gets no PubAck is retried
-// with the same id (see [WithRetries]); the stream drops the copy if an
+// with the same id (see [WithPublishRetries]); the stream drops the copy if an
 // earlier attempt was stored and answers Duplicate with the original
 // sequence.
 //
@@ -68,17 +69,16 @@ func (p *Publisher) Publish(ctx context.Context, msg *nats.Msg, id string) (PubR
 		return PubResult{}, fmt.Errorf("idemnats: %w", err)
 	}
 	if msg == nil || msg.Subject == "" {
-		return PubResult{}, fmt.Errorf("idemnats: publish: message without a subject")
+		return PubResult{}, fmt.Errorf("idemnats: publish: message without a subject: %w", idem.ErrInvalidArgument)
 	}
 	var last error
 	for attempt := 0; attempt <= p.cfg.retries; attempt++ {
 		if attempt > 0 {
-			p.cfg.logger.Info("idemnats: publish got no ack; retrying with the same id", "id", id, "attempt", attempt, "err", last)
-			if err := sleep(ctx, p.cfg.retryWait); err != nil {
+			if err := retry.Sleep(ctx, p.cfg.wait); err != nil {
 				return PubResult{}, fmt.Errorf("idemnats: publish %s: %w (last attempt: %v)", id, err, last)
 			}
 		}
-		actx, cancel := context.WithTimeout(ctx, p.cfg.attemptTimeout)
+		actx, cancel := context.WithTimeout(ctx, p.cfg.timeout)
 		ack, err := p.js.PublishMsg(actx, msg, jetstream.WithMsgID(id))
 		cancel()
 		if err == nil {

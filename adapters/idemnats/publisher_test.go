@@ -78,7 +78,7 @@ func TestPublishRetryAfterLostAck(t *testing.T) {
 	_, js := connect(t, s.ClientURL())
 	setup(t, js)
 	flaky := &lostAck{JetStream: js}
-	p, err := idemnats.NewPublisher(flaky, idemnats.WithRetries(2, time.Millisecond))
+	p, err := idemnats.NewPublisher(flaky, idemnats.WithPublishRetries(2, time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestPublishRetryAfterLostAck(t *testing.T) {
 		t.Fatalf("calls %d, result %+v; want a retry answered as duplicate of sequence 1", flaky.calls, r)
 	}
 
-	none, err := idemnats.NewPublisher(&lostAck{JetStream: js}, idemnats.WithRetries(0, 0))
+	none, err := idemnats.NewPublisher(&lostAck{JetStream: js}, idemnats.WithPublishRetries(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func TestSetHandlerAppliesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	idemnats.SetAfterCommit(c1, nc1.Close) // committed, never acked
-	if err := c1.Run(context.Background()); !errors.Is(err, idemnats.ErrClosed) {
+	if err := c1.Run(context.Background()); !errors.Is(err, idem.ErrClosed) {
 		t.Fatalf("Run after the connection closed = %v, want ErrClosed", err)
 	}
 	committed := len(e.counts(t))
@@ -72,7 +72,7 @@ func TestSetHandlerAppliesOnce(t *testing.T) {
 	}
 	r := start(c2)
 	waitFor(t, 20*time.Second, "redeliveries acked", func() bool {
-		return ev.count(idemnats.Duplicate) == committed && ev.count(idemnats.Applied) == n-committed
+		return ev.count(idem.Duplicate) == committed && ev.count(idem.Applied) == n-committed
 	})
 	if err := r.stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v, want context.Canceled", err)
@@ -128,13 +128,13 @@ func TestSetHandlerPoisonFallback(t *testing.T) {
 	}
 	var ev events
 	c, err := idemnats.NewConsumer(cons, e.in, each, idemnats.WithSetHandler(set.handle),
-		idemnats.WithMaxDeliveries(3), idemnats.WithRetryDelay(10*time.Millisecond, 40*time.Millisecond),
+		idemnats.WithMaxAttempts(3), idemnats.WithBackoff(10*time.Millisecond, 40*time.Millisecond),
 		idemnats.WithDeadLetter(js, "dlq.orders"), idemnats.WithObserver(ev.observe), idemnats.WithMaxWait(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := start(c)
-	waitFor(t, 20*time.Second, "the dead letter", func() bool { return ev.count(idemnats.DeadLettered) == 1 })
+	waitFor(t, 20*time.Second, "the dead letter", func() bool { return ev.count(idem.DeadLettered) == 1 })
 	waitFor(t, 5*time.Second, "acks", func() bool { return consumerInfo(t, js).NumAckPending == 0 })
 	if err := r.stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v", err)
@@ -145,8 +145,8 @@ func TestSetHandlerPoisonFallback(t *testing.T) {
 			t.Errorf("%s applied %d times, want 1", k, got[k])
 		}
 	}
-	if len(got) != 4 || ev.count(idemnats.Applied) != 4 {
-		t.Errorf("effects %v, applied events %d; want the four good messages", got, ev.count(idemnats.Applied))
+	if len(got) != 4 || ev.count(idem.Applied) != 4 {
+		t.Errorf("effects %v, applied events %d; want the four good messages", got, ev.count(idem.Applied))
 	}
 	if n := poisonRuns.Load(); n != 3 {
 		t.Errorf("the Handler ran %d times on the poison message, want 3 (one per delivery)", n)
@@ -159,7 +159,7 @@ func TestSetHandlerPoisonFallback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h := m.Headers(); string(m.Data()) != "poison" || h.Get(idemnats.HeaderReason) != idemnats.ReasonMaxDeliver || h.Get(idemnats.HeaderNumDelivered) != "3" {
+	if h := m.Headers(); string(m.Data()) != "poison" || h.Get(idemnats.HeaderReason) != string(idem.ReasonMaxAttempts) || h.Get(idemnats.HeaderNumDelivered) != "3" {
 		t.Errorf("dead letter %q, headers %v", m.Data(), h)
 	}
 }
@@ -189,17 +189,17 @@ func TestSetHandlerNoFallback(t *testing.T) {
 	}
 	var ev events
 	c, err := idemnats.NewConsumer(cons, e.in, nil, idemnats.WithSetHandler(set.handle),
-		idemnats.WithMaxDeliveries(2), idemnats.WithRetryDelay(10*time.Millisecond, 20*time.Millisecond),
+		idemnats.WithMaxAttempts(2), idemnats.WithBackoff(10*time.Millisecond, 20*time.Millisecond),
 		idemnats.WithDeadLetter(js, "dlq.orders"), idemnats.WithObserver(ev.observe), idemnats.WithMaxWait(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := start(c)
-	waitFor(t, 20*time.Second, "three rounds of redeliveries", func() bool { return ev.count(idemnats.Retried) >= 3*n })
+	waitFor(t, 20*time.Second, "three rounds of redeliveries", func() bool { return ev.count(idem.Retried) >= 3*n })
 	info := consumerInfo(t, js)
-	if info.AckFloor.Consumer != 0 || len(e.counts(t)) != 0 || ev.count(idemnats.Applied) != 0 || ev.count(idemnats.DeadLettered) != 0 {
+	if info.AckFloor.Consumer != 0 || len(e.counts(t)) != 0 || ev.count(idem.Applied) != 0 || ev.count(idem.DeadLettered) != 0 {
 		t.Fatalf("while the set handler fails: ack floor %d, effects %v, applied %d, dead-lettered %d; want nothing",
-			info.AckFloor.Consumer, e.counts(t), ev.count(idemnats.Applied), ev.count(idemnats.DeadLettered))
+			info.AckFloor.Consumer, e.counts(t), ev.count(idem.Applied), ev.count(idem.DeadLettered))
 	}
 	ev.mu.Lock()
 	for _, x := range ev.all {
@@ -212,7 +212,7 @@ func TestSetHandlerNoFallback(t *testing.T) {
 	ev.mu.Unlock()
 
 	broken.Store(false)
-	waitFor(t, 20*time.Second, "all applied", func() bool { return ev.count(idemnats.Applied) == n })
+	waitFor(t, 20*time.Second, "all applied", func() bool { return ev.count(idem.Applied) == n })
 	waitFor(t, 5*time.Second, "acks", func() bool { return consumerInfo(t, js).NumAckPending == 0 })
 	if err := r.stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v", err)
@@ -223,24 +223,7 @@ func TestSetHandlerNoFallback(t *testing.T) {
 			t.Errorf("%s applied %d times, want 1", k, got[k])
 		}
 	}
-	if ev.count(idemnats.DeadLettered) != 0 {
-		t.Errorf("%d dead-lettered, want 0", ev.count(idemnats.DeadLettered))
-	}
-}
-
-func TestSetHandlerOptions(t *testing.T) {
-	t.Parallel()
-	s := runServer(t, t.TempDir(), -1)
-	_, js := connect(t, s.ClientURL())
-	cons := setup(t, js)
-	e := newEffects(t)
-	if _, err := idemnats.NewConsumer(cons, e.in, nil); !errors.Is(err, idem.ErrInvalidOption) {
-		t.Errorf("no handler: %v", err)
-	}
-	if _, err := idemnats.NewConsumer(cons, e.in, nil, idemnats.WithSetHandler(nil)); !errors.Is(err, idem.ErrInvalidOption) {
-		t.Errorf("nil set handler: %v", err)
-	}
-	if _, err := idemnats.NewPublisher(js, idemnats.WithSetHandler(newSetRecorder(e).handle)); !errors.Is(err, idem.ErrInvalidOption) {
-		t.Errorf("set handler on a publisher: %v", err)
+	if ev.count(idem.DeadLettered) != 0 {
+		t.Errorf("%d dead-lettered, want 0", ev.count(idem.DeadLettered))
 	}
 }
