@@ -114,7 +114,7 @@ type counters struct {
 type broker struct {
 	msgs     []message
 	sched    schedule
-	points   []Point
+	points   []point
 	vt       time.Duration
 	queues   []deque // one, or one per worker slot
 	later    delayed
@@ -128,7 +128,7 @@ type broker struct {
 
 // newBroker returns a broker holding order; slots > 1 routes each
 // producer's messages to one worker slot.
-func newBroker(msgs []message, order []entry, sched schedule, points []Point, vt time.Duration, slots int) *broker {
+func newBroker(msgs []message, order []entry, sched schedule, points []point, vt time.Duration, slots int) *broker {
 	b := &broker{
 		msgs: msgs, sched: sched, points: points, vt: vt,
 		inflight: make(map[uint64]*flight), attempts: make([]uint8, len(msgs)),
@@ -171,7 +171,7 @@ func (b *broker) next(p *proc, now time.Time) (d delivery, f fault, ok bool) {
 	b.nextTag++
 	b.inflight[d.tag] = &flight{e: e, p: p, deadline: now.Add(b.vt), ackLost: f.ackLost}
 	b.c.delivered++
-	if f.die != PointNone {
+	if f.die != pointNone {
 		b.c.dieOrders++
 	}
 	return d, f, true

@@ -65,11 +65,11 @@ func TestPublishOrderHasEveryMessageAndItsDuplicates(t *testing.T) {
 func TestFaultRates(t *testing.T) {
 	s := schedule{seed: 3, crashRate: 0.1, ackLoss: 0.05}
 	var die, kill, lost int
-	points := map[Point]int{}
+	points := map[point]int{}
 	const n = 100000
 	for id := uint64(1); id <= n; id++ {
 		f := s.faultFor(id, 1, twoPoints)
-		if f.die != PointNone {
+		if f.die != pointNone {
 			die++
 			points[f.die]++
 		}
@@ -190,7 +190,7 @@ func TestBrokerRoutesProducersToSlots(t *testing.T) {
 }
 
 func TestReportTableAndFailures(t *testing.T) {
-	rep := &Report{Seed: 9, Backend: BackendSQLite, Messages: 10, Consumers: 2, Strategies: []StrategyResult{
+	rep := &Report{Seed: 9, Backend: BackendSQLite, Messages: 10, Consumers: 2, Strategies: []strategyResult{
 		{Name: "naive", Messages: 10, Applied: 12, Doubled: 2},
 		{Name: "idem-inbox", Idem: true, Messages: 10, Applied: 10},
 		{Name: "idem-keystore", Idem: true, Messages: 10, Applied: 9, Lost: 1},
@@ -211,11 +211,11 @@ func TestReportTableAndFailures(t *testing.T) {
 
 func TestStrategiesAreDescribed(t *testing.T) {
 	for _, s := range Strategies() {
-		if s.How == "" || len(s.Points) == 0 || s.Idem != strings.HasPrefix(s.Name, "idem") || (!s.Idem && s.Fails == "") {
+		if s.How == "" || len(s.points) == 0 || s.Idem != strings.HasPrefix(s.Name, "idem") || (!s.Idem && s.fails == "") {
 			t.Errorf("strategy %+v", s)
 		}
 	}
-	if Point(9).String() != "Point(9)" || PointBetween.String() != "between" {
+	if point(9).String() != "Point(9)" || pointBetween.String() != "between" {
 		t.Error("Point.String")
 	}
 }

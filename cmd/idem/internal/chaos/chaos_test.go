@@ -1,4 +1,4 @@
-package chaos_test
+package chaos
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/cmd/idem/internal/chaos"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/redisstore"
@@ -27,11 +26,11 @@ const workerEnv = "IDEM_CHAOS_WORKER"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(workerEnv) == "1" {
-		var opts []chaos.WorkerOption
+		var opts []workerOption
 		if os.Getenv("IDEM_CHAOS_NO_OPENER") == "" {
-			opts = append(opts, chaos.WithKeystoreOpener(openRedis))
+			opts = append(opts, WithKeystoreOpener(openRedis))
 		}
-		err := chaos.ServeWorker(context.Background(), os.Stdin, os.Stdout, opts...)
+		err := ServeWorker(context.Background(), os.Stdin, os.Stdout, opts...)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "worker:", err)
 			os.Exit(1)
@@ -70,12 +69,12 @@ func openRedis(_ context.Context, url string) (keystore.Store, func() error, err
 // keystore-bare double whatever the timing; they are fixed by the seed.
 // Seed 10, used below, orders the first attempts of messages 5 and 108 to
 // die "between", and more past message 160.
-func quick(opts ...chaos.Option) []chaos.Option {
-	return append([]chaos.Option{
-		chaos.WithWorkerCommand(workerCommand),
-		chaos.WithDupRate(0.3), chaos.WithCrashRate(0.03), chaos.WithAckLossRate(0.03),
-		chaos.WithVisibilityTimeout(250 * time.Millisecond),
-		chaos.WithLease(250 * time.Millisecond),
+func quick(opts ...Option) []Option {
+	return append([]Option{
+		withWorkerCommand(workerCommand),
+		WithDupRate(0.3), WithCrashRate(0.03), WithAckLossRate(0.03),
+		WithVisibilityTimeout(250 * time.Millisecond),
+		WithLease(250 * time.Millisecond),
 	}, opts...)
 }
 
@@ -90,14 +89,14 @@ func size(n, small int) int {
 
 // checkReport asserts that every idem strategy was exactly once and that
 // every naive one was caught losing or doubling messages.
-func checkReport(t *testing.T, rep *chaos.Report) {
+func checkReport(t *testing.T, rep *Report) {
 	t.Helper()
 	var table strings.Builder
 	_ = rep.WriteTable(&table)
 	t.Logf("\n%s", table.String())
 	for _, s := range rep.Strategies {
 		switch {
-		case s.Idem && !s.ExactlyOnce():
+		case s.Idem && !s.exactlyOnce():
 			t.Errorf("%s: lost %d, doubled %d, unfinished %d, accounts wrong %d, error %q",
 				s.Name, s.Lost, s.Doubled, s.Unfinished, s.AccountsWrong, s.Error)
 		case !s.Idem && s.Lost == 0 && s.Doubled == 0:
@@ -149,13 +148,13 @@ func TestSQLiteAllStrategies(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	rep, err := chaos.Run(ctx, quick(chaos.WithMessages(size(2000, 240)), chaos.WithSeed(10), chaos.WithConsumers(3))...)
+	rep, err := Run(ctx, quick(WithMessages(size(2000, 240)), WithSeed(10), WithConsumers(3))...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkReport(t, rep)
-	if len(rep.Strategies) != len(chaos.Strategies()) {
-		t.Errorf("ran %d strategies, want all %d", len(rep.Strategies), len(chaos.Strategies()))
+	if len(rep.Strategies) != len(Strategies()) {
+		t.Errorf("ran %d strategies, want all %d", len(rep.Strategies), len(Strategies()))
 	}
 	noChildren(t)
 }
@@ -165,8 +164,8 @@ func TestPostgresFourConsumers(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	rep, err := chaos.Run(ctx, quick(chaos.WithBackend(chaos.BackendPostgres, url), chaos.WithMessages(size(800, 160)),
-		chaos.WithSeed(10), chaos.WithConsumers(4))...)
+	rep, err := Run(ctx, quick(WithBackend(backendPostgres, url), WithMessages(size(800, 160)),
+		WithSeed(10), WithConsumers(4))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,8 +177,8 @@ func TestRedisKeystore(t *testing.T) {
 	addr := testenv.RedisAddr(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rep, err := chaos.Run(ctx, quick(chaos.WithKeystore("redis://"+addr), chaos.WithMessages(size(500, 160)), chaos.WithSeed(10),
-		chaos.WithConsumers(2), chaos.WithStrategies("keystore-bare", "idem-keystore"))...)
+	rep, err := Run(ctx, quick(WithKeystore("redis://"+addr), WithMessages(size(500, 160)), WithSeed(10),
+		WithConsumers(2), WithStrategies("keystore-bare", "idem-keystore"))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,28 +189,28 @@ func TestRedisKeystore(t *testing.T) {
 }
 
 func TestOptionsAreValidated(t *testing.T) {
-	for name, o := range map[string]chaos.Option{
-		"messages":   chaos.WithMessages(0),
-		"dup rate":   chaos.WithDupRate(1.5),
-		"crash rate": chaos.WithCrashRate(-0.1),
-		"ack loss":   chaos.WithAckLossRate(0.9),
-		"reorder":    chaos.WithReorder(2),
-		"backend":    chaos.WithBackend("mysql", ""),
-		"pg dsn":     chaos.WithBackend(chaos.BackendPostgres, "host=x"),
-		"keystore":   chaos.WithKeystore("memory"),
-		"strategy":   chaos.WithStrategies("idem-magic"),
-		"twice":      chaos.WithStrategies("naive", "naive"),
-		"none":       chaos.WithStrategies(),
-		"consumers":  chaos.WithConsumers(0),
-		"partitions": chaos.WithPartitions(0),
-		"visibility": chaos.WithVisibilityTimeout(time.Millisecond),
-		"lease":      chaos.WithLease(0),
-		"command":    chaos.WithWorkerCommand(nil),
-		"progress":   chaos.WithProgress(nil),
-		"logger":     chaos.WithLogger(nil),
+	for name, o := range map[string]Option{
+		"messages":   WithMessages(0),
+		"dup rate":   WithDupRate(1.5),
+		"crash rate": WithCrashRate(-0.1),
+		"ack loss":   WithAckLossRate(0.9),
+		"reorder":    WithReorder(2),
+		"backend":    WithBackend("mysql", ""),
+		"pg dsn":     WithBackend(backendPostgres, "host=x"),
+		"keystore":   WithKeystore("memory"),
+		"strategy":   WithStrategies("idem-magic"),
+		"twice":      WithStrategies("naive", "naive"),
+		"none":       WithStrategies(),
+		"consumers":  WithConsumers(0),
+		"partitions": WithPartitions(0),
+		"visibility": WithVisibilityTimeout(time.Millisecond),
+		"lease":      WithLease(0),
+		"command":    withWorkerCommand(nil),
+		"progress":   WithProgress(nil),
+		"logger":     WithLogger(nil),
 		"nil":        nil,
 	} {
-		_, err := chaos.Run(context.Background(), o)
+		_, err := Run(context.Background(), o)
 		if !errors.Is(err, idem.ErrInvalidOption) {
 			t.Errorf("%s: err = %v, want ErrInvalidOption", name, err)
 		}
@@ -219,8 +218,8 @@ func TestOptionsAreValidated(t *testing.T) {
 }
 
 func TestWorkersThatCannotStartFailTheRun(t *testing.T) {
-	rep, err := chaos.Run(context.Background(), chaos.WithMessages(10), chaos.WithStrategies("idem-keystore"),
-		chaos.WithKeystore("redis://127.0.0.1:1"), chaos.WithWorkerCommand(func(ctx context.Context) *exec.Cmd {
+	rep, err := Run(context.Background(), WithMessages(10), WithStrategies("idem-keystore"),
+		WithKeystore("redis://127.0.0.1:1"), withWorkerCommand(func(ctx context.Context) *exec.Cmd {
 			cmd := workerCommand(ctx)
 			cmd.Env = append(cmd.Env, "IDEM_CHAOS_NO_OPENER=1")
 			return cmd
@@ -238,8 +237,8 @@ func TestProgressAndCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var calls int
-	rep, err := chaos.Run(ctx, quick(chaos.WithMessages(200000), chaos.WithStrategies("naive"), chaos.WithConsumers(2),
-		chaos.WithProgress(func(p chaos.Progress) {
+	rep, err := Run(ctx, quick(WithMessages(200000), WithStrategies("naive"), WithConsumers(2),
+		WithProgress(func(p Progress) {
 			if calls++; calls == 3 {
 				cancel()
 			}
@@ -247,7 +246,7 @@ func TestProgressAndCancel(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
-	if rep == nil || len(rep.Strategies) != 1 || rep.Strategies[0].Unfinished == 0 || rep.Strategies[0].ExactlyOnce() {
+	if rep == nil || len(rep.Strategies) != 1 || rep.Strategies[0].Unfinished == 0 || rep.Strategies[0].exactlyOnce() {
 		t.Fatalf("report of a cancelled run = %+v", rep)
 	}
 	noChildren(t)
@@ -266,13 +265,13 @@ func TestLongRun(t *testing.T) {
 	if err != nil {
 		seed = 1
 	}
-	for _, backend := range []string{chaos.BackendSQLite, chaos.BackendPostgres} {
+	for _, backend := range []string{BackendSQLite, backendPostgres} {
 		t.Run(backend, func(t *testing.T) {
-			opts := []chaos.Option{chaos.WithWorkerCommand(workerCommand), chaos.WithMessages(n), chaos.WithSeed(seed), chaos.WithConsumers(4)}
-			if backend == chaos.BackendPostgres {
-				opts = append(opts, chaos.WithBackend(chaos.BackendPostgres, testenv.PostgresURL(t)))
+			opts := []Option{withWorkerCommand(workerCommand), WithMessages(n), WithSeed(seed), WithConsumers(4)}
+			if backend == backendPostgres {
+				opts = append(opts, WithBackend(backendPostgres, testenv.PostgresURL(t)))
 			}
-			rep, err := chaos.Run(context.Background(), opts...)
+			rep, err := Run(context.Background(), opts...)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -95,7 +95,7 @@ func Run(ctx context.Context, opts ...Option) (*Report, error) {
 // openBackend prepares the SQLite directory or the PostgreSQL pool.
 func (h *harness) openBackend(ctx context.Context) (cleanup func(), err error) {
 	switch h.cfg.backend {
-	case BackendPostgres:
+	case backendPostgres:
 		db, err := sql.Open(driverPostgres, h.cfg.dsn)
 		if err != nil {
 			return nil, fmt.Errorf("chaos: postgres: %w (is github.com/jackc/pgx/v5/stdlib linked?)", err)
@@ -130,7 +130,7 @@ func (h *harness) openBackend(ctx context.Context) (cleanup func(), err error) {
 // openNamespace creates strategy idx's fresh namespace and returns the
 // harness's handle on it.
 func (h *harness) openNamespace(ctx context.Context, idx int, s *impl) (ns namespace, db *sql.DB, closeFn func(), err error) {
-	if h.cfg.backend == BackendPostgres {
+	if h.cfg.backend == backendPostgres {
 		ns.schema = fmt.Sprintf("idem_chaos_%s_%02d", h.runID, idx)
 		ns.q, ns.dsn, ns.where = newQueries(sqldialect.Postgres, ns.schema), h.cfg.dsn, "schema "+ns.schema
 		if _, err := h.pg.ExecContext(ctx, "CREATE SCHEMA "+ns.schema); err != nil {
@@ -160,8 +160,8 @@ func (h *harness) openNamespace(ctx context.Context, idx int, s *impl) (ns names
 }
 
 // runStrategy runs one strategy to the end and checks its ledger.
-func (h *harness) runStrategy(ctx context.Context, idx int, s *impl) (StrategyResult, error) {
-	res := StrategyResult{Name: s.Name, Idem: s.Idem, Messages: h.cfg.messages, Duplicates: h.dups}
+func (h *harness) runStrategy(ctx context.Context, idx int, s *impl) (strategyResult, error) {
+	res := strategyResult{Name: s.Name, Idem: s.Idem, Messages: h.cfg.messages, Duplicates: h.dups}
 	ns, db, closeNS, err := h.openNamespace(ctx, idx, s)
 	if err != nil {
 		res.Error = err.Error()
@@ -177,7 +177,7 @@ func (h *harness) runStrategy(ctx context.Context, idx int, s *impl) (StrategyRe
 	if s.ordered {
 		slots = h.cfg.consumers
 	}
-	b := newBroker(h.msgs, h.order, h.sched, s.Points, h.cfg.visibility, slots)
+	b := newBroker(h.msgs, h.order, h.sched, s.points, h.cfg.visibility, slots)
 	l := &runLoop{h: h, ctx: ctx, idx: idx, s: s, ns: ns, b: b, res: &res}
 	loopErr := l.run()
 	c := b.c

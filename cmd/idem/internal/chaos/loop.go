@@ -45,7 +45,7 @@ type runLoop struct {
 	s   *impl
 	ns  namespace
 	b   *broker
-	res *StrategyResult
+	res *strategyResult
 
 	events  chan event
 	procs   []*proc // active workers, by slot

@@ -1,5 +1,5 @@
 //go:build !race
 
-package chaos_test
+package chaos
 
 const raceEnabled = false

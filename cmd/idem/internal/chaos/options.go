@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"strings"
@@ -17,9 +18,9 @@ const (
 	// BackendSQLite runs each strategy on its own SQLite file, shared by
 	// the strategy's worker processes.
 	BackendSQLite = "sqlite"
-	// BackendPostgres runs each strategy in its own schema of a PostgreSQL
+	// backendPostgres runs each strategy in its own schema of a PostgreSQL
 	// database, created for the run and dropped after it.
-	BackendPostgres = "postgres"
+	backendPostgres = "postgres"
 )
 
 // Defaults of [Run].
@@ -81,6 +82,25 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("chaos: %w: "+format, append([]any{idem.ErrInvalidOption}, args...)...)
 }
 
+// between stores v in *dst after checking that it is in [lo, hi]; want
+// says so in the error.
+func between[T int | time.Duration](name string, dst *T, v, lo, hi T, want string) error {
+	if v < lo || v > hi {
+		return invalid("%s %v: want %s", name, v, want)
+	}
+	*dst = v
+	return nil
+}
+
+// given stores v in *dst unless isNil.
+func given[T any](name string, dst *T, v T, isNil bool) error {
+	if isNil {
+		return invalid("nil %s", name)
+	}
+	*dst = v
+	return nil
+}
+
 // setRate stores a probability after checking that it is in [0, most].
 func setRate(name string, dst *float64, v, most float64) error {
 	if !(v >= 0 && v <= most) { // also rejects NaN
@@ -93,13 +113,7 @@ func setRate(name string, dst *float64, v, most float64) error {
 // WithMessages sets how many distinct messages each strategy must apply
 // (default [DefaultMessages]).
 func WithMessages(n int) Option {
-	return func(c *config) error {
-		if n < 1 || n > 1<<30 {
-			return invalid("messages %d: want 1 to 2^30", n)
-		}
-		c.messages = n
-		return nil
-	}
+	return func(c *config) error { return between("messages", &c.messages, n, 1, 1<<30, "1 to 2^30") }
 }
 
 // WithDupRate sets the share of messages the producer publishes twice
@@ -132,18 +146,18 @@ func WithReorder(p float64) Option {
 
 // WithBackend sets the database: [BackendSQLite] with dsn a directory for
 // the database files ("" for a temporary directory, removed afterwards), or
-// [BackendPostgres] with dsn a postgres:// URL of a user that may create
+// backendPostgres with dsn a postgres:// URL of a user that may create
 // schemas. Default: SQLite in a temporary directory.
 func WithBackend(backend, dsn string) Option {
 	return func(c *config) error {
 		switch backend {
 		case BackendSQLite:
-		case BackendPostgres:
+		case backendPostgres:
 			if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
 				return invalid("postgres backend needs a postgres:// URL, got %q", redact(dsn))
 			}
 		default:
-			return invalid("backend %q: want %s or %s", backend, BackendSQLite, BackendPostgres)
+			return invalid("backend %q: want %s or %s", backend, BackendSQLite, backendPostgres)
 		}
 		c.backend, c.dsn = backend, dsn
 		return nil
@@ -151,7 +165,7 @@ func WithBackend(backend, dsn string) Option {
 }
 
 // WithKeystore puts the keystore strategies' key store at url (redis://…,
-// or any URL the workers' [KeystoreOpener] accepts) instead of in the
+// or any URL the workers' opener (WithKeystoreOpener) accepts) instead of in the
 // ledger's database. "memory" is rejected: the workers are separate
 // processes.
 func WithKeystore(url string) Option {
@@ -197,25 +211,13 @@ func strategyNames() []string {
 // WithConsumers sets the number of worker processes per strategy (default
 // [DefaultConsumers]).
 func WithConsumers(n int) Option {
-	return func(c *config) error {
-		if n < 1 || n > 64 {
-			return invalid("consumers %d: want 1 to 64", n)
-		}
-		c.consumers = n
-		return nil
-	}
+	return func(c *config) error { return between("consumers", &c.consumers, n, 1, 64, "1 to 64") }
 }
 
 // WithPartitions sets the number of producers whose sequences the
 // idem-sequence strategy tracks (default [DefaultPartitions]).
 func WithPartitions(n int) Option {
-	return func(c *config) error {
-		if n < 1 || n > 1<<16 {
-			return invalid("partitions %d: want 1 to 65536", n)
-		}
-		c.partitions = n
-		return nil
-	}
+	return func(c *config) error { return between("partitions", &c.partitions, n, 1, 1<<16, "1 to 65536") }
 }
 
 // WithSeed sets the seed of the fault schedule (default 1). The same seed
@@ -230,60 +232,34 @@ func WithSeed(seed uint64) Option {
 // redelivering (default [DefaultVisibility]).
 func WithVisibilityTimeout(d time.Duration) Option {
 	return func(c *config) error {
-		if d < 10*time.Millisecond {
-			return invalid("visibility timeout %v: want at least 10ms", d)
-		}
-		c.visibility = d
-		return nil
+		return between("visibility timeout", &c.visibility, d, 10*time.Millisecond, math.MaxInt64, "at least 10ms")
 	}
 }
 
 // WithLease sets the keystore strategies' lease (default [DefaultLease]).
 func WithLease(d time.Duration) Option {
 	return func(c *config) error {
-		if d < 10*time.Millisecond {
-			return invalid("lease %v: want at least 10ms", d)
-		}
-		c.lease = d
-		return nil
+		return between("lease", &c.lease, d, 10*time.Millisecond, math.MaxInt64, "at least 10ms")
 	}
 }
 
-// WithWorkerCommand sets how a worker process is started: cmd must run
+// withWorkerCommand sets how a worker process is started: cmd must run
 // [ServeWorker] on its stdin and stdout. The harness sets the command's
 // stdin, stdout, stderr and SysProcAttr. Default: this executable with the
 // argument "chaos-worker".
-func WithWorkerCommand(cmd func(ctx context.Context) *exec.Cmd) Option {
-	return func(c *config) error {
-		if cmd == nil {
-			return invalid("nil worker command")
-		}
-		c.command = cmd
-		return nil
-	}
+func withWorkerCommand(cmd func(ctx context.Context) *exec.Cmd) Option {
+	return func(c *config) error { return given("worker command", &c.command, cmd, cmd == nil) }
 }
 
 // WithProgress calls f about ten times a second while a strategy runs, from
 // Run's goroutine; f must return quickly.
 func WithProgress(f func(Progress)) Option {
-	return func(c *config) error {
-		if f == nil {
-			return invalid("nil progress function")
-		}
-		c.progress = f
-		return nil
-	}
+	return func(c *config) error { return given("progress function", &c.progress, f, f == nil) }
 }
 
 // WithLogger logs worker restarts and worker errors (default: discard).
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return invalid("nil logger")
-		}
-		c.logger = l
-		return nil
-	}
+	return func(c *config) error { return given("logger", &c.logger, l, l == nil) }
 }
 
 // WithKeep keeps the databases after the run (SQLite files, PostgreSQL

@@ -69,7 +69,7 @@ type delivery struct {
 	amount   int64
 	producer uint32 // sequence strategy: producer (one partition each)
 	seq      uint32 // sequence strategy: the message's sequence number, from 1
-	die      Point  // the step at which the worker must SIGKILL itself, or PointNone
+	die      point  // the step at which the worker must SIGKILL itself, or pointNone
 }
 
 // frame is one decoded frame. Which fields are set depends on kind.
@@ -130,7 +130,7 @@ func decodeFrame(b []byte) (frame, error) {
 			amount:   int64(be.Uint64(p[20:])),
 			producer: be.Uint32(p[28:]),
 			seq:      be.Uint32(p[32:]),
-			die:      Point(p[36]),
+			die:      point(p[36]),
 		}
 		if f.d.die >= pointCount {
 			return frame{}, fmt.Errorf("%w: unknown crash point %d", errProtocol, p[36])

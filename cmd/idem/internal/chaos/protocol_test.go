@@ -13,7 +13,7 @@ func sampleFrames() []frame {
 	return []frame{
 		{kind: kindHello, payload: []byte(`{"strategy":"idem-inbox"}`)},
 		{kind: kindReady},
-		{kind: kindDeliver, d: delivery{tag: 1<<63 + 5, msg: 42, account: 7, amount: -3, producer: 9, seq: 1 << 31, die: PointBetween}},
+		{kind: kindDeliver, d: delivery{tag: 1<<63 + 5, msg: 42, account: 7, amount: -3, producer: 9, seq: 1 << 31, die: pointBetween}},
 		{kind: kindAck, tag: 77, code: outcomeDuplicate},
 		{kind: kindNack, tag: 78, code: nackGap, payload: []byte("gap")},
 		{kind: kindNack, tag: 79, code: nackError, payload: []byte{}},

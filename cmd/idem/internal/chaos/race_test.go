@@ -1,6 +1,6 @@
 //go:build race
 
-package chaos_test
+package chaos
 
 // raceEnabled: the workers are this race-instrumented test binary, several
 // times slower, so the runs are shorter.

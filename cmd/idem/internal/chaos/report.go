@@ -19,12 +19,12 @@ type Report struct {
 	CrashRate   float64          `json:"crash_rate"`
 	AckLossRate float64          `json:"ack_loss_rate"`
 	Reorder     float64          `json:"reorder"`
-	Strategies  []StrategyResult `json:"strategies"`
+	Strategies  []strategyResult `json:"strategies"`
 }
 
-// StrategyResult is what one strategy did, by the broker's counts and by
+// strategyResult is what one strategy did, by the broker's counts and by
 // the ledger's.
-type StrategyResult struct {
+type strategyResult struct {
 	// Name is the strategy's name; Idem is true for idem's own.
 	Name string `json:"name"`
 	Idem bool   `json:"idem"`
@@ -60,14 +60,14 @@ type StrategyResult struct {
 	Error      string  `json:"error,omitempty"`     // why the run of this strategy failed
 }
 
-// ExactlyOnce reports whether every message was applied exactly once and
+// exactlyOnce reports whether every message was applied exactly once and
 // the run finished.
-func (r StrategyResult) ExactlyOnce() bool {
+func (r strategyResult) exactlyOnce() bool {
 	return r.Lost == 0 && r.Doubled == 0 && r.Corrupt == 0 && r.AccountsWrong == 0 && r.Unfinished == 0 && r.Error == ""
 }
 
-// Verdict is the report's last column: "exactly once", or what went wrong.
-func (r StrategyResult) Verdict() string {
+// verdict is the report's last column: "exactly once", or what went wrong.
+func (r strategyResult) verdict() string {
 	if r.Error != "" {
 		return "ERROR"
 	}
@@ -98,7 +98,7 @@ func (r StrategyResult) Verdict() string {
 func (r *Report) Failures() []string {
 	var out []string
 	for _, s := range r.Strategies {
-		if s.Idem && !s.ExactlyOnce() {
+		if s.Idem && !s.exactlyOnce() {
 			out = append(out, s.Name)
 		}
 	}
@@ -124,7 +124,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(tw, "%-*s\tdelivered\tdups\tcrashes\tacks lost\tnacks\tapplied\tlost\tdoubled\tmsg/s\t  verdict\n", width, "strategy")
 	for _, s := range r.Strategies {
 		fmt.Fprintf(tw, "%-*s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f\t  %s\n",
-			width, s.Name, s.Delivered, s.Duplicates, s.Crashes, s.AcksLost, s.Nacks, s.Applied, s.Lost, s.Doubled, s.PerSecond, s.Verdict())
+			width, s.Name, s.Delivered, s.Duplicates, s.Crashes, s.AcksLost, s.Nacks, s.Applied, s.Lost, s.Doubled, s.PerSecond, s.verdict())
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -79,7 +79,7 @@ func (s schedule) unit(salt, a, b uint64) float64 {
 
 // fault is what happens to one delivery.
 type fault struct {
-	die       Point         // the worker dies at this step (PointNone: it does not)
+	die       point         // the worker dies at this step (pointNone: it does not)
 	kill      bool          // the harness SIGKILLs the worker killDelay after sending
 	killDelay time.Duration // …
 	ackLost   bool          // the worker's ack is dropped
@@ -87,7 +87,7 @@ type fault struct {
 
 // faultFor returns the fault of attempt (1-based) of message id under a
 // strategy whose crash points are points.
-func (s schedule) faultFor(id uint64, attempt int, points []Point) fault {
+func (s schedule) faultFor(id uint64, attempt int, points []point) fault {
 	var f fault
 	if attempt > faultyAttempts {
 		return f

@@ -14,41 +14,41 @@ import (
 	"github.com/idem-go/idem/keystore"
 )
 
-// Point is a step of a consumer at which a worker can be told to die
+// point is a step of a consumer at which a worker can be told to die
 // (SIGKILL itself). Which points a strategy has depends on how many commits
 // it makes.
-type Point uint8
+type point uint8
 
 // The crash points.
 const (
-	// PointNone: the delivery does not crash.
-	PointNone Point = iota
-	// PointBefore: the message was received; nothing was done yet.
-	PointBefore
-	// PointInTx: inside the transaction that holds the effect, after the
+	// pointNone: the delivery does not crash.
+	pointNone point = iota
+	// pointBefore: the message was received; nothing was done yet.
+	pointBefore
+	// pointInTx: inside the transaction that holds the effect, after the
 	// effect's statements, before COMMIT.
-	PointInTx
-	// PointBetween: after a strategy's first commit and before its second
+	pointInTx
+	// pointBetween: after a strategy's first commit and before its second
 	// (the key before the effect, the effect before the key, the keystore's
 	// effect before Complete). One-transaction strategies do not have it.
-	PointBetween
-	// PointAfter: everything committed, before the ack is sent.
-	PointAfter
+	pointBetween
+	// pointAfter: everything committed, before the ack is sent.
+	pointAfter
 	pointCount
 )
 
 // String returns the point's name as the docs and reports use it.
-func (p Point) String() string {
+func (p point) String() string {
 	switch p {
-	case PointNone:
+	case pointNone:
 		return "none"
-	case PointBefore:
+	case pointBefore:
 		return "before"
-	case PointInTx:
+	case pointInTx:
 		return "in-tx"
-	case PointBetween:
+	case pointBetween:
 		return "between"
-	case PointAfter:
+	case pointAfter:
 		return "after"
 	}
 	return "Point(" + strconv.Itoa(int(p)) + ")"
@@ -64,10 +64,10 @@ type Strategy struct {
 	Idem bool
 	// How is a one-line description of the consumer's steps.
 	How string
-	// Fails says what the design loses or doubles, and when ("" for idem's).
-	Fails string
-	// Points are the crash points the strategy has.
-	Points []Point
+	// fails says what the design loses or doubles, and when ("" for idem's).
+	fails string
+	// points are the crash points the strategy has.
+	points []point
 }
 
 type handlerFunc func(ctx context.Context, w *worker, d delivery) (outcome byte, err error)
@@ -84,47 +84,47 @@ type impl struct {
 }
 
 var (
-	onePoints = []Point{PointBefore, PointInTx, PointAfter}
-	twoPoints = []Point{PointBefore, PointInTx, PointBetween, PointAfter}
+	onePoints = []point{pointBefore, pointInTx, pointAfter}
+	twoPoints = []point{pointBefore, pointInTx, pointBetween, pointAfter}
 )
 
 // registry lists the strategies in report order: the naive designs first,
 // then idem's.
 var registry = []impl{
-	{Strategy: Strategy{Name: "naive", Points: onePoints,
+	{Strategy: Strategy{Name: "naive", points: onePoints,
 		How:   "apply the effect, no deduplication",
-		Fails: "doubles every redelivery and every duplicate"},
+		fails: "doubles every redelivery and every duplicate"},
 		handle: handleNaive},
-	{Strategy: Strategy{Name: "check-then-act", Points: onePoints,
+	{Strategy: Strategy{Name: "check-then-act", points: onePoints,
 		How:   "SELECT the key; if absent, a transaction that applies the effect and INSERTs the key ON CONFLICT DO NOTHING",
-		Fails: "doubles when two deliveries of a message both pass the check before either commits"},
+		fails: "doubles when two deliveries of a message both pass the check before either commits"},
 		handle: handleCheckThenAct},
-	{Strategy: Strategy{Name: "key-before-effect", Points: twoPoints,
+	{Strategy: Strategy{Name: "key-before-effect", points: twoPoints,
 		How:   "INSERT the key and commit; if it was new, apply the effect in a second transaction (Watermill's deduplicator)",
-		Fails: "loses the message when the consumer dies, or the effect fails, after the key committed"},
+		fails: "loses the message when the consumer dies, or the effect fails, after the key committed"},
 		handle: handleKeyBeforeEffect},
-	{Strategy: Strategy{Name: "effect-before-key", Points: twoPoints,
+	{Strategy: Strategy{Name: "effect-before-key", points: twoPoints,
 		How:   "SELECT the key; if absent, apply the effect and commit, then INSERT the key and commit",
-		Fails: "doubles when the consumer dies between the two commits, and on concurrent duplicates"},
+		fails: "doubles when the consumer dies between the two commits, and on concurrent duplicates"},
 		handle: handleEffectBeforeKey},
-	{Strategy: Strategy{Name: "naive-cte", Points: onePoints,
+	{Strategy: Strategy{Name: "naive-cte", points: onePoints,
 		How:   "one transaction: INSERT the key ON CONFLICT DO NOTHING, then an unconditional UPDATE",
-		Fails: "doubles every redelivery: DO NOTHING does not abort the transaction, so the credit lands again"},
+		fails: "doubles every redelivery: DO NOTHING does not abort the transaction, so the credit lands again"},
 		handle: handleNaiveCTE},
-	{Strategy: Strategy{Name: "keystore-bare", Points: twoPoints,
+	{Strategy: Strategy{Name: "keystore-bare", points: twoPoints,
 		How:   "keystore.Do around a provider call that does not deduplicate by key",
-		Fails: "doubles when the consumer dies after the effect and before Complete: the lease expires and the retry runs the effect again"},
+		fails: "doubles when the consumer dies after the effect and before Complete: the lease expires and the retry runs the effect again"},
 		handle: handleKeystoreBare, keystore: true},
-	{Strategy: Strategy{Name: "idem-inbox", Idem: true, Points: onePoints,
+	{Strategy: Strategy{Name: "idem-inbox", Idem: true, points: onePoints,
 		How: "inbox.Process: the key and the effect commit in one transaction"},
 		handle: handleInbox},
-	{Strategy: Strategy{Name: "idem-inbox-batch", Idem: true, Points: onePoints,
+	{Strategy: Strategy{Name: "idem-inbox-batch", Idem: true, points: onePoints,
 		How: "inbox.ProcessBatch over what the worker has received (up to 32 messages), one commit"},
 		batch: handleInboxBatch},
-	{Strategy: Strategy{Name: "idem-keystore", Idem: true, Points: twoPoints,
+	{Strategy: Strategy{Name: "idem-keystore", Idem: true, points: twoPoints,
 		How: "keystore.Do: reserve → provider call carrying the key (the provider deduplicates by it) → complete"},
 		handle: handleKeystore, keystore: true},
-	{Strategy: Strategy{Name: "idem-sequence", Idem: true, Points: onePoints,
+	{Strategy: Strategy{Name: "idem-sequence", Idem: true, points: onePoints,
 		How: "sequence.SQLMarks.Advance in the effect's transaction; each producer's messages go to one worker; a gap is refused (nack) and redelivered later"},
 		handle: handleSequence, ordered: true},
 }
@@ -134,7 +134,7 @@ func Strategies() []Strategy {
 	out := make([]Strategy, len(registry))
 	for i, s := range registry {
 		out[i] = s.Strategy
-		out[i].Points = append([]Point(nil), s.Points...)
+		out[i].points = append([]point(nil), s.points...)
 	}
 	return out
 }
@@ -160,7 +160,7 @@ func (w *worker) effect(ctx context.Context, tx *sql.Tx, d delivery) error {
 	return nil
 }
 
-// inTx runs fn in a transaction, dies at PointInTx if d says so, and
+// inTx runs fn in a transaction, dies at pointInTx if d says so, and
 // commits.
 func (w *worker) inTx(ctx context.Context, d delivery, fn func(tx *sql.Tx) error) error {
 	tx, err := w.db.BeginTx(ctx, nil)
@@ -171,7 +171,7 @@ func (w *worker) inTx(ctx context.Context, d delivery, fn func(tx *sql.Tx) error
 	if err := fn(tx); err != nil {
 		return err
 	}
-	w.at(d, PointInTx)
+	w.at(d, pointInTx)
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("chaos: commit: %w", err)
 	}
@@ -219,7 +219,7 @@ func handleKeyBeforeEffect(ctx context.Context, w *worker, d delivery) (byte, er
 	if n, err := res.RowsAffected(); err != nil || n == 0 {
 		return outcomeDuplicate, err
 	}
-	w.at(d, PointBetween)
+	w.at(d, pointBetween)
 	err = w.inTx(ctx, d, func(tx *sql.Tx) error { return w.effect(ctx, tx, d) })
 	return outcomeApplied, err
 }
@@ -232,7 +232,7 @@ func handleEffectBeforeKey(ctx context.Context, w *worker, d delivery) (byte, er
 	if err := w.inTx(ctx, d, func(tx *sql.Tx) error { return w.effect(ctx, tx, d) }); err != nil {
 		return 0, err
 	}
-	w.at(d, PointBetween)
+	w.at(d, pointBetween)
 	if _, err := w.db.ExecContext(ctx, w.q.keyInsert, int64(d.msg)); err != nil {
 		return 0, fmt.Errorf("chaos: record key: %w", err)
 	}
@@ -255,7 +255,7 @@ func handleInbox(ctx context.Context, w *worker, d delivery) (byte, error) {
 		if err := w.effect(ctx, tx, d); err != nil {
 			return err
 		}
-		w.at(d, PointInTx)
+		w.at(d, pointInTx)
 		return nil
 	})
 	if !applied {
@@ -282,7 +282,7 @@ func handleInboxBatch(ctx context.Context, w *worker, ds []delivery) ([]byte, []
 		if err := w.effect(ctx, tx, d); err != nil {
 			return err
 		}
-		w.at(d, PointInTx) // the whole batch's transaction dies with it
+		w.at(d, pointInTx) // the whole batch's transaction dies with it
 		return nil
 	})
 	if err != nil {
@@ -308,7 +308,7 @@ func (w *worker) keystoreDo(ctx context.Context, d delivery, call func(context.C
 		if err := w.inTx(ctx, d, func(tx *sql.Tx) error { return call(ctx, tx) }); err != nil {
 			return nil, err
 		}
-		w.at(d, PointBetween) // the effect happened; Complete has not
+		w.at(d, pointBetween) // the effect happened; Complete has not
 		return nil, nil
 	}, keystore.WithLease(time.Duration(w.cfg.Lease)), keystore.WithTTL(time.Hour))
 	if replayed {

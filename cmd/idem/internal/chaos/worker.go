@@ -30,23 +30,23 @@ type workerConfig struct {
 	Worker   int    `json:"worker"`   // the worker's slot, for logs
 }
 
-// KeystoreOpener opens the key store at url for a worker; close releases
+// keystoreOpener opens the key store at url for a worker; close releases
 // it. Programs pass one to [ServeWorker] (see [WithKeystoreOpener]) when
 // runs may use a key store outside the ledger's database, such as Redis.
-type KeystoreOpener func(ctx context.Context, url string) (s keystore.Store, close func() error, err error)
+type keystoreOpener func(ctx context.Context, url string) (s keystore.Store, close func() error, err error)
 
-// WorkerOption configures [ServeWorker].
-type WorkerOption func(*workerOptions) error
+// workerOption configures [ServeWorker].
+type workerOption func(*workerOptions) error
 
 type workerOptions struct {
-	openKeystore KeystoreOpener
+	openKeystore keystoreOpener
 	crash        func()
 }
 
 // WithKeystoreOpener lets workers open a key store given by URL (the
 // harness's [WithKeystore]). Without it, only the ledger database's own
 // key store tables are available.
-func WithKeystoreOpener(open KeystoreOpener) WorkerOption {
+func WithKeystoreOpener(open keystoreOpener) workerOption {
 	return func(o *workerOptions) error {
 		if open == nil {
 			return fmt.Errorf("chaos: %w: nil keystore opener", idem.ErrInvalidOption)
@@ -81,8 +81,8 @@ type worker struct {
 }
 
 // at kills the worker if d is to die at point p.
-func (w *worker) at(d delivery, p Point) {
-	if d.die == p && p != PointNone {
+func (w *worker) at(d delivery, p point) {
+	if d.die == p && p != pointNone {
 		w.crash()
 	}
 }
@@ -93,12 +93,12 @@ const maxBatch = 32
 // ServeWorker runs a chaos consumer on r (frames from the harness, usually
 // stdin) and w (frames to it, usually stdout) until r ends. Programs that
 // run the harness with the default worker command call it from a hidden
-// "chaos-worker" subcommand; see [WithWorkerCommand]. The worker must be
+// "chaos-worker" subcommand; see withWorkerCommand. The worker must be
 // able to open the run's database: link the drivers ("sqlite" from
 // modernc.org/sqlite, "pgx" from github.com/jackc/pgx/v5/stdlib).
 //
 // Nothing but frames may be written to w; log to stderr.
-func ServeWorker(ctx context.Context, r io.Reader, w io.Writer, opts ...WorkerOption) error {
+func ServeWorker(ctx context.Context, r io.Reader, w io.Writer, opts ...workerOption) error {
 	o := workerOptions{crash: crashSelf}
 	for _, opt := range opts {
 		if opt == nil {
@@ -175,7 +175,7 @@ func openWorker(ctx context.Context, cfg workerConfig, o workerOptions) (*worker
 	case BackendSQLite:
 		wk.q = newQueries(sqldialect.SQLite, "")
 		wk.db, err = sql.Open(driverSQLite, sqldialect.SQLiteDSN(cfg.DSN))
-	case BackendPostgres:
+	case backendPostgres:
 		wk.q = newQueries(sqldialect.Postgres, cfg.Schema)
 		wk.db, err = sql.Open(driverPostgres, cfg.DSN)
 	default:
@@ -237,7 +237,7 @@ func (w *worker) close() {
 // writes an ack or nack for each.
 func (w *worker) process(ctx context.Context, ds []delivery, bw *bufio.Writer) error {
 	for _, d := range ds {
-		w.at(d, PointBefore)
+		w.at(d, pointBefore)
 	}
 	outcomes, errs := make([]byte, len(ds)), make([]error, len(ds))
 	if w.strat.batch != nil {
@@ -254,7 +254,7 @@ func (w *worker) process(ctx context.Context, ds []delivery, bw *bufio.Writer) e
 	}
 	for i, d := range ds {
 		if errs[i] == nil {
-			w.at(d, PointAfter)
+			w.at(d, pointAfter)
 		}
 	}
 	for i, d := range ds {
