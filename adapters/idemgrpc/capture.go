@@ -25,38 +25,31 @@ func (c *capture) Method() string {
 	return c.inner.Method()
 }
 
+// SetHeader passes md on and keeps it as header.
 func (c *capture) SetHeader(md metadata.MD) error {
-	if c.inner != nil {
-		if err := c.inner.SetHeader(md); err != nil {
-			return err
-		}
-	}
-	c.mu.Lock()
-	c.header = metadata.Join(c.header, md)
-	c.mu.Unlock()
-	return nil
+	return c.keep(&c.header, md, func(s grpc.ServerTransportStream) error { return s.SetHeader(md) })
 }
 
+// SendHeader passes md on and keeps it as header.
 func (c *capture) SendHeader(md metadata.MD) error {
-	if c.inner != nil {
-		if err := c.inner.SendHeader(md); err != nil {
-			return err
-		}
-	}
-	c.mu.Lock()
-	c.header = metadata.Join(c.header, md)
-	c.mu.Unlock()
-	return nil
+	return c.keep(&c.header, md, func(s grpc.ServerTransportStream) error { return s.SendHeader(md) })
 }
 
+// SetTrailer passes md on and keeps it as trailer.
 func (c *capture) SetTrailer(md metadata.MD) error {
+	return c.keep(&c.trailer, md, func(s grpc.ServerTransportStream) error { return s.SetTrailer(md) })
+}
+
+// keep passes md to the wrapped stream, when there is one, and adds it to
+// into once the stream has taken it.
+func (c *capture) keep(into *metadata.MD, md metadata.MD, pass func(grpc.ServerTransportStream) error) error {
 	if c.inner != nil {
-		if err := c.inner.SetTrailer(md); err != nil {
+		if err := pass(c.inner); err != nil {
 			return err
 		}
 	}
 	c.mu.Lock()
-	c.trailer = metadata.Join(c.trailer, md)
+	*into = metadata.Join(*into, md)
 	c.mu.Unlock()
 	return nil
 }

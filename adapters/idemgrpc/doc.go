@@ -27,7 +27,7 @@
 // | same key, call still running | Unavailable IN_PROGRESS + trailer grpc-retry-pushback-ms + RetryInfo (or wait: WithWait) |
 // | key completed | the stored message or status, metadata, idempotent-replayed: true |
 // | handler returned OK or a stored code | stored and replayed |
-// | handler returned a release code (DefaultReleaseCodes) or panicked | key released: a retry executes |
+// | handler returned a release code ([DefaultReleaseCodes]) or panicked | key released: a retry executes |
 // | client gone after the reservation, before the handler | key released, handler not run |
 // | response larger than WithMaxResponseSize or the store's limit | delivered once; replays get FailedPrecondition RESPONSE_NOT_STORED |
 //
@@ -50,6 +50,11 @@
 // rarely retryable by policy. Why FailedPrecondition for a reused key: the
 // request is valid on its own and fails only because of stored state (the
 // key's earlier use), and no retry policy retries it.
+//
+// Observing: [WithHooks] reports each call's [Outcome] and duration, as
+// idemhttp.WithHooks does for HTTP requests (the outcome names are the
+// same where they mean the same); [WithLogger] receives what the client
+// cannot be told (a response that could not be stored, a failed release).
 //
 // Principals: by default a SHA-256 of the call's authorization metadata;
 // [WithScopeTLS] uses the verified client certificate, [WithScopeFunc]

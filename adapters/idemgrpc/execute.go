@@ -22,7 +22,7 @@ import (
 // keystore.KeepAlive) and the handler's context ends if the lease is lost;
 // with a store that cannot renew, it ends when the lease does. A panic
 // releases the key and continues.
-func (i *Interceptor) execute(ctx context.Context, req any, handler grpc.UnaryHandler, claim keystore.Claim) (any, error) {
+func (i *Interceptor) execute(ctx context.Context, req any, handler grpc.UnaryHandler, claim keystore.Claim) (any, Outcome, error) {
 	cap := &capture{inner: grpc.ServerTransportStreamFromContext(ctx)}
 	hctx := grpc.NewContextWithServerTransportStream(ctx, cap)
 	hctx = context.WithValue(hctx, claimKey{}, claim)
@@ -46,17 +46,16 @@ func (i *Interceptor) execute(ctx context.Context, req any, handler grpc.UnaryHa
 		i.cfg.logger.WarnContext(ctx, "idemgrpc: the lease was lost while the handler ran; its context was cancelled", "err", err)
 	}
 	i.took.observe(time.Since(start))
-	i.settle(ctx, claim, cap, resp, herr)
-	return resp, herr
+	return resp, i.settle(ctx, claim, cap, resp, herr), herr
 }
 
 // settle stores the handler's answer under the claim, or releases the key
 // when the answer's code says the call was not executed.
-func (i *Interceptor) settle(ctx context.Context, claim keystore.Claim, cap *capture, resp any, herr error) {
+func (i *Interceptor) settle(ctx context.Context, claim keystore.Claim, cap *capture, resp any, herr error) Outcome {
 	st := statusOf(herr)
 	if i.cfg.release[st.Code()] {
 		i.release(ctx, claim, "handler answered "+st.Code().String())
-		return
+		return OutcomeReleased
 	}
 	rec := &record{}
 	rec.header, rec.trailer = cap.kept(i.cfg.replay)
@@ -77,11 +76,11 @@ func (i *Interceptor) settle(ctx context.Context, claim keystore.Claim, cap *cap
 	} else {
 		rec.msgType, rec.msg = string(m.ProtoReflect().Descriptor().FullName()), b
 	}
-	enc := rec.encode()
-	if len(enc) > i.cfg.maxResponse {
-		enc = notStored(st.Code()).encode()
+	enc, o := rec.encode(), OutcomeExecuted
+	if rec.notStored || len(enc) > i.cfg.maxResponse {
+		enc, o = notStored(st.Code()).encode(), OutcomeNotStored
 	}
-	i.complete(ctx, claim, enc, st.Code())
+	return i.complete(ctx, claim, enc, st.Code(), o)
 }
 
 func notStored(c codes.Code) *record {
@@ -89,25 +88,38 @@ func notStored(c codes.Code) *record {
 	return &record{notStored: true, status: b}
 }
 
-// complete stores enc under the claim; a result the store finds too large
-// is stored as "not stored" instead.
-func (i *Interceptor) complete(ctx context.Context, claim keystore.Claim, enc []byte, code codes.Code) {
+// complete stores enc under the claim and returns o; a result the store
+// finds too large is stored as "not stored" instead.
+func (i *Interceptor) complete(ctx context.Context, claim keystore.Claim, enc []byte, code codes.Code, o Outcome) Outcome {
 	sctx, cancel := i.storeCtx(ctx)
 	defer cancel()
 	err := i.store.Complete(sctx, claim, enc, i.cfg.ttl)
 	if errors.Is(err, keystore.ErrResultTooLarge) {
+		o = OutcomeNotStored
 		err = i.store.Complete(sctx, claim, notStored(code).encode(), i.cfg.ttl)
 	}
 	switch {
 	case errors.Is(err, keystore.ErrLeaseLost):
 		i.cfg.logger.WarnContext(ctx, "idemgrpc: handler outlived its lease; response not stored (raise the lease)", "lease", i.cfg.lease)
+		return OutcomeLeaseLost
 	case err != nil:
 		i.cfg.logger.ErrorContext(ctx, "idemgrpc: storing the response failed; the key stays in progress until its lease ends", "err", err)
+		return OutcomeStoreError
 	}
+	return o
 }
 
-// replay answers with the stored response; the handler does not run.
-func (i *Interceptor) replay(ctx context.Context, c keystore.Claim) (any, error) {
+// replay answers with the stored response; the handler does not run. A
+// record that cannot be replayed is a store error.
+func (i *Interceptor) replay(ctx context.Context, c keystore.Claim) (any, Outcome, error) {
+	resp, err := i.replayed(ctx, c)
+	if reasonOf(err) == ReasonCorrupt {
+		return nil, OutcomeStoreError, err
+	}
+	return resp, OutcomeReplayed, err
+}
+
+func (i *Interceptor) replayed(ctx context.Context, c keystore.Claim) (any, error) {
 	rec, err := decodeRecord(c.Result)
 	if err != nil {
 		return nil, failure(codes.Internal, ReasonCorrupt, err.Error())

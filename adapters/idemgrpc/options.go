@@ -14,15 +14,19 @@ import (
 // Option configures an [Interceptor]; options are validated once, by [New].
 type Option func(*config) error
 
-// DefaultReleaseCodes are the status codes that release the key instead of
-// storing the response, so that a retry executes: the codes by which a
-// handler says it did not act (Canceled, DeadlineExceeded, Aborted,
-// ResourceExhausted from a limiter, Unavailable), and the server-error codes
-// that the HTTP side releases as 5xx (Unknown, Internal, Unimplemented,
-// DataLoss). Every other code, and success, is stored and replayed.
-var DefaultReleaseCodes = []codes.Code{
-	codes.Canceled, codes.Unknown, codes.DeadlineExceeded, codes.ResourceExhausted,
-	codes.Aborted, codes.Unimplemented, codes.Internal, codes.Unavailable, codes.DataLoss,
+// DefaultReleaseCodes returns the status codes that release the key
+// instead of storing the response, so that a retry executes: the codes by
+// which a handler says it did not act (Canceled, DeadlineExceeded, Aborted,
+// ResourceExhausted from a limiter, Unavailable), and the server-error
+// codes that the HTTP side releases as 5xx (Unknown, Internal,
+// Unimplemented, DataLoss). Every other code, and success, is stored and
+// replayed. Each call returns a new slice, to extend and pass to
+// [WithReleaseCodes].
+func DefaultReleaseCodes() []codes.Code {
+	return []codes.Code{
+		codes.Canceled, codes.Unknown, codes.DeadlineExceeded, codes.ResourceExhausted,
+		codes.Aborted, codes.Unimplemented, codes.Internal, codes.Unavailable, codes.DataLoss,
+	}
 }
 
 type config struct {
@@ -37,6 +41,7 @@ type config struct {
 	replay         map[string]bool
 	maxResponse    int
 	logger         *slog.Logger
+	hooks          Hooks
 }
 
 func defaultConfig() config {
@@ -49,7 +54,7 @@ func defaultConfig() config {
 		maxResponse:  1 << 20,
 		logger:       slog.New(slog.DiscardHandler),
 	}
-	c.release = codeSet(DefaultReleaseCodes)
+	c.release = codeSet(DefaultReleaseCodes())
 	return c
 }
 

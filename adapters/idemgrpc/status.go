@@ -56,3 +56,14 @@ func statusOf(err error) *status.Status {
 	}
 	return status.FromContextError(err)
 }
+
+// reasonOf returns the ErrorInfo reason of a status idemgrpc made ("" for
+// any other error, or nil).
+func reasonOf(err error) string {
+	for _, d := range status.Convert(err).Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetDomain() == ErrorDomain {
+			return ei.GetReason()
+		}
+	}
+	return ""
+}
