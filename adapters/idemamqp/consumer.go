@@ -9,6 +9,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/consume"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -30,67 +31,14 @@ type Handler func(ctx context.Context, tx *sql.Tx, d amqp.Delivery) error
 // the Consumer acks them after the commit.
 type SetHandler func(ctx context.Context, tx *sql.Tx, ds []amqp.Delivery) error
 
-// Outcome is how the Consumer settled one delivery.
-type Outcome int
-
-const (
-	// Applied: the key and the effect committed; acked.
-	Applied Outcome = iota + 1
-	// Duplicate: the key was already recorded; nothing ran; acked.
-	Duplicate
-	// Retried: the handler failed; requeued with x-idem-attempts + 1 (or,
-	// when the transaction failed, nacked with requeue).
-	Retried
-	// DeadLettered: published to the dead letter and acked, or nacked
-	// without requeue to the queue's own dead-letter exchange.
-	DeadLettered
-)
-
-func (o Outcome) String() string {
-	switch o {
-	case Applied:
-		return "applied"
-	case Duplicate:
-		return "duplicate"
-	case Retried:
-		return "retried"
-	case DeadLettered:
-		return "dead-lettered"
-	}
-	return fmt.Sprintf("Outcome(%d)", int(o))
-}
-
-// Reasons a delivery is dead-lettered, in the x-idem-reason header.
-const (
-	ReasonPermanent   = "permanent"    // the handler returned idem.Permanent(err)
-	ReasonMaxAttempts = "max-attempts" // still failing at WithMaxAttempts
-	ReasonNoKey       = "no-key"       // no usable key (missing message-id)
-	ReasonFingerprint = "fingerprint"  // key reused with another payload
-)
-
-// Event reports one settled delivery to [WithObserver].
-type Event struct {
-	Delivery amqp.Delivery
-	Key      string
-	Outcome  Outcome
-	Reason   string // for DeadLettered
-	Err      error
-}
-
-// ErrClosed is returned by Run when its channel or connection is closed: the
-// broker requeues every unacked delivery, and the caller must reconnect
-// (amqp091-go does not) and call Run again.
-var ErrClosed = errors.New("idemamqp: channel or connection closed")
-
 // Consumer consumes a queue through an inbox: deliveries are applied in
 // groups, one transaction each ([inbox.Inbox.ProcessBatch]), and acked only
 // after the commit.
 type Consumer struct {
-	conn    *amqp.Connection
-	queue   string
-	in      *inbox.Inbox
-	handler Handler
-	cfg     config
+	conn  *amqp.Connection
+	queue string
+	cfg   config
+	core  *consume.Inbox[amqp.Delivery]
 
 	afterCommit func() // test hook: runs between the commit and the acks
 }
@@ -100,29 +48,27 @@ type Consumer struct {
 // dead-letter) and closes them when it returns. With [WithSetHandler],
 // handler is the per-delivery fallback of the set handler and may be nil.
 func NewConsumer(conn *amqp.Connection, queue string, in *inbox.Inbox, handler Handler, opts ...Option) (*Consumer, error) {
-	if conn == nil || in == nil || queue == "" {
-		return nil, fmt.Errorf("idemamqp: %w: nil connection or inbox, or empty queue", idem.ErrInvalidOption)
+	c := &Consumer{conn: conn, queue: queue, cfg: defaultConfig()}
+	if conn == nil || queue == "" {
+		return nil, c.cfg.Invalid("nil connection or empty queue")
 	}
-	cfg := defaultConfig(forConsumer)
-	for _, o := range opts {
-		if o == nil {
-			return nil, invalid("nil option")
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	if err := consume.Apply("idemamqp", &c.cfg, opts); err != nil {
+		return nil, err
 	}
-	if handler == nil && cfg.set == nil {
-		return nil, fmt.Errorf("idemamqp: %w: nil handler (and no WithSetHandler)", idem.ErrInvalidOption)
+	if c.cfg.BatchSize > c.cfg.prefetch {
+		return nil, c.cfg.Invalid("batch size %d above prefetch %d: groups could never fill", c.cfg.BatchSize, c.cfg.prefetch)
 	}
-	if cfg.batch > cfg.prefetch {
-		return nil, invalid("batch size %d above prefetch %d: groups could never fill", cfg.batch, cfg.prefetch)
+	var err error
+	if c.core, err = consume.NewInbox(in, consume.Handler[amqp.Delivery](handler), &c.cfg.Config); err != nil {
+		return nil, err
 	}
-	return &Consumer{conn: conn, queue: queue, in: in, handler: handler, cfg: cfg}, nil
+	return c, nil
 }
 
 // Run consumes until ctx is done (it returns ctx's error, wrapped) or the
-// channel or connection closes (an error wrapping [ErrClosed]). Unacked
+// channel or connection closes (an error wrapping [idem.ErrClosed]: the
+// broker requeues every unacked delivery, and the caller must reconnect,
+// which amqp091-go does not do, and call Run again). Unacked
 // deliveries go back to the queue when Run's channel closes. Run owns no
 // goroutine that outlives it.
 //
@@ -137,12 +83,12 @@ func NewConsumer(conn *amqp.Connection, queue string, in *inbox.Inbox, handler H
 func (c *Consumer) Run(ctx context.Context) error {
 	ch, err := c.conn.Channel()
 	if err != nil {
-		return fmt.Errorf("%w: open channel: %w", ErrClosed, err)
+		return closed("open channel", err)
 	}
 	defer ch.Close()
 	pub, err := c.conn.Channel()
 	if err != nil {
-		return fmt.Errorf("%w: open channel: %w", ErrClosed, err)
+		return closed("open channel", err)
 	}
 	defer pub.Close()
 	if err := pub.Confirm(false); err != nil {
@@ -151,12 +97,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err := ch.Qos(c.cfg.prefetch, 0, false); err != nil {
 		return fmt.Errorf("idemamqp: qos: %w", err)
 	}
-	deliveries, err := ch.Consume(c.queue, c.cfg.consumerTag, false, false, false, false, nil)
+	deliveries, err := ch.Consume(c.queue, "", false, false, false, false, nil)
 	if err != nil {
 		return fmt.Errorf("idemamqp: consume %s: %w", c.queue, err)
 	}
 	s := &session{c: c, pub: pub}
-	group := make([]amqp.Delivery, 0, c.cfg.batch)
+	group := make([]amqp.Delivery, 0, c.cfg.BatchSize)
 	linger := time.NewTimer(time.Hour)
 	defer linger.Stop()
 	for {
@@ -167,24 +113,32 @@ func (c *Consumer) Run(ctx context.Context) error {
 			return fmt.Errorf("idemamqp: %w", ctx.Err())
 		case d, ok := <-deliveries:
 			if !ok {
-				return fmt.Errorf("%w: deliveries ended", ErrClosed)
+				return closed("deliveries ended", nil)
 			}
 			group = append(group, d)
 		}
-		group, open = gather(deliveries, group, c.cfg.batch, c.cfg.linger, linger)
+		group, open = gather(deliveries, group, c.cfg.BatchSize, c.cfg.linger, linger)
 		if err := s.process(ctx, group); err != nil {
 			if ctx.Err() != nil {
 				return fmt.Errorf("idemamqp: %w", ctx.Err())
 			}
 			if errors.Is(err, amqp.ErrClosed) {
-				return fmt.Errorf("%w: %w", ErrClosed, err)
+				return closed("channel closed", err)
 			}
 			return err
 		}
 		if !open {
-			return fmt.Errorf("%w: deliveries ended", ErrClosed)
+			return closed("deliveries ended", nil)
 		}
 	}
+}
+
+// closed is Run's error when the channel or connection went away.
+func closed(what string, err error) error {
+	if err == nil {
+		return fmt.Errorf("idemamqp: %s: %w", what, idem.ErrClosed)
+	}
+	return fmt.Errorf("idemamqp: %s: %w: %w", what, idem.ErrClosed, err)
 }
 
 // gather adds deliveries already received, and those arriving within

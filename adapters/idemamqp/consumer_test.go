@@ -20,18 +20,27 @@ func TestOptionsValidated(t *testing.T) {
 	conn := dial(t)
 	e := newEffects(t)
 	for name, opts := range map[string][]idemamqp.Option{
-		"prefetch 0":       {idemamqp.WithPrefetch(0)},
-		"batch over qos":   {idemamqp.WithPrefetch(10), idemamqp.WithBatchSize(20)},
-		"max attempts 0":   {idemamqp.WithMaxAttempts(0)},
-		"nil key":          {idemamqp.WithKey(nil)},
-		"publisher option": {idemamqp.WithTransient()},
+		"prefetch 0":      {idemamqp.WithPrefetch(0)},
+		"batch over qos":  {idemamqp.WithPrefetch(10), idemamqp.WithBatchSize(20)},
+		"max attempts 0":  {idemamqp.WithMaxAttempts(0)},
+		"nil key":         {idemamqp.WithKey(nil)},
+		"nil set handler": {idemamqp.WithSetHandler(nil)},
+		"nil option":      {nil},
 	} {
 		if _, err := idemamqp.NewConsumer(conn, "q", e.in, e.apply, opts...); !errors.Is(err, idem.ErrInvalidOption) {
 			t.Errorf("%s: err = %v, want ErrInvalidOption", name, err)
 		}
 	}
-	if _, err := idemamqp.NewPublisher(conn, idemamqp.WithBatchSize(3)); !errors.Is(err, idem.ErrInvalidOption) {
-		t.Errorf("consumer option on publisher: err = %v", err)
+	if _, err := idemamqp.NewConsumer(conn, "q", e.in, nil); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("no handler: %v", err)
+	}
+	if _, err := idemamqp.NewConsumer(conn, "q", e.in, nil, idemamqp.WithSetHandler(newSetRecorder().handle)); err != nil {
+		t.Errorf("set handler alone: %v", err)
+	}
+	// A publisher option given to a consumer, or the other way round, no
+	// longer compiles: the two have their own option types.
+	if _, err := idemamqp.NewPublisher(conn, nil); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("nil publisher option: err = %v", err)
 	}
 }
 
@@ -70,7 +79,7 @@ func TestCrashBetweenCommitAndAck(t *testing.T) {
 		t.Fatal(err)
 	}
 	idemamqp.SetAfterCommit(c1, func() { conn1.Close() }) // the crash: committed, never acked
-	if err := c1.Run(context.Background()); !errors.Is(err, idemamqp.ErrClosed) {
+	if err := c1.Run(context.Background()); !errors.Is(err, idem.ErrClosed) {
 		t.Fatalf("Run after the connection closed = %v, want ErrClosed", err)
 	}
 	committed := len(e.counts(t))
@@ -86,13 +95,13 @@ func TestCrashBetweenCommitAndAck(t *testing.T) {
 	}
 	r := start(c2)
 	waitFor(t, 20*time.Second, "redeliveries acked", func() bool {
-		return ev.count(idemamqp.Duplicate) == committed && ev.count(idemamqp.Applied) == n-committed
+		return ev.count(idem.Duplicate) == committed && ev.count(idem.Applied) == n-committed
 	})
 	if err := r.stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v, want context.Canceled", err)
 	}
 	ev.each(func(e idemamqp.Event) {
-		if e.Outcome == idemamqp.Duplicate && !e.Delivery.Redelivered {
+		if e.Outcome == idem.Duplicate && !e.Msg.Redelivered {
 			t.Errorf("%s: duplicate without the redelivered flag", e.Key)
 		}
 	})
@@ -144,7 +153,7 @@ func TestPoisonDeadLettered(t *testing.T) {
 	}
 	publishN(t, conn, tp.queue, "good-2")
 	r := start(c)
-	waitFor(t, 20*time.Second, "three dead letters", func() bool { return ev.count(idemamqp.DeadLettered) == 3 })
+	waitFor(t, 20*time.Second, "three dead letters", func() bool { return ev.count(idem.DeadLettered) == 3 })
 	if err := r.stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v", err)
 	}
@@ -159,18 +168,18 @@ func TestPoisonDeadLettered(t *testing.T) {
 	if got := tp.ready(t, tp.queue); got != 0 {
 		t.Errorf("%d messages left in the queue", got)
 	}
-	byReason := map[string]amqp.Delivery{}
+	byReason := map[idem.Reason]amqp.Delivery{}
 	for range 3 {
 		d, ok, err := tp.ch.Get(tp.dlq, true)
 		if err != nil || !ok {
 			t.Fatalf("dead letter queue: ok=%v err=%v", ok, err)
 		}
-		byReason[fmt.Sprint(d.Headers[idemamqp.HeaderReason])] = d
+		byReason[idem.Reason(fmt.Sprint(d.Headers[idemamqp.HeaderReason]))] = d
 	}
-	want := map[string]struct{ body, errText, id string }{
-		idemamqp.ReasonMaxAttempts: {"body of poison", "cannot parse amount", "poison"},
-		idemamqp.ReasonPermanent:   {"body of malformed", "schema v9 unknown", "malformed"},
-		idemamqp.ReasonNoKey:       {"no id", "has no message-id", ""},
+	want := map[idem.Reason]struct{ body, errText, id string }{
+		idem.ReasonMaxAttempts: {"body of poison", "cannot parse amount", "poison"},
+		idem.ReasonPermanent:   {"body of malformed", "schema v9 unknown", "malformed"},
+		idem.ReasonMissingKey:  {"no id", "has no message-id", ""},
 	}
 	for reason, w := range want {
 		d, ok := byReason[reason]
@@ -207,7 +216,7 @@ func TestQueueDeadLetterExchange(t *testing.T) {
 	}
 	publishN(t, conn, q, "bad-1")
 	r := start(c)
-	waitFor(t, 10*time.Second, "a dead letter", func() bool { return ev.count(idemamqp.DeadLettered) == 1 })
+	waitFor(t, 10*time.Second, "a dead letter", func() bool { return ev.count(idem.DeadLettered) == 1 })
 	if err := r.stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v", err)
 	}

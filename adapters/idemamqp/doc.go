@@ -25,9 +25,11 @@
 //     the whole group succeeded);
 //   - handler error: retried (below);
 //   - handler error at attempt [WithMaxAttempts], an error marked
-//     [idem.Permanent], a fingerprint mismatch, or no key: dead-lettered;
+//     [idem.Permanent], a fingerprint mismatch, or no key: dead-lettered,
+//     with the [idem.Reason] every adapter uses;
 //   - the transaction itself failed (database down, commit outcome unknown):
-//     none is acked; after a pause the group is nacked with requeue=true.
+//     none is acked; after a pause ([WithBackoff]) the group is nacked with
+//     requeue=true.
 //     This does not count as an attempt: the store, not the message, is at
 //     fault (fail closed).
 //
@@ -44,7 +46,9 @@
 //
 // The key is the message-id property by default ([MessageIDKey]), or what
 // [WithKey] derives. A delivery without a usable key cannot be
-// deduplicated: it is dead-lettered at once with [ReasonNoKey].
+// deduplicated: it is dead-lettered at once with [idem.ReasonMissingKey]
+// (or [idem.ReasonInvalidKey]). A handler that panics fails its delivery
+// alone, like an error.
 //
 // # Counting attempts: x-idem-attempts
 //
@@ -85,7 +89,7 @@
 //     come back (queue TTLs, replays from a dead-letter queue).
 //
 // amqp091-go does not reconnect. When the channel or connection closes, Run
-// returns an error wrapping [ErrClosed]; dial again and call Run again. Run
+// returns an error wrapping [idem.ErrClosed]; dial again and call Run again. Run
 // closes the two channels it opened (consume, and confirm-mode publish for
 // retries and dead letters) before it returns.
 package idemamqp

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/idem-go/idem"
 	"os"
 	"sync"
 	"testing"
@@ -175,7 +176,7 @@ func (e *events) observe(ev idemamqp.Event) {
 	e.mu.Unlock()
 }
 
-func (e *events) count(o idemamqp.Outcome) int {
+func (e *events) count(o idem.Outcome) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	n := 0

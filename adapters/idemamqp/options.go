@@ -1,245 +1,57 @@
 package idemamqp
 
 import (
-	"fmt"
-	"io"
 	"log/slog"
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/consume"
+	"github.com/idem-go/idem/internal/retry"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// Option configures a [Consumer] or a [Publisher]. Options are validated
-// once, by [NewConsumer] or [NewPublisher]; an invalid option, or one that
-// does not apply to what is being built, is an error wrapping
-// [idem.ErrInvalidOption].
+// Option configures a [Consumer]. Options are validated once, by
+// [NewConsumer]; an invalid one is an error wrapping [idem.ErrInvalidOption].
 type Option func(*config) error
 
-type target int
-
-const (
-	forConsumer target = iota + 1
-	forPublisher
-)
-
 type config struct {
-	target target
-
-	// consumer
-	prefetch     int
-	batch        int
-	linger       time.Duration
-	maxAttempts  int
-	key          func(amqp.Delivery) (string, error)
-	fingerprint  func(amqp.Delivery) []byte
-	dlxExchange  string
-	dlxKey       string
-	dlxSet       bool
-	consumerTag  string
-	observer     func(Event)
-	confirmAfter time.Duration
-	set          SetHandler
-
-	// publisher
-	persistent bool
-
-	// both
-	logger *slog.Logger
+	consume.Config[amqp.Delivery]
+	prefetch    int
+	linger      time.Duration
+	dlxExchange string
+	dlxKey      string
+	dlxSet      bool
 }
 
-func defaultConfig(t target) config {
-	return config{
-		target:       t,
-		prefetch:     200,
-		batch:        100,
-		linger:       time.Millisecond,
-		maxAttempts:  5,
-		key:          MessageIDKey,
-		confirmAfter: 30 * time.Second,
-		persistent:   true,
-		logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+func defaultConfig() config {
+	c := config{
+		Config:   consume.Defaults[amqp.Delivery]("idemamqp", MessageIDKey),
+		prefetch: 200,
+		linger:   time.Millisecond,
 	}
+	c.Backoff = retry.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
+	return c
 }
 
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("idemamqp: %w: "+format, append([]any{idem.ErrInvalidOption}, args...)...)
-}
+// confirmTimeout bounds the wait for the broker's confirm of a requeue or
+// dead-letter publish; on timeout the delivery is nacked with requeue.
+const confirmTimeout = 30 * time.Second
 
-func (c *config) only(t target, name string) error {
-	if c.target != t {
-		what := "Consumer"
-		if t == forPublisher {
-			what = "Publisher"
-		}
-		return invalid("%s applies to a %s only", name, what)
-	}
-	return nil
-}
-
-// WithPrefetch sets the channel's prefetch count (basic.qos; default 200):
-// how many unacked deliveries the broker sends ahead. It must be at least
-// the batch size, or groups never fill.
-func WithPrefetch(n int) Option {
-	return func(c *config) error {
-		if err := c.only(forConsumer, "WithPrefetch"); err != nil {
-			return err
-		}
-		if n < 1 || n > 65535 {
-			return invalid("prefetch %d not in [1, 65535]", n)
-		}
-		c.prefetch = n
-		return nil
-	}
-}
-
-// WithBatchSize sets the most deliveries one inbox transaction commits
-// (default 100, at most the prefetch).
-func WithBatchSize(n int) Option {
-	return func(c *config) error {
-		if err := c.only(forConsumer, "WithBatchSize"); err != nil {
-			return err
-		}
-		if n < 1 || n > 10000 {
-			return invalid("batch size %d not in [1, 10000]", n)
-		}
-		c.batch = n
-		return nil
-	}
-}
-
-// WithLinger sets how long a group waits for one more delivery before it is
-// processed (default 1ms; deliveries already received are taken at once).
-func WithLinger(d time.Duration) Option {
-	return func(c *config) error {
-		if err := c.only(forConsumer, "WithLinger"); err != nil {
-			return err
-		}
-		if d < 0 || d > time.Second {
-			return invalid("linger %v not in [0, 1s]", d)
-		}
-		c.linger = d
-		return nil
-	}
-}
-
-// WithMaxAttempts sets the attempt (counted in the x-idem-attempts header,
-// see the package doc) at which a delivery whose handler still fails is
-// dead-lettered instead of retried (default 5).
-func WithMaxAttempts(n int) Option {
-	return func(c *config) error {
-		if err := c.only(forConsumer, "WithMaxAttempts"); err != nil {
-			return err
-		}
-		if n < 1 {
-			return invalid("max attempts %d below 1", n)
-		}
-		c.maxAttempts = n
-		return nil
-	}
+// shared adapts one of the options every adapter shares.
+func shared(o consume.Option[amqp.Delivery]) Option {
+	return func(c *config) error { return o(&c.Config) }
 }
 
 // WithKey sets how a delivery's inbox key is found (default
-// [MessageIDKey]). A delivery whose key function fails or returns an
-// invalid key is dead-lettered with [ReasonNoKey].
-func WithKey(f func(amqp.Delivery) (string, error)) Option {
-	return func(c *config) error {
-		if err := c.only(forConsumer, "WithKey"); err != nil {
-			return err
-		}
-		if f == nil {
-			return invalid("nil key function")
-		}
-		c.key = f
-		return nil
-	}
-}
+// [MessageIDKey]). A delivery whose key function fails is dead-lettered
+// with [idem.ReasonMissingKey]; one whose key is invalid, with
+// [idem.ReasonInvalidKey].
+func WithKey(f func(amqp.Delivery) (string, error)) Option { return shared(consume.WithKey(f)) }
 
-// WithFingerprint stores a digest of each delivery with its key (at most 64
-// bytes). A key redelivered with another fingerprint is dead-lettered with
-// [ReasonFingerprint].
-func WithFingerprint(f func(amqp.Delivery) []byte) Option {
-	return func(c *config) error {
-		if err := c.only(forConsumer, "WithFingerprint"); err != nil {
-			return err
-		}
-		if f == nil {
-			return invalid("nil fingerprint function")
-		}
-		c.fingerprint = f
-		return nil
-	}
-}
-
-// WithDeadLetter publishes deliveries that cannot be applied to exchange
-// with routingKey (publisher-confirmed), with x-idem-* headers saying why,
-// and then acks them. Without it they are rejected without requeue
-// (basic.nack requeue=false), which the broker routes to the queue's own
-// dead-letter exchange (x-dead-letter-exchange) if it has one, and drops
-// otherwise.
-func WithDeadLetter(exchange, routingKey string) Option {
-	return func(c *config) error {
-		if err := c.only(forConsumer, "WithDeadLetter"); err != nil {
-			return err
-		}
-		c.dlxExchange, c.dlxKey, c.dlxSet = exchange, routingKey, true
-		return nil
-	}
-}
-
-// WithConsumerTag sets the consumer tag (default: generated by the client).
-func WithConsumerTag(tag string) Option {
-	return func(c *config) error {
-		if err := c.only(forConsumer, "WithConsumerTag"); err != nil {
-			return err
-		}
-		c.consumerTag = tag
-		return nil
-	}
-}
-
-// WithObserver calls f once for every delivery the Consumer settles, from
-// Run's goroutine, after the ack, requeue or dead letter. f must not block.
-func WithObserver(f func(Event)) Option {
-	return func(c *config) error {
-		if err := c.only(forConsumer, "WithObserver"); err != nil {
-			return err
-		}
-		if f == nil {
-			return invalid("nil observer")
-		}
-		c.observer = f
-		return nil
-	}
-}
-
-// WithConfirmTimeout bounds the wait for the broker's confirm of a retry or
-// dead-letter publish (default 30s); on timeout the delivery is requeued.
-func WithConfirmTimeout(d time.Duration) Option {
-	return func(c *config) error {
-		if err := c.only(forConsumer, "WithConfirmTimeout"); err != nil {
-			return err
-		}
-		if d <= 0 {
-			return invalid("confirm timeout %v", d)
-		}
-		c.confirmAfter = d
-		return nil
-	}
-}
-
-// WithTransient makes a Publisher send non-persistent messages (delivery
-// mode 1) unless the Publishing sets DeliveryMode; the default is
-// persistent (2), which survives a broker restart on a durable queue.
-func WithTransient() Option {
-	return func(c *config) error {
-		if err := c.only(forPublisher, "WithTransient"); err != nil {
-			return err
-		}
-		c.persistent = false
-		return nil
-	}
-}
+// WithFingerprint stores a digest of each delivery with its key (at most
+// [idem.MaxFingerprintLen] bytes). A key redelivered with another
+// fingerprint is dead-lettered with [idem.ReasonFingerprintMismatch].
+func WithFingerprint(f func(amqp.Delivery) []byte) Option { return shared(consume.WithFingerprint(f)) }
 
 // WithSetHandler makes the Consumer apply each group with f: the group's
 // keys are recorded with one multi-row insert and f is called once, in the
@@ -258,26 +70,91 @@ func WithTransient() Option {
 // (a delivery f can never apply is redelivered until f is fixed). Give a
 // Handler wherever such poison messages are possible.
 func WithSetHandler(f SetHandler) Option {
+	return shared(consume.WithSetHandler(consume.SetHandler[amqp.Delivery](f)))
+}
+
+// WithBatchSize sets the most deliveries one inbox transaction commits
+// (default 100, at most the prefetch).
+func WithBatchSize(n int) Option { return shared(consume.WithBatchSize[amqp.Delivery](n)) }
+
+// WithMaxAttempts sets the attempt (counted in the x-idem-attempts header,
+// see the package doc) at which a delivery whose handler still fails is
+// dead-lettered with [idem.ReasonMaxAttempts] instead of retried (default
+// 5).
+func WithMaxAttempts(n int) Option { return shared(consume.WithMaxAttempts[amqp.Delivery](n)) }
+
+// WithBackoff sets the pause after a failed transaction (the database, not
+// a message, at fault) before its deliveries are requeued: drawn between
+// min/2 and min·2^(failures-1), at most max (default 50ms, 2s). RabbitMQ
+// has no delayed requeue, so a delivery whose handler failed is requeued
+// at once, its attempt counted.
+func WithBackoff(min, max time.Duration) Option {
+	return shared(consume.WithBackoff[amqp.Delivery](min, max))
+}
+
+// WithObserver calls f once for every delivery the Consumer settles, from
+// Run's goroutine, after the ack, requeue or dead letter. f must not block.
+func WithObserver(f func(Event)) Option { return shared(consume.WithObserver(f)) }
+
+// WithLogger logs retries, dead letters and errors to l (default:
+// discarded).
+func WithLogger(l *slog.Logger) Option { return shared(consume.WithLogger[amqp.Delivery](l)) }
+
+// WithDeadLetter publishes deliveries that cannot be applied to exchange
+// with routingKey (publisher-confirmed), with x-idem-* headers saying why,
+// and then acks them. Without it they are rejected without requeue
+// (basic.nack requeue=false), which the broker routes to the queue's own
+// dead-letter exchange (x-dead-letter-exchange) if it has one, and drops
+// otherwise.
+func WithDeadLetter(exchange, routingKey string) Option {
 	return func(c *config) error {
-		if err := c.only(forConsumer, "WithSetHandler"); err != nil {
-			return err
-		}
-		if f == nil {
-			return invalid("nil set handler")
-		}
-		c.set = f
+		c.dlxExchange, c.dlxKey, c.dlxSet = exchange, routingKey, true
 		return nil
 	}
 }
 
-// WithLogger logs retries, dead letters and errors to l (default:
-// discarded).
-func WithLogger(l *slog.Logger) Option {
+// WithPrefetch sets the channel's prefetch count (basic.qos; default 200):
+// how many unacked deliveries the broker sends ahead. It must be at least
+// the batch size, or groups never fill.
+func WithPrefetch(n int) Option {
 	return func(c *config) error {
-		if l == nil {
-			return invalid("nil logger")
+		if n < 1 || n > 65535 {
+			return c.Invalid("prefetch %d not in [1, 65535]", n)
 		}
-		c.logger = l
+		c.prefetch = n
 		return nil
 	}
 }
+
+// WithLinger sets how long a group waits for one more delivery before it is
+// processed (default 1ms; deliveries already received are taken at once).
+func WithLinger(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 || d > time.Second {
+			return c.Invalid("linger %v not in [0, 1s]", d)
+		}
+		c.linger = d
+		return nil
+	}
+}
+
+// PublisherOption configures a [Publisher]; it is validated once, by
+// [NewPublisher].
+type PublisherOption func(*publisherConfig) error
+
+type publisherConfig struct {
+	persistent bool
+}
+
+// WithTransient makes a Publisher send non-persistent messages (delivery
+// mode 1) unless the Publishing sets DeliveryMode; the default is
+// persistent (2), which survives a broker restart on a durable queue.
+func WithTransient() PublisherOption {
+	return func(c *publisherConfig) error {
+		c.persistent = false
+		return nil
+	}
+}
+
+// Event reports one settled delivery to [WithObserver].
+type Event = idem.DeliveryEvent[amqp.Delivery]

@@ -26,7 +26,7 @@ func TestOutboxPublisher(t *testing.T) {
 	}
 	tx, _ := db.BeginTx(ctx, nil)
 	for i := 0; i < 6; i++ {
-		if _, err := ob.Add(ctx, tx, outbox.Message{ID: fmt.Sprint("evt-", i), Topic: tp.queue, Key: "k", Payload: []byte("{}"), Headers: map[string]string{"type": "created"}}); err != nil {
+		if _, err := ob.Add(ctx, tx, outbox.Message{ID: fmt.Sprint("evt-", i), Topic: tp.queue, OrderingKey: "k", Payload: []byte("{}"), Headers: map[string]string{"type": "created"}}); err != nil {
 			t.Fatal(err)
 		}
 	}

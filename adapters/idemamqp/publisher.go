@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/consume"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -13,7 +14,7 @@ import (
 // which [Publisher.Publish] sets to the producer's stable id.
 func MessageIDKey(d amqp.Delivery) (string, error) {
 	if d.MessageId == "" {
-		return "", fmt.Errorf("idemamqp: %w: delivery from exchange %q, routing key %q has no message-id", idem.ErrInvalidKey, d.Exchange, d.RoutingKey)
+		return "", fmt.Errorf("idemamqp: delivery from exchange %q, routing key %q has no message-id: %w", d.Exchange, d.RoutingKey, idem.ErrMissingKey)
 	}
 	return d.MessageId, nil
 }
@@ -32,19 +33,17 @@ var ErrNacked = errors.New("idemamqp: publish nacked by the broker")
 // A Publisher is safe for concurrent use.
 type Publisher struct {
 	ch  *amqp.Channel
-	cfg config
+	cfg publisherConfig
 }
 
 // NewPublisher opens a channel on conn in confirm mode. Close releases it.
-func NewPublisher(conn *amqp.Connection, opts ...Option) (*Publisher, error) {
+func NewPublisher(conn *amqp.Connection, opts ...PublisherOption) (*Publisher, error) {
 	if conn == nil {
-		return nil, fmt.Errorf("idemamqp: %w: nil connection", idem.ErrInvalidOption)
+		return nil, fmt.Errorf("idemamqp: nil connection: %w", idem.ErrInvalidOption)
 	}
-	cfg := defaultConfig(forPublisher)
-	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	cfg := publisherConfig{persistent: true}
+	if err := consume.Apply("idemamqp", &cfg, opts); err != nil {
+		return nil, err
 	}
 	ch, err := conn.Channel()
 	if err != nil {

@@ -55,7 +55,7 @@ func TestSetHandlerAppliesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	idemamqp.SetAfterCommit(c1, func() { conn1.Close() }) // committed, never acked
-	if err := c1.Run(context.Background()); !errors.Is(err, idemamqp.ErrClosed) {
+	if err := c1.Run(context.Background()); !errors.Is(err, idem.ErrClosed) {
 		t.Fatalf("Run after the connection closed = %v, want ErrClosed", err)
 	}
 	committed := len(e.counts(t))
@@ -71,7 +71,7 @@ func TestSetHandlerAppliesOnce(t *testing.T) {
 	}
 	r := start(c2)
 	waitFor(t, 20*time.Second, "all deliveries settled", func() bool {
-		return ev.count(idemamqp.Duplicate) == n+committed && ev.count(idemamqp.Applied) == n-committed
+		return ev.count(idem.Duplicate) == n+committed && ev.count(idem.Applied) == n-committed
 	})
 	if err := r.stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v, want context.Canceled", err)
@@ -126,7 +126,7 @@ func TestSetHandlerPoisonFallback(t *testing.T) {
 	}
 	publishN(t, conn, tp.queue, "good-1", "good-2", "poison", "good-3", "good-4")
 	r := start(c)
-	waitFor(t, 20*time.Second, "the dead letter", func() bool { return ev.count(idemamqp.DeadLettered) == 1 })
+	waitFor(t, 20*time.Second, "the dead letter", func() bool { return ev.count(idem.DeadLettered) == 1 })
 	if err := r.stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v", err)
 	}
@@ -136,8 +136,8 @@ func TestSetHandlerPoisonFallback(t *testing.T) {
 			t.Errorf("%s applied %d times, want 1", k, got[k])
 		}
 	}
-	if len(got) != 4 || ev.count(idemamqp.Applied) != 4 {
-		t.Errorf("effects %v, applied events %d; want the four good messages", got, ev.count(idemamqp.Applied))
+	if len(got) != 4 || ev.count(idem.Applied) != 4 {
+		t.Errorf("effects %v, applied events %d; want the four good messages", got, ev.count(idem.Applied))
 	}
 	if n := poisonRuns.Load(); n != 3 {
 		t.Errorf("the Handler ran %d times on the poison delivery, want 3 (one per attempt)", n)
@@ -149,7 +149,7 @@ func TestSetHandlerPoisonFallback(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("dead letter queue: ok=%v err=%v", ok, err)
 	}
-	if d.MessageId != "poison" || d.Headers[idemamqp.HeaderReason] != idemamqp.ReasonMaxAttempts {
+	if d.MessageId != "poison" || d.Headers[idemamqp.HeaderReason] != string(idem.ReasonMaxAttempts) {
 		t.Errorf("dead letter %q, headers %v", d.MessageId, d.Headers)
 	}
 }
@@ -185,23 +185,23 @@ func TestSetHandlerNoFallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := start(c)
-	waitFor(t, 20*time.Second, "three rounds of redeliveries", func() bool { return ev.count(idemamqp.Retried) >= 3*n })
-	if got := e.counts(t); len(got) != 0 || ev.count(idemamqp.Applied) != 0 || ev.count(idemamqp.DeadLettered) != 0 {
+	waitFor(t, 20*time.Second, "three rounds of redeliveries", func() bool { return ev.count(idem.Retried) >= 3*n })
+	if got := e.counts(t); len(got) != 0 || ev.count(idem.Applied) != 0 || ev.count(idem.DeadLettered) != 0 {
 		t.Fatalf("while the set handler fails: effects %v, applied %d, dead-lettered %d; want nothing",
-			got, ev.count(idemamqp.Applied), ev.count(idemamqp.DeadLettered))
+			got, ev.count(idem.Applied), ev.count(idem.DeadLettered))
 	}
 	ev.each(func(x idemamqp.Event) {
 		var he *inbox.HandlerError
 		if !errors.As(x.Err, &he) {
 			t.Errorf("retried event error %v, want an *inbox.HandlerError", x.Err)
 		}
-		if x.Delivery.Headers[idemamqp.HeaderAttempts] != nil {
-			t.Errorf("%s: attempt counted (%v) for a failure of the whole group", x.Key, x.Delivery.Headers[idemamqp.HeaderAttempts])
+		if x.Msg.Headers[idemamqp.HeaderAttempts] != nil {
+			t.Errorf("%s: attempt counted (%v) for a failure of the whole group", x.Key, x.Msg.Headers[idemamqp.HeaderAttempts])
 		}
 	})
 
 	broken.Store(false)
-	waitFor(t, 20*time.Second, "all applied", func() bool { return ev.count(idemamqp.Applied) == n })
+	waitFor(t, 20*time.Second, "all applied", func() bool { return ev.count(idem.Applied) == n })
 	if err := r.stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v", err)
 	}
@@ -211,26 +211,8 @@ func TestSetHandlerNoFallback(t *testing.T) {
 			t.Errorf("%s applied %d times, want 1", k, got[k])
 		}
 	}
-	if ev.count(idemamqp.DeadLettered) != 0 {
-		t.Errorf("%d dead-lettered, want 0", ev.count(idemamqp.DeadLettered))
+	if ev.count(idem.DeadLettered) != 0 {
+		t.Errorf("%d dead-lettered, want 0", ev.count(idem.DeadLettered))
 	}
 	waitFor(t, 5*time.Second, "an empty queue", func() bool { return tp.ready(t, tp.queue) == 0 })
-}
-
-func TestSetHandlerOptions(t *testing.T) {
-	t.Parallel()
-	conn := dial(t)
-	e := newEffects(t)
-	if _, err := idemamqp.NewConsumer(conn, "q", e.in, nil); !errors.Is(err, idem.ErrInvalidOption) {
-		t.Errorf("no handler: %v", err)
-	}
-	if _, err := idemamqp.NewConsumer(conn, "q", e.in, nil, idemamqp.WithSetHandler(nil)); !errors.Is(err, idem.ErrInvalidOption) {
-		t.Errorf("nil set handler: %v", err)
-	}
-	if _, err := idemamqp.NewPublisher(conn, idemamqp.WithSetHandler(newSetRecorder().handle)); !errors.Is(err, idem.ErrInvalidOption) {
-		t.Errorf("set handler on a publisher: %v", err)
-	}
-	if _, err := idemamqp.NewConsumer(conn, "q", e.in, nil, idemamqp.WithSetHandler(newSetRecorder().handle)); err != nil {
-		t.Errorf("set handler alone: %v", err)
-	}
 }

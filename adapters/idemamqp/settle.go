@@ -2,20 +2,18 @@ package idemamqp
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/consume"
+	"github.com/idem-go/idem/internal/retry"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // Headers the Consumer sets on requeued and dead-lettered messages.
 const (
 	HeaderAttempts   = "x-idem-attempts"    // failed attempts so far
-	HeaderReason     = "x-idem-reason"      // one of the Reason* constants
+	HeaderReason     = "x-idem-reason"      // an idem.Reason
 	HeaderError      = "x-idem-error"       // the error, as text
 	HeaderKey        = "x-idem-key"         // the inbox key, when there was one
 	HeaderQueue      = "x-idem-queue"       // the queue that gave up
@@ -35,54 +33,28 @@ type session struct {
 // An error means Run must stop (the channel is gone, or ctx is done).
 func (s *session) process(ctx context.Context, group []amqp.Delivery) error {
 	c := s.c
-	items := make([]inbox.Message, 0, len(group))
-	for _, d := range group {
-		key, err := c.cfg.key(d)
-		if err == nil {
-			err = idem.ValidateKey(key)
-		}
-		if err != nil {
-			if err := s.deadLetter(ctx, d, key, ReasonNoKey, err); err != nil {
-				return err
-			}
-			continue
-		}
-		m := inbox.Message{Key: key, Value: d}
-		if c.cfg.fingerprint != nil {
-			m.Fingerprint = c.cfg.fingerprint(d)
-			if len(m.Fingerprint) > inbox.MaxFingerprintLen {
-				err := fmt.Errorf("idemamqp: fingerprint of %d bytes is longer than %d", len(m.Fingerprint), inbox.MaxFingerprintLen)
-				if err := s.deadLetter(ctx, d, key, ReasonFingerprint, err); err != nil {
-					return err
-				}
-				continue
-			}
-		}
-		items = append(items, m)
+	ds := make([]consume.Delivery[amqp.Delivery], len(group))
+	for i, d := range group {
+		ds[i] = consume.Delivery[amqp.Delivery]{Msg: d, Attempt: attempts(d.Headers) + 1}
 	}
-	if len(items) == 0 {
-		return nil
+	decs, err := c.core.Process(ctx, ds)
+	if decs == nil {
+		return err // ctx is done: closing the channel requeues them
 	}
-	results, err := c.apply(ctx, items)
 	if err != nil {
 		// Nothing committed, or the outcome is unknown: ack none. The
 		// store is at fault, not the messages: requeue after a pause,
 		// without counting an attempt (fail closed).
-		if ctx.Err() != nil {
-			return ctx.Err() // closing the channel requeues them
-		}
 		s.failures++
-		pause := min(50*time.Millisecond<<min(s.failures, 6), 2*time.Second)
-		c.cfg.logger.Warn("idemamqp: batch failed; requeueing", "deliveries", len(items), "err", err, "after", pause)
-		if err := sleep(ctx, pause); err != nil {
+		pause := c.cfg.Backoff.Delay(s.failures - 1)
+		c.cfg.Logger.Warn("idemamqp: batch failed; requeueing", "deliveries", len(ds), "err", err, "after", pause)
+		if err := retry.Sleep(ctx, pause); err != nil {
 			return err
 		}
-		for _, m := range items {
-			d := m.Value.(amqp.Delivery)
-			if err := d.Nack(false, true); err != nil {
-				return fmt.Errorf("idemamqp: nack: %w", err)
+		for i := range ds {
+			if err := s.settle(ctx, &ds[i], decs[i], false); err != nil {
+				return err
 			}
-			c.observe(Event{Delivery: d, Key: m.Key, Outcome: Retried, Err: err})
 		}
 		return nil
 	}
@@ -90,134 +62,106 @@ func (s *session) process(ctx context.Context, group []amqp.Delivery) error {
 	if c.afterCommit != nil {
 		c.afterCommit()
 	}
-	allOK := true
-	for _, r := range results {
-		allOK = allOK && r.Err == nil
+	allAcked := true
+	for _, dec := range decs {
+		allAcked = allAcked && dec.Ack()
 	}
-	if allOK {
+	if allAcked {
 		// One frame acks the group: every earlier delivery on this
 		// channel is already settled.
-		last := items[len(items)-1].Value.(amqp.Delivery)
-		if err := last.Ack(true); err != nil {
+		if err := group[len(group)-1].Ack(true); err != nil {
 			return fmt.Errorf("idemamqp: ack: %w", err)
 		}
-		for i, r := range results {
-			c.observe(Event{Delivery: items[i].Value.(amqp.Delivery), Key: r.Key, Outcome: outcome(r)})
+		for i := range ds {
+			c.cfg.Report(&ds[i], decs[i])
 		}
 		return nil
 	}
-	for i, r := range results {
-		if err := s.settle(ctx, items[i].Value.(amqp.Delivery), r); err != nil {
+	for i := range ds {
+		if err := s.settle(ctx, &ds[i], decs[i], true); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// apply runs one group through the inbox in one transaction: per delivery
-// with the Handler, or with the set handler (the Handler, if any, as its
-// per-delivery fallback).
-func (c *Consumer) apply(ctx context.Context, items []inbox.Message) ([]inbox.Result, error) {
-	var each inbox.BatchHandler
-	if c.handler != nil {
-		each = func(ctx context.Context, tx *sql.Tx, m inbox.Message) error {
-			return c.handler(ctx, tx, m.Value.(amqp.Delivery))
-		}
-	}
-	if c.cfg.set == nil {
-		return c.in.ProcessBatch(ctx, items, each)
-	}
-	return c.in.ProcessBatchSet(ctx, items, func(ctx context.Context, tx *sql.Tx, fresh []inbox.Message) error {
-		ds := make([]amqp.Delivery, len(fresh))
-		for i, m := range fresh {
-			ds[i] = m.Value.(amqp.Delivery)
-		}
-		return c.cfg.set(ctx, tx, ds)
-	}, each)
-}
-
-func outcome(r inbox.Result) Outcome {
-	if r.Applied {
-		return Applied
-	}
-	return Duplicate
-}
-
-// settle acks, retries or dead-letters one delivery after the commit.
-func (s *session) settle(ctx context.Context, d amqp.Delivery, r inbox.Result) error {
-	attempt := attempts(d.Headers) + 1
+// settle performs one decision after the commit: ack, requeue (counted:
+// republished with x-idem-attempts; not counted: nacked with requeue), or
+// dead letter.
+func (s *session) settle(ctx context.Context, d *consume.Delivery[amqp.Delivery], dec consume.Decision, counted bool) error {
 	switch {
-	case r.Err == nil:
-		if err := d.Ack(false); err != nil {
+	case dec.Ack():
+		if err := d.Msg.Ack(false); err != nil {
 			return fmt.Errorf("idemamqp: ack: %w", err)
 		}
-		s.c.observe(Event{Delivery: d, Key: r.Key, Outcome: outcome(r)})
-		return nil
-	case errors.Is(r.Err, idem.ErrFingerprintMismatch):
-		return s.deadLetter(ctx, d, r.Key, ReasonFingerprint, r.Err)
-	case idem.IsPermanent(r.Err):
-		return s.deadLetter(ctx, d, r.Key, ReasonPermanent, r.Err)
-	case attempt >= s.c.cfg.maxAttempts:
-		return s.deadLetter(ctx, d, r.Key, ReasonMaxAttempts, r.Err)
-	}
-	// Requeue with the attempt counted: publish the copy to this queue
-	// (default exchange), wait for its confirm, then ack the original.
-	h := copyHeaders(d.Headers)
-	h[HeaderAttempts] = int32(attempt)
-	if err := s.publish(ctx, "", s.c.queue, d, h); err != nil {
-		s.c.cfg.logger.Warn("idemamqp: requeue failed; nacking", "key", r.Key, "err", err)
-		if err := d.Nack(false, true); err != nil {
+	case dec.Outcome == idem.DeadLettered:
+		return s.deadLetter(ctx, d, dec)
+	case counted:
+		// Requeue with the attempt counted: publish the copy to this
+		// queue (default exchange), wait for its confirm, then ack the
+		// original.
+		h := copyHeaders(d.Msg.Headers)
+		h[HeaderAttempts] = int32(d.Attempt)
+		if err := s.publish(ctx, "", s.c.queue, d.Msg, h); err != nil {
+			return s.requeue(d, err)
+		}
+		if err := d.Msg.Ack(false); err != nil {
+			return fmt.Errorf("idemamqp: ack: %w", err)
+		}
+	default:
+		if err := d.Msg.Nack(false, true); err != nil {
 			return fmt.Errorf("idemamqp: nack: %w", err)
 		}
-		return nil
 	}
-	if err := d.Ack(false); err != nil {
-		return fmt.Errorf("idemamqp: ack: %w", err)
+	s.c.cfg.Report(d, dec)
+	return nil
+}
+
+// requeue nacks d with requeue after a failed publish: it is never dropped
+// without a copy.
+func (s *session) requeue(d *consume.Delivery[amqp.Delivery], cause error) error {
+	s.c.cfg.Logger.Warn("idemamqp: publish failed; nacking with requeue", "key", d.Key, "err", cause)
+	if err := d.Msg.Nack(false, true); err != nil {
+		return fmt.Errorf("idemamqp: nack: %w", err)
 	}
-	s.c.cfg.logger.Info("idemamqp: delivery failed; requeued", "key", r.Key, "attempt", attempt, "err", r.Err)
-	s.c.observe(Event{Delivery: d, Key: r.Key, Outcome: Retried, Err: r.Err})
+	s.c.cfg.Report(d, s.c.cfg.Retry(d, cause))
 	return nil
 }
 
 // deadLetter publishes d to the dead letter and acks it, or nacks it
 // without requeue when no dead letter is configured. If the publish fails,
 // d is requeued: it is never dropped without a copy.
-func (s *session) deadLetter(ctx context.Context, d amqp.Delivery, key, reason string, cause error) error {
+func (s *session) deadLetter(ctx context.Context, d *consume.Delivery[amqp.Delivery], dec consume.Decision) error {
 	c := s.c
 	if !c.cfg.dlxSet {
-		if err := d.Nack(false, false); err != nil {
+		if err := d.Msg.Nack(false, false); err != nil {
 			return fmt.Errorf("idemamqp: reject: %w", err)
 		}
 	} else {
-		h := copyHeaders(d.Headers)
-		h[HeaderReason] = reason
-		h[HeaderError] = cause.Error()
+		h := copyHeaders(d.Msg.Headers)
+		h[HeaderReason] = string(dec.Reason)
+		h[HeaderError] = dec.Err.Error()
 		h[HeaderQueue] = c.queue
-		h[HeaderExchange] = d.Exchange
-		h[HeaderRoutingKey] = d.RoutingKey
-		h[HeaderAttempts] = int32(attempts(d.Headers) + 1)
-		if key != "" {
-			h[HeaderKey] = key
+		h[HeaderExchange] = d.Msg.Exchange
+		h[HeaderRoutingKey] = d.Msg.RoutingKey
+		h[HeaderAttempts] = int32(d.Attempt)
+		if d.Key != "" {
+			h[HeaderKey] = d.Key
 		}
-		if err := s.publish(ctx, c.cfg.dlxExchange, c.cfg.dlxKey, d, h); err != nil {
-			c.cfg.logger.Warn("idemamqp: dead letter failed; requeueing", "key", key, "err", err)
-			if err := d.Nack(false, true); err != nil {
-				return fmt.Errorf("idemamqp: nack: %w", err)
-			}
-			return nil
+		if err := s.publish(ctx, c.cfg.dlxExchange, c.cfg.dlxKey, d.Msg, h); err != nil {
+			return s.requeue(d, err)
 		}
-		if err := d.Ack(false); err != nil {
+		if err := d.Msg.Ack(false); err != nil {
 			return fmt.Errorf("idemamqp: ack: %w", err)
 		}
 	}
-	c.cfg.logger.Error("idemamqp: delivery dead-lettered", "key", key, "reason", reason, "err", cause)
-	c.observe(Event{Delivery: d, Key: key, Outcome: DeadLettered, Reason: reason, Err: cause})
+	c.cfg.Report(d, dec)
 	return nil
 }
 
 // publish republishes d's body and properties with headers h, confirmed.
 func (s *session) publish(ctx context.Context, exchange, key string, d amqp.Delivery, h amqp.Table) error {
-	ctx, cancel := context.WithTimeout(ctx, s.c.cfg.confirmAfter)
+	ctx, cancel := context.WithTimeout(ctx, confirmTimeout)
 	defer cancel()
 	msg := amqp.Publishing{
 		Headers: h, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
@@ -232,12 +176,6 @@ func (s *session) publish(ctx context.Context, exchange, key string, d amqp.Deli
 		return err
 	}
 	return waitConfirm(ctx, dc, d.MessageId)
-}
-
-func (c *Consumer) observe(e Event) {
-	if c.cfg.observer != nil {
-		c.cfg.observer(e)
-	}
 }
 
 func copyHeaders(h amqp.Table) amqp.Table {
@@ -269,15 +207,4 @@ func attempts(h amqp.Table) int {
 		return int(v)
 	}
 	return 0
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
