@@ -20,14 +20,13 @@ import (
 	"testing"
 	"time"
 
-	"database/sql"
 
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/memstore"
-	"github.com/idem-go/idem/keystore/pgstore"
 	"github.com/idem-go/idem/keystore/sqlitestore"
+	"github.com/idem-go/idem/keystore/sqlstore"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -290,17 +289,11 @@ func TestCancelledClientsLeaveNoKeyInProgress(t *testing.T) {
 }
 
 func openSQLite(t *testing.T) keystore.Store {
-	path := filepath.Join(t.TempDir(), "idem.db")
-	db, err := sql.Open("sqlite", sqldialect.SQLiteDSN(path)+sqlitestore.DSNSuffix)
+	s, err := sqlitestore.Open(filepath.Join(t.TempDir(), "idem.db")) // as idem serve opens it
 	if err != nil {
 		t.Fatal(err)
 	}
-	db.SetMaxOpenConns(1) // as idem serve opens it
-	t.Cleanup(func() { db.Close() })
-	s, err := sqlitestore.New(db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { s.Close() })
 	if err := s.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +301,7 @@ func openSQLite(t *testing.T) keystore.Store {
 }
 
 func openPostgres(t *testing.T) keystore.Store {
-	s, err := pgstore.New(testenv.Postgres(t))
+	s, err := sqlstore.New(testenv.Postgres(t), sqldialect.Postgres)
 	if err != nil {
 		t.Fatal(err)
 	}

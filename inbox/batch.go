@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -73,7 +74,7 @@ var errSlowPath = errors.New("inbox: batch needs the per-message path")
 //
 // A message whose key fails [idem.ValidateKey] (empty, over 255 bytes, not
 // UTF-8, a NUL byte) or whose fingerprint is over 64 bytes fails alone,
-// before any I/O: its Result.Err wraps [ErrInvalidKey] or
+// before any I/O: its Result.Err wraps [idem.ErrInvalidKey] or
 // [ErrInvalidArgument], and the other messages are processed. Such a
 // message can never succeed: dead-letter it.
 //
@@ -82,7 +83,7 @@ var errSlowPath = errors.New("inbox: batch needs the per-message path")
 // Otherwise acknowledge every message whose Result.Err is nil.
 func (in *Inbox) ProcessBatch(ctx context.Context, msgs []Message, fn BatchHandler) ([]Result, error) {
 	if fn == nil {
-		return nil, fmt.Errorf("%w: nil handler", ErrInvalidArgument)
+		return nil, fmt.Errorf("inbox: nil handler: %w", idem.ErrInvalidArgument)
 	}
 	return in.processBatch(ctx, msgs, nil, fn)
 }
@@ -113,7 +114,7 @@ func (in *Inbox) ProcessBatch(ctx context.Context, msgs []Message, fn BatchHandl
 // ProcessBatch.
 func (in *Inbox) ProcessBatchSet(ctx context.Context, msgs []Message, set SetHandler, each BatchHandler) ([]Result, error) {
 	if set == nil {
-		return nil, fmt.Errorf("%w: nil set handler", ErrInvalidArgument)
+		return nil, fmt.Errorf("inbox: nil set handler: %w", idem.ErrInvalidArgument)
 	}
 	return in.processBatch(ctx, msgs, set, each)
 }
@@ -272,7 +273,7 @@ func (in *Inbox) batchFast(ctx context.Context, msgs []Message, set SetHandler, 
 	}
 	for _, i := range dups {
 		if err := in.checkFingerprint(ctx, tx, msgs[i]); err != nil {
-			if !errors.Is(err, ErrFingerprintMismatch) {
+			if !errors.Is(err, idem.ErrFingerprintMismatch) {
 				return nil, err
 			}
 			results[i].Err = err
@@ -283,7 +284,7 @@ func (in *Inbox) batchFast(ctx context.Context, msgs []Message, set SetHandler, 
 	for i, m := range msgs {
 		if f := first[m.Key]; f != i && results[i].Err == nil && !inserted[m.Key] && len(m.Fingerprint) > 0 {
 			if err := in.checkFingerprint(ctx, tx, m); err != nil {
-				if !errors.Is(err, ErrFingerprintMismatch) {
+				if !errors.Is(err, idem.ErrFingerprintMismatch) {
 					return nil, err
 				}
 				results[i].Err = err
@@ -377,7 +378,7 @@ func (in *Inbox) batchSlowSet(ctx context.Context, msgs []Message, set SetHandle
 			continue
 		}
 		if err := in.checkFingerprint(ctx, tx, m); err != nil {
-			if !errors.Is(err, ErrFingerprintMismatch) {
+			if !errors.Is(err, idem.ErrFingerprintMismatch) {
 				return nil, err
 			}
 			results[i].Err = err
@@ -454,5 +455,5 @@ func (in *Inbox) slowOne(ctx context.Context, tx *sql.Tx, m Message, fn BatchHan
 // failed, or its fingerprint did not match) rather than to the transaction.
 func isMessageError(err error) bool {
 	var he *HandlerError
-	return errors.As(err, &he) || errors.Is(err, ErrFingerprintMismatch)
+	return errors.As(err, &he) || errors.Is(err, idem.ErrFingerprintMismatch)
 }

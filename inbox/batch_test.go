@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
 )
 
@@ -97,7 +98,7 @@ func TestProcessBatchDuplicatesWithinAndAcross(t *testing.T) {
 			if r.Applied != wantApplied[i] {
 				t.Errorf("message %d (%s): applied=%v, want %v", i, r.Key, r.Applied, wantApplied[i])
 			}
-			if (i == 4) != errors.Is(r.Err, inbox.ErrFingerprintMismatch) {
+			if (i == 4) != errors.Is(r.Err, idem.ErrFingerprintMismatch) {
 				t.Errorf("message %d: err = %v", i, r.Err)
 			}
 		}
@@ -184,7 +185,7 @@ func TestProcessBatchSet(t *testing.T) {
 			if r.Key != first[i].Key || r.Applied != wantApplied[i] {
 				t.Fatalf("result %d = %+v, want key %q applied %v", i, r, first[i].Key, wantApplied[i])
 			}
-			if (i == 4) != errors.Is(r.Err, inbox.ErrFingerprintMismatch) || (i != 4 && r.Err != nil) {
+			if (i == 4) != errors.Is(r.Err, idem.ErrFingerprintMismatch) || (i != 4 && r.Err != nil) {
 				t.Fatalf("result %d err = %v", i, r.Err)
 			}
 		}
@@ -205,7 +206,7 @@ func TestProcessBatchSet(t *testing.T) {
 		}
 		for i, r := range res {
 			applied := r.Key == "d" || r.Key == "e"
-			if r.Applied != applied || (i == len(second)-1) != errors.Is(r.Err, inbox.ErrFingerprintMismatch) {
+			if r.Applied != applied || (i == len(second)-1) != errors.Is(r.Err, idem.ErrFingerprintMismatch) {
 				t.Fatalf("redelivery result %d = %+v", i, r)
 			}
 		}
@@ -273,7 +274,7 @@ func TestProcessBatchSetFailure(t *testing.T) {
 			t.Fatalf("after the fallback: balance %d keys %d, want 59 and 5", got, e.keys())
 		}
 
-		if _, err := e.in.ProcessBatchSet(ctx, msgs, nil, each); !errors.Is(err, inbox.ErrInvalidArgument) {
+		if _, err := e.in.ProcessBatchSet(ctx, msgs, nil, each); !errors.Is(err, idem.ErrInvalidArgument) {
 			t.Fatalf("nil set handler: err = %v, want ErrInvalidArgument", err)
 		}
 	})

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/sqldialect"
 )
@@ -173,7 +174,7 @@ func TestBucketDuplicateOlderThanNewest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !errors.Is(res[0].Err, inbox.ErrFingerprintMismatch) || res[1].Applied || !res[2].Applied {
+		if !errors.Is(res[0].Err, idem.ErrFingerprintMismatch) || res[1].Applied || !res[2].Applied {
 			t.Fatalf("batch: %+v", res)
 		}
 		if got := e.balance(1); got != 106 {

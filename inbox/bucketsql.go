@@ -236,7 +236,7 @@ func (in *Inbox) lockDigests(ctx context.Context, tx *sql.Tx, ds [][16]byte) err
 		// At REPEATABLE READ or SERIALIZABLE the probes would read the
 		// snapshot taken before the lock wait, and miss the concurrent
 		// first delivery they waited for.
-		return fmt.Errorf("%w: the bucketed layout needs READ COMMITTED transactions on PostgreSQL (this one is %s): use the rows layout, or the default isolation", ErrUnsafeTable, iso)
+		return fmt.Errorf("inbox: the bucketed layout needs READ COMMITTED transactions on PostgreSQL (this one is %s): use the rows layout, or the default isolation: %w", iso, ErrUnsafeTable)
 	}
 	return nil
 }

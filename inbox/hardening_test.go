@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/sqldialect"
@@ -117,10 +118,10 @@ func TestBinaryKeys(t *testing.T) {
 		each := func(context.Context, *sql.Tx, inbox.Message) error { ran = true; return nil }
 		set := func(context.Context, *sql.Tx, []inbox.Message) error { ran = true; return nil }
 		for _, k := range binaryKeys {
-			if ok, err := in.Process(ctx, k, fn); ok || !errors.Is(err, inbox.ErrInvalidKey) {
+			if ok, err := in.Process(ctx, k, fn); ok || !errors.Is(err, idem.ErrInvalidKey) {
 				t.Errorf("Process(%q): applied=%v err=%v, want ErrInvalidKey", k, ok, err)
 			}
-			if ok, err := in.ProcessMessage(ctx, inbox.Message{Key: k, Fingerprint: []byte{1}}, fn); ok || !errors.Is(err, inbox.ErrInvalidKey) {
+			if ok, err := in.ProcessMessage(ctx, inbox.Message{Key: k, Fingerprint: []byte{1}}, fn); ok || !errors.Is(err, idem.ErrInvalidKey) {
 				t.Errorf("ProcessMessage(%q): applied=%v err=%v, want ErrInvalidKey", k, ok, err)
 			}
 			for name, run := range map[string]func() ([]inbox.Result, error){
@@ -128,7 +129,7 @@ func TestBinaryKeys(t *testing.T) {
 				"ProcessBatchSet": func() ([]inbox.Result, error) { return in.ProcessBatchSet(ctx, []inbox.Message{{Key: k}}, set, each) },
 			} {
 				res, err := run()
-				if len(res) != 1 || res[0].Applied || !errors.Is(res[0].Err, inbox.ErrInvalidKey) {
+				if len(res) != 1 || res[0].Applied || !errors.Is(res[0].Err, idem.ErrInvalidKey) {
 					t.Errorf("%s of %q alone: %+v, %v; want its Result to carry ErrInvalidKey", name, k, res, err)
 				}
 			}
@@ -162,7 +163,7 @@ func TestBinaryKeys(t *testing.T) {
 			}
 			for i, r := range res {
 				bad := i%2 == 1
-				if r.Key != msgs[i].Key || r.Applied == bad || bad != errors.Is(r.Err, inbox.ErrInvalidKey) || (!bad && r.Err != nil) {
+				if r.Key != msgs[i].Key || r.Applied == bad || bad != errors.Is(r.Err, idem.ErrInvalidKey) || (!bad && r.Err != nil) {
 					t.Errorf("%s mixed, message %d (%q): %+v; want applied=%v", name, i, msgs[i].Key, r, !bad)
 				}
 			}
@@ -179,7 +180,7 @@ func TestBinaryKeys(t *testing.T) {
 
 		for _, c := range append(binaryKeys, "") {
 			_, err := inbox.New(e.db, b.d, c)
-			if !errors.Is(err, inbox.ErrInvalidOption) || !errors.Is(err, inbox.ErrInvalidKey) {
+			if !errors.Is(err, idem.ErrInvalidOption) || !errors.Is(err, idem.ErrInvalidKey) {
 				t.Errorf("New with consumer %q: err = %v, want ErrInvalidOption and ErrInvalidKey", c, err)
 			}
 		}

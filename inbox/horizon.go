@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"time"
+
+	"github.com/idem-go/idem"
 )
 
 // The redelivery horizon is a property of the stored data, not of one Inbox
@@ -97,10 +99,10 @@ func (in *Inbox) prepare(ctx context.Context) error {
 // old horizon stays.
 func (in *Inbox) LowerRedeliveryHorizon(ctx context.Context, d time.Duration) error {
 	if d < 0 {
-		return fmt.Errorf("%w: redelivery horizon %v must not be negative", ErrInvalidArgument, d)
+		return fmt.Errorf("inbox: redelivery horizon %v must not be negative: %w", d, idem.ErrInvalidArgument)
 	}
 	if in.cfg.horizon > d {
-		return fmt.Errorf("%w: this Inbox is configured with a redelivery horizon of %v; lower the option first", ErrInvalidArgument, in.cfg.horizon)
+		return fmt.Errorf("inbox: this Inbox is configured with a redelivery horizon of %v; lower the option first: %w", in.cfg.horizon, idem.ErrInvalidArgument)
 	}
 	if err := in.ready(ctx); err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
 )
 
@@ -73,7 +74,7 @@ func TestHorizonBindsEveryInbox(t *testing.T) {
 		}
 
 		// Lowering is explicit, and refused by an Inbox configured above it.
-		if err := longer.LowerRedeliveryHorizon(ctx, day); !errors.Is(err, inbox.ErrInvalidArgument) {
+		if err := longer.LowerRedeliveryHorizon(ctx, day); !errors.Is(err, idem.ErrInvalidArgument) {
 			t.Fatalf("LowerRedeliveryHorizon below the Inbox's own option: %v", err)
 		}
 		if err := bare.LowerRedeliveryHorizon(ctx, day); err != nil {

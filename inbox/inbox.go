@@ -1,7 +1,6 @@
 package inbox
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -15,29 +14,16 @@ import (
 	"github.com/idem-go/idem/sqldialect"
 )
 
-// Errors callers branch on. They are shared with the other idem packages.
-var (
-	// ErrFingerprintMismatch: the key is recorded with another fingerprint.
-	// Nothing was applied; the message is a reused key, not a retry.
-	ErrFingerprintMismatch = idem.ErrFingerprintMismatch
-	// ErrInvalidKey: the key (or the consumer name, in New) is empty,
-	// longer than 255 bytes, not valid UTF-8 or contains a NUL byte (see
-	// [idem.ValidateKey]). It is returned before any I/O: such a message
-	// can never be processed, so dead-letter it.
-	ErrInvalidKey = idem.ErrInvalidKey
-	// ErrInvalidOption is wrapped by New's errors.
-	ErrInvalidOption = idem.ErrInvalidOption
-	// ErrInvalidArgument is wrapped when a call's argument is unusable (a nil
-	// handler, a fingerprint over 64 bytes, a non-positive batch size).
-	ErrInvalidArgument = errors.New("inbox: invalid argument")
-	// ErrHorizon is returned by Sweep when asked to delete keys younger than
-	// the configured redelivery horizon.
-	ErrHorizon = errors.New("inbox: retention shorter than the redelivery horizon")
-)
-
-// MaxFingerprintLen is the longest fingerprint the inbox stores, in bytes
-// (room for a SHA-512 digest).
-const MaxFingerprintLen = 64
+// ErrHorizon is returned by Sweep when asked to delete keys younger than
+// the configured redelivery horizon. The inbox's other errors wrap the
+// sentinels of package idem: [idem.ErrInvalidKey] (a key, or New's consumer
+// name, that breaks [idem.ValidateKey]; returned before any I/O, so
+// dead-letter such a message), [idem.ErrInvalidArgument] (a nil handler, a
+// fingerprint over [idem.MaxFingerprintLen] bytes, a non-positive batch
+// size), [idem.ErrInvalidOption] (New's options) and
+// [idem.ErrFingerprintMismatch] (the key is recorded with another
+// fingerprint; nothing was applied).
+var ErrHorizon = errors.New("inbox: retention shorter than the redelivery horizon")
 
 // Beginner starts transactions. *sql.DB and *sql.Conn implement it.
 type Beginner interface {
@@ -71,8 +57,8 @@ type Inbox struct {
 
 // New returns an Inbox for consumer on db. The consumer name scopes keys:
 // the same key under two consumers is two keys; it obeys the key rule of
-// [idem.ValidateKey] (an error wrapping [ErrInvalidOption] and
-// [ErrInvalidKey] otherwise). New checks its arguments and options and
+// [idem.ValidateKey] (an error wrapping [idem.ErrInvalidOption] and
+// [idem.ErrInvalidKey] otherwise). New checks its arguments and options and
 // touches no table; call [Inbox.Migrate] or apply [Inbox.SchemaSQL] with
 // your migration tool. The first call that uses the table runs
 // [Inbox.Verify] (and records the redelivery horizon, if set) once.
@@ -86,7 +72,7 @@ func New(db Beginner, d sqldialect.Dialect, consumer string, opts ...Option) (*I
 	if err := idem.ValidateKey(consumer); err != nil {
 		// The consumer name is stored next to every key: the key rule
 		// applies to it (PostgreSQL's text refuses NUL and invalid UTF-8).
-		return nil, fmt.Errorf("inbox: %w: consumer name: %w", idem.ErrInvalidOption, err)
+		return nil, fmt.Errorf("inbox: consumer name: %w: %w", err, idem.ErrInvalidOption)
 	}
 	cfg := defaultConfig()
 	for _, o := range opts {
@@ -205,14 +191,14 @@ func (in *Inbox) Process(ctx context.Context, key string, fn Handler) (applied b
 
 // ProcessMessage is [Inbox.Process] with a payload fingerprint: when m's key
 // is already recorded with a different non-empty fingerprint, it returns
-// [ErrFingerprintMismatch] and applies nothing. A key recorded without a
+// [idem.ErrFingerprintMismatch] and applies nothing. A key recorded without a
 // fingerprint matches any.
 func (in *Inbox) ProcessMessage(ctx context.Context, m Message, fn Handler) (applied bool, err error) {
 	if err := in.checkMessage(m); err != nil {
 		return false, err
 	}
 	if fn == nil {
-		return false, fmt.Errorf("%w: nil handler", ErrInvalidArgument)
+		return false, fmt.Errorf("inbox: nil handler: %w", idem.ErrInvalidArgument)
 	}
 	if err := in.ready(ctx); err != nil {
 		if in.cfg.hooks != nil {
@@ -236,8 +222,8 @@ func (in *Inbox) checkMessage(m Message) error {
 	if err := idem.ValidateKey(m.Key); err != nil {
 		return fmt.Errorf("inbox: %w", err)
 	}
-	if len(m.Fingerprint) > MaxFingerprintLen {
-		return fmt.Errorf("%w: fingerprint of %d bytes is longer than %d; pass a digest", ErrInvalidArgument, len(m.Fingerprint), MaxFingerprintLen)
+	if err := idem.ValidateFingerprint(m.Fingerprint); err != nil {
+		return fmt.Errorf("inbox: %w", err)
 	}
 	return nil
 }
@@ -316,10 +302,10 @@ func (in *Inbox) checkFingerprint(ctx context.Context, tx *sql.Tx, m Message) er
 }
 
 func matchFingerprint(m Message, stored []byte) error {
-	if len(stored) == 0 || len(m.Fingerprint) == 0 || bytes.Equal(stored, m.Fingerprint) {
+	if !idem.FingerprintsConflict(stored, m.Fingerprint) {
 		return nil
 	}
-	return fmt.Errorf("inbox: key %q: %w", m.Key, ErrFingerprintMismatch)
+	return fmt.Errorf("inbox: key %q: %w", m.Key, idem.ErrFingerprintMismatch)
 }
 
 func nullBytes(b []byte) any {

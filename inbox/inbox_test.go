@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/sqldialect"
@@ -306,7 +307,7 @@ func TestFingerprintMismatch(t *testing.T) {
 		}
 		other := inbox.Message{Key: "evt-1", Fingerprint: []byte("sha256:bbbb")}
 		ok, err := e.in.ProcessMessage(ctx, other, e.credit(1, 999))
-		if ok || !errors.Is(err, inbox.ErrFingerprintMismatch) {
+		if ok || !errors.Is(err, idem.ErrFingerprintMismatch) {
 			t.Fatalf("other fingerprint: applied=%v err=%v, want ErrFingerprintMismatch", ok, err)
 		}
 		if got := e.balance(1); got != 50 {
@@ -346,22 +347,22 @@ func TestBadInputWritesNothing(t *testing.T) {
 			fn   inbox.Handler
 			want error
 		}{
-			{"empty key", "", fn, inbox.ErrInvalidKey},
-			{"key over 255 bytes", strings.Repeat("k", 256), fn, inbox.ErrInvalidKey},
-			{"nil handler", "evt-1", nil, inbox.ErrInvalidArgument},
+			{"empty key", "", fn, idem.ErrInvalidKey},
+			{"key over 255 bytes", strings.Repeat("k", 256), fn, idem.ErrInvalidKey},
+			{"nil handler", "evt-1", nil, idem.ErrInvalidArgument},
 		}
 		for _, c := range cases {
 			if _, err := e.in.Process(ctx, c.key, c.fn); !errors.Is(err, c.want) {
 				t.Errorf("%s: err = %v, want %v", c.name, err, c.want)
 			}
 		}
-		if _, err := e.in.ProcessMessage(ctx, inbox.Message{Key: "k", Fingerprint: make([]byte, 65)}, fn); !errors.Is(err, inbox.ErrInvalidArgument) {
+		if _, err := e.in.ProcessMessage(ctx, inbox.Message{Key: "k", Fingerprint: make([]byte, 65)}, fn); !errors.Is(err, idem.ErrInvalidArgument) {
 			t.Errorf("65-byte fingerprint: err = %v", err)
 		}
 		// In a batch a bad message fails alone (TestBinaryKeys has the
 		// mixed case); a batch of bad messages only does no I/O.
 		res, err := e.in.ProcessBatch(ctx, []inbox.Message{{Key: "x", Fingerprint: make([]byte, 65)}, {Key: ""}}, func(context.Context, *sql.Tx, inbox.Message) error { ran = true; return nil })
-		if err != nil || len(res) != 2 || !errors.Is(res[0].Err, inbox.ErrInvalidArgument) || !errors.Is(res[1].Err, inbox.ErrInvalidKey) || !strings.Contains(res[1].Err.Error(), "message 1") {
+		if err != nil || len(res) != 2 || !errors.Is(res[0].Err, idem.ErrInvalidArgument) || !errors.Is(res[1].Err, idem.ErrInvalidKey) || !strings.Contains(res[1].Err.Error(), "message 1") {
 			t.Errorf("batch of bad messages: %+v, %v; want ErrInvalidArgument, then ErrInvalidKey naming message 1", res, err)
 		}
 		if ran || e.keys() != 0 {
@@ -390,19 +391,19 @@ func TestNewRejects(t *testing.T) {
 		want error
 	}{
 		{"unknown dialect", 0, "c", nil, sqldialect.ErrUnknownDialect},
-		{"empty consumer", sqldialect.SQLite, "", nil, inbox.ErrInvalidOption},
-		{"table not an identifier", sqldialect.SQLite, "c", []inbox.Option{inbox.WithTable("inbox; DROP TABLE x")}, inbox.ErrInvalidOption},
-		{"schema on sqlite", sqldialect.SQLite, "c", []inbox.Option{inbox.WithTable("s.t")}, inbox.ErrInvalidOption},
-		{"retention below horizon", sqldialect.SQLite, "c", []inbox.Option{inbox.WithRedeliveryHorizon(7 * 24 * time.Hour), inbox.WithRetention(24 * time.Hour)}, inbox.ErrInvalidOption},
-		{"negative retry", sqldialect.SQLite, "c", []inbox.Option{inbox.WithRetry(-1, time.Millisecond, time.Second)}, inbox.ErrInvalidOption},
-		{"nil option", sqldialect.SQLite, "c", []inbox.Option{nil}, inbox.ErrInvalidOption},
+		{"empty consumer", sqldialect.SQLite, "", nil, idem.ErrInvalidOption},
+		{"table not an identifier", sqldialect.SQLite, "c", []inbox.Option{inbox.WithTable("inbox; DROP TABLE x")}, idem.ErrInvalidOption},
+		{"schema on sqlite", sqldialect.SQLite, "c", []inbox.Option{inbox.WithTable("s.t")}, idem.ErrInvalidOption},
+		{"retention below horizon", sqldialect.SQLite, "c", []inbox.Option{inbox.WithRedeliveryHorizon(7 * 24 * time.Hour), inbox.WithRetention(24 * time.Hour)}, idem.ErrInvalidOption},
+		{"negative retry", sqldialect.SQLite, "c", []inbox.Option{inbox.WithRetry(-1, time.Millisecond, time.Second)}, idem.ErrInvalidOption},
+		{"nil option", sqldialect.SQLite, "c", []inbox.Option{nil}, idem.ErrInvalidOption},
 	}
 	for _, c := range cases {
 		if _, err := inbox.New(db, c.d, c.cons, c.opts...); !errors.Is(err, c.want) {
 			t.Errorf("%s: err = %v, want %v", c.name, err, c.want)
 		}
 	}
-	if _, err := inbox.New(nil, sqldialect.SQLite, "c"); !errors.Is(err, inbox.ErrInvalidOption) {
+	if _, err := inbox.New(nil, sqldialect.SQLite, "c"); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Errorf("nil db: %v", err)
 	}
 	if _, err := inbox.New(db, sqldialect.Postgres, "c", inbox.WithTable("app.inbox"), inbox.WithRetention(8*24*time.Hour), inbox.WithRedeliveryHorizon(7*24*time.Hour)); err != nil {

@@ -327,7 +327,7 @@ func loadBuckets(ctx context.Context, q querier, d sqldialect.Dialect, t string)
 		return nil, err
 	}
 	if len(b.salt) < 16 || b.width <= 0 {
-		return nil, fmt.Errorf("%w: table %s has no salt or bucket width: apply SchemaSQL again", ErrUnsafeTable, m)
+		return nil, fmt.Errorf("inbox: table %s has no salt or bucket width: apply SchemaSQL again: %w", m, ErrUnsafeTable)
 	}
 	legacy, err := tableExists(ctx, q, d, t)
 	if err != nil {
@@ -385,7 +385,7 @@ FROM sqlite_master m WHERE m.type = 'table' AND substr(m.name, 1, length(?1)) = 
 			continue // another table whose name starts alike
 		}
 		if !good {
-			return nil, fmt.Errorf("%w: bucket table %s must have exactly one unique index, its primary key on (d) (uuid on PostgreSQL, BLOB with BINARY collation on SQLite), and no triggers: keys in it could be recorded twice or skipped", ErrUnsafeTable, n)
+			return nil, fmt.Errorf("inbox: bucket table %s must have exactly one unique index, its primary key on (d) (uuid on PostgreSQL, BLOB with BINARY collation on SQLite), and no triggers: keys in it could be recorded twice or skipped: %w", n, ErrUnsafeTable)
 		}
 		starts = append(starts, s)
 	}

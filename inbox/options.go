@@ -39,7 +39,7 @@ func defaultConfig() config {
 }
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("inbox: %w: "+format, append([]any{idem.ErrInvalidOption}, args...)...)
+	return fmt.Errorf("inbox: "+format+": %w", append(args, idem.ErrInvalidOption)...)
 }
 
 // WithTable sets the key table's name (default "idem_inbox"). It must be a

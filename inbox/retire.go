@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -68,7 +69,7 @@ func (in *Inbox) verifyBuckets(ctx context.Context, tx *sql.Tx, b *buckets) erro
 		return err
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: table %s (rows layout) and %s (bucketed layout) both exist, but the rows table is not frozen: an Inbox of an earlier release would record keys there that the bucketed layout never writes; run MigrateLayout", ErrUnsafeTable, in.cfg.table, b.meta)
+		return fmt.Errorf("inbox: table %s (rows layout) and %s (bucketed layout) both exist, but the rows table is not frozen: an Inbox of an earlier release would record keys there that the bucketed layout never writes; run MigrateLayout: %w", in.cfg.table, b.meta, ErrUnsafeTable)
 	}
 	return nil
 }
@@ -98,7 +99,7 @@ func (in *Inbox) verifyBuckets(ctx context.Context, tx *sql.Tx, b *buckets) erro
 // new table, does nothing.
 func (in *Inbox) MigrateLayout(ctx context.Context) error {
 	if in.dialect != sqldialect.Postgres && in.dialect != sqldialect.SQLite {
-		return fmt.Errorf("%w: the bucketed layout is not available on %v", ErrInvalidArgument, in.dialect)
+		return fmt.Errorf("inbox: the bucketed layout is not available on %v: %w", in.dialect, idem.ErrInvalidArgument)
 	}
 	t := in.cfg.table
 	err := in.withRetry(ctx, func() error {
@@ -169,7 +170,7 @@ func (in *Inbox) retireBuckets(ctx context.Context, b *buckets, olderThan time.D
 			return fmt.Errorf("inbox: sweep: read the redelivery horizons from %s (apply SchemaSQL or call Migrate): %w", in.q.horizonTable, err)
 		}
 		if h := time.Duration(us.Int64) * time.Microsecond; olderThan < h {
-			return fmt.Errorf("%w: asked to delete keys older than %v, the largest horizon recorded in %s (bucket tables hold every consumer's keys) is %v", ErrHorizon, olderThan, in.q.horizonTable, h)
+			return fmt.Errorf("inbox: asked to delete keys older than %v, the largest horizon recorded in %s (bucket tables hold every consumer's keys) is %v: %w", olderThan, in.q.horizonTable, h, ErrHorizon)
 		}
 		var nowUS int64
 		if err := tx.QueryRowContext(ctx, `SELECT `+dbNowUS(in.dialect)).Scan(&nowUS); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -39,13 +40,13 @@ const MaxSweepBatch = 100_000
 // ever touched.
 func (in *Inbox) Sweep(ctx context.Context, olderThan time.Duration, batch int) (deleted int, err error) {
 	if olderThan <= 0 {
-		return 0, fmt.Errorf("%w: sweep age %v must be positive", ErrInvalidArgument, olderThan)
+		return 0, fmt.Errorf("inbox: sweep age %v must be positive: %w", olderThan, idem.ErrInvalidArgument)
 	}
 	if batch <= 0 || batch > MaxSweepBatch {
-		return 0, fmt.Errorf("%w: sweep batch %d must be 1 to %d", ErrInvalidArgument, batch, MaxSweepBatch)
+		return 0, fmt.Errorf("inbox: sweep batch %d must be 1 to %d: %w", batch, MaxSweepBatch, idem.ErrInvalidArgument)
 	}
 	if in.cfg.horizon > 0 && olderThan < in.cfg.horizon {
-		return 0, fmt.Errorf("%w: asked to delete keys older than %v, horizon is %v", ErrHorizon, olderThan, in.cfg.horizon)
+		return 0, fmt.Errorf("inbox: asked to delete keys older than %v, horizon is %v: %w", olderThan, in.cfg.horizon, ErrHorizon)
 	}
 	if err := in.ready(ctx); err != nil {
 		return 0, err
@@ -79,7 +80,7 @@ func (in *Inbox) Sweep(ctx context.Context, olderThan time.Duration, batch int) 
 				return err
 			}
 			if olderThan < h {
-				return fmt.Errorf("%w: asked to delete keys older than %v, the horizon recorded for consumer %q in %s is %v", ErrHorizon, olderThan, in.consumer, in.q.horizonTable, h)
+				return fmt.Errorf("inbox: asked to delete keys older than %v, the horizon recorded for consumer %q in %s is %v: %w", olderThan, in.consumer, in.q.horizonTable, h, ErrHorizon)
 			}
 			res, err := tx.ExecContext(ctx, in.q.sweep, in.consumer, age, batch)
 			if err != nil {
@@ -107,7 +108,7 @@ func (in *Inbox) Sweep(ctx context.Context, olderThan time.Duration, batch int) 
 // SweepExpired is Sweep with the retention set by [WithRetention].
 func (in *Inbox) SweepExpired(ctx context.Context, batch int) (int, error) {
 	if in.cfg.retention <= 0 {
-		return 0, fmt.Errorf("%w: SweepExpired needs WithRetention", ErrInvalidArgument)
+		return 0, fmt.Errorf("inbox: SweepExpired needs WithRetention: %w", idem.ErrInvalidArgument)
 	}
 	return in.Sweep(ctx, in.cfg.retention, batch)
 }
@@ -117,7 +118,7 @@ func (in *Inbox) SweepExpired(ctx context.Context, batch int) (int, error) {
 // logged and tried again at the next tick; keys are only ever kept longer.
 func (in *Inbox) RunSweeper(ctx context.Context, interval time.Duration, batch int) error {
 	if interval <= 0 {
-		return fmt.Errorf("%w: sweep interval %v must be positive", ErrInvalidArgument, interval)
+		return fmt.Errorf("inbox: sweep interval %v must be positive: %w", interval, idem.ErrInvalidArgument)
 	}
 	if _, err := in.SweepExpired(ctx, batch); err != nil && ctx.Err() == nil {
 		in.cfg.logger.WarnContext(ctx, "inbox: sweep failed", "consumer", in.consumer, "err", err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/sqldialect"
 )
@@ -53,7 +54,7 @@ func TestSweep(t *testing.T) {
 		if _, err := e.in.Sweep(ctx, 24*time.Hour, 3); !errors.Is(err, inbox.ErrHorizon) {
 			t.Fatalf("sweep inside the horizon: err = %v, want ErrHorizon", err)
 		}
-		if _, err := e.in.Sweep(ctx, week, 0); !errors.Is(err, inbox.ErrInvalidArgument) {
+		if _, err := e.in.Sweep(ctx, week, 0); !errors.Is(err, idem.ErrInvalidArgument) {
 			t.Fatalf("batch 0: err = %v", err)
 		}
 		n, err := e.in.SweepExpired(ctx, 3) // 4 statements: 3+3+3+1

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -133,10 +134,10 @@ func (v *verifier) flawf(format string, args ...any) {
 
 func (v *verifier) judge(table string) error {
 	if v.missing {
-		return fmt.Errorf("%w: table %s does not exist: call Migrate or apply SchemaSQL", ErrUnsafeTable, table)
+		return fmt.Errorf("inbox: table %s does not exist: call Migrate or apply SchemaSQL: %w", table, ErrUnsafeTable)
 	}
 	if len(v.flaws) > 0 {
-		return fmt.Errorf("%w: table %s: %s", ErrUnsafeTable, table, strings.Join(v.flaws, "; "))
+		return fmt.Errorf("inbox: table %s: %s: %w", table, strings.Join(v.flaws, "; "), ErrUnsafeTable)
 	}
 	exact := false
 	var found []string
@@ -144,10 +145,10 @@ func (v *verifier) judge(table string) error {
 		found = append(found, u.String())
 		both := slices.Contains(u.cols, "consumer") && slices.Contains(u.cols, "idem_key")
 		if u.looser {
-			return fmt.Errorf("%w: table %s: unique index %v: two distinct keys can collide in it, and the second message would be dropped as a duplicate", ErrUnsafeTable, table, u)
+			return fmt.Errorf("inbox: table %s: unique index %v: two distinct keys can collide in it, and the second message would be dropped as a duplicate: %w", table, u, ErrUnsafeTable)
 		}
 		if !both {
-			return fmt.Errorf("%w: table %s: unique index %v does not contain both consumer and idem_key: it rejects some fresh messages, which the inbox would then drop as duplicates; drop it", ErrUnsafeTable, table, u)
+			return fmt.Errorf("inbox: table %s: unique index %v does not contain both consumer and idem_key: it rejects some fresh messages, which the inbox would then drop as duplicates; drop it: %w", table, u, ErrUnsafeTable)
 		}
 		if len(u.cols) == 2 && u.flaw == "" {
 			exact = true
@@ -157,7 +158,7 @@ func (v *verifier) judge(table string) error {
 		if len(found) == 0 {
 			found = []string{"none"}
 		}
-		return fmt.Errorf("%w: table %s has no unique index or primary key on exactly (consumer, idem_key) (found: %s): every redelivery would be applied again; a wider key such as (consumer, idem_key, processed_at) does not dedupe", ErrUnsafeTable, table, strings.Join(found, "; "))
+		return fmt.Errorf("inbox: table %s has no unique index or primary key on exactly (consumer, idem_key) (found: %s): every redelivery would be applied again; a wider key such as (consumer, idem_key, processed_at) does not dedupe: %w", table, strings.Join(found, "; "), ErrUnsafeTable)
 	}
 	return nil
 }
@@ -406,8 +407,8 @@ func (v *verifier) mysql(ctx context.Context, tx *sql.Tx, table string) error {
 		if col == "fingerprint" {
 			// A shorter column cuts fingerprints (outside strict mode), and
 			// every honest retry would then read as a mismatch.
-			if t := strings.ToLower(typ); !strings.HasSuffix(t, "blob") && (t != "varbinary" || n < MaxFingerprintLen) {
-				v.flawf("column fingerprint is %s(%d); want VARBINARY(%d)", typ, n, MaxFingerprintLen)
+			if t := strings.ToLower(typ); !strings.HasSuffix(t, "blob") && (t != "varbinary" || n < idem.MaxFingerprintLen) {
+				v.flawf("column fingerprint is %s(%d); want VARBINARY(%d)", typ, n, idem.MaxFingerprintLen)
 			}
 			continue
 		}

@@ -98,7 +98,7 @@ func TestDoReserveError(t *testing.T) {
 		t.Error("fn ran")
 		return nil, nil
 	})
-	if !errors.Is(err, keystore.ErrInvalidKey) || !errors.Is(err, idem.ErrInvalidKey) {
+	if !errors.Is(err, idem.ErrInvalidKey) || !errors.Is(err, idem.ErrInvalidKey) {
 		t.Fatalf("Do with an empty key: %v", err)
 	}
 }
@@ -129,7 +129,7 @@ func TestValidateScope(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "{a}", "a}", "a\x00", "\xff", strings.Repeat("s", keystore.MaxScopeLen+1)} {
-		if err := keystore.ValidateScope(bad); !errors.Is(err, keystore.ErrInvalidArgument) {
+		if err := keystore.ValidateScope(bad); !errors.Is(err, idem.ErrInvalidArgument) {
 			t.Errorf("ValidateScope(%q): %v", bad, err)
 		}
 	}

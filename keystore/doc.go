@@ -33,7 +33,7 @@
 //   - Fail closed: when the store cannot answer, Reserve returns an error,
 //     and the effect must not run nor the message be acknowledged.
 //   - Fingerprints: a key reused with another payload's fingerprint is
-//     ErrFingerprintMismatch, and the stored record is untouched.
+//     idem.ErrFingerprintMismatch, and the stored record is untouched.
 //   - Scopes: stores implementing [Scoper] keep keys of different scopes
 //     (consumer, tenant, endpoint) apart; the same key in two scopes never
 //     collides and no scope reads another's results.
@@ -63,7 +63,7 @@
 //
 // memstore (in-process, exact, bounded), sqlitestore, pgstore,
 // redisstore, natsstore and dynamostore (modules of their own, on the NATS
-// client and the AWS SDK); keystoremetrics wraps any of them with
+// client and the AWS SDK); keystoreprom wraps any of them with
 // Prometheus metrics. storetest.RefStore is a small reference store for
 // tests.
 // Every implementation passes the conformance suite in package storetest,

@@ -93,16 +93,16 @@ var ErrNotFound = errors.New("keystore: key not found")
 
 // ValidateList checks and normalises opts for [Inspector.List]: a state of
 // 0, InProgress or Done, and a limit in [0, MaxListLimit] (0 becomes
-// [DefaultListLimit]). The error wraps [ErrInvalidArgument].
+// [DefaultListLimit]). The error wraps idem.ErrInvalidArgument.
 func ValidateList(opts ListOptions) (ListOptions, error) {
 	switch opts.State {
 	case 0, InProgress, Done:
 	default:
-		return opts, fmt.Errorf("%w: list state %v: want in_progress, done or any", ErrInvalidArgument, opts.State)
+		return opts, fmt.Errorf("keystore: list state %v: want in_progress, done or any: %w", opts.State, idem.ErrInvalidArgument)
 	}
 	switch {
 	case opts.Limit < 0 || opts.Limit > MaxListLimit:
-		return opts, fmt.Errorf("%w: list limit %d: want 1 to %d", ErrInvalidArgument, opts.Limit, MaxListLimit)
+		return opts, fmt.Errorf("keystore: list limit %d: want 1 to %d: %w", opts.Limit, MaxListLimit, idem.ErrInvalidArgument)
 	case opts.Limit == 0:
 		opts.Limit = DefaultListLimit
 	}
@@ -110,7 +110,7 @@ func ValidateList(opts ListOptions) (ListOptions, error) {
 }
 
 // ValidateInspect checks the key passed to Inspect or Forget (see
-// idem.ValidateKey; the error wraps [ErrInvalidKey]).
+// idem.ValidateKey; the error wraps idem.ErrInvalidKey).
 func ValidateInspect(key string) error {
 	if err := idem.ValidateKey(key); err != nil {
 		return fmt.Errorf("keystore: %w", err)
@@ -138,7 +138,7 @@ func ParseState(s string) (State, error) {
 	case "done":
 		return Done, nil
 	}
-	return 0, fmt.Errorf("%w: state %q: want in_progress, done or any", ErrInvalidArgument, s)
+	return 0, fmt.Errorf("keystore: state %q: want in_progress, done or any: %w", s, idem.ErrInvalidArgument)
 }
 
 // ReleaseToken is the fenced release of an operator who knows key's holder

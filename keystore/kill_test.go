@@ -3,7 +3,6 @@ package keystore_test
 import (
 	"bufio"
 	"context"
-	"database/sql"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/sqlitestore"
-	"github.com/idem-go/idem/sqldialect"
 )
 
 // killEnv names the SQLite file a re-executed test binary holds a key in
@@ -23,15 +21,11 @@ import (
 const killEnv = "IDEM_KEYSTORE_KILL_CHILD"
 
 func openSQLite(t testing.TB, path string) *sqlitestore.Store {
-	db, err := sql.Open("sqlite", sqldialect.SQLiteDSN(path)+sqlitestore.DSNSuffix)
+	s, err := sqlitestore.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { db.Close() })
-	s, err := sqlitestore.New(db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { s.Close() })
 	if err := s.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}

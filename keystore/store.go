@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/idem-go/idem"
 )
 
 // Store reserves, completes and releases idempotency keys. It is the one
@@ -49,7 +47,7 @@ type Store interface {
 	//   - completed and not yet expired: Claim{State: Done, Result: ...}.
 	//
 	// A non-empty fp that differs from the non-empty fingerprint stored with
-	// a live key gives ErrFingerprintMismatch and changes nothing. Bad input
+	// a live key gives idem.ErrFingerprintMismatch and changes nothing. Bad input
 	// (see [ValidateReserve]) is rejected before the store is touched.
 	//
 	// Crash: if the process dies after Reserve returns Acquired, the key stays
@@ -169,25 +167,12 @@ var (
 	// ErrInProgress is returned by Do when another holder's lease is live
 	// and waiting was not requested (or ctx ended while waiting).
 	ErrInProgress = errors.New("keystore: key is in progress")
-	// ErrFingerprintMismatch: the key is live with another payload's
-	// fingerprint. It is idem.ErrFingerprintMismatch.
-	ErrFingerprintMismatch = idem.ErrFingerprintMismatch
 	// ErrLeaseLost: Complete or Release with a token that is no longer the
 	// key's current one. Nothing was written.
 	ErrLeaseLost = errors.New("keystore: lease lost")
-	// ErrClosed is returned by every call on a store after its Close.
-	ErrClosed = errors.New("keystore: store closed")
-	// ErrInvalidKey: a key breaking idem.ValidateKey (empty, longer than
-	// idem.MaxKeyLen bytes, not valid UTF-8, or containing NUL), rejected
-	// before any I/O. It is idem.ErrInvalidKey.
-	ErrInvalidKey = idem.ErrInvalidKey
 	// ErrResultTooLarge: the result exceeds the store's size limit. Nothing
 	// was written; the key stays in progress under the caller's lease.
 	ErrResultTooLarge = errors.New("keystore: result too large")
-	// ErrInvalidArgument: a lease, TTL, fingerprint, claim or scope that no
-	// store accepts (zero or negative duration, a claim that is not
-	// Acquired, ...). Nothing was written.
-	ErrInvalidArgument = errors.New("keystore: invalid argument")
 	// ErrFull is returned by Reserve when a bounded store holds its maximum
 	// number of live keys. Nothing was evicted.
 	ErrFull = errors.New("keystore: store full")

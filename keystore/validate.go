@@ -1,7 +1,6 @@
 package keystore
 
 import (
-	"bytes"
 	"fmt"
 	"strings"
 	"time"
@@ -15,10 +14,6 @@ const (
 	// DefaultMaxResultSize is the result size limit of idem's stores unless
 	// configured otherwise: 1 MiB.
 	DefaultMaxResultSize = 1 << 20
-	// MaxFingerprintLen is the longest fingerprint accepted, in bytes.
-	// Fingerprints are digests (SHA-256 is 32 bytes); a longer one is almost
-	// certainly a payload passed by mistake.
-	MaxFingerprintLen = 128
 	// MaxScopeLen is the longest scope name accepted, in bytes.
 	MaxScopeLen = 255
 	// DefaultScope is the scope of a store that was not given one.
@@ -41,34 +36,34 @@ func CapDuration(d time.Duration) time.Duration { return min(d, MaxDuration) }
 // errors, before any I/O.
 
 // ValidateReserve checks the arguments of [Store.Reserve]: the key (see
-// idem.ValidateKey; the error wraps [ErrInvalidKey]), a fingerprint of at
-// most [MaxFingerprintLen] bytes and a positive lease (both wrap
-// [ErrInvalidArgument]).
+// idem.ValidateKey; the error wraps idem.ErrInvalidKey), a fingerprint of at
+// most idem.MaxFingerprintLen bytes and a positive lease (both wrap
+// idem.ErrInvalidArgument).
 func ValidateReserve(key string, fp []byte, lease time.Duration) error {
 	if err := idem.ValidateKey(key); err != nil {
 		return fmt.Errorf("keystore: %w", err)
 	}
-	if len(fp) > MaxFingerprintLen {
-		return fmt.Errorf("%w: fingerprint is %d bytes, longer than %d", ErrInvalidArgument, len(fp), MaxFingerprintLen)
+	if err := idem.ValidateFingerprint(fp); err != nil {
+		return fmt.Errorf("keystore: %w", err)
 	}
 	if lease <= 0 {
-		return fmt.Errorf("%w: lease %v is not positive", ErrInvalidArgument, lease)
+		return fmt.Errorf("keystore: lease %v is not positive: %w", lease, idem.ErrInvalidArgument)
 	}
 	return nil
 }
 
 // ValidateComplete checks the arguments of [Store.Complete]: the claim (see
-// [ValidateRelease]), a positive ttl (wraps [ErrInvalidArgument]) and a
+// [ValidateRelease]), a positive ttl (wraps idem.ErrInvalidArgument) and a
 // result of at most maxResult bytes (wraps [ErrResultTooLarge]).
 func ValidateComplete(c Claim, result []byte, ttl time.Duration, maxResult int) error {
 	if err := ValidateRelease(c); err != nil {
 		return err
 	}
 	if ttl <= 0 {
-		return fmt.Errorf("%w: ttl %v is not positive", ErrInvalidArgument, ttl)
+		return fmt.Errorf("keystore: ttl %v is not positive: %w", ttl, idem.ErrInvalidArgument)
 	}
 	if len(result) > maxResult {
-		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrResultTooLarge, len(result), maxResult)
+		return fmt.Errorf("keystore: result is %d bytes, the limit is %d: %w", len(result), maxResult, ErrResultTooLarge)
 	}
 	return nil
 }
@@ -81,47 +76,39 @@ func ValidateRelease(c Claim) error {
 		return fmt.Errorf("keystore: %w", err)
 	}
 	if c.State != Acquired {
-		return fmt.Errorf("%w: claim on %q is %v, not acquired", ErrInvalidArgument, c.Key, c.State)
+		return fmt.Errorf("keystore: claim on %q is %v, not acquired: %w", c.Key, c.State, idem.ErrInvalidArgument)
 	}
 	if c.Token == 0 {
-		return fmt.Errorf("%w: claim on %q has no token", ErrInvalidArgument, c.Key)
+		return fmt.Errorf("keystore: claim on %q has no token: %w", c.Key, idem.ErrInvalidArgument)
 	}
 	return nil
 }
 
 // ValidateScope checks a scope name: 1 to [MaxScopeLen] bytes of UTF-8
 // without NUL, '{' or '}' (Redis uses the scope as a Cluster hash tag, in
-// braces). The error wraps [ErrInvalidArgument].
+// braces). The error wraps idem.ErrInvalidArgument.
 func ValidateScope(name string) error {
 	switch {
 	case name == "":
-		return fmt.Errorf("%w: scope is empty", ErrInvalidArgument)
+		return fmt.Errorf("keystore: scope is empty: %w", idem.ErrInvalidArgument)
 	case len(name) > MaxScopeLen:
-		return fmt.Errorf("%w: scope is %d bytes, longer than %d", ErrInvalidArgument, len(name), MaxScopeLen)
+		return fmt.Errorf("keystore: scope is %d bytes, longer than %d: %w", len(name), MaxScopeLen, idem.ErrInvalidArgument)
 	case !utf8.ValidString(name):
-		return fmt.Errorf("%w: scope %q is not UTF-8", ErrInvalidArgument, name)
+		return fmt.Errorf("keystore: scope %q is not UTF-8: %w", name, idem.ErrInvalidArgument)
 	case strings.ContainsAny(name, "\x00{}"):
-		return fmt.Errorf("%w: scope %q contains NUL, '{' or '}'", ErrInvalidArgument, name)
+		return fmt.Errorf("keystore: scope %q contains NUL, '{' or '}': %w", name, idem.ErrInvalidArgument)
 	}
 	return nil
 }
 
-// FingerprintsConflict reports whether a Reserve with fingerprint got must
-// fail against a live key stored with fingerprint stored: both are
-// non-empty and they differ. An empty fingerprint on either side means "not
-// checked".
-func FingerprintsConflict(stored, got []byte) bool {
-	return len(stored) > 0 && len(got) > 0 && !bytes.Equal(stored, got)
-}
-
 // MismatchError returns the error a store returns for a fingerprint
-// conflict on key; it wraps [ErrFingerprintMismatch].
+// conflict on key; it wraps idem.ErrFingerprintMismatch.
 func MismatchError(key string) error {
-	return fmt.Errorf("keystore: key %q: %w", key, ErrFingerprintMismatch)
+	return fmt.Errorf("keystore: key %q: %w", key, idem.ErrFingerprintMismatch)
 }
 
 // LeaseLostError returns the error a store returns when token is not the
 // current token of key; it wraps [ErrLeaseLost].
 func LeaseLostError(op, key string, token uint64) error {
-	return fmt.Errorf("%w: %s of key %q with token %d", ErrLeaseLost, op, key, token)
+	return fmt.Errorf("keystore: %s of key %q with token %d: %w", op, key, token, ErrLeaseLost)
 }

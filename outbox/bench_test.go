@@ -44,7 +44,7 @@ func BenchmarkRelay(b *testing.B) {
 			for i := 0; i < b.N; i += 100 {
 				tx, _ := db.BeginTx(ctx, nil)
 				for j := i; j < min(i+100, b.N); j++ {
-					if _, err := o.Add(ctx, tx, outbox.Message{Topic: "t", Key: fmt.Sprint("k", j%1000), Payload: []byte("{}")}); err != nil {
+					if _, err := o.Add(ctx, tx, outbox.Message{Topic: "t", OrderingKey: fmt.Sprint("k", j%1000), Payload: []byte("{}")}); err != nil {
 						b.Fatal(err)
 					}
 				}

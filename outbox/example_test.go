@@ -32,7 +32,7 @@ func Example() {
 
 	tx, _ := db.BeginTx(ctx, nil)
 	_, _ = tx.Exec("INSERT INTO orders VALUES ('order-7', 5000)")
-	if _, err := ob.Add(ctx, tx, outbox.Message{ID: "order-created:order-7", Topic: "orders", Key: "order-7", Payload: []byte(`{"total":5000}`)}); err != nil {
+	if _, err := ob.Add(ctx, tx, outbox.Message{ID: "order-created:order-7", Topic: "orders", OrderingKey: "order-7", Payload: []byte(`{"total":5000}`)}); err != nil {
 		log.Fatal(err)
 	}
 	if err := tx.Commit(); err != nil {

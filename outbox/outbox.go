@@ -27,9 +27,10 @@ type Message struct {
 	ID string
 	// Topic is where to publish (topic, subject, routing key). Required.
 	Topic string
-	// Key orders messages: those with the same key are published in order.
-	// Usually the aggregate id. May be empty (no ordering with others).
-	Key string
+	// OrderingKey orders messages: those with the same ordering key are
+	// published in order. Usually the aggregate id. May be empty (no
+	// ordering with others). It is not an idempotency key: ID is.
+	OrderingKey string
 	// Payload is the message body.
 	Payload []byte
 	// Headers are published with the message.
@@ -47,12 +48,19 @@ type Outbox struct {
 	q     queries
 }
 
-// Option configures an Outbox.
-type Option func(*Outbox) error
+// config is what an Outbox's options set.
+type config struct {
+	table string
+}
 
-// WithTable sets the table name (default "idem_outbox").
+// Option configures [New]. Options are checked once, by New; a bad one
+// makes New return an error wrapping idem.ErrInvalidOption.
+type Option func(*config) error
+
+// WithTable sets the table name (default "idem_outbox"), a plain
+// identifier.
 func WithTable(name string) Option {
-	return func(o *Outbox) error { o.table = name; return nil }
+	return func(c *config) error { c.table = name; return nil }
 }
 
 // New returns an Outbox for the dialect.
@@ -60,31 +68,39 @@ func New(d sqldialect.Dialect, opts ...Option) (*Outbox, error) {
 	if err := d.Validate(); err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}
-	o := &Outbox{d: d, table: "idem_outbox"}
-	for _, opt := range opts {
-		if opt == nil {
-			return nil, fmt.Errorf("outbox: %w: nil option", idem.ErrInvalidOption)
-		}
-		if err := opt(o); err != nil {
-			return nil, err
-		}
+	cfg := config{table: "idem_outbox"}
+	if err := applyOptions(&cfg, opts); err != nil {
+		return nil, err
 	}
-	if err := d.ValidateIdentifier(o.table); err != nil {
-		return nil, fmt.Errorf("outbox: %w: table: %v", idem.ErrInvalidOption, err)
+	if err := d.ValidateIdentifier(cfg.table); err != nil {
+		return nil, fmt.Errorf("outbox: table: %v: %w", err, idem.ErrInvalidOption)
 	}
 	if d == sqldialect.MySQL {
-		return nil, fmt.Errorf("outbox: %w: MySQL is not supported yet (PostgreSQL, SQLite)", idem.ErrInvalidOption)
+		return nil, fmt.Errorf("outbox: MySQL is not supported yet (PostgreSQL, SQLite): %w", idem.ErrInvalidOption)
 	}
-	o.q = buildQueries(d, o.table)
-	return o, nil
+	return &Outbox{d: d, table: cfg.table, q: buildQueries(d, cfg.table)}, nil
+}
+
+// applyOptions runs opts on c; a nil option is an error.
+func applyOptions[C any, O ~func(*C) error](c *C, opts []O) error {
+	for _, opt := range opts {
+		if opt == nil {
+			return fmt.Errorf("outbox: nil option: %w", idem.ErrInvalidOption)
+		}
+		if err := opt(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // SchemaSQL returns the statements that create the table, for migration
 // tools.
 func (o *Outbox) SchemaSQL() []string { return append([]string(nil), o.q.schema...) }
 
-// Migrate creates the table and its index if they do not exist.
-func (o *Outbox) Migrate(ctx context.Context, db *sql.DB) error {
+// Migrate creates the table and its index if they do not exist, running
+// [Outbox.SchemaSQL] on db (a *sql.DB, *sql.Conn or *sql.Tx).
+func (o *Outbox) Migrate(ctx context.Context, db sqldialect.Execer) error {
 	for _, s := range o.q.schema {
 		if _, err := db.ExecContext(ctx, s); err != nil {
 			return fmt.Errorf("outbox: migrate: %w", err)
@@ -93,33 +109,27 @@ func (o *Outbox) Migrate(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// Execer runs a statement; *sql.Tx implements it. Add takes the business
-// transaction.
-type Execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
-
 // Add writes msgs in tx, the business transaction. They become visible to
 // relays when tx commits, and vanish if it rolls back. It returns the IDs,
 // including those it assigned. On PostgreSQL it also notifies listeners
 // (pg_notify, delivered at commit) so that relays wake at once.
-func (o *Outbox) Add(ctx context.Context, tx Execer, msgs ...Message) ([]string, error) {
+func (o *Outbox) Add(ctx context.Context, tx sqldialect.Execer, msgs ...Message) ([]string, error) {
 	ids := make([]string, len(msgs))
 	for i, m := range msgs {
 		if m.ID == "" {
 			m.ID = NewID()
 		}
-		if len(m.ID) > idem.MaxKeyLen || m.Topic == "" || len(m.Topic) > 255 || len(m.Key) > 255 {
-			return nil, fmt.Errorf("%w: message %d: want an ID of at most 255 bytes, a topic of 1 to 255 bytes and a key of at most 255", ErrInvalidMessage, i)
+		if len(m.ID) > idem.MaxKeyLen || m.Topic == "" || len(m.Topic) > 255 || len(m.OrderingKey) > 255 {
+			return nil, fmt.Errorf("outbox: message %d: want an ID of at most 255 bytes, a topic of 1 to 255 bytes and an ordering key of at most 255: %w", i, ErrInvalidMessage)
 		}
 		var hdr []byte
 		if len(m.Headers) > 0 {
 			var err error
 			if hdr, err = json.Marshal(m.Headers); err != nil {
-				return nil, fmt.Errorf("%w: headers: %v", ErrInvalidMessage, err)
+				return nil, fmt.Errorf("outbox: headers: %v: %w", err, ErrInvalidMessage)
 			}
 		}
-		if _, err := tx.ExecContext(ctx, o.q.insert, m.ID, m.Topic, m.Key, m.Payload, hdr); err != nil {
+		if _, err := tx.ExecContext(ctx, o.q.insert, m.ID, m.Topic, m.OrderingKey, m.Payload, hdr); err != nil {
 			return nil, fmt.Errorf("outbox: add: %w", err)
 		}
 		ids[i] = m.ID
@@ -150,7 +160,7 @@ func NewID() string {
 // deleted.
 func (o *Outbox) Sweep(ctx context.Context, db *sql.DB, olderThan time.Duration, batch int) (int, error) {
 	if olderThan <= 0 || batch <= 0 {
-		return 0, fmt.Errorf("outbox: sweep: %w: age %v and batch %d must be positive", idem.ErrInvalidOption, olderThan, batch)
+		return 0, fmt.Errorf("outbox: sweep: age %v and batch %d must be positive: %w", olderThan, batch, idem.ErrInvalidArgument)
 	}
 	age := olderThan.Microseconds()
 	if o.d == sqldialect.SQLite {

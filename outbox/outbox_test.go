@@ -68,7 +68,7 @@ func TestAddCommitsWithTheBusinessTransaction(t *testing.T) {
 			ctx := context.Background()
 			for _, commit := range []bool{false, true} {
 				tx, _ := db.BeginTx(ctx, nil)
-				if _, err := o.Add(ctx, tx, outbox.Message{ID: fmt.Sprint("order-created-", commit), Topic: "orders", Key: "order-1", Payload: []byte("{}"), Headers: map[string]string{"type": "OrderCreated"}}); err != nil {
+				if _, err := o.Add(ctx, tx, outbox.Message{ID: fmt.Sprint("order-created-", commit), Topic: "orders", OrderingKey: "order-1", Payload: []byte("{}"), Headers: map[string]string{"type": "OrderCreated"}}); err != nil {
 					t.Fatal(err)
 				}
 				if commit {
@@ -87,7 +87,7 @@ func TestAddCommitsWithTheBusinessTransaction(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if len(b.log) != 1 || b.log[0].ID != "order-created-true" || b.log[0].Headers["type"] != "OrderCreated" || b.log[0].Key != "order-1" {
+			if len(b.log) != 1 || b.log[0].ID != "order-created-true" || b.log[0].Headers["type"] != "OrderCreated" || b.log[0].OrderingKey != "order-1" {
 				t.Fatalf("published %+v; want only the committed message, once", b.log)
 			}
 			if _, err := o.Add(ctx, db, outbox.Message{Topic: ""}); !errors.Is(err, outbox.ErrInvalidMessage) {
@@ -131,7 +131,7 @@ func TestRelaysCrashOrderAndDedup(t *testing.T) {
 								t.Error(err)
 								return
 							}
-							if _, err := o.Add(ctx, tx, outbox.Message{ID: fmt.Sprintf("k%d-%d", k, n), Topic: "t", Key: fmt.Sprint("k", k), Payload: []byte(fmt.Sprint(n))}); err != nil {
+							if _, err := o.Add(ctx, tx, outbox.Message{ID: fmt.Sprintf("k%d-%d", k, n), Topic: "t", OrderingKey: fmt.Sprint("k", k), Payload: []byte(fmt.Sprint(n))}); err != nil {
 								tx.Rollback()
 								t.Error(err)
 								return
@@ -174,11 +174,11 @@ func TestRelaysCrashOrderAndDedup(t *testing.T) {
 					continue
 				}
 				seen[m.ID] = true
-				want := fmt.Sprintf("%s-%d", m.Key, next[m.Key])
+				want := fmt.Sprintf("%s-%d", m.OrderingKey, next[m.OrderingKey])
 				if m.ID != want {
-					t.Fatalf("key %s: %s published before %s", m.Key, m.ID, want)
+					t.Fatalf("key %s: %s published before %s", m.OrderingKey, m.ID, want)
 				}
-				next[m.Key]++
+				next[m.OrderingKey]++
 			}
 			if len(seen) != keys*perKey {
 				t.Fatalf("published %d distinct messages, want %d", len(seen), keys*perKey)
@@ -219,7 +219,7 @@ func TestSweep(t *testing.T) {
 			ctx := context.Background()
 			tx, _ := db.BeginTx(ctx, nil)
 			for i := 0; i < 10; i++ {
-				if _, err := o.Add(ctx, tx, outbox.Message{Topic: "t", Key: "k"}); err != nil {
+				if _, err := o.Add(ctx, tx, outbox.Message{Topic: "t", OrderingKey: "k"}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -255,7 +255,7 @@ func TestRelayDoesNotOvertakeAHeldMessage(t *testing.T) {
 	db, o := setup(t, sqldialect.Postgres, testenv.Postgres)
 	ctx := context.Background()
 	tx, _ := db.BeginTx(ctx, nil)
-	for _, m := range []outbox.Message{{ID: "K-0", Key: "K"}, {ID: "K-1", Key: "K"}, {ID: "X-0", Key: "X"}, {ID: "K-2", Key: "K"}} {
+	for _, m := range []outbox.Message{{ID: "K-0", OrderingKey: "K"}, {ID: "K-1", OrderingKey: "K"}, {ID: "X-0", OrderingKey: "X"}, {ID: "K-2", OrderingKey: "K"}} {
 		m.Topic = "t"
 		if _, err := o.Add(ctx, tx, m); err != nil {
 			t.Fatal(err)
@@ -333,7 +333,7 @@ func TestConsumeTransformProduce(t *testing.T) {
 				if _, err := tx.ExecContext(ctx, "UPDATE stock SET qty = qty - 1 WHERE sku = 'pen'"); err != nil {
 					return err
 				}
-				if _, err := o.Add(ctx, tx, outbox.Message{ID: "stock-reserved:order-7", Topic: "stock", Key: "pen"}); err != nil {
+				if _, err := o.Add(ctx, tx, outbox.Message{ID: "stock-reserved:order-7", Topic: "stock", OrderingKey: "pen"}); err != nil {
 					return err
 				}
 				if fail {

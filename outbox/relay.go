@@ -33,23 +33,30 @@ func (f PublisherFunc) Publish(ctx context.Context, msgs []Message) error { retu
 // availability (PostgreSQL); they never publish one key's messages out of
 // order.
 type Relay struct {
-	db     *sql.DB
-	o      *Outbox
-	p      Publisher
+	db *sql.DB
+	o  *Outbox
+	p  Publisher
+	relayConfig
+}
+
+// relayConfig is what a Relay's options set.
+type relayConfig struct {
 	batch  int
 	poll   time.Duration
 	wake   <-chan struct{}
 	logger *slog.Logger
 }
 
-// RelayOption configures a Relay.
-type RelayOption func(*Relay) error
+// RelayOption configures [NewRelay]. Options are checked once, by
+// NewRelay; a bad one makes it return an error wrapping
+// idem.ErrInvalidOption.
+type RelayOption func(*relayConfig) error
 
 // WithBatch sets how many messages one round claims (default 100).
 func WithBatch(n int) RelayOption {
-	return func(r *Relay) error {
+	return func(r *relayConfig) error {
 		if n <= 0 || n > 10_000 {
-			return fmt.Errorf("outbox: %w: batch %d must be 1 to 10000", idem.ErrInvalidOption, n)
+			return fmt.Errorf("outbox: batch %d must be 1 to 10000: %w", n, idem.ErrInvalidOption)
 		}
 		r.batch = n
 		return nil
@@ -58,9 +65,9 @@ func WithBatch(n int) RelayOption {
 
 // WithPoll sets how long Run waits between empty rounds (default 200 ms).
 func WithPoll(d time.Duration) RelayOption {
-	return func(r *Relay) error {
+	return func(r *relayConfig) error {
 		if d <= 0 {
-			return fmt.Errorf("outbox: %w: poll %v must be positive", idem.ErrInvalidOption, d)
+			return fmt.Errorf("outbox: poll %v must be positive: %w", d, idem.ErrInvalidOption)
 		}
 		r.poll = d
 		return nil
@@ -71,14 +78,14 @@ func WithPoll(d time.Duration) RelayOption {
 // waiting for the poll interval: feed it from LISTEN on [Outbox.Channel]
 // (see package outbox/pgnotify) or from the writer itself.
 func WithWakeup(c <-chan struct{}) RelayOption {
-	return func(r *Relay) error { r.wake = c; return nil }
+	return func(r *relayConfig) error { r.wake = c; return nil }
 }
 
 // WithLogger sets a logger (default: discard).
 func WithLogger(l *slog.Logger) RelayOption {
-	return func(r *Relay) error {
+	return func(r *relayConfig) error {
 		if l == nil {
-			return fmt.Errorf("outbox: %w: nil logger", idem.ErrInvalidOption)
+			return fmt.Errorf("outbox: nil logger: %w", idem.ErrInvalidOption)
 		}
 		r.logger = l
 		return nil
@@ -88,16 +95,11 @@ func WithLogger(l *slog.Logger) RelayOption {
 // NewRelay returns a relay that publishes o's messages from db through p.
 func NewRelay(db *sql.DB, o *Outbox, p Publisher, opts ...RelayOption) (*Relay, error) {
 	if db == nil || o == nil || p == nil {
-		return nil, fmt.Errorf("outbox: %w: NewRelay needs a database, an outbox and a publisher", idem.ErrInvalidOption)
+		return nil, fmt.Errorf("outbox: NewRelay needs a database, an outbox and a publisher: %w", idem.ErrInvalidOption)
 	}
-	r := &Relay{db: db, o: o, p: p, batch: 100, poll: 200 * time.Millisecond, logger: slog.New(slog.DiscardHandler)}
-	for _, opt := range opts {
-		if opt == nil {
-			return nil, fmt.Errorf("outbox: %w: nil option", idem.ErrInvalidOption)
-		}
-		if err := opt(r); err != nil {
-			return nil, err
-		}
+	r := &Relay{db: db, o: o, p: p, relayConfig: relayConfig{batch: 100, poll: 200 * time.Millisecond, logger: slog.New(slog.DiscardHandler)}}
+	if err := applyOptions(&r.relayConfig, opts); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
@@ -175,7 +177,7 @@ func (r *Relay) claim(ctx context.Context, tx *sql.Tx) ([]Message, error) {
 	for rows.Next() {
 		var m Message
 		var hdr []byte
-		if err := rows.Scan(&m.Seq, &m.ID, &m.Topic, &m.Key, &m.Payload, &hdr); err != nil {
+		if err := rows.Scan(&m.Seq, &m.ID, &m.Topic, &m.OrderingKey, &m.Payload, &hdr); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("outbox: relay: claim: %w", err)
 		}
@@ -207,9 +209,9 @@ func (r *Relay) inOrder(ctx context.Context, tx *sql.Tx, msgs []Message) ([]Mess
 	for _, m := range msgs {
 		mine[m.Seq] = true
 		maxSeq = max(maxSeq, m.Seq)
-		if m.Key != "" && !seen[m.Key] {
-			seen[m.Key] = true
-			keys = append(keys, m.Key)
+		if m.OrderingKey != "" && !seen[m.OrderingKey] {
+			seen[m.OrderingKey] = true
+			keys = append(keys, m.OrderingKey)
 		}
 	}
 	if len(keys) == 0 {
@@ -243,7 +245,7 @@ func (r *Relay) inOrder(ctx context.Context, tx *sql.Tx, msgs []Message) ([]Mess
 	kept := msgs[:0]
 	var skipped []string
 	for _, m := range msgs {
-		if m.Key == "" || allowed[m.Seq] {
+		if m.OrderingKey == "" || allowed[m.Seq] {
 			kept = append(kept, m)
 		} else {
 			skipped = append(skipped, strconv.FormatInt(m.Seq, 10))

@@ -3,16 +3,9 @@ package sequence
 import (
 	"errors"
 	"fmt"
-
-	"github.com/idem-go/idem"
 )
 
 var (
-	// ErrInvalidOption is wrapped by the error NewTracker and NewSQLMarks
-	// return when an option is out of range or does not apply. It is
-	// idem.ErrInvalidOption.
-	ErrInvalidOption = idem.ErrInvalidOption
-
 	// ErrInvalidBatch is wrapped by the error Check returns for a batch that
 	// no idempotent producer can send (a negative producer id, epoch,
 	// partition or sequence). The message names the field.

@@ -49,7 +49,7 @@ func judge(m mark, known bool, epoch int16, seq int32) (bool, error) {
 	}
 	switch {
 	case epoch < m.epoch:
-		return false, fmt.Errorf("%w: epoch %d is older than the mark's epoch %d", ErrFenced, epoch, m.epoch)
+		return false, fmt.Errorf("sequence: epoch %d is older than the mark's epoch %d: %w", epoch, m.epoch, ErrFenced)
 	case epoch > m.epoch:
 		if seq != 0 {
 			return false, &OutOfOrderError{Expected: 0, Got: seq}

@@ -3,6 +3,8 @@ package sequence
 import (
 	"fmt"
 	"time"
+
+	"github.com/idem-go/idem"
 )
 
 // DefaultIdleExpiry is how long a (producer, partition) may stay silent
@@ -14,7 +16,7 @@ const DefaultTable = "idem_sequence_marks"
 
 // Option configures NewTracker or NewSQLMarks. Options are validated once,
 // by the constructor; an option that does not apply to the value being built
-// is an error wrapping ErrInvalidOption rather than being ignored.
+// is an error wrapping idem.ErrInvalidOption rather than being ignored.
 type Option func(*config) error
 
 type config struct {
@@ -31,7 +33,7 @@ type config struct {
 func WithIdleExpiry(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return fmt.Errorf("sequence: %w: idle expiry %v must be positive", ErrInvalidOption, d)
+			return fmt.Errorf("sequence: idle expiry %v must be positive: %w", d, idem.ErrInvalidOption)
 		}
 		c.idle, c.idleSet = d, true
 		return nil
@@ -54,7 +56,7 @@ func newConfig(opts []Option) (config, error) {
 	c := config{idle: DefaultIdleExpiry, table: DefaultTable}
 	for _, o := range opts {
 		if o == nil {
-			return c, fmt.Errorf("sequence: %w: nil Option", ErrInvalidOption)
+			return c, fmt.Errorf("sequence: nil Option: %w", idem.ErrInvalidOption)
 		}
 		if err := o(&c); err != nil {
 			return c, err

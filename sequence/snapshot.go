@@ -133,7 +133,7 @@ func (r *reader) u64() uint64 {
 }
 
 func corrupt(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrCorruptSnapshot}, args...)...)
+	return fmt.Errorf("sequence: "+format+": %w", append(args, ErrCorruptSnapshot)...)
 }
 
 func decodeSnapshot(data []byte) (producerMap[*producerState], map[int32]*partitionLog, error) {

@@ -40,18 +40,18 @@ func NewSQLMarks(d sqldialect.Dialect, consumer string, opts ...Option) (*SQLMar
 		return nil, err
 	}
 	if c.idleSet {
-		return nil, fmt.Errorf("sequence: %w: WithIdleExpiry does not apply to SQLMarks (a consumer's marks must not expire)", ErrInvalidOption)
+		return nil, fmt.Errorf("sequence: WithIdleExpiry does not apply to SQLMarks (a consumer's marks must not expire): %w", idem.ErrInvalidOption)
 	}
 	if err := d.Validate(); err != nil {
-		return nil, fmt.Errorf("sequence: %w: %w", ErrInvalidOption, err)
+		return nil, fmt.Errorf("sequence: %w: %w", err, idem.ErrInvalidOption)
 	}
 	if err := d.ValidateIdentifier(c.table); err != nil {
-		return nil, fmt.Errorf("sequence: %w: table: %w", ErrInvalidOption, err)
+		return nil, fmt.Errorf("sequence: table: %w: %w", err, idem.ErrInvalidOption)
 	}
 	if err := idem.ValidateKey(consumer); err != nil {
 		// Stored in every mark row: PostgreSQL's text refuses NUL and
 		// invalid UTF-8, so refuse them everywhere, up front.
-		return nil, fmt.Errorf("sequence: %w: consumer name: %w", ErrInvalidOption, err)
+		return nil, fmt.Errorf("sequence: consumer name: %w: %w", err, idem.ErrInvalidOption)
 	}
 	m := &SQLMarks{d: d, consumer: consumer, table: c.table}
 	m.upsert, m.read = m.statements()
@@ -118,13 +118,10 @@ func (m *SQLMarks) createTable() string {
 	return b.String()
 }
 
-// Execer is what Migrate needs: *sql.DB, *sql.Conn and *sql.Tx have it.
-type Execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
-
-// Migrate creates the marks table if it does not exist. It is idempotent.
-func (m *SQLMarks) Migrate(ctx context.Context, db Execer) error {
+// Migrate creates the marks table if it does not exist, running
+// [SQLMarks.SchemaSQL] on db (a *sql.DB, *sql.Conn or *sql.Tx). It is
+// idempotent.
+func (m *SQLMarks) Migrate(ctx context.Context, db sqldialect.Execer) error {
 	for _, stmt := range m.SchemaSQL() {
 		if _, err := db.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("sequence: create table %s: %w", m.table, err)

@@ -13,6 +13,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/sequence"
 	"github.com/idem-go/idem/sqldialect"
@@ -265,8 +266,8 @@ func TestNewSQLMarksOptions(t *testing.T) {
 		{"idle expiry", sqldialect.SQLite, "c", []sequence.Option{sequence.WithIdleExpiry(time.Hour)}},
 	}
 	for _, tc := range tests {
-		if _, err := sequence.NewSQLMarks(tc.d, tc.consumer, tc.opts...); !errors.Is(err, sequence.ErrInvalidOption) {
-			t.Errorf("%s: got %v, want ErrInvalidOption", tc.name, err)
+		if _, err := sequence.NewSQLMarks(tc.d, tc.consumer, tc.opts...); !errors.Is(err, idem.ErrInvalidOption) {
+			t.Errorf("%s: got %v, want idem.ErrInvalidOption", tc.name, err)
 		}
 	}
 	m, err := sequence.NewSQLMarks(sqldialect.Postgres, "c", sequence.WithTable("app.marks"))

@@ -5,6 +5,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/idem-go/idem"
 )
 
 // CachedBatches is how many of a producer's most recent batches per
@@ -52,15 +54,15 @@ func (b Batch) Records() int64 {
 func (b Batch) validate() error {
 	switch {
 	case b.ProducerID < 0:
-		return fmt.Errorf("%w: ProducerID %d is negative", ErrInvalidBatch, b.ProducerID)
+		return fmt.Errorf("sequence: ProducerID %d is negative: %w", b.ProducerID, ErrInvalidBatch)
 	case b.Epoch < 0:
-		return fmt.Errorf("%w: Epoch %d is negative", ErrInvalidBatch, b.Epoch)
+		return fmt.Errorf("sequence: Epoch %d is negative: %w", b.Epoch, ErrInvalidBatch)
 	case b.Partition < 0:
-		return fmt.Errorf("%w: Partition %d is negative", ErrInvalidBatch, b.Partition)
+		return fmt.Errorf("sequence: Partition %d is negative: %w", b.Partition, ErrInvalidBatch)
 	case b.FirstSeq < 0:
-		return fmt.Errorf("%w: FirstSeq %d is negative", ErrInvalidBatch, b.FirstSeq)
+		return fmt.Errorf("sequence: FirstSeq %d is negative: %w", b.FirstSeq, ErrInvalidBatch)
 	case b.LastSeq < 0:
-		return fmt.Errorf("%w: LastSeq %d is negative", ErrInvalidBatch, b.LastSeq)
+		return fmt.Errorf("sequence: LastSeq %d is negative: %w", b.LastSeq, ErrInvalidBatch)
 	}
 	return nil
 }
@@ -154,7 +156,7 @@ func NewTracker(opts ...Option) (*Tracker, error) {
 		return nil, err
 	}
 	if c.tableSet {
-		return nil, fmt.Errorf("sequence: %w: WithTable does not apply to a Tracker", ErrInvalidOption)
+		return nil, fmt.Errorf("sequence: WithTable does not apply to a Tracker: %w", idem.ErrInvalidOption)
 	}
 	return &Tracker{
 		idle:       int64(c.idle),
@@ -216,8 +218,8 @@ func (t *Tracker) Check(b Batch, now time.Time) (Verdict, error) {
 		}
 		switch {
 		case b.Epoch < p.epoch:
-			return Verdict{}, fmt.Errorf("%w: producer %d partition %d sent epoch %d, current epoch is %d",
-				ErrFenced, b.ProducerID, b.Partition, b.Epoch, p.epoch)
+			return Verdict{}, fmt.Errorf("sequence: producer %d partition %d sent epoch %d, current epoch is %d: %w",
+				b.ProducerID, b.Partition, b.Epoch, p.epoch, ErrFenced)
 		case b.Epoch > p.epoch:
 			if b.FirstSeq != 0 {
 				return Verdict{}, &OutOfOrderError{Expected: 0, Got: b.FirstSeq}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/sequence"
 )
 
@@ -336,8 +337,8 @@ func TestTrackerInvalidBatch(t *testing.T) {
 func TestTrackerOptions(t *testing.T) {
 	t.Parallel()
 	for _, o := range []sequence.Option{sequence.WithIdleExpiry(0), sequence.WithIdleExpiry(-time.Second), sequence.WithTable("t"), nil} {
-		if _, err := sequence.NewTracker(o); !errors.Is(err, sequence.ErrInvalidOption) || !strings.HasPrefix(err.Error(), "sequence: ") {
-			t.Errorf("got %v, want a sequence: error wrapping ErrInvalidOption", err)
+		if _, err := sequence.NewTracker(o); !errors.Is(err, idem.ErrInvalidOption) || !strings.HasPrefix(err.Error(), "sequence: ") {
+			t.Errorf("got %v, want a sequence: error wrapping idem.ErrInvalidOption", err)
 		}
 	}
 	tr, err := sequence.NewTracker(sequence.WithIdleExpiry(time.Minute))

@@ -3,7 +3,6 @@ package versiongate
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -11,15 +10,6 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/sqldialect"
 )
-
-// ErrInvalidArgument is wrapped when a call's argument is unusable.
-var ErrInvalidArgument = errors.New("versiongate: invalid argument")
-
-// Execer runs a statement: *sql.DB, *sql.Tx and *sql.Conn implement it. Pass
-// the inbox handler's *sql.Tx to gate an update inside that transaction.
-type Execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
 
 // Gate writes rows of one table only when their version increases. It is safe
 // for concurrent use.
@@ -51,18 +41,18 @@ func New(d sqldialect.Dialect, t Table) (*Gate, error) {
 		return nil, fmt.Errorf("versiongate: %w", err)
 	}
 	if err := d.ValidateIdentifier(t.Name); err != nil {
-		return nil, fmt.Errorf("versiongate: %w: table: %v", idem.ErrInvalidOption, err)
+		return nil, fmt.Errorf("versiongate: table: %v: %w", err, idem.ErrInvalidOption)
 	}
 	if len(t.Columns) == 0 {
-		return nil, fmt.Errorf("versiongate: %w: no value columns", idem.ErrInvalidOption)
+		return nil, fmt.Errorf("versiongate: no value columns: %w", idem.ErrInvalidOption)
 	}
 	seen := map[string]bool{}
 	for _, c := range append([]string{t.ID, t.Version}, t.Columns...) {
 		if err := sqldialect.SQLite.ValidateIdentifier(c); err != nil {
-			return nil, fmt.Errorf("versiongate: %w: column: %v", idem.ErrInvalidOption, err)
+			return nil, fmt.Errorf("versiongate: column: %v: %w", err, idem.ErrInvalidOption)
 		}
 		if seen[strings.ToLower(c)] {
-			return nil, fmt.Errorf("versiongate: %w: column %q named twice", idem.ErrInvalidOption, c)
+			return nil, fmt.Errorf("versiongate: column %q named twice: %w", c, idem.ErrInvalidOption)
 		}
 		seen[strings.ToLower(c)] = true
 	}
@@ -132,7 +122,7 @@ func tableRef(name string) string {
 
 func (g *Gate) check(values []any) error {
 	if len(values) != len(g.columns) {
-		return fmt.Errorf("%w: %d values for %d columns %v", ErrInvalidArgument, len(values), len(g.columns), g.columns)
+		return fmt.Errorf("versiongate: %d values for %d columns %v: %w", len(values), len(g.columns), g.columns, idem.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -141,7 +131,7 @@ func (g *Gate) check(values []any) error {
 // version, only if the stored version is lower. applied is false when the row
 // is missing or its version is equal or newer: a duplicate or a stale
 // message, which the caller acknowledges.
-func (g *Gate) Update(ctx context.Context, ex Execer, id any, version int64, values ...any) (applied bool, err error) {
+func (g *Gate) Update(ctx context.Context, ex sqldialect.Execer, id any, version int64, values ...any) (applied bool, err error) {
 	if err := g.check(values); err != nil {
 		return false, err
 	}
@@ -163,7 +153,7 @@ func (g *Gate) Update(ctx context.Context, ex Execer, id any, version int64, val
 // side effect is that, when the row existed, the session's
 // LAST_INSERT_ID() is left at 18446744073709551615 (read your own
 // AUTO_INCREMENT id before calling Upsert).
-func (g *Gate) Upsert(ctx context.Context, ex Execer, id any, version int64, values ...any) (applied bool, err error) {
+func (g *Gate) Upsert(ctx context.Context, ex sqldialect.Execer, id any, version int64, values ...any) (applied bool, err error) {
 	if err := g.check(values); err != nil {
 		return false, err
 	}

@@ -193,7 +193,7 @@ func TestNewRejects(t *testing.T) {
 		t.Errorf("unknown dialect: %v", err)
 	}
 	g, _ := versiongate.New(sqldialect.SQLite, productView)
-	if _, err := g.Upsert(context.Background(), nil, "p", 1, 10); !errors.Is(err, versiongate.ErrInvalidArgument) {
+	if _, err := g.Upsert(context.Background(), nil, "p", 1, 10); !errors.Is(err, idem.ErrInvalidArgument) {
 		t.Errorf("wrong value count: %v", err)
 	}
 }

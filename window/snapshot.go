@@ -96,10 +96,10 @@ func (d *Dedup) ReadSnapshot(r io.Reader) error {
 		return err
 	}
 	if string(h[:4]) != snapMagic {
-		return fmt.Errorf("%w: bad magic %q", ErrCorruptSnapshot, h[:4])
+		return fmt.Errorf("window: bad magic %q: %w", h[:4], ErrCorruptSnapshot)
 	}
 	if h[4] != snapVersion {
-		return fmt.Errorf("%w: unsupported version %d (this build reads version %d)", ErrCorruptSnapshot, h[4], snapVersion)
+		return fmt.Errorf("window: unsupported version %d (this build reads version %d): %w", h[4], snapVersion, ErrCorruptSnapshot)
 	}
 	var key compact.Key
 	copy(key[:], h[13:29])
@@ -107,7 +107,7 @@ func (d *Dedup) ReadSnapshot(r io.Reader) error {
 	next := binary.BigEndian.Uint64(h[37:])
 	count := binary.BigEndian.Uint64(h[45:])
 	if count >= next || count > compact.MaxRecords {
-		return fmt.Errorf("%w: %d live ids with next sequence %d", ErrCorruptSnapshot, count, next)
+		return fmt.Errorf("window: %d live ids with next sequence %d: %w", count, next, ErrCorruptSnapshot)
 	}
 	set := compact.NewSet()
 	prev := int64(0)
@@ -119,10 +119,10 @@ func (d *Dedup) ReadSnapshot(r io.Reader) error {
 		fp := compact.FP{Lo: binary.BigEndian.Uint64(rb[0:]), Hi: binary.BigEndian.Uint32(rb[8:])}
 		t := int64(binary.BigEndian.Uint64(rb[12:]))
 		if (i > 0 && t < prev) || t > latest {
-			return fmt.Errorf("%w: record %d at %d is out of time order", ErrCorruptSnapshot, i, t)
+			return fmt.Errorf("window: record %d at %d is out of time order: %w", i, t, ErrCorruptSnapshot)
 		}
 		if _, dup := set.Find(fp); dup {
-			return fmt.Errorf("%w: record %d repeats a fingerprint", ErrCorruptSnapshot, i)
+			return fmt.Errorf("window: record %d repeats a fingerprint: %w", i, ErrCorruptSnapshot)
 		}
 		if err := set.Append(fp, compact.Rec{T: t, Seq: next - count + i}); err != nil {
 			return fmt.Errorf("window: read snapshot: %w", err)
@@ -136,13 +136,13 @@ func (d *Dedup) ReadSnapshot(r io.Reader) error {
 		return err
 	}
 	if got := binary.BigEndian.Uint32(sum[:]); got != want {
-		return fmt.Errorf("%w: checksum mismatch: stored %#08x, computed %#08x", ErrCorruptSnapshot, got, want)
+		return fmt.Errorf("window: checksum mismatch: stored %#08x, computed %#08x: %w", got, want, ErrCorruptSnapshot)
 	}
 	if _, err := br.r.ReadByte(); err != io.EOF {
 		if err != nil {
 			return fmt.Errorf("window: read snapshot: %w", err)
 		}
-		return fmt.Errorf("%w: trailing bytes after the checksum", ErrCorruptSnapshot)
+		return fmt.Errorf("window: trailing bytes after the checksum: %w", ErrCorruptSnapshot)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -160,7 +160,7 @@ type snapReader struct {
 func (s *snapReader) full(p []byte, what string) error {
 	if _, err := io.ReadFull(s.r, p); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return fmt.Errorf("%w: truncated in the %s", ErrCorruptSnapshot, what)
+			return fmt.Errorf("window: truncated in the %s: %w", what, ErrCorruptSnapshot)
 		}
 		return fmt.Errorf("window: read snapshot: %w", err)
 	}

@@ -14,9 +14,6 @@ import (
 )
 
 var (
-	// ErrInvalidOption is wrapped by New's errors. It is idem.ErrInvalidOption.
-	ErrInvalidOption = idem.ErrInvalidOption
-
 	// ErrFull is returned by Add when the Dedup holds WithMaxEntries live ids
 	// and a new id arrives. The id is not recorded; nothing is evicted. The
 	// caller should fail closed: not process the message, not acknowledge it,
@@ -47,7 +44,7 @@ type config struct {
 func WithMaxEntries(n int) Option {
 	return func(c *config) error {
 		if n <= 0 {
-			return fmt.Errorf("window: %w: max entries %d must be positive", ErrInvalidOption, n)
+			return fmt.Errorf("window: max entries %d must be positive: %w", n, idem.ErrInvalidOption)
 		}
 		c.max = n
 		return nil
@@ -90,12 +87,12 @@ type Dedup struct {
 // than w has passed since its first accept.
 func New(w time.Duration, opts ...Option) (*Dedup, error) {
 	if w <= 0 {
-		return nil, fmt.Errorf("window: %w: window %v must be positive", ErrInvalidOption, w)
+		return nil, fmt.Errorf("window: window %v must be positive: %w", w, idem.ErrInvalidOption)
 	}
 	var c config
 	for _, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("window: %w: nil Option", ErrInvalidOption)
+			return nil, fmt.Errorf("window: nil Option: %w", idem.ErrInvalidOption)
 		}
 		if err := o(&c); err != nil {
 			return nil, err
@@ -149,7 +146,7 @@ func (d *Dedup) Seen(scope, id string, now time.Time) (dup bool, original uint64
 // 0. A duplicate is never an error, even when the Dedup is full.
 func (d *Dedup) Add(scope, id string, now time.Time) (dup bool, original uint64, err error) {
 	if len(scope)+len(id) > MaxKeyLen {
-		return false, 0, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLong, len(scope)+len(id), MaxKeyLen)
+		return false, 0, fmt.Errorf("window: %d bytes, limit %d: %w", len(scope)+len(id), MaxKeyLen, ErrTooLong)
 	}
 	k := d.key.Load()
 	fp := k.Sum(scope, id)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/window"
 )
 
@@ -168,8 +169,8 @@ func TestNewValidatesOptions(t *testing.T) {
 		{time.Second, []window.Option{window.WithMaxEntries(0)}},
 		{time.Second, []window.Option{nil}},
 	} {
-		if _, err := window.New(tc.w, tc.opts...); !errors.Is(err, window.ErrInvalidOption) || !strings.HasPrefix(err.Error(), "window: ") {
-			t.Errorf("New(%v, …) = %v, want a window: error wrapping ErrInvalidOption", tc.w, err)
+		if _, err := window.New(tc.w, tc.opts...); !errors.Is(err, idem.ErrInvalidOption) || !strings.HasPrefix(err.Error(), "window: ") {
+			t.Errorf("New(%v, …) = %v, want a window: error wrapping idem.ErrInvalidOption", tc.w, err)
 		}
 	}
 }

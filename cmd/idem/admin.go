@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/keystore"
 )
 
@@ -92,7 +93,7 @@ func (a *admin) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status = http.StatusNotFound
 	case errors.Is(err, keystore.ErrLeaseLost), errors.Is(err, keystore.ErrInProgress):
 		status = http.StatusConflict
-	case errors.Is(err, keystore.ErrInvalidArgument), errors.Is(err, keystore.ErrInvalidKey):
+	case errors.Is(err, idem.ErrInvalidArgument), errors.Is(err, idem.ErrInvalidKey):
 		status = http.StatusBadRequest
 	}
 	if status == http.StatusInternalServerError {

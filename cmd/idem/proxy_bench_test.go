@@ -1,7 +1,6 @@
 package main
 
 import (
-	"database/sql"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,6 +20,7 @@ import (
 	"github.com/idem-go/idem/keystore/memstore"
 	"github.com/idem-go/idem/keystore/redisstore"
 	"github.com/idem-go/idem/keystore/sqlitestore"
+	"github.com/idem-go/idem/keystore/sqlstore"
 	"github.com/idem-go/idem/sqldialect"
 	"github.com/redis/go-redis/v9"
 )
@@ -66,7 +66,7 @@ func BenchmarkProxy(b *testing.B) {
 		{"sqlite-1conn", func(b *testing.B) keystore.Store {
 			db := testenv.SQLite(b)
 			db.SetMaxOpenConns(1)
-			s, err := sqlitestore.New(db)
+			s, err := sqlstore.New(db, sqldialect.SQLite)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -78,29 +78,18 @@ func BenchmarkProxy(b *testing.B) {
 		// As idem serve opens SQLite: one connection, and WAL checkpoints
 		// left to a checkpointer on a second one.
 		{"sqlite-serve", func(b *testing.B) keystore.Store {
-			path := filepath.Join(b.TempDir(), "keys.db")
-			db, err := sql.Open("sqlite", sqldialect.SQLiteDSN(path)+sqlitestore.DSNSuffix)
+			s, err := sqlitestore.Open(filepath.Join(b.TempDir(), "keys.db"))
 			if err != nil {
 				b.Fatal(err)
 			}
-			b.Cleanup(func() { db.Close() })
-			db.SetMaxOpenConns(1)
-			s, err := sqlitestore.New(db)
-			if err != nil {
-				b.Fatal(err)
-			}
+			b.Cleanup(func() { s.Close() })
 			if err := s.Migrate(b.Context()); err != nil {
 				b.Fatal(err)
 			}
-			stop, err := sqlitestore.StartCheckpointer(path, 100*time.Millisecond)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = stop() })
 			return s
 		}},
 		{"sqlite", func(b *testing.B) keystore.Store {
-			s, err := sqlitestore.New(testenv.SQLite(b))
+			s, err := sqlstore.New(testenv.SQLite(b), sqldialect.SQLite)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -12,9 +12,9 @@ import (
 	"github.com/idem-go/idem/keystore/dynamostore"
 	"github.com/idem-go/idem/keystore/memstore"
 	"github.com/idem-go/idem/keystore/natsstore"
-	"github.com/idem-go/idem/keystore/pgstore"
 	"github.com/idem-go/idem/keystore/redisstore"
 	"github.com/idem-go/idem/keystore/sqlitestore"
+	"github.com/idem-go/idem/keystore/sqlstore"
 	"github.com/idem-go/idem/sqldialect"
 	_ "github.com/jackc/pgx/v5/stdlib" // "pgx"
 	_ "modernc.org/sqlite"             // "sqlite"
@@ -92,49 +92,33 @@ func openStore(ctx context.Context, spec storeSpec, maxResult int) (*openedStore
 			return nil, err
 		}
 		return &openedStore{Store: s, ping: func(context.Context) error { return nil }, close: s.Close}, nil
-	case "sqlite", "postgres":
-		driver, dsn := "pgx", spec.arg
-		if spec.kind == "sqlite" {
-			// Checkpoints are left to a checkpointer on its own
-			// connection (below), not done inside a request's commit.
-			driver, dsn = "sqlite", sqldialect.SQLiteDSN(spec.arg)+sqlitestore.DSNSuffix
+	case "sqlite":
+		// One connection and a checkpointer on a second one: see package
+		// sqlitestore.
+		s, err := sqlitestore.Open(spec.arg, sqlstore.WithMaxResultSize(maxResult))
+		if err == nil {
+			if err = s.Migrate(ctx); err != nil {
+				s.Close()
+			}
 		}
-		db, err := sql.Open(driver, dsn)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite store: %w", err)
+		}
+		return &openedStore{Store: s, ping: s.Ping, close: s.Close}, nil
+	case "postgres":
+		db, err := sql.Open("pgx", spec.arg)
 		if err != nil {
 			return nil, err
 		}
-		if spec.kind == "sqlite" {
-			// SQLite has one writer at a time, and every key-store call
-			// writes: one connection queues them in Go rather than in
-			// SQLite's sleeping busy handler (whose waits make p99s of tens
-			// of milliseconds under concurrency).
-			db.SetMaxOpenConns(1)
-		}
-		var s interface {
-			keystore.Store
-			Migrate(context.Context) error
-		}
-		if spec.kind == "sqlite" {
-			s, err = sqlitestore.New(db, sqlitestore.WithMaxResultSize(maxResult))
-		} else {
-			s, err = pgstore.New(db, pgstore.WithMaxResultSize(maxResult))
-		}
+		s, err := sqlstore.New(db, sqldialect.Postgres, sqlstore.WithMaxResultSize(maxResult))
 		if err == nil {
 			err = s.Migrate(ctx)
 		}
 		if err != nil {
 			db.Close()
-			return nil, fmt.Errorf("%s store: %w", spec.kind, err)
+			return nil, fmt.Errorf("postgres store: %w", err)
 		}
-		if spec.kind == "postgres" {
-			return &openedStore{Store: s, ping: db.PingContext, close: db.Close}, nil
-		}
-		stop, err := sqlitestore.StartCheckpointer(spec.arg, 100*time.Millisecond)
-		if err != nil {
-			db.Close()
-			return nil, fmt.Errorf("sqlite store: %w", err)
-		}
-		return &openedStore{Store: s, ping: db.PingContext, close: func() error { return errors.Join(stop(), db.Close()) }}, nil
+		return &openedStore{Store: s, ping: db.PingContext, close: db.Close}, nil
 	case "redis":
 		// redis-cluster:// gets the client settings that keep a failover
 		// outage under 10 s and spreads each scope over the cluster's slots

@@ -18,7 +18,7 @@ import (
 
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/keystore/sqlitestore"
+	"github.com/idem-go/idem/keystore/sqlstore"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/sqldialect"
 	"github.com/idem-go/idem/versiongate"
@@ -114,7 +114,7 @@ func run(ctx context.Context, dir string, n int, w io.Writer) (*report, error) {
 	}
 	defer odb.Close()
 	ob, _ := outbox.New(sqldialect.SQLite)
-	keys, err := sqlitestore.New(odb)
+	keys, err := sqlstore.New(odb, sqldialect.SQLite)
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +224,7 @@ func run(ctx context.Context, dir string, n int, w io.Writer) (*report, error) {
 	return rep, nil
 }
 
-func ordersAPI(db *sql.DB, ob *outbox.Outbox, keys *sqlitestore.Store) (http.Handler, error) {
+func ordersAPI(db *sql.DB, ob *outbox.Outbox, keys *sqlstore.Store) (http.Handler, error) {
 	mw, err := idemhttp.New(keys, idemhttp.WithRequired(true), idemhttp.WithWait(5*time.Second))
 	if err != nil {
 		return nil, err
@@ -246,7 +246,7 @@ func ordersAPI(db *sql.DB, ob *outbox.Outbox, keys *sqlitestore.Store) (http.Han
 			return
 		}
 		payload, _ := json.Marshal(o)
-		if _, err := ob.Add(r.Context(), tx, outbox.Message{ID: "order-placed:" + o.ID, Topic: "shop.orders", Key: o.SKU, Payload: payload}); err != nil {
+		if _, err := ob.Add(r.Context(), tx, outbox.Message{ID: "order-placed:" + o.ID, Topic: "shop.orders", OrderingKey: o.SKU, Payload: payload}); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/idem-go/idem"
 
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/dynamostore"
@@ -98,7 +99,7 @@ func TestRoundTrips(t *testing.T) {
 				t.Fatalf("Reserve: %+v %v", r, err)
 			}
 			step("Reserve of a key in progress", tc.conflict)
-			if _, err := s.Reserve(ctx, "k", []byte("other"), time.Minute); !errors.Is(err, keystore.ErrFingerprintMismatch) {
+			if _, err := s.Reserve(ctx, "k", []byte("other"), time.Minute); !errors.Is(err, idem.ErrFingerprintMismatch) {
 				t.Fatalf("Reserve with another fingerprint: %v", err)
 			}
 			step("Reserve with another fingerprint", tc.conflict)

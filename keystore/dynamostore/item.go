@@ -167,7 +167,7 @@ const maxNumSize = 11
 func maxResultFor(a Attributes) int {
 	overhead := len(a.Key) + 2 + keystore.MaxScopeLen + idem.MaxKeyLen +
 		len(a.State) + maxNumSize + len(a.Token) + maxNumSize + len(a.Expires) + maxNumSize +
-		len(a.TTL) + maxNumSize + len(a.Fingerprint) + keystore.MaxFingerprintLen + len(a.Result)
+		len(a.TTL) + maxNumSize + len(a.Fingerprint) + idem.MaxFingerprintLen + len(a.Result)
 	return ItemLimit - overhead
 }
 

@@ -70,7 +70,7 @@ func TestResultAtLimit(t *testing.T) {
 	}
 	ctx := context.Background()
 	key := strings.Repeat("é", idem.MaxKeyLen/2) + "k"
-	fp := bytes.Repeat([]byte{0xff}, keystore.MaxFingerprintLen)
+	fp := bytes.Repeat([]byte{0xff}, idem.MaxFingerprintLen)
 	c, err := sc.Reserve(ctx, key, fp, keystore.MaxDuration)
 	if err != nil {
 		t.Fatal(err)

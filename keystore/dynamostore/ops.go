@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/idem-go/idem"
 
 	"github.com/idem-go/idem/keystore"
 )
@@ -142,7 +143,7 @@ func answer(key string, it item, fp, nonce []byte, cut int64) (c keystore.Claim,
 	case it.state == stInProgress && bytes.Equal(it.nonce, nonce):
 		// The SDK retried our own write after a lost answer.
 		c.State, c.Token = keystore.Acquired, it.token
-	case keystore.FingerprintsConflict(it.fp, fp):
+	case idem.FingerprintsConflict(it.fp, fp):
 		return keystore.Claim{}, false, keystore.MismatchError(key)
 	case it.state == stInProgress:
 		c.State = keystore.InProgress
@@ -281,7 +282,7 @@ func (s *Store) Extend(ctx context.Context, c keystore.Claim, lease time.Duratio
 		return keystore.Claim{}, err
 	}
 	if lease <= 0 {
-		return keystore.Claim{}, fmt.Errorf("%w: lease %v is not positive", keystore.ErrInvalidArgument, lease)
+		return keystore.Claim{}, fmt.Errorf("%w: lease %v is not positive", idem.ErrInvalidArgument, lease)
 	}
 	if err := ctx.Err(); err != nil {
 		return keystore.Claim{}, fmt.Errorf("dynamostore: extend: %w", err)

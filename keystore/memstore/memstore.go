@@ -32,8 +32,9 @@ const (
 	stDone       = 2
 )
 
-// Option configures [New].
-type Option func(*config)
+// Option configures [New]. Options are checked once, by New; a bad one
+// makes New return an error wrapping idem.ErrInvalidOption.
+type Option func(*config) error
 
 type config struct {
 	maxKeys   int
@@ -47,16 +48,38 @@ type config struct {
 // new key first reclaims expired keys, and if none have expired returns
 // ErrFull: a live key is never evicted, since evicting one would let its
 // effect run twice.
-func WithMaxKeys(n int) Option { return func(c *config) { c.maxKeys = n } }
+func WithMaxKeys(n int) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return fmt.Errorf("memstore: max keys %d is not positive: %w", n, idem.ErrInvalidOption)
+		}
+		c.maxKeys = n
+		return nil
+	}
+}
 
 // WithMaxResultSize sets the largest result Complete accepts, in bytes
 // (default keystore.DefaultMaxResultSize).
-func WithMaxResultSize(n int) Option { return func(c *config) { c.maxResult = n } }
+func WithMaxResultSize(n int) Option {
+	return func(c *config) error {
+		if n < 0 {
+			return fmt.Errorf("memstore: max result size %d is negative: %w", n, idem.ErrInvalidOption)
+		}
+		c.maxResult = n
+		return nil
+	}
+}
 
 // WithClock replaces time.Now as the store's clock, for tests that move time
 // by hand. The clock must not go backwards.
 func WithClock(now func() time.Time) Option {
-	return func(c *config) { c.clock, c.clockSet = now, true }
+	return func(c *config) error {
+		if now == nil {
+			return fmt.Errorf("memstore: nil clock: %w", idem.ErrInvalidOption)
+		}
+		c.clock, c.clockSet = now, true
+		return nil
+	}
 }
 
 // Store is an in-memory [keystore.Store]. See the package documentation.
@@ -126,7 +149,7 @@ type entry struct {
 	// move the key there, so a key is hashed once.
 	kfpLo  uint64
 	kfpHi  uint32
-	fpLen  uint8 // ≤ keystore.MaxFingerprintLen
+	fpLen  uint8 // ≤ idem.MaxFingerprintLen
 	state  uint8
 	hasKFP bool
 }
@@ -141,15 +164,12 @@ func (e *entry) result() []byte { return []byte(e.data[e.fpLen:]) }
 func New(opts ...Option) (*Store, error) {
 	cfg := config{maxKeys: DefaultMaxKeys, maxResult: keystore.DefaultMaxResultSize, clock: time.Now}
 	for _, o := range opts {
-		o(&cfg)
-	}
-	switch {
-	case cfg.maxKeys <= 0:
-		return nil, fmt.Errorf("%w: memstore: max keys %d is not positive", idem.ErrInvalidOption, cfg.maxKeys)
-	case cfg.maxResult < 0:
-		return nil, fmt.Errorf("%w: memstore: max result size %d is negative", idem.ErrInvalidOption, cfg.maxResult)
-	case cfg.clock == nil:
-		return nil, fmt.Errorf("%w: memstore: nil clock", idem.ErrInvalidOption)
+		if o == nil {
+			return nil, fmt.Errorf("memstore: nil option: %w", idem.ErrInvalidOption)
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
 	}
 	c := &core{seed: maphash.MakeSeed(), fpKey: compact.NewKey(), clock: cfg.clock, mono: !cfg.clockSet, maxKeys: int64(cfg.maxKeys), maxResult: cfg.maxResult}
 	c.base = c.clock()
@@ -187,7 +207,7 @@ func (s *Store) Len() int { return int(s.c.count.Load()) }
 // MaxResultSize returns the largest result Complete accepts.
 func (s *Store) MaxResultSize() int { return s.c.maxResult }
 
-// Close drops every key and makes later calls return keystore.ErrClosed.
+// Close drops every key and makes later calls return idem.ErrClosed.
 // It closes every scoped view of the store too. Close is idempotent.
 func (s *Store) Close() error {
 	if s.c.closed.Swap(true) {

@@ -27,7 +27,7 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sh.m == nil {
-		return keystore.Claim{}, fmt.Errorf("memstore: reserve: %w", keystore.ErrClosed)
+		return keystore.Claim{}, fmt.Errorf("memstore: reserve: %w", idem.ErrClosed)
 	}
 	now := c.now()
 	i, ok := sh.m[string(k)]
@@ -75,7 +75,7 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 			sh.sample(c, now)
 		}
 		if !c.admit(sh, now) {
-			return keystore.Claim{}, fmt.Errorf("memstore: reserve %q: %w (limit %d keys, none expired)", key, ErrFull, c.maxKeys)
+			return keystore.Claim{}, fmt.Errorf("memstore: reserve %q: limit of %d keys reached, none expired: %w", key, c.maxKeys, ErrFull)
 		}
 		if len(fp) == 0 {
 			exp := after(now, lease)
@@ -111,7 +111,7 @@ func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, 
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sh.m == nil {
-		return fmt.Errorf("memstore: complete: %w", keystore.ErrClosed)
+		return fmt.Errorf("memstore: complete: %w", idem.ErrClosed)
 	}
 	if kfp, ok := s.recentFP(sh, cl.Token, cl.Key); ok {
 		// A claim reserved without a fingerprint shortly before: if it is
@@ -168,7 +168,7 @@ func (s *Store) Release(ctx context.Context, cl keystore.Claim) error {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sh.m == nil {
-		return fmt.Errorf("memstore: release: %w", keystore.ErrClosed)
+		return fmt.Errorf("memstore: release: %w", idem.ErrClosed)
 	}
 	i, ok := sh.m[string(k)]
 	if !ok {
@@ -194,10 +194,10 @@ func (s *Store) Release(ctx context.Context, cl keystore.Claim) error {
 // reclaimed as the store is used.
 func (s *Store) Sweep(ctx context.Context, batch int) (int, error) {
 	if batch <= 0 {
-		return 0, fmt.Errorf("memstore: sweep: %w: batch %d is not positive", keystore.ErrInvalidArgument, batch)
+		return 0, fmt.Errorf("memstore: sweep: batch %d is not positive: %w", batch, idem.ErrInvalidArgument)
 	}
 	if s.c.closed.Load() {
-		return 0, fmt.Errorf("memstore: sweep: %w", keystore.ErrClosed)
+		return 0, fmt.Errorf("memstore: sweep: %w", idem.ErrClosed)
 	}
 	deleted := 0
 	for i := range s.c.shards {

@@ -266,7 +266,7 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 			continue
 		case !st.rec.done && bytes.Equal(st.rec.nonce, nonce): // our own publish, whose ack was lost
 			return keystore.Claim{Key: key, State: keystore.Acquired, Token: st.leaseToken(), Expires: st.rec.end, Takeover: takeover}, nil
-		case keystore.FingerprintsConflict(st.rec.fp, fp):
+		case idem.FingerprintsConflict(st.rec.fp, fp):
 			// A live key's fingerprint; an expired lease's is checked only
 			// after its expiry is known, below.
 			if st.rec.done {
@@ -281,7 +281,7 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 			return keystore.Claim{}, fmt.Errorf("natsstore: reserve: %w", err)
 		}
 		if st.time.Add(st.rec.dur).After(now) {
-			if keystore.FingerprintsConflict(st.rec.fp, fp) {
+			if idem.FingerprintsConflict(st.rec.fp, fp) {
 				return keystore.Claim{}, keystore.MismatchError(key)
 			}
 			return keystore.Claim{Key: key, State: keystore.InProgress, Expires: st.rec.end}, nil

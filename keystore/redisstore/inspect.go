@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idem-go/idem/keystore"
@@ -224,7 +225,7 @@ func (s *Store) parseCursor(after string) (bucket int, cursor uint64, skip int, 
 		bad = e1 != nil || e2 != nil || e3 != nil || bucket < 0 || bucket >= s.buckets || skip < 0
 	}
 	if bad {
-		return 0, 0, 0, fmt.Errorf("%w: list cursor %q", keystore.ErrInvalidArgument, after)
+		return 0, 0, 0, fmt.Errorf("%w: list cursor %q", idem.ErrInvalidArgument, after)
 	}
 	return bucket, cursor, skip, nil
 }

@@ -1,59 +1,49 @@
-package sqlitestore_test
+package sqlitestore
 
 import (
-	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/keystore/sqlitestore"
+	"github.com/idem-go/idem/keystore/sqlstore"
 	"github.com/idem-go/idem/sqldialect"
 )
 
-// walPagesAfter opens a store on a fresh file the way idem serve does,
-// writes keys Reserve+Complete, and returns the WAL file's size in pages.
+// walPagesAfter opens a store on a fresh file, writes keys
+// Reserve+Complete, and returns the WAL file's size in pages. With
+// checkpointer it is opened as Open does (with 10 ms ticks); without, its
+// one connection has the backstop setting and nothing else checkpoints.
 func walPagesAfter(t *testing.T, keys int, checkpointer bool) int64 {
 	t.Helper()
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "keys.db")
-	db, err := sql.Open("sqlite", sqldialect.SQLiteDSN(path)+sqlitestore.DSNSuffix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	db.SetMaxOpenConns(1)
-	s, err := sqlitestore.New(db)
-	if err != nil {
-		t.Fatal(err)
+	var (
+		s  *sqlstore.Store
+		db *sql.DB
+	)
+	if checkpointer {
+		o, err := open(path, 10*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { o.Close() })
+		s, db = o.Store, o.DB()
+	} else {
+		var err error
+		if db, err = sql.Open("sqlite", dsn(path)); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		db.SetMaxOpenConns(1)
+		if s, err = sqlstore.New(db, sqldialect.SQLite); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
-	}
-	if checkpointer {
-		cdb, err := sql.Open("sqlite", sqldialect.SQLiteDSN(path))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cdb.Close() })
-		cdb.SetMaxOpenConns(1)
-		c, err := sqlitestore.NewCheckpointer(cdb, 10*time.Millisecond)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- c.Run(cctx) }()
-		t.Cleanup(func() {
-			cancel()
-			if err := <-done; !errors.Is(err, context.Canceled) {
-				t.Errorf("Run = %v, want context.Canceled", err)
-			}
-		})
 	}
 	for i := range keys {
 		c, err := s.Reserve(ctx, fmt.Sprint("key-", i), nil, time.Minute)
@@ -81,9 +71,10 @@ func walPagesAfter(t *testing.T, keys int, checkpointer bool) int64 {
 	return fi.Size() / page
 }
 
-// TestCheckpointer: with DSNSuffix the store's own connection no longer
-// checkpoints at SQLite's default 1,000 pages (the stall this moves off the
-// write path), and with a Checkpointer running beside it the WAL stays small.
+// TestCheckpointer: with the backstop setting the store's own connection no
+// longer checkpoints at SQLite's default 1,000 pages (the stall this moves
+// off the write path), and with the checkpointer running beside it the WAL
+// stays small.
 func TestCheckpointer(t *testing.T) {
 	const keys = 1500
 	without := walPagesAfter(t, keys, false)
@@ -95,11 +86,36 @@ func TestCheckpointer(t *testing.T) {
 		t.Fatalf("with a checkpointer the WAL grew to %d pages", with)
 	}
 	t.Logf("WAL pages after %d keys: %d without a checkpointer, %d with", keys, without, with)
+}
 
-	if _, err := sqlitestore.NewCheckpointer(nil, time.Second); !errors.Is(err, idem.ErrInvalidOption) {
-		t.Fatalf("nil db: %v", err)
+// TestStopCheckpoints: stopping the checkpointer runs a last checkpoint, so
+// that a clean shutdown leaves the WAL copied back.
+func TestStopCheckpoints(t *testing.T) {
+	ctx := t.Context()
+	s, err := open(filepath.Join(t.TempDir(), "keys.db"), time.Hour) // no tick during the test
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := sqlitestore.NewCheckpointer(&sql.DB{}, time.Millisecond); !errors.Is(err, idem.ErrInvalidOption) {
-		t.Fatalf("1ms interval: %v", err)
+	defer s.Close()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
 	}
+	c, err := s.Reserve(ctx, "order-42", nil, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, c, []byte("created"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
+	}
+	var wal, copied int64 // the WAL's pages, and how many are in the database file
+	if err := s.DB().QueryRow("PRAGMA wal_checkpoint(PASSIVE)").Scan(new(int), &wal, &copied); err != nil {
+		t.Fatal(err)
+	}
+	if wal != copied {
+		t.Fatalf("after stop %d of %d WAL pages are copied back", copied, wal)
+	}
+	s.stop = func() error { return nil }
 }

@@ -3,107 +3,81 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/keystore"
-	"github.com/idem-go/idem/keystore/internal/sqlstore"
+	"github.com/idem-go/idem/keystore/sqlstore"
 	"github.com/idem-go/idem/sqldialect"
 )
 
-// DefaultTable is the table name unless WithTable says otherwise.
-const DefaultTable = sqlstore.DefaultTable
+// checkpointEvery is how often Open's checkpointer runs.
+const checkpointEvery = 100 * time.Millisecond
 
-// Option configures [New].
-type Option func(*sqlstore.Config)
-
-// WithTable sets the table (default [DefaultTable]). The name is validated
-// as a plain identifier, never quoted, of at most 48 bytes, since the expiry
-// index (TABLE_expires_at) and the token counter table (TABLE_token) are
-// named after it.
-func WithTable(name string) Option { return func(c *sqlstore.Config) { c.Table = name } }
-
-// WithScope sets the scope of the store's keys (default
-// keystore.DefaultScope). See also [Store.Scope].
-func WithScope(name string) Option { return func(c *sqlstore.Config) { c.Scope = name } }
-
-// WithMaxResultSize sets the largest result Complete accepts, in bytes
-// (default keystore.DefaultMaxResultSize).
-func WithMaxResultSize(n int) Option { return func(c *sqlstore.Config) { c.MaxResult = n } }
-
-// Store is a [keystore.Store] on a SQLite table. See the package
-// documentation.
-type Store struct{ s *sqlstore.Store }
-
-// New returns a store on db, a modernc.org/sqlite database ("sqlite"
-// driver) opened with sqldialect.SQLiteDSN (WAL, busy timeout, BEGIN
-// IMMEDIATE). It does not touch the database; call [Store.Migrate] once, or
-// create the tables with [Store.MigrationSQL] in your own migration tool.
-// Bad options return an error wrapping idem.ErrInvalidOption.
-func New(db *sql.DB, opts ...Option) (*Store, error) {
-	cfg := sqlstore.Config{Table: DefaultTable, Scope: keystore.DefaultScope, MaxResult: keystore.DefaultMaxResultSize}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	s, err := sqlstore.New(db, sqldialect.SQLite, "sqlitestore", cfg)
-	if err != nil {
-		return nil, fmt.Errorf("%w: sqlitestore: %w", idem.ErrInvalidOption, err)
-	}
-	return &Store{s: s}, nil
+// Store is a [sqlstore.Store] on a SQLite file that it opened and owns, with
+// its checkpointer. Every method of sqlstore.Store is promoted; Close also
+// stops the checkpointer and closes the database.
+type Store struct {
+	*sqlstore.Store
+	db     *sql.DB
+	stop   func() error
+	once   sync.Once
+	closed error
 }
 
-// Migrate creates the table, its expiry index and the one-row token
-// counter table if they do not exist, in one transaction.
-func (s *Store) Migrate(ctx context.Context) error { return s.s.Migrate(ctx) }
+// Open opens (or creates) the SQLite file at path as a key store, the way
+// idem serve does: one connection in WAL mode (sqldialect.SQLiteDSN) with
+// checkpoints left to a checkpointer on a second connection, which runs
+// every 100 ms until [Store.Close]. opts are the SQL store's (table, scope,
+// result size). Open does not create the table: call Migrate once, or apply
+// SchemaSQL in your own migration tool. An empty path or a bad option
+// returns an error wrapping idem.ErrInvalidOption.
+func Open(path string, opts ...sqlstore.Option) (*Store, error) {
+	return open(path, checkpointEvery, opts...)
+}
 
-// MigrationSQL returns the statements [Store.Migrate] runs, for migration
-// tools. They are idempotent (IF NOT EXISTS).
-func (s *Store) MigrationSQL() []string { return s.s.MigrationSQL() }
-
-// Scope returns a view of the same table in which keys live in the scope
-// name. It implements [keystore.Scoper].
-func (s *Store) Scope(name string) (keystore.Store, error) {
-	v, err := s.s.Scope(name)
+func open(path string, every time.Duration, opts ...sqlstore.Option) (*Store, error) {
+	if path == "" || strings.ContainsAny(path, "?#\x00") {
+		return nil, fmt.Errorf("sqlitestore: path %q: want a file path without ? or #: %w", path, idem.ErrInvalidOption)
+	}
+	db, err := sql.Open("sqlite", dsn(path))
 	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	// SQLite has one writer at a time, and every key-store call writes: one
+	// connection queues them in Go rather than in SQLite's sleeping busy
+	// handler (whose waits make p99s of tens of milliseconds under
+	// concurrency). The store commits queued calls together.
+	db.SetMaxOpenConns(1)
+	s, err := sqlstore.New(db, sqldialect.SQLite, opts...)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	stop, err := startCheckpointer(path, every)
+	if err != nil {
+		db.Close()
 		return nil, err
 	}
-	return &Store{s: v}, nil
+	return &Store{Store: s, db: db, stop: stop}, nil
 }
 
-// Close releases the prepared statements of the store and of its scoped
-// views; later calls return keystore.ErrClosed. It does not close the
-// *sql.DB, which the caller owns.
-func (s *Store) Close() error { return s.s.Close() }
+// DB returns the store's database (one connection), for a health check or a
+// read of its own. The Store owns it: do not close it.
+func (s *Store) DB() *sql.DB { return s.db }
 
-// MaxResultSize returns the largest result Complete accepts.
-func (s *Store) MaxResultSize() int { return s.s.MaxResultSize() }
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
 
-// Reserve implements [keystore.Store.Reserve] with one upsert that takes
-// the key only when it is absent or expired by SQLite's clock, with the
-// next token from the counter table, followed by a read when the key is
-// live. Atomic: if the process dies, the upsert committed whole or not at
-// all.
-func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.Duration) (keystore.Claim, error) {
-	return s.s.Reserve(ctx, key, fp, lease)
+// Close releases the store's statements (its scoped views' too; later calls
+// return an error wrapping idem.ErrClosed), stops the checkpointer after a
+// last checkpoint, so that a clean shutdown leaves the WAL copied back, and
+// closes the database.
+// A second Close returns the first one's result.
+func (s *Store) Close() error {
+	s.once.Do(func() { s.closed = errors.Join(s.Store.Close(), s.stop(), s.db.Close()) })
+	return s.closed
 }
-
-// Complete implements [keystore.Store.Complete] with one conditional
-// UPDATE (token and state must match); the TTL runs from now() at
-// completion, by SQLite's clock. If Complete returns an I/O error, the
-// result may or may not be stored; Complete again with the same claim to
-// find out (it returns nil if it was).
-func (s *Store) Complete(ctx context.Context, c keystore.Claim, result []byte, ttl time.Duration) error {
-	return s.s.Complete(ctx, c, result, ttl)
-}
-
-// Release implements [keystore.Store.Release] with one conditional DELETE.
-func (s *Store) Release(ctx context.Context, c keystore.Claim) error {
-	return s.s.Release(ctx, c)
-}
-
-// Sweep deletes expired results and expired leases, batch rows per DELETE,
-// through the expiry index, until none are left. Each DELETE is its own
-// short transaction, so Reserve calls interleave with a long sweep. It
-// implements [keystore.Sweeper].
-func (s *Store) Sweep(ctx context.Context, batch int) (int, error) { return s.s.Sweep(ctx, batch) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,40 +12,37 @@ import (
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/sqlitestore"
+	"github.com/idem-go/idem/keystore/sqlstore"
 	"github.com/idem-go/idem/keystore/storetest"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
-func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) keystore.Store {
-		s, err := sqlitestore.New(testenv.SQLite(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Migrate(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	})
+func open(t *testing.T, opts ...sqlstore.Option) *sqlitestore.Store {
+	t.Helper()
+	s, err := sqlitestore.Open(filepath.Join(t.TempDir(), "keys.db"), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }
 
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) keystore.Store { return open(t) })
+}
+
+// Close closes the statements, the checkpointer and the database, once.
 func TestClose(t *testing.T) {
 	ctx := context.Background()
-	s, err := sqlitestore.New(testenv.SQLite(t))
-	if err != nil {
+	s := open(t, sqlstore.WithScope("s"))
+	if _, err := s.Reserve(ctx, "k", nil, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	c, err := s.Reserve(ctx, "k", nil, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	view, err := s.Scope("other")
-	if err != nil {
+	if err := s.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -53,50 +51,33 @@ func TestClose(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if _, err := s.Reserve(ctx, "k", nil, time.Minute); !errors.Is(err, keystore.ErrClosed) {
+	if _, err := s.Reserve(ctx, "k", nil, time.Minute); !errors.Is(err, idem.ErrClosed) {
 		t.Fatalf("Reserve after Close: %v", err)
 	}
-	if _, err := view.Reserve(ctx, "k", nil, time.Minute); !errors.Is(err, keystore.ErrClosed) {
-		t.Fatalf("Reserve on a view after Close: %v", err)
-	}
-	if err := s.Complete(ctx, c, nil, time.Minute); !errors.Is(err, keystore.ErrClosed) {
-		t.Fatalf("Complete after Close: %v", err)
+	if err := s.Ping(ctx); err == nil {
+		t.Fatal("Ping after Close: the database is still open")
 	}
 }
 
-func TestOptions(t *testing.T) {
-	db := testenv.SQLite(t)
-	for _, o := range []sqlitestore.Option{
-		sqlitestore.WithTable("bad-name"), sqlitestore.WithTable("main.keys"), sqlitestore.WithTable(""),
-		sqlitestore.WithScope(""), sqlitestore.WithScope("{x}"), sqlitestore.WithMaxResultSize(-1),
+func TestOpenRefuses(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		path string
+		opt  sqlstore.Option
+	}{
+		{"", nil}, {filepath.Join(dir, "a.db?mode=ro"), nil},
+		{filepath.Join(dir, "b.db"), sqlstore.WithTable("main.keys")},
+		{filepath.Join(dir, "c.db"), sqlstore.WithMaxResultSize(-1)},
 	} {
-		if _, err := sqlitestore.New(db, o); !errors.Is(err, idem.ErrInvalidOption) {
-			t.Errorf("New: %v, want ErrInvalidOption", err)
+		var opts []sqlstore.Option
+		if tc.opt != nil {
+			opts = append(opts, tc.opt)
 		}
-	}
-	if _, err := sqlitestore.New(nil); !errors.Is(err, idem.ErrInvalidOption) {
-		t.Errorf("New(nil): %v, want ErrInvalidOption", err)
-	}
-}
-
-// Migrate twice, concurrently.
-func TestMigrate(t *testing.T) {
-	ctx := context.Background()
-	s, err := sqlitestore.New(testenv.SQLite(t), sqlitestore.WithTable("custom_keys"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	errs := make(chan error, 4)
-	for range 4 {
-		go func() { errs <- s.Migrate(ctx) }()
-	}
-	for range 4 {
-		if err := <-errs; err != nil {
-			t.Fatalf("concurrent Migrate: %v", err)
+		if s, err := sqlitestore.Open(tc.path, opts...); !errors.Is(err, idem.ErrInvalidOption) {
+			t.Errorf("Open(%q): %v, want ErrInvalidOption", tc.path, err)
+			if s != nil {
+				s.Close()
+			}
 		}
-	}
-	c, err := s.Reserve(ctx, "k", nil, keystore.DefaultLease)
-	if err != nil || c.State != keystore.Acquired {
-		t.Fatalf("Reserve: %+v %v", c, err)
 	}
 }

@@ -188,7 +188,7 @@ func testDo(t *testing.T, s keystore.Store, cfg config) {
 		_, _, err := keystore.Do(ctx, s, key, []byte("a"), ok)
 		noErr(t, "Do", err)
 		_, _, err = keystore.Do(ctx, s, key, []byte("b"), ok)
-		wantErr(t, "Do with another fingerprint", err, keystore.ErrFingerprintMismatch)
+		wantErr(t, "Do with another fingerprint", err, idem.ErrFingerprintMismatch)
 	})
 	t.Run("InvalidOptions", func(t *testing.T) {
 		t.Parallel()
@@ -240,7 +240,7 @@ func testScopes(t *testing.T, s keystore.Store, _ config) {
 
 	for _, bad := range []string{"", "a{b", "a}b", "a\x00b", string(make([]byte, keystore.MaxScopeLen+1))} {
 		_, err := keystore.Scope(s, bad)
-		wantErr(t, "Scope("+bad+")", err, keystore.ErrInvalidArgument)
+		wantErr(t, "Scope("+bad+")", err, idem.ErrInvalidArgument)
 	}
 }
 
@@ -251,7 +251,7 @@ func testSweep(t *testing.T, s keystore.Store, cfg config) {
 	}
 	ctx := testCtx(t)
 	_, err := sw.Sweep(ctx, 0)
-	wantErr(t, "Sweep with batch 0", err, keystore.ErrInvalidArgument)
+	wantErr(t, "Sweep with batch 0", err, idem.ErrInvalidArgument)
 
 	var expired []keystore.Claim
 	for i := range 3 {

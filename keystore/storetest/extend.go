@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/keystore"
 )
 
@@ -62,7 +63,7 @@ func testExtend(t *testing.T, s keystore.Store, cfg config) {
 		noErr(t, "Complete after Extend", s.Complete(ctx, nc, []byte("r"), long))
 		noErr(t, "Complete again", s.Complete(ctx, nc, []byte("other"), long))
 		_, err = s.Reserve(ctx, key, []byte("other-fp"), long)
-		wantErr(t, "Reserve with another fingerprint after Extend and Complete", err, keystore.ErrFingerprintMismatch)
+		wantErr(t, "Reserve with another fingerprint after Extend and Complete", err, idem.ErrFingerprintMismatch)
 		done := reserve(t, s, key, []byte("fp"), long)
 		if done.State != keystore.Done || string(done.Result) != "r" {
 			t.Fatalf("after Extend and Complete: %v %q, want done with r", done.State, done.Result)
@@ -133,7 +134,7 @@ func testExtend(t *testing.T, s keystore.Store, cfg config) {
 			"empty key":      {keystore.Claim{State: keystore.Acquired, Token: c.Token}, long},
 		} {
 			_, err := ext.Extend(ctx, tc.c, tc.lease)
-			if !errors.Is(err, keystore.ErrInvalidArgument) && !errors.Is(err, keystore.ErrInvalidKey) {
+			if !errors.Is(err, idem.ErrInvalidArgument) && !errors.Is(err, idem.ErrInvalidKey) {
 				t.Errorf("Extend with %s: %v, want ErrInvalidArgument or ErrInvalidKey", name, err)
 			}
 		}

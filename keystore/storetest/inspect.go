@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/keystore"
 )
 
@@ -28,10 +29,10 @@ func testInspect(t *testing.T, s keystore.Store, cfg config) {
 	_, err := in.Inspect(ctx, prefix+"-absent")
 	wantErr(t, "Inspect of an absent key", err, keystore.ErrNotFound)
 	_, err = in.Inspect(ctx, "")
-	wantErr(t, "Inspect of an empty key", err, keystore.ErrInvalidKey)
+	wantErr(t, "Inspect of an empty key", err, idem.ErrInvalidKey)
 	for _, bad := range []keystore.ListOptions{{State: keystore.Acquired}, {Limit: -1}, {Limit: keystore.MaxListLimit + 1}} {
 		_, _, err := in.List(ctx, bad)
-		wantErr(t, "List with bad options", err, keystore.ErrInvalidArgument)
+		wantErr(t, "List with bad options", err, idem.ErrInvalidArgument)
 	}
 
 	// In progress: the holder's token and lease, the fingerprint.
@@ -163,5 +164,5 @@ func testForget(t *testing.T, s keystore.Store, prefix string) {
 	if next.Token <= c.Token {
 		t.Fatalf("token %d after Forget, want above %d", next.Token, c.Token)
 	}
-	wantErr(t, "Forget of an empty key", f.Forget(context.Background(), ""), keystore.ErrInvalidKey)
+	wantErr(t, "Forget of an empty key", f.Forget(context.Background(), ""), idem.ErrInvalidKey)
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/keystore"
 )
 
@@ -128,21 +129,21 @@ func testTinyDurations(t *testing.T, s keystore.Store, cfg config) {
 	}
 }
 
-// testFingerprintAtLimit: a fingerprint of exactly keystore.MaxFingerprintLen
+// testFingerprintAtLimit: a fingerprint of exactly idem.MaxFingerprintLen
 // bytes is stored whole: one differing only in its last byte conflicts.
 func testFingerprintAtLimit(t *testing.T, s keystore.Store, _ config) {
 	ctx := testCtx(t)
 	key := newKey("fp-limit")
-	fp := bytes.Repeat([]byte{0xff, 0, 'f'}, keystore.MaxFingerprintLen)[:keystore.MaxFingerprintLen]
+	fp := bytes.Repeat([]byte{0xff, 0, 'f'}, idem.MaxFingerprintLen)[:idem.MaxFingerprintLen]
 	c := reserve(t, s, key, fp, long)
 	wantState(t, c, keystore.Acquired)
 	other := bytes.Clone(fp)
 	other[len(other)-1] ^= 1
 	_, err := s.Reserve(ctx, key, other, long)
-	wantErr(t, "Reserve with a fingerprint differing in its last byte", err, keystore.ErrFingerprintMismatch)
+	wantErr(t, "Reserve with a fingerprint differing in its last byte", err, idem.ErrFingerprintMismatch)
 	wantState(t, reserve(t, s, key, fp, long), keystore.InProgress)
 	noErr(t, "Complete", s.Complete(ctx, c, nil, long))
 	_, err = s.Reserve(ctx, key, other, long)
-	wantErr(t, "Reserve of the done key with the other fingerprint", err, keystore.ErrFingerprintMismatch)
+	wantErr(t, "Reserve of the done key with the other fingerprint", err, idem.ErrFingerprintMismatch)
 	wantState(t, reserve(t, s, key, fp, long), keystore.Done)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/keystore"
 )
 
@@ -200,7 +201,7 @@ func testLinearizability(t *testing.T, s keystore.Store, cfg config) {
 				ret := time.Since(start).Nanoseconds()
 				switch {
 				case err == nil:
-				case errors.Is(err, keystore.ErrFingerprintMismatch):
+				case errors.Is(err, idem.ErrFingerprintMismatch):
 					out.out = outMismatch
 				case errors.Is(err, keystore.ErrLeaseLost):
 					out.out = outLeaseLost

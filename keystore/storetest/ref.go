@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/keystore"
 )
 
@@ -61,7 +62,7 @@ func (s *RefStore) Reserve(ctx context.Context, key string, fp []byte, lease tim
 	now := time.Now()
 	e := s.keys[key]
 	if e != nil && now.Before(e.exp) {
-		if keystore.FingerprintsConflict(e.fp, fp) {
+		if idem.FingerprintsConflict(e.fp, fp) {
 			return keystore.Claim{}, keystore.MismatchError(key)
 		}
 		if e.done {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/keystore"
 )
 
@@ -126,7 +127,7 @@ func testTakeover(t *testing.T, s keystore.Store, cfg config) {
 		t.Fatalf("after takeover: %+v, want done with %q", r, "new")
 	}
 	_, err := s.Reserve(ctx, key, []byte("fp-old"), long)
-	wantErr(t, "Reserve with the old holder's fingerprint", err, keystore.ErrFingerprintMismatch)
+	wantErr(t, "Reserve with the old holder's fingerprint", err, idem.ErrFingerprintMismatch)
 }
 
 // testLateComplete: a lease expired but nobody took the key over. Complete
@@ -176,11 +177,11 @@ func testFingerprint(t *testing.T, s keystore.Store, _ config) {
 	a, b := []byte("fingerprint-a"), []byte("fingerprint-b")
 	c := reserve(t, s, key, a, long)
 	_, err := s.Reserve(ctx, key, b, long)
-	wantErr(t, "Reserve in progress with another fingerprint", err, keystore.ErrFingerprintMismatch)
+	wantErr(t, "Reserve in progress with another fingerprint", err, idem.ErrFingerprintMismatch)
 	wantState(t, reserve(t, s, key, nil, long), keystore.InProgress)
 	noErr(t, "Complete", s.Complete(ctx, c, []byte("res"), long))
 	_, err = s.Reserve(ctx, key, b, long)
-	wantErr(t, "Reserve done with another fingerprint", err, keystore.ErrFingerprintMismatch)
+	wantErr(t, "Reserve done with another fingerprint", err, idem.ErrFingerprintMismatch)
 	if r := reserve(t, s, key, a, long); r.State != keystore.Done || string(r.Result) != "res" {
 		t.Fatalf("after a mismatch the key is %+v, want done with %q", r, "res")
 	}
@@ -203,15 +204,15 @@ func testBadInput(t *testing.T, s keystore.Store, _ config) {
 		lease time.Duration
 		want  error
 	}{
-		{"empty key", "", nil, long, keystore.ErrInvalidKey},
-		{"256-byte key", strings.Repeat("k", 256), nil, long, keystore.ErrInvalidKey},
-		{"key of invalid UTF-8", key + "\xff", nil, long, keystore.ErrInvalidKey},
-		{"key with a truncated rune", key + "\xe2\x82", nil, long, keystore.ErrInvalidKey},
-		{"key with NUL", key + "\x00", nil, long, keystore.ErrInvalidKey},
-		{"key of one NUL", "\x00", nil, long, keystore.ErrInvalidKey},
-		{"zero lease", key, nil, 0, keystore.ErrInvalidArgument},
-		{"negative lease", key, nil, -time.Second, keystore.ErrInvalidArgument},
-		{"oversized fingerprint", key, make([]byte, keystore.MaxFingerprintLen+1), long, keystore.ErrInvalidArgument},
+		{"empty key", "", nil, long, idem.ErrInvalidKey},
+		{"256-byte key", strings.Repeat("k", 256), nil, long, idem.ErrInvalidKey},
+		{"key of invalid UTF-8", key + "\xff", nil, long, idem.ErrInvalidKey},
+		{"key with a truncated rune", key + "\xe2\x82", nil, long, idem.ErrInvalidKey},
+		{"key with NUL", key + "\x00", nil, long, idem.ErrInvalidKey},
+		{"key of one NUL", "\x00", nil, long, idem.ErrInvalidKey},
+		{"zero lease", key, nil, 0, idem.ErrInvalidArgument},
+		{"negative lease", key, nil, -time.Second, idem.ErrInvalidArgument},
+		{"oversized fingerprint", key, make([]byte, idem.MaxFingerprintLen+1), long, idem.ErrInvalidArgument},
 	} {
 		_, err := s.Reserve(ctx, tc.key, tc.fp, tc.lease)
 		wantErr(t, "Reserve with "+tc.name, err, tc.want)
@@ -228,7 +229,7 @@ func testBadInput(t *testing.T, s keystore.Store, _ config) {
 	wantState(t, reserve(t, s, longest, nil, long), keystore.Acquired)
 
 	limit := maxResult(s)
-	wantErr(t, "Complete with zero ttl", s.Complete(ctx, c, nil, 0), keystore.ErrInvalidArgument)
+	wantErr(t, "Complete with zero ttl", s.Complete(ctx, c, nil, 0), idem.ErrInvalidArgument)
 	wantErr(t, "Complete with a result over the limit", s.Complete(ctx, c, make([]byte, limit+1), long), keystore.ErrResultTooLarge)
 	for _, bad := range []keystore.Claim{
 		{Key: key, State: keystore.InProgress, Token: c.Token},
@@ -239,11 +240,11 @@ func testBadInput(t *testing.T, s keystore.Store, _ config) {
 		{Key: key + "\x00", State: keystore.Acquired, Token: c.Token},
 	} {
 		err := s.Complete(ctx, bad, nil, long)
-		if !errors.Is(err, keystore.ErrInvalidArgument) && !errors.Is(err, keystore.ErrInvalidKey) {
+		if !errors.Is(err, idem.ErrInvalidArgument) && !errors.Is(err, idem.ErrInvalidKey) {
 			t.Fatalf("Complete(%+v): %v, want ErrInvalidArgument or ErrInvalidKey", bad, err)
 		}
 		err = s.Release(ctx, bad)
-		if !errors.Is(err, keystore.ErrInvalidArgument) && !errors.Is(err, keystore.ErrInvalidKey) {
+		if !errors.Is(err, idem.ErrInvalidArgument) && !errors.Is(err, idem.ErrInvalidKey) {
 			t.Fatalf("Release(%+v): %v, want ErrInvalidArgument or ErrInvalidKey", bad, err)
 		}
 	}
@@ -277,7 +278,7 @@ func testBinary(t *testing.T, s keystore.Store, _ config) {
 		t.Fatalf("binary key/result came back as %+v", r)
 	}
 	_, err := s.Reserve(ctx, key, []byte{0, 1, 2, 0xff, 1}, long)
-	wantErr(t, "binary fingerprint differing in the last byte", err, keystore.ErrFingerprintMismatch)
+	wantErr(t, "binary fingerprint differing in the last byte", err, idem.ErrFingerprintMismatch)
 
 	// An empty result is stored as empty.
 	k2 := newKey("empty")

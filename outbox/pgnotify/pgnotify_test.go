@@ -44,7 +44,7 @@ func TestNotificationWakesTheRelay(t *testing.T) {
 	go func() { defer close(done); _ = r.Run(ctx) }()
 	time.Sleep(100 * time.Millisecond) // the first round found nothing; now it sleeps
 	tx, _ := db.BeginTx(ctx, nil)
-	if _, err := o.Add(ctx, tx, outbox.Message{Topic: "t", Key: "k"}); err != nil {
+	if _, err := o.Add(ctx, tx, outbox.Message{Topic: "t", OrderingKey: "k"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(); err != nil {

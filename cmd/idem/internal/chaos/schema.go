@@ -8,8 +8,7 @@ import (
 
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/keystore"
-	"github.com/idem-go/idem/keystore/pgstore"
-	"github.com/idem-go/idem/keystore/sqlitestore"
+	"github.com/idem-go/idem/keystore/sqlstore"
 	"github.com/idem-go/idem/sequence"
 	"github.com/idem-go/idem/sqldialect"
 )
@@ -92,10 +91,7 @@ type sqlKeystore interface {
 // newSQLKeystore returns the namespace's own key store, used when no
 // separate key store URL is given.
 func (q queries) newSQLKeystore(db *sql.DB) (sqlKeystore, error) {
-	if q.d == sqldialect.Postgres {
-		return pgstore.New(db, pgstore.WithTable(q.table("idem_keys")))
-	}
-	return sqlitestore.New(db, sqlitestore.WithTable(q.table("idem_keys")))
+	return sqlstore.New(db, q.d, sqlstore.WithTable(q.table("idem_keys")))
 }
 
 // setup creates the namespace's tables, the accounts and, for the sequence

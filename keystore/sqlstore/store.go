@@ -1,8 +1,3 @@
-// Package sqlstore is the key store on database/sql shared by pgstore and
-// sqlitestore. The two differ only in SQL text (queries.go) and in how
-// Reserve reads a live key: PostgreSQL's conditional upsert returns it in
-// the same statement, SQLite's (which cannot put an upsert in a CTE) is
-// followed by a read. Every write is a single statement, atomic by itself.
 package sqlstore
 
 import (
@@ -10,54 +5,107 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/retry"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/sqldialect"
 )
 
-// Config is what the wrapping packages' options set.
-type Config struct {
-	Table     string
-	Scope     string
-	MaxResult int
-}
-
-// DefaultTable is the table name unless configured.
+// DefaultTable is the table name unless [WithTable] says otherwise.
 const DefaultTable = "idem_keys"
 
-// Store is a keystore.Store on one table, in one scope.
+// config is what the options set.
+type config struct {
+	table     string
+	scope     string
+	maxResult int
+}
+
+// Option configures [New]. Options are checked once, by New; a bad one makes
+// New return an error wrapping idem.ErrInvalidOption.
+type Option func(*config) error
+
+// WithTable sets the table, plain or, on PostgreSQL, schema-qualified
+// (default [DefaultTable]). The name is validated as a plain identifier,
+// never quoted; the table part may be at most 48 bytes, since the expiry
+// index (TABLE_expires_at) and the token sequence or counter table
+// (TABLE_token) are named after it.
+func WithTable(name string) Option {
+	return func(c *config) error { c.table = name; return nil }
+}
+
+// WithScope sets the scope of the store's keys (default
+// keystore.DefaultScope). See also [Store.Scope].
+func WithScope(name string) Option {
+	return func(c *config) error { c.scope = name; return nil }
+}
+
+// WithMaxResultSize sets the largest result Complete accepts, in bytes
+// (default keystore.DefaultMaxResultSize).
+func WithMaxResultSize(n int) Option {
+	return func(c *config) error {
+		if n < 0 {
+			return fmt.Errorf("sqlstore: max result size %d is negative: %w", n, idem.ErrInvalidOption)
+		}
+		c.maxResult = n
+		return nil
+	}
+}
+
+// Store is a [keystore.Store] on one table, in one scope. It also
+// implements [keystore.Scoper], [keystore.Sweeper], [keystore.Extender],
+// [keystore.Inspector] and [keystore.Forgetter]. It is safe for concurrent
+// use. See the package documentation.
 type Store struct {
 	db        *sql.DB
 	d         sqldialect.Dialect
 	q         *queries
 	st        *stmts // shared with scoped views
 	grp       *group // SQLite: group commit, shared with scoped views; nil for PostgreSQL
-	name      string // package name, prefixed to errors
 	scope     string
 	maxResult int
 }
 
-// New validates cfg and returns a store; name prefixes the errors of its
-// operations. Errors of New itself carry no prefix: the wrapping package
-// adds it, with idem.ErrInvalidOption.
-func New(db *sql.DB, d sqldialect.Dialect, name string, cfg Config) (*Store, error) {
+var (
+	_ keystore.Scoper    = (*Store)(nil)
+	_ keystore.Sweeper   = (*Store)(nil)
+	_ keystore.Extender  = (*Store)(nil)
+	_ keystore.Inspector = (*Store)(nil)
+	_ keystore.Forgetter = (*Store)(nil)
+)
+
+// New returns a store on db in dialect d: sqldialect.Postgres, with a
+// driver whose errors expose SQLState (pgx's "pgx" driver does), or
+// sqldialect.SQLite, a modernc.org/sqlite database opened with
+// sqldialect.SQLiteDSN (see package sqlitestore for the recommended
+// set-up). MySQL is not supported. New does not touch the database; call
+// [Store.Migrate] once, or create the table with [Store.SchemaSQL] in your
+// own migration tool. A nil db, another dialect or a bad option returns an
+// error wrapping idem.ErrInvalidOption.
+func New(db *sql.DB, d sqldialect.Dialect, opts ...Option) (*Store, error) {
 	if db == nil {
-		return nil, errors.New("nil *sql.DB")
+		return nil, fmt.Errorf("sqlstore: nil *sql.DB: %w", idem.ErrInvalidOption)
 	}
-	if err := keystore.ValidateScope(cfg.Scope); err != nil {
-		return nil, err
+	cfg := config{table: DefaultTable, scope: keystore.DefaultScope, maxResult: keystore.DefaultMaxResultSize}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("sqlstore: nil option: %w", idem.ErrInvalidOption)
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
 	}
-	if cfg.MaxResult < 0 {
-		return nil, fmt.Errorf("max result size %d is negative", cfg.MaxResult)
+	if err := keystore.ValidateScope(cfg.scope); err != nil {
+		return nil, fmt.Errorf("sqlstore: %w: %w", err, idem.ErrInvalidOption)
 	}
-	q, err := newQueries(d, cfg.Table)
+	q, err := newQueries(d, cfg.table)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("sqlstore: %w: %w", err, idem.ErrInvalidOption)
 	}
-	st := &Store{db: db, d: d, q: q, st: &stmts{m: map[string]*sql.Stmt{}}, name: name, scope: cfg.Scope, maxResult: cfg.MaxResult}
+	st := &Store{db: db, d: d, q: q, st: &stmts{m: map[string]*sql.Stmt{}}, scope: cfg.scope, maxResult: cfg.maxResult}
 	if d == sqldialect.SQLite {
 		st.grp = &group{}
 	}
@@ -79,7 +127,7 @@ func (s *Store) prep(ctx context.Context, query string) (*sql.Stmt, error) {
 	s.st.mu.Lock()
 	defer s.st.mu.Unlock()
 	if s.st.closed {
-		return nil, keystore.ErrClosed
+		return nil, idem.ErrClosed
 	}
 	if st, ok := s.st.m[query]; ok {
 		return st, nil
@@ -101,7 +149,7 @@ func (s *Store) cached(query string) (*sql.Stmt, bool) {
 }
 
 // Close releases the prepared statements of the store and its scoped
-// views; later calls return keystore.ErrClosed. It does not close the
+// views; later calls return idem.ErrClosed. It does not close the
 // *sql.DB.
 func (s *Store) Close() error {
 	s.st.mu.Lock()
@@ -118,10 +166,12 @@ func (s *Store) Close() error {
 	return errors.Join(errs...)
 }
 
-// Scope returns a view of the same table in another scope.
-func (s *Store) Scope(name string) (*Store, error) {
+// Scope returns a view of the same table in which keys live in the scope
+// name; the view shares the store's statements (and Close). It implements
+// [keystore.Scoper].
+func (s *Store) Scope(name string) (keystore.Store, error) {
 	if err := keystore.ValidateScope(name); err != nil {
-		return nil, fmt.Errorf("%s: %w", s.name, err)
+		return nil, fmt.Errorf("sqlstore: %w", err)
 	}
 	v := *s
 	v.scope = name
@@ -131,11 +181,14 @@ func (s *Store) Scope(name string) (*Store, error) {
 // MaxResultSize returns the largest result Complete accepts.
 func (s *Store) MaxResultSize() int { return s.maxResult }
 
-// MigrationSQL returns the statements Migrate runs.
-func (s *Store) MigrationSQL() []string { return append([]string(nil), s.q.migrate...) }
+// SchemaSQL returns the statements [Store.Migrate] runs, for migration
+// tools. They are idempotent (IF NOT EXISTS).
+func (s *Store) SchemaSQL() []string { return append([]string(nil), s.q.migrate...) }
 
-// Migrate creates the table, its expiry index and its token sequence if
-// they do not exist, in one transaction.
+// Migrate creates the table, its expiry index and its token sequence
+// (PostgreSQL) or one-row token counter table (SQLite) if they do not exist,
+// in one transaction. On PostgreSQL it takes a transaction-scoped advisory
+// lock, so several nodes may call it at start-up at once.
 func (s *Store) Migrate(ctx context.Context) error {
 	err := s.retry(ctx, func() error {
 		tx, err := s.db.BeginTx(ctx, nil)
@@ -151,7 +204,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return tx.Commit()
 	})
 	if err != nil {
-		return fmt.Errorf("%s: migrate: %w", s.name, err)
+		return fmt.Errorf("sqlstore: migrate: %w", err)
 	}
 	return nil
 }
@@ -170,7 +223,12 @@ type row struct {
 	expires   sql.NullInt64 // µs since the epoch
 }
 
-// Reserve implements keystore.Store.Reserve.
+// Reserve implements [keystore.Store.Reserve] in one statement: an upsert
+// that takes the key only when it is absent or expired by the database's
+// clock, with the next token. On PostgreSQL the same statement reads a live
+// row; on SQLite (which cannot put an upsert in a CTE) a second statement
+// does. Atomic: if the process or the connection dies, the row was either
+// written whole or not at all.
 func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.Duration) (keystore.Claim, error) {
 	if err := keystore.ValidateReserve(key, fp, lease); err != nil {
 		return keystore.Claim{}, err
@@ -190,13 +248,13 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 		})
 	})
 	if err != nil {
-		return keystore.Claim{}, fmt.Errorf("%s: reserve: %w", s.name, err)
+		return keystore.Claim{}, fmt.Errorf("sqlstore: reserve: %w", err)
 	}
 	c := keystore.Claim{Key: key, Expires: time.UnixMicro(r.expires.Int64)}
 	switch {
 	case r.acquired:
 		c.State, c.Token, c.Takeover = keystore.Acquired, uint64(r.token.Int64), r.takeovers.Int64 > 0
-	case keystore.FingerprintsConflict(r.fp, fp):
+	case idem.FingerprintsConflict(r.fp, fp):
 		return keystore.Claim{}, keystore.MismatchError(key)
 	case r.state.Int16 == stInProgress:
 		c.State = keystore.InProgress
@@ -253,7 +311,11 @@ func micros(d time.Duration) int64 {
 	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
 
-// Complete implements keystore.Store.Complete.
+// Complete implements [keystore.Store.Complete] with one conditional UPDATE
+// (token and state must match); the TTL runs from the database's now() at
+// completion. If the connection drops while the UPDATE commits, the caller
+// gets an error but the result may be stored; Complete again with the same
+// claim to find out (it returns nil if it was).
 func (s *Store) Complete(ctx context.Context, c keystore.Claim, result []byte, ttl time.Duration) error {
 	if err := keystore.ValidateComplete(c, result, ttl, s.maxResult); err != nil {
 		return err
@@ -281,7 +343,7 @@ func (s *Store) Complete(ctx context.Context, c keystore.Claim, result []byte, t
 		})
 	})
 	if err != nil {
-		return fmt.Errorf("%s: complete: %w", s.name, err)
+		return fmt.Errorf("sqlstore: complete: %w", err)
 	}
 	if lost {
 		return keystore.LeaseLostError("complete", c.Key, c.Token)
@@ -289,7 +351,7 @@ func (s *Store) Complete(ctx context.Context, c keystore.Claim, result []byte, t
 	return nil
 }
 
-// Release implements keystore.Store.Release.
+// Release implements [keystore.Store.Release] with one conditional DELETE.
 func (s *Store) Release(ctx context.Context, c keystore.Claim) error {
 	if err := keystore.ValidateRelease(c); err != nil {
 		return err
@@ -302,7 +364,7 @@ func (s *Store) Release(ctx context.Context, c keystore.Claim) error {
 		})
 	})
 	if err != nil {
-		return fmt.Errorf("%s: release: %w", s.name, err)
+		return fmt.Errorf("sqlstore: release: %w", err)
 	}
 	if n == 0 {
 		return keystore.LeaseLostError("release", c.Key, c.Token)
@@ -310,13 +372,13 @@ func (s *Store) Release(ctx context.Context, c keystore.Claim) error {
 	return nil
 }
 
-// Sweep implements keystore.Sweeper: one DELETE of at most batch expired
+// Sweep implements [keystore.Sweeper]: one DELETE of at most batch expired
 // rows at a time, through the expiry index, until a batch comes back short.
 // In PostgreSQL the rows are picked with FOR UPDATE SKIP LOCKED, so sweepers
 // on several nodes take disjoint batches instead of queueing.
 func (s *Store) Sweep(ctx context.Context, batch int) (int, error) {
 	if batch <= 0 {
-		return 0, fmt.Errorf("%s: sweep: %w: batch %d is not positive", s.name, keystore.ErrInvalidArgument, batch)
+		return 0, fmt.Errorf("sqlstore: sweep: batch %d is not positive: %w", batch, idem.ErrInvalidArgument)
 	}
 	total := 0
 	for {
@@ -327,7 +389,7 @@ func (s *Store) Sweep(ctx context.Context, batch int) (int, error) {
 		})
 		total += int(n)
 		if err != nil {
-			return total, fmt.Errorf("%s: sweep: %w", s.name, err)
+			return total, fmt.Errorf("sqlstore: sweep: %w", err)
 		}
 		if n < int64(batch) {
 			return total, nil
@@ -335,13 +397,16 @@ func (s *Store) Sweep(ctx context.Context, batch int) (int, error) {
 	}
 }
 
+// conflictBackoff spaces the retries of a statement that met a
+// serialization failure, a deadlock or a busy SQLite.
+var conflictBackoff = retry.Backoff{Min: time.Millisecond, Max: 100 * time.Millisecond}
+
 // retry runs op until it succeeds, fails with an error that is not worth
 // retrying, or ctx ends. Serialization failures, deadlocks and a busy
 // SQLite are retried with jittered backoff; none of them can have
 // committed.
 func (s *Store) retry(ctx context.Context, op func() error) error {
-	backoff := time.Millisecond
-	for attempt := 1; ; attempt++ {
+	for attempt := 0; ; attempt++ {
 		err := op()
 		if err == nil {
 			return nil
@@ -351,16 +416,11 @@ func (s *Store) retry(ctx context.Context, op func() error) error {
 			// ErrTxDone; make the cause visible to errors.Is.
 			return errors.Join(err, cerr)
 		}
-		if attempt == 50 || (!errors.Is(err, errRace) && !s.d.Retryable(err)) {
+		if attempt == 49 || (!errors.Is(err, errRace) && !s.d.Retryable(err)) {
 			return err
 		}
-		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return errors.Join(err, ctx.Err())
-		case <-t.C:
+		if werr := conflictBackoff.Wait(ctx, attempt); werr != nil {
+			return errors.Join(err, werr)
 		}
-		backoff = min(2*backoff, 100*time.Millisecond)
 	}
 }

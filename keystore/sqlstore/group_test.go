@@ -23,7 +23,7 @@ func newGroupStore(t *testing.T) *Store {
 	t.Helper()
 	db := testenv.SQLite(t)
 	db.SetMaxOpenConns(1)
-	s, err := New(db, sqldialect.SQLite, "sqlitestore", Config{Table: DefaultTable, Scope: keystore.DefaultScope, MaxResult: 1024})
+	s, err := New(db, sqldialect.SQLite, WithMaxResultSize(1024))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestGroupFreshPoolOfOne(t *testing.T) {
 	s := newGroupStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	fresh, err := New(s.db, sqldialect.SQLite, "sqlitestore", Config{Table: DefaultTable, Scope: keystore.DefaultScope, MaxResult: 1024})
+	fresh, err := New(s.db, sqldialect.SQLite, WithMaxResultSize(1024))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +294,7 @@ func TestGroupWriterLockedOut(t *testing.T) {
 		return db
 	}
 	db, locker := open(), open() // a second pool stands for another process
-	s, err := New(db, sqldialect.SQLite, "sqlitestore", Config{Table: DefaultTable, Scope: keystore.DefaultScope, MaxResult: 1024})
+	s, err := New(db, sqldialect.SQLite, WithMaxResultSize(1024))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,7 @@ ORDER BY idem_key LIMIT $4`
 	q.forget = `DELETE FROM {T} WHERE scope = $1 AND idem_key = $2 AND state = 2 AND expires_at > ` + now
 }
 
-// Extend implements keystore.Extender: one conditional UPDATE on the
+// Extend implements [keystore.Extender]: one conditional UPDATE on the
 // claim's token, setting the lease to end lease from now by the database's
 // clock.
 func (s *Store) Extend(ctx context.Context, c keystore.Claim, lease time.Duration) (keystore.Claim, error) {
@@ -60,7 +60,7 @@ func (s *Store) Extend(ctx context.Context, c keystore.Claim, lease time.Duratio
 		})
 	})
 	if err != nil {
-		return keystore.Claim{}, fmt.Errorf("%s: extend: %w", s.name, err)
+		return keystore.Claim{}, fmt.Errorf("sqlstore: extend: %w", err)
 	}
 	if lost {
 		return keystore.Claim{}, keystore.LeaseLostError("extend", c.Key, c.Token)
@@ -78,13 +78,13 @@ func info(key string, state int16, token int64, fp []byte, size int, expires int
 	return k
 }
 
-// Inspect implements keystore.Inspector with one SELECT.
+// Inspect implements [keystore.Inspector] with one SELECT.
 func (s *Store) Inspect(ctx context.Context, key string) (keystore.KeyInfo, error) {
 	if err := keystore.ValidateInspect(key); err != nil {
 		return keystore.KeyInfo{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return keystore.KeyInfo{}, fmt.Errorf("%s: inspect: %w", s.name, err)
+		return keystore.KeyInfo{}, fmt.Errorf("sqlstore: inspect: %w", err)
 	}
 	dctx, cancel := keystore.Detach(ctx)
 	defer cancel()
@@ -104,7 +104,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (keystore.KeyInfo, erro
 	})
 	switch {
 	case err != nil:
-		return keystore.KeyInfo{}, fmt.Errorf("%s: inspect: %w", s.name, err)
+		return keystore.KeyInfo{}, fmt.Errorf("sqlstore: inspect: %w", err)
 	case notFound:
 		return keystore.KeyInfo{}, keystore.NotFoundError(key)
 	}
@@ -118,7 +118,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (keystore.KeyInfo, erro
 	return k, nil
 }
 
-// List implements keystore.Inspector: one SELECT in key order (the primary
+// List implements [keystore.Inspector]: one SELECT in key order (the primary
 // key's), after opts.After; the cursor is the last key returned.
 func (s *Store) List(ctx context.Context, opts keystore.ListOptions) ([]keystore.KeyInfo, string, error) {
 	opts, err := keystore.ValidateList(opts)
@@ -126,7 +126,7 @@ func (s *Store) List(ctx context.Context, opts keystore.ListOptions) ([]keystore
 		return nil, "", err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, "", fmt.Errorf("%s: list: %w", s.name, err)
+		return nil, "", fmt.Errorf("sqlstore: list: %w", err)
 	}
 	sqlState := 0 // the state column's value, 0: any
 	switch opts.State {
@@ -165,7 +165,7 @@ func (s *Store) List(ctx context.Context, opts keystore.ListOptions) ([]keystore
 		return rows.Err()
 	})
 	if err != nil {
-		return nil, "", fmt.Errorf("%s: list: %w", s.name, err)
+		return nil, "", fmt.Errorf("sqlstore: list: %w", err)
 	}
 	next := ""
 	if len(out) == opts.Limit {
@@ -174,7 +174,7 @@ func (s *Store) List(ctx context.Context, opts keystore.ListOptions) ([]keystore
 	return out, next, nil
 }
 
-// Forget implements keystore.Forgetter: one conditional DELETE of a done,
+// Forget implements [keystore.Forgetter]: one conditional DELETE of a done,
 // unexpired row; tokens keep increasing (the sequence, or SQLite's counter
 // row, is not touched).
 func (s *Store) Forget(ctx context.Context, key string) error {
@@ -189,7 +189,7 @@ func (s *Store) Forget(ctx context.Context, key string) error {
 		})
 	})
 	if err != nil {
-		return fmt.Errorf("%s: forget: %w", s.name, err)
+		return fmt.Errorf("sqlstore: forget: %w", err)
 	}
 	if n == 1 {
 		return nil
@@ -199,7 +199,7 @@ func (s *Store) Forget(ctx context.Context, key string) error {
 	case err != nil:
 		return err // not found, or the read failed
 	case k.State == keystore.InProgress:
-		return fmt.Errorf("%s: forget %q: %w (release it with its token)", s.name, key, keystore.ErrInProgress)
+		return fmt.Errorf("sqlstore: forget %q: release it with its token: %w", key, keystore.ErrInProgress)
 	}
-	return fmt.Errorf("%s: forget %q: the key changed meanwhile; try again", s.name, key)
+	return fmt.Errorf("sqlstore: forget %q: the key changed meanwhile; try again", key)
 }

@@ -1,0 +1,63 @@
+// Package sqlstore is a [keystore.Store] on a database/sql table, on
+// PostgreSQL (keys shared by many nodes) or SQLite (one machine, no server;
+// package sqlitestore opens the file the recommended way).
+//
+//	db, _ := sql.Open("pgx", dsn)
+//	s, err := sqlstore.New(db, sqldialect.Postgres, sqlstore.WithTable("idem_keys"))
+//	if err != nil { ... }
+//	err = s.Migrate(ctx) // or apply s.SchemaSQL() with your migration tool
+//
+// One table holds every scope's keys:
+//
+//	scope, idem_key        -- primary key (text, bytea / BLOB)
+//	state                  -- 1 in progress, 2 done
+//	token                  -- fencing token, from TABLE_token
+//	takeovers              -- expired leases taken over in a row
+//	fingerprint, result    -- bytea / BLOB
+//	expires_at             -- lease end (in progress) or result end (done); indexed
+//
+// Every write is one statement, so it is atomic and needs no explicit
+// transaction: Reserve is an INSERT … ON CONFLICT DO UPDATE that takes the
+// key only when it is absent or expired by the database's clock, with the
+// next token; Complete an UPDATE and Release a DELETE conditioned on the
+// token. Times come from the database, never from the caller: timestamptz
+// from now() on PostgreSQL, integer microseconds since the Unix epoch from
+// julianday('now') on SQLite (millisecond resolution; the machine's clock,
+// on which every process sharing the file agrees). Tokens come from one
+// sequence per table (PostgreSQL) or from a one-row counter table that
+// triggers advance in the same statement (SQLite), so they increase across
+// Release, expiry and [Store.Sweep]; do not reset them while leases may be
+// live. Serialization failures, deadlocks and a busy SQLite are retried
+// with jittered backoff; none of them can have committed.
+//
+// Keys are stored as bytes, so any valid key is stored as given. Expired
+// rows cost nothing but space: Reserve treats them as absent. Run
+// [Store.Sweep] periodically (idem sweep does) to delete them in bounded,
+// indexed batches; on PostgreSQL it uses FOR UPDATE SKIP LOCKED, so any
+// number of nodes may sweep at once.
+//
+// # Group commit (SQLite)
+//
+// SQLite has one writer at a time, so concurrent calls of one Store (and of
+// its scoped views) commit together: the first caller to find no
+// transaction running leads, runs every Reserve, Complete and Release queued
+// behind it (up to 64) in one transaction, and hands the lead on. Each call
+// returns only after the transaction holding it committed, so each still
+// takes effect between its call and its return; if any statement of a
+// shared transaction fails, it is rolled back and each call runs again on
+// its own. A call whose ctx ends while it waits for its turn does not run.
+// Several processes sharing the file each group their own calls and take
+// turns through SQLite's write lock. Give the *sql.DB one connection
+// (SetMaxOpenConns(1)), or a few: writers then queue in the store instead of
+// in SQLite's busy handler, which sleeps.
+//
+// # Crashes
+//
+// If the process dies, each statement has either committed or not. If the
+// connection drops during a commit, the caller gets an error without
+// knowing the outcome; the lease bounds it (see keystore.Store). On SQLite
+// with synchronous=NORMAL a committed Reserve or Complete survives a process
+// crash; a power loss may lose the last transactions, as SQLite documents,
+// which can turn a completed key back into absent or in progress: the effect
+// may then run again, so pass the key downstream.
+package sqlstore
