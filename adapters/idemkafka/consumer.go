@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/consume"
 )
 
 // Handler applies one record's effect inside tx. It must do all its database
@@ -30,9 +31,9 @@ type SetHandler func(ctx context.Context, tx *sql.Tx, recs []*kgo.Record) error
 // Consumer is a consume loop over a Kafka consumer group that applies each
 // record through an inbox, and only then marks its offset for commit.
 type Consumer struct {
-	g  *group
-	in *inbox.Inbox
-	h  Handler
+	g    *group
+	h    Handler
+	core *consume.Inbox[*kgo.Record]
 }
 
 // NewConsumer builds a Consumer whose records are deduplicated by in: each
@@ -55,10 +56,11 @@ func NewConsumer(in *inbox.Inbox, h Handler, kopts []kgo.Opt, opts ...Option) (*
 	if err != nil {
 		return nil, err
 	}
-	if h == nil && g.cfg.set == nil {
-		return nil, invalid("nil handler")
+	core, err := consume.NewInbox(in, consume.Handler[*kgo.Record](h), &g.cfg.Config)
+	if err != nil {
+		return nil, err
 	}
-	c := &Consumer{g: g, in: in, h: h}
+	c := &Consumer{g: g, h: h, core: core}
 	if err := g.start(kopts, c.process); err != nil {
 		return nil, err
 	}

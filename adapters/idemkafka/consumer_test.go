@@ -41,7 +41,7 @@ func TestDuplicatesApplyOnce(t *testing.T) {
 	if err := stop(); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v, want context.Canceled", err)
 	}
-	if a, d := ta.get(idemkafka.Applied), ta.get(idemkafka.Duplicate); a != 10 || d != 5 {
+	if a, d := ta.get(idem.Applied), ta.get(idem.Duplicate); a != 10 || d != 5 {
 		t.Errorf("applied %d, duplicates %d; want 10, 5", a, d)
 	}
 	eff.requireOnce(t, all)
@@ -119,7 +119,7 @@ func TestCrashBeforeOffsetCommit(t *testing.T) {
 	stop2 := running(t, con2)
 	waitFor(t, "second member's outcomes", func() bool { return second.total() == len(all) })
 	_ = stop2()
-	if d := second.get(idemkafka.Duplicate); d != len(all) {
+	if d := second.get(idem.Duplicate); d != len(all) {
 		t.Errorf("second member: %d duplicates, want %d (every record re-consumed)", d, len(all))
 	}
 	eff.requireOnce(t, all)
@@ -159,7 +159,7 @@ func TestPoisonToDeadLetter(t *testing.T) {
 	waitFor(t, "all outcomes", func() bool { return ta.total() == len(all) })
 	_ = stop()
 	eff.requireOnce(t, []string{"d-0", "d-1", "d-2"})
-	if n := ta.get(idemkafka.DeadLettered); n != 2 {
+	if n := ta.get(idem.DeadLettered); n != 2 {
 		t.Errorf("%d dead-lettered, want 2", n)
 	}
 	// The batch runs the handler (ProcessBatch may replay it once under a
@@ -169,8 +169,8 @@ func TestPoisonToDeadLetter(t *testing.T) {
 	}
 	dl := readTopic(t, c, "dlq", 2)
 	want := map[string]map[string]string{
-		"poison": {idemkafka.HeaderDLQReason: idemkafka.ReasonMaxAttempts, idemkafka.HeaderDLQAttempts: "3", idemkafka.HeaderDLQOffset: "1", idemkafka.HeaderDLQError: "boom"},
-		"perm":   {idemkafka.HeaderDLQReason: idemkafka.ReasonPermanent, idemkafka.HeaderDLQAttempts: "1", idemkafka.HeaderDLQOffset: "3"},
+		"poison": {idemkafka.HeaderDLQReason: string(idem.ReasonMaxAttempts), idemkafka.HeaderDLQAttempts: "3", idemkafka.HeaderDLQOffset: "1", idemkafka.HeaderDLQError: "boom"},
+		"perm":   {idemkafka.HeaderDLQReason: string(idem.ReasonPermanent), idemkafka.HeaderDLQAttempts: "1", idemkafka.HeaderDLQOffset: "3"},
 	}
 	for _, r := range dl {
 		w, ok := want[string(r.Value)]
@@ -220,7 +220,7 @@ func TestMissingKey(t *testing.T) {
 		eff.requireOnce(t, []string{"m-0", "m-1"})
 		dl := readTopic(t, c, "dlq", 1)
 		hs := headers(dl[0])
-		if hs[idemkafka.HeaderDLQReason] != idemkafka.ReasonMissingKey || hs[idemkafka.HeaderDLQOffset] != "1" ||
+		if hs[idemkafka.HeaderDLQReason] != string(idem.ReasonMissingKey) || hs[idemkafka.HeaderDLQOffset] != "1" ||
 			!strings.Contains(hs[idemkafka.HeaderDLQError], idemkafka.HeaderID) {
 			t.Errorf("dead letter headers %v", hs)
 		}
@@ -353,7 +353,7 @@ func TestKeystoreMode(t *testing.T) {
 	stop := running(t, con)
 	waitFor(t, "first member", func() bool { return first.total() == len(all)+1 })
 	_ = stop()
-	if a, d := first.get(idemkafka.Applied), first.get(idemkafka.Duplicate); a != len(all) || d != 1 {
+	if a, d := first.get(idem.Applied), first.get(idem.Duplicate); a != len(all) || d != 1 {
 		t.Errorf("applied %d, duplicates %d; want %d, 1", a, d, len(all))
 	}
 	block.Store(false)
@@ -365,7 +365,7 @@ func TestKeystoreMode(t *testing.T) {
 	stop2 := running(t, con2)
 	waitFor(t, "second member", func() bool { return second.total() == len(all)+1 })
 	_ = stop2()
-	if d := second.get(idemkafka.Duplicate); d != len(all)+1 {
+	if d := second.get(idem.Duplicate); d != len(all)+1 {
 		t.Errorf("second member: %d replays, want %d", d, len(all)+1)
 	}
 	mu.Lock()

@@ -84,8 +84,7 @@ func ExampleConsumer() {
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		},
 		idemkafka.WithObserver(func(e idemkafka.Event) {
-			r, o := e.Record, e.Outcome
-			fmt.Printf("offset %d: %v\n", r.Offset, o)
+			fmt.Printf("offset %d: %v\n", e.Msg.Offset, e.Outcome)
 			if seen++; seen == 2 {
 				stop()
 			}
@@ -234,8 +233,7 @@ func ExampleWithSetHandler() {
 		},
 		idemkafka.WithSetHandler(creditAll),
 		idemkafka.WithObserver(func(e idemkafka.Event) {
-			r, o := e.Record, e.Outcome
-			fmt.Printf("offset %d: %v\n", r.Offset, o)
+			fmt.Printf("offset %d: %v\n", e.Msg.Offset, e.Outcome)
 			if seen++; seen == 3 {
 				stop()
 			}

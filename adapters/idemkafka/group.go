@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/consume"
 )
 
 // group is the consumer-group transport of Consumer, OffsetConsumer and
@@ -54,7 +55,7 @@ func (g *group) start(kopts []kgo.Opt, apply func(context.Context, []*kgo.Record
 		return invalid("kopts must set kgo.ConsumerGroup")
 	}
 	g.cl, g.name, g.apply = cl, name, apply
-	g.loop = loop{p: cl, closeCl: cl.CloseAllowingRebalance, batch: g.cfg.batch, log: g.cfg.log, process: g.processFetches}
+	g.loop = loop{p: cl, closeCl: cl.CloseAllowingRebalance, batch: g.cfg.BatchSize, log: g.cfg.Logger, process: g.processFetches}
 	close(g.ready)
 	return nil
 }
@@ -77,7 +78,7 @@ func (g *group) processFetches(ctx context.Context, fetches kgo.Fetches) error {
 // partition is being processed, and every mark belongs to a committed effect.
 func (g *group) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
 	if err := cl.CommitMarkedOffsets(ctx); err != nil {
-		g.cfg.log.Warn("idemkafka: commit on revoke failed; the new owner will see duplicates", "err", err, "revoked", revoked)
+		g.cfg.Logger.Warn("idemkafka: commit on revoke failed; the new owner will see duplicates", "err", err, "revoked", revoked)
 	}
 }
 
@@ -85,28 +86,38 @@ func (g *group) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[strin
 // could move its offsets; the marks are dropped and the new owner re-reads
 // from the last commit (the inbox absorbs the duplicates).
 func (g *group) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
-	g.cfg.log.Warn("idemkafka: partitions lost", "lost", lost)
+	g.cfg.Logger.Warn("idemkafka: partitions lost", "lost", lost)
 }
 
-func (g *group) observe(e Event) {
-	if g.cfg.observer != nil {
-		g.cfg.observer(e)
+// settle performs dec, a final decision (not idem.Retried), for d and
+// reports it: a dead letter is produced first. An error means d must not be
+// marked.
+func (g *group) settle(ctx context.Context, d *delivery, dec consume.Decision) error {
+	if dec.Outcome == idem.DeadLettered {
+		if err := g.deadLetter(ctx, d, dec); err != nil {
+			return err
+		}
 	}
+	g.cfg.Report(d, dec)
+	return nil
 }
 
-// deadLetter produces r to the dead-letter topic and waits for the broker's
-// acknowledgement. If that fails (or there is no such topic), the error is
-// returned and the caller must not mark r: it is never acknowledged unless
-// it has been applied or dead-lettered.
-func (g *group) deadLetter(ctx context.Context, r *kgo.Record, key, reason string, attempts int, cause error) error {
+// deadLetter produces d's record to the dead-letter topic and waits for the
+// broker's acknowledgement. If that fails (or there is no such topic, or a
+// keyless record meets StopOnMissing), the error is returned and the caller
+// must not mark the record: it is never acknowledged unless it has been
+// applied or dead-lettered.
+func (g *group) deadLetter(ctx context.Context, d *delivery, dec consume.Decision) error {
+	r := d.Msg
+	if !ran(dec) && g.cfg.missing == StopOnMissing && dec.Reason != idem.ReasonInvalidFingerprint {
+		return fmt.Errorf("idemkafka: %s: %w", where(r), dec.Err)
+	}
 	if g.cfg.dlq == "" {
-		return fmt.Errorf("idemkafka: %s (%s): no dead-letter topic: %w: %w", where(r), reason, ErrDeadLetter, cause)
+		return fmt.Errorf("idemkafka: %s (%s): no dead-letter topic: %w: %w", where(r), dec.Reason, ErrDeadLetter, dec.Err)
 	}
-	out := deadLetterRecord(g.cfg.dlq, g.name, r, reason, attempts, cause)
+	out := deadLetterRecord(g.cfg.dlq, g.name, r, dec.Reason, runs(d, dec), dec.Err)
 	if err := g.cl.ProduceSync(ctx, out).FirstErr(); err != nil {
-		return fmt.Errorf("idemkafka: %s (%s): produce to %q: %w: %w", where(r), reason, g.cfg.dlq, ErrDeadLetter, err)
+		return fmt.Errorf("idemkafka: %s (%s): produce to %q: %w: %w", where(r), dec.Reason, g.cfg.dlq, ErrDeadLetter, err)
 	}
-	g.cfg.log.Warn("idemkafka: record dead-lettered", "record", where(r), "reason", reason, "attempts", attempts, "err", cause)
-	g.observe(Event{Record: r, Key: key, Outcome: DeadLettered, Reason: reason, Attempts: attempts, Err: cause})
 	return nil
 }

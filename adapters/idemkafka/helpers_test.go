@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemkafka"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testenv"
@@ -166,24 +167,21 @@ func newInbox(t testing.TB, db *sql.DB, group string) *inbox.Inbox {
 
 // tally counts outcomes reported by WithObserver.
 type tally struct {
-	mu  sync.Mutex
-	n   map[idemkafka.Outcome]int
-	off map[string]int // "partition/offset" → times seen
+	mu sync.Mutex
+	n  map[idem.Outcome]int
 }
 
-func newTally() *tally { return &tally{n: map[idemkafka.Outcome]int{}, off: map[string]int{}} }
+func newTally() *tally { return &tally{n: map[idem.Outcome]int{}} }
 
 func (ta *tally) option() idemkafka.Option {
 	return idemkafka.WithObserver(func(e idemkafka.Event) {
-		r, o := e.Record, e.Outcome
 		ta.mu.Lock()
-		ta.n[o]++
-		ta.off[fmt.Sprintf("%d/%d", r.Partition, r.Offset)]++
+		ta.n[e.Outcome]++
 		ta.mu.Unlock()
 	})
 }
 
-func (ta *tally) get(o idemkafka.Outcome) int {
+func (ta *tally) get(o idem.Outcome) int {
 	ta.mu.Lock()
 	defer ta.mu.Unlock()
 	return ta.n[o]
@@ -192,11 +190,7 @@ func (ta *tally) get(o idemkafka.Outcome) int {
 func (ta *tally) total() int {
 	ta.mu.Lock()
 	defer ta.mu.Unlock()
-	s := 0
-	for _, n := range ta.n {
-		s += n
-	}
-	return s
+	return ta.n[idem.Applied] + ta.n[idem.Duplicate] + ta.n[idem.DeadLettered] // final outcomes, not retries
 }
 
 // waitFor polls cond until it holds or 20 s pass.

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/consume"
 	"github.com/idem-go/idem/keystore"
 )
 
@@ -80,58 +81,52 @@ func (c *KeystoreConsumer) Close() { c.g.close() }
 // returns nil only when every record is applied, replayed, or
 // dead-lettered.
 func (c *KeystoreConsumer) process(ctx context.Context, recs []*kgo.Record) (bool, error) {
-	for _, r := range recs {
-		key, fp, ok, err := c.g.keyOf(ctx, r)
-		if err != nil {
-			return false, err
-		}
+	for _, d := range deliveries(recs) {
+		dec, ok := c.g.cfg.Prepare(&d)
 		if ok {
-			if err := c.apply(ctx, r, key, fp); err != nil {
+			var err error
+			if dec, err = c.apply(ctx, &d); err != nil {
 				return false, err
 			}
+		}
+		if err := c.g.settle(ctx, &d, dec); err != nil {
+			return false, err
 		}
 	}
 	return true, nil
 }
 
-func (c *KeystoreConsumer) apply(ctx context.Context, r *kgo.Record, key string, fp []byte) error {
-	attempts, waits := 0, 0
-	for {
-		attempts++
-		_, replayed, err := keystore.Do(ctx, c.s, key, fp, func(ctx context.Context) ([]byte, error) {
-			if err := c.h(ctx, r); err != nil {
+// apply runs d through keystore.Do until it reaches a final decision. An
+// error (the store failed, ctx ended) stops the consumer: fail closed.
+func (c *KeystoreConsumer) apply(ctx context.Context, d *delivery) (consume.Decision, error) {
+	for waits := 0; ; {
+		_, replayed, err := keystore.Do(ctx, c.s, d.Key, d.Fingerprint, func(ctx context.Context) ([]byte, error) {
+			if err := c.h(ctx, d.Msg); err != nil {
 				return nil, &handlerError{err}
 			}
 			return nil, nil
 		}, c.g.cfg.doOpts...)
 		var he *handlerError
 		switch {
-		case err == nil && replayed:
-			c.g.observe(Event{Record: r, Key: key, Outcome: Duplicate})
-			return nil
-		case err == nil:
-			c.g.observe(Event{Record: r, Key: key, Outcome: Applied, Attempts: attempts})
-			return nil
 		case errors.Is(err, keystore.ErrInProgress):
 			// Another holder (a previous owner of the partition) runs it;
 			// its lease bounds the wait. Not a handler failure.
-			attempts--
 			waits++
-			if werr := c.g.cfg.backoff.Wait(ctx, min(waits, 8)-1); werr != nil {
-				return werr
+			if werr := c.g.cfg.Backoff.Wait(ctx, min(waits, 8)-1); werr != nil {
+				return consume.Decision{}, werr
 			}
 			continue
-		case errors.Is(err, idem.ErrFingerprintMismatch):
-			return c.g.deadLetter(ctx, r, key, ReasonFingerprintMismatch, attempts, err)
-		case !errors.As(err, &he):
-			return fmt.Errorf("idemkafka: %s: %w", where(r), err) // store down: fail closed
+		case errors.As(err, &he):
+			err = he.err
+		case err != nil && !errors.Is(err, idem.ErrFingerprintMismatch):
+			return consume.Decision{}, fmt.Errorf("idemkafka: %s: %w", where(d.Msg), err) // store down: fail closed
 		}
-		reason, stop := c.g.cfg.failed(ctx, r, attempts, err)
-		switch {
-		case stop != nil:
-			return stop
-		case reason != "":
-			return c.g.deadLetter(ctx, r, key, reason, attempts, he.err)
+		dec := c.g.cfg.Decide(d, !replayed, err)
+		if dec.Outcome != idem.Retried {
+			return dec, nil
+		}
+		if err := c.g.cfg.rerun(ctx, d, dec); err != nil {
+			return consume.Decision{}, err
 		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/consume"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -121,7 +123,7 @@ func (c *OffsetConsumer) adjustOffsets(ctx context.Context, offs map[string]map[
 		for p := range ps {
 			next, ok, err := c.storedOffset(ctx, topic, p)
 			if err != nil {
-				c.g.cfg.log.Error("idemkafka: reading stored offset", "topic", topic, "partition", p, "err", err)
+				c.g.cfg.Logger.Error("idemkafka: reading stored offset", "topic", topic, "partition", p, "err", err)
 				return nil, err
 			}
 			if ok {
@@ -175,7 +177,7 @@ func (c *OffsetConsumer) inTx(ctx context.Context, topic string, p int32, first,
 		if err == nil || attempt >= 10 || !c.d.Retryable(err) {
 			return err
 		}
-		if err := c.g.cfg.backoff.Wait(ctx, 0); err != nil {
+		if err := c.g.cfg.Backoff.Wait(ctx, 0); err != nil {
 			return err
 		}
 	}
@@ -221,8 +223,8 @@ func (c *OffsetConsumer) process(ctx context.Context, recs []*kgo.Record) (mark 
 	var he *handlerError
 	switch {
 	case err == nil:
-		for _, r := range recs {
-			c.g.observe(Event{Record: r, Outcome: Applied, Attempts: 1})
+		for _, d := range deliveries(recs) {
+			c.g.cfg.Report(&d, consume.Decision{Outcome: idem.Applied})
 		}
 		return true, nil
 	case errors.Is(err, errFenced):
@@ -244,7 +246,8 @@ func (c *OffsetConsumer) process(ctx context.Context, recs []*kgo.Record) (mark 
 // applyOne applies r in its own transaction, retrying handler errors, and
 // dead-letters it (then stores its offset) when its attempts are spent.
 func (c *OffsetConsumer) applyOne(ctx context.Context, r *kgo.Record) error {
-	for attempts := 1; ; attempts++ {
+	d := delivery{Msg: r, Attempt: 1}
+	for {
 		err := c.inTx(ctx, r.Topic, r.Partition, r.Offset, r.Offset+1, func(tx *sql.Tx) error {
 			if err := c.h(ctx, tx, r); err != nil {
 				return &handlerError{err}
@@ -254,21 +257,29 @@ func (c *OffsetConsumer) applyOne(ctx context.Context, r *kgo.Record) error {
 		var he *handlerError
 		switch {
 		case err == nil:
-			c.g.observe(Event{Record: r, Outcome: Applied, Attempts: attempts})
+			c.g.cfg.Report(&d, consume.Decision{Outcome: idem.Applied})
 			return nil
 		case !errors.As(err, &he):
 			return err
 		}
-		reason, stop := c.g.cfg.failed(ctx, r, attempts, err)
-		switch {
-		case stop != nil:
-			return stop
-		case reason != "":
-			if err := c.g.deadLetter(ctx, r, "", reason, attempts, he.err); err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		dec := c.g.cfg.Decide(&d, true, he.err)
+		if dec.Outcome == idem.Retried {
+			if err := c.g.cfg.rerun(ctx, &d, dec); err != nil {
 				return err
 			}
-			return c.inTx(ctx, r.Topic, r.Partition, r.Offset, r.Offset+1, nil)
+			continue
 		}
+		if err := c.g.deadLetter(ctx, &d, dec); err != nil {
+			return err
+		}
+		if err := c.inTx(ctx, r.Topic, r.Partition, r.Offset, r.Offset+1, nil); err != nil {
+			return err
+		}
+		c.g.cfg.Report(&d, dec)
+		return nil
 	}
 }
 
@@ -279,7 +290,7 @@ func (c *OffsetConsumer) reseek(ctx context.Context, topic string, p int32) erro
 	if err != nil {
 		return err
 	}
-	c.g.cfg.log.Warn("idemkafka: offset moved by another member; seeking", "topic", topic, "partition", p, "offset", next)
+	c.g.cfg.Logger.Warn("idemkafka: offset moved by another member; seeking", "topic", topic, "partition", p, "offset", next)
 	if ok {
 		c.g.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{topic: {p: {Epoch: -1, Offset: next}}})
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/consume"
 	"github.com/idem-go/idem/internal/retry"
 	"github.com/idem-go/idem/keystore"
 )
@@ -70,40 +71,26 @@ var optNames = []struct {
 }
 
 type config struct {
-	given       optKind // restricted options given
-	key         KeyFunc
-	fingerprint func(*kgo.Record) []byte
-	missing     MissingKeyPolicy
-	maxAttempts int
-	backoff     retry.Backoff
-	dlq         string
-	batch       int
-	table       string
-	log         *slog.Logger
-	observer    func(Event)
-	set         SetHandler
-	doOpts      []keystore.Option
+	consume.Config[*kgo.Record]
+	given   optKind // restricted options given
+	missing MissingKeyPolicy
+	dlq     string
+	table   string
+	doOpts  []keystore.Option
 }
 
 // newConfig applies opts over the defaults and refuses options outside
 // allowed, naming the constructor ctor.
 func newConfig(opts []Option, allowed optKind, ctor string) (config, error) {
 	c := config{
-		key:         HeaderKey(HeaderID),
-		missing:     DeadLetterMissing,
-		maxAttempts: DefaultMaxAttempts,
-		backoff:     retry.Backoff{Min: DefaultBackoffMin, Max: DefaultBackoffMax},
-		batch:       DefaultBatchSize,
-		table:       DefaultOffsetsTable,
-		log:         slog.New(slog.DiscardHandler),
+		Config:  consume.Defaults[*kgo.Record]("idemkafka", HeaderKey(HeaderID)),
+		missing: DeadLetterMissing,
+		table:   DefaultOffsetsTable,
 	}
-	for _, o := range opts {
-		if o == nil {
-			return config{}, invalid("nil option")
-		}
-		if err := o(&c); err != nil {
-			return config{}, err
-		}
+	c.BatchSize, c.MaxAttempts = DefaultBatchSize, DefaultMaxAttempts
+	c.Backoff = retry.Backoff{Min: DefaultBackoffMin, Max: DefaultBackoffMax}
+	if err := consume.Apply("idemkafka", &c, opts); err != nil {
+		return config{}, err
 	}
 	for _, n := range optNames {
 		if c.given&n.k != 0 && allowed&n.k == 0 {
@@ -111,6 +98,15 @@ func newConfig(opts []Option, allowed optKind, ctor string) (config, error) {
 		}
 	}
 	return c, nil
+}
+
+// shared wraps one of the options every adapter shares; kind marks it when
+// only some consumers take it.
+func shared(o consume.Option[*kgo.Record], kind optKind) Option {
+	return func(c *config) error {
+		c.given |= kind
+		return o(&c.Config)
+	}
 }
 
 func invalid(format string, args ...any) error {
@@ -123,13 +119,7 @@ func invalid(format string, args ...any) error {
 // an invalid key, follows the MissingKeyPolicy. For Consumer and
 // KeystoreConsumer.
 func WithKey(fn KeyFunc) Option {
-	return func(c *config) error {
-		if fn == nil {
-			return invalid("nil key func")
-		}
-		c.key, c.given = fn, c.given|optKey
-		return nil
-	}
+	return shared(consume.WithKey[*kgo.Record](fn), optKey)
 }
 
 // WithFingerprint stores fn(record) with each key (at most
@@ -138,13 +128,7 @@ func WithKey(fn KeyFunc) Option {
 // reason ReasonFingerprintMismatch, and a longer fingerprint with reason
 // ReasonInvalidFingerprint. For Consumer and KeystoreConsumer.
 func WithFingerprint(fn func(*kgo.Record) []byte) Option {
-	return func(c *config) error {
-		if fn == nil {
-			return invalid("nil fingerprint func")
-		}
-		c.fingerprint, c.given = fn, c.given|optFingerprint
-		return nil
-	}
+	return shared(consume.WithFingerprint(fn), optFingerprint)
 }
 
 // WithMissingKey sets what happens to a record whose key cannot be derived
@@ -165,27 +149,14 @@ func WithMissingKey(p MissingKeyPolicy) Option {
 // are not retried. The retries wait the WithBackoff delays. For every
 // consumer.
 func WithMaxAttempts(n int) Option {
-	return func(c *config) error {
-		if n < 1 || n > 1000 {
-			return invalid("max attempts %d out of range 1..1000", n)
-		}
-		c.maxAttempts = n
-		return nil
-	}
+	return shared(consume.WithMaxAttempts[*kgo.Record](n), 0)
 }
 
 // WithBackoff sets the delays between a record's attempts: full jitter
 // between min/2 and min·2ⁿ, capped at max (default DefaultBackoffMin to
 // DefaultBackoffMax). For every consumer.
 func WithBackoff(min, max time.Duration) Option {
-	return func(c *config) error {
-		b := retry.Backoff{Min: min, Max: max}
-		if err := b.Validate(); err != nil || min <= 0 {
-			return invalid("backoff %v..%v: need 0 < min <= max", min, max)
-		}
-		c.backoff = b
-		return nil
-	}
+	return shared(consume.WithBackoff[*kgo.Record](min, max), 0)
 }
 
 // WithDeadLetter names the topic that records go to when their handler
@@ -208,13 +179,7 @@ func WithDeadLetter(topic string) Option {
 // so it must be processed well within the group's rebalance timeout. For
 // every consumer.
 func WithBatchSize(n int) Option {
-	return func(c *config) error {
-		if n <= 0 {
-			return invalid("batch size %d: must be positive", n)
-		}
-		c.batch = n
-		return nil
-	}
+	return shared(consume.WithBatchSize[*kgo.Record](n), 0)
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
@@ -252,13 +217,7 @@ func WithOffsetsTable(name string) Option {
 // blocks its partition, so give a Handler wherever poison records are
 // possible. For Consumer.
 func WithSetHandler(fn SetHandler) Option {
-	return func(c *config) error {
-		if fn == nil {
-			return invalid("nil set handler")
-		}
-		c.set, c.given = fn, c.given|optSetHandler
-		return nil
-	}
+	return shared(consume.WithSetHandler[*kgo.Record](consume.SetHandler[*kgo.Record](fn)), optSetHandler)
 }
 
 // WithKeystoreOptions passes opts (keystore.WithLease, keystore.WithTTL,
@@ -280,13 +239,7 @@ func WithKeystoreOptions(opts ...keystore.Option) Option {
 // WithLogger sets a logger for retries, dead-lettering and rebalances
 // (default: discard). For every consumer.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return invalid("nil logger")
-		}
-		c.log = l
-		return nil
-	}
+	return shared(consume.WithLogger[*kgo.Record](l), 0)
 }
 
 // WithObserver calls fn, synchronously from Run, once per record that
@@ -294,11 +247,5 @@ func WithLogger(l *slog.Logger) Option {
 // only after the record's transaction committed. fn must not block. For
 // every consumer.
 func WithObserver(fn func(Event)) Option {
-	return func(c *config) error {
-		if fn == nil {
-			return invalid("nil observer")
-		}
-		c.observer = fn
-		return nil
-	}
+	return shared(consume.WithObserver(fn), 0)
 }

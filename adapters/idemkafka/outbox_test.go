@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemkafka"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/outbox"
@@ -51,7 +52,7 @@ func header(r *kgo.Record, key string) string {
 
 type delivery struct {
 	id, key string
-	outcome idemkafka.Outcome
+	outcome idem.Outcome
 	at      time.Time
 }
 
@@ -106,7 +107,7 @@ func TestOutboxRelayToConsumer(t *testing.T) {
 	var log []delivery // every record the consumer saw, in outcome order
 	con, err := idemkafka.NewConsumer(newInbox(t, cdb, "g"), handler, groupOpts(c, "g", "orders"),
 		idemkafka.WithObserver(func(e idemkafka.Event) {
-			r, o, err := e.Record, e.Outcome, e.Err
+			r, o, err := e.Msg, e.Outcome, e.Err
 			mu.Lock()
 			log = append(log, delivery{id: header(r, idemkafka.HeaderID), key: string(r.Key), outcome: o, at: time.Now()})
 			mu.Unlock()
@@ -221,9 +222,9 @@ func TestOutboxRelayToConsumer(t *testing.T) {
 	applied, dups := 0, 0
 	for _, d := range log {
 		switch d.outcome {
-		case idemkafka.Applied:
+		case idem.Applied:
 			applied++
-		case idemkafka.Duplicate:
+		case idem.Duplicate:
 			dups++
 		}
 	}
@@ -308,7 +309,7 @@ func TestOutboxRelayToConsumer(t *testing.T) {
 	// consumer's transaction commits).
 	var burst, steady []time.Duration
 	for _, d := range log {
-		if d.outcome != idemkafka.Applied {
+		if d.outcome != idem.Applied {
 			continue
 		}
 		at, _ := committedAt.Load(d.id)

@@ -2,7 +2,6 @@ package idemkafka
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 
@@ -10,163 +9,98 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/consume"
+	"github.com/idem-go/idem/internal/retry"
 )
 
-// keyOf derives r's key and fingerprint. ok is false when r has none usable
-// and was dead-lettered instead; err when it could not be, or the policy is
-// StopOnMissing.
-func (g *group) keyOf(ctx context.Context, r *kgo.Record) (key string, fp []byte, ok bool, err error) {
-	key, err = g.cfg.key(r)
-	if err == nil {
-		err = idem.ValidateKey(key)
+// delivery is one record on its way through the delivery core.
+type delivery = consume.Delivery[*kgo.Record]
+
+// deliveries wraps one partition's records, each at its first run.
+func deliveries(recs []*kgo.Record) []delivery {
+	ds := make([]delivery, len(recs))
+	for i, r := range recs {
+		ds[i] = delivery{Msg: r, Attempt: 1}
 	}
-	if err != nil {
-		if g.cfg.missing == StopOnMissing {
-			return "", nil, false, fmt.Errorf("idemkafka: %s: %w", where(r), err)
-		}
-		return "", nil, false, g.deadLetter(ctx, r, "", ReasonMissingKey, 0, err)
-	}
-	if g.cfg.fingerprint != nil {
-		fp = g.cfg.fingerprint(r)
-		if err := idem.ValidateFingerprint(fp); err != nil {
-			return "", nil, false, g.deadLetter(ctx, r, key, ReasonInvalidFingerprint, 0, fmt.Errorf("idemkafka: %s: %w", where(r), err))
-		}
-	}
-	return key, fp, true, nil
+	return ds
 }
 
-// failed decides what follows a handler error of r's attempts-th run: a
-// dead-letter reason, or "" after waiting the backoff for the next run. An
-// error (ctx ended) stops the consumer.
-func (c *config) failed(ctx context.Context, r *kgo.Record, attempts int, err error) (reason string, stop error) {
-	if cerr := ctx.Err(); cerr != nil {
-		return "", cerr
+// ran reports whether the handler ran before dec: not when the record had no
+// usable key or fingerprint.
+func ran(dec consume.Decision) bool {
+	switch dec.Reason {
+	case idem.ReasonMissingKey, idem.ReasonInvalidKey, idem.ReasonInvalidFingerprint:
+		return false
 	}
-	switch {
-	case idem.IsPermanent(err):
-		return ReasonPermanent, nil
-	case attempts >= c.maxAttempts:
-		return ReasonMaxAttempts, nil
-	}
-	c.log.Info("idemkafka: handler failed, retrying", "record", where(r), "attempt", attempts, "err", err)
-	return "", c.backoff.Wait(ctx, attempts-1)
+	return true
 }
 
-// process applies one partition's polled records through the inbox. It
-// returns nil only when every record is applied, a duplicate, or
-// dead-lettered, so that the caller may mark the last offset.
+// runs is the HeaderDLQAttempts of d's dead letter: its handler runs.
+func runs(d *delivery, dec consume.Decision) int {
+	if !ran(dec) {
+		return 0
+	}
+	return d.Attempt
+}
+
+// rerun reports dec, a Retried decision, and waits its delay before d's next
+// run, whose attempt it counts.
+func (c *config) rerun(ctx context.Context, d *delivery, dec consume.Decision) error {
+	c.Report(d, dec)
+	if err := retry.Sleep(ctx, dec.After); err != nil {
+		return err
+	}
+	d.Attempt++
+	return nil
+}
+
+// process applies one partition's polled records through the inbox, in one
+// transaction, then retries the records that failed alone and dead-letters
+// those that cannot be applied. It returns nil only when every record is
+// applied, a duplicate, or dead-lettered, so that the caller may mark the
+// last offset.
 func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) (bool, error) {
-	msgs := make([]inbox.Message, 0, len(recs))
-	for _, r := range recs {
-		key, fp, ok, err := c.g.keyOf(ctx, r)
-		if err != nil {
-			return false, err
-		}
-		if ok {
-			msgs = append(msgs, inbox.Message{Key: key, Fingerprint: fp, Value: r})
-		}
-	}
-	if len(msgs) == 0 {
-		return true, nil
-	}
-	results, err := c.applyBatch(ctx, msgs)
+	ds := deliveries(recs)
+	decs, err := c.batch(ctx, ds)
 	if err != nil {
 		return false, err // nothing committed (or unknown): fail closed
 	}
-	for i, res := range results {
-		switch {
-		case res.Err == nil && res.Applied:
-			c.g.observe(Event{Record: msgs[i].Value.(*kgo.Record), Key: msgs[i].Key, Outcome: Applied, Attempts: 1})
-		case res.Err == nil:
-			c.g.observe(Event{Record: msgs[i].Value.(*kgo.Record), Key: msgs[i].Key, Outcome: Duplicate})
-		default:
-			if err := c.retry(ctx, msgs[i], res.Err); err != nil {
+	for i := range ds {
+		d, dec := &ds[i], decs[i]
+		for dec.Outcome == idem.Retried {
+			if err := c.g.cfg.rerun(ctx, d, dec); err != nil {
 				return false, err
 			}
+			if dec, err = c.core.ProcessOne(ctx, d); err != nil {
+				return false, fmt.Errorf("idemkafka: %s: %w", where(d.Msg), err)
+			}
+		}
+		if err := c.g.settle(ctx, d, dec); err != nil {
+			return false, err
 		}
 	}
 	return true, nil
 }
 
-// applyBatch runs one partition's keyed records through the inbox in one
-// transaction: per record with the Handler, or with the set handler (the
-// Handler as its per-record fallback). A set handler without a fallback that
-// fails is retried on the whole batch with backoff; an error means nothing
-// of the batch is known to have committed.
-func (c *Consumer) applyBatch(ctx context.Context, msgs []inbox.Message) ([]inbox.Result, error) {
-	if c.g.cfg.set == nil {
-		results, err := c.in.ProcessBatch(ctx, msgs, c.batchHandler)
-		if err != nil {
-			return nil, fmt.Errorf("idemkafka: %w", err)
-		}
-		return results, nil
-	}
-	var each inbox.BatchHandler
-	if c.h != nil {
-		each = c.batchHandler
-	}
-	first := msgs[0].Value.(*kgo.Record)
-	for attempts := 1; ; attempts++ {
-		results, err := c.in.ProcessBatchSet(ctx, msgs, c.setHandler, each)
-		if err == nil {
-			return results, nil
-		}
+// batch runs ds through the inbox in one transaction. A set handler without
+// a per-record fallback that fails is retried on the whole batch with
+// backoff; an error means nothing of the batch is known to have committed.
+func (c *Consumer) batch(ctx context.Context, ds []delivery) ([]consume.Decision, error) {
+	for attempt := 1; ; attempt++ {
+		decs, err := c.core.Process(ctx, ds)
 		var he *inbox.HandlerError
-		if each != nil || !errors.As(err, &he) {
+		switch {
+		case err == nil:
+			return decs, nil
+		case c.h != nil || !errors.As(err, &he):
 			return nil, fmt.Errorf("idemkafka: %w", err)
+		case idem.IsPermanent(err) || attempt >= c.g.cfg.MaxAttempts:
+			return nil, fmt.Errorf("idemkafka: %s and %d more: set handler failed after %d attempts and there is no per-record handler to isolate the record: %w",
+				where(ds[0].Msg), len(ds)-1, attempt, err)
 		}
-		reason, stop := c.g.cfg.failed(ctx, first, attempts, err)
-		switch {
-		case stop != nil:
-			return nil, stop
-		case reason != "":
-			return nil, fmt.Errorf("idemkafka: %s and %d more: set handler failed after %d attempts and there is no per-record handler to isolate the record: %w", where(first), len(msgs)-1, attempts, err)
-		}
-	}
-}
-
-func (c *Consumer) batchHandler(ctx context.Context, tx *sql.Tx, m inbox.Message) error {
-	return c.h(ctx, tx, m.Value.(*kgo.Record))
-}
-
-func (c *Consumer) setHandler(ctx context.Context, tx *sql.Tx, fresh []inbox.Message) error {
-	recs := make([]*kgo.Record, len(fresh))
-	for i, m := range fresh {
-		recs[i] = m.Value.(*kgo.Record)
-	}
-	return c.g.cfg.set(ctx, tx, recs)
-}
-
-// retry runs a record that failed in its batch again, alone, with backoff,
-// and dead-letters it when its attempts are spent.
-func (c *Consumer) retry(ctx context.Context, m inbox.Message, err error) error {
-	r := m.Value.(*kgo.Record)
-	for attempts := 1; ; attempts++ {
-		if errors.Is(err, idem.ErrFingerprintMismatch) {
-			return c.g.deadLetter(ctx, r, m.Key, ReasonFingerprintMismatch, attempts, err)
-		}
-		var he *inbox.HandlerError
-		if !errors.As(err, &he) {
-			return fmt.Errorf("idemkafka: %s: %w", where(r), err)
-		}
-		reason, stop := c.g.cfg.failed(ctx, r, attempts, err)
-		switch {
-		case stop != nil:
-			return stop
-		case reason != "":
-			return c.g.deadLetter(ctx, r, m.Key, reason, attempts, err)
-		}
-		var applied bool
-		applied, err = c.in.ProcessMessage(ctx, m, func(ctx context.Context, tx *sql.Tx) error {
-			return c.h(ctx, tx, r)
-		})
-		if err == nil {
-			o := Duplicate
-			if applied {
-				o = Applied
-			}
-			c.g.observe(Event{Record: r, Key: m.Key, Outcome: o, Attempts: attempts + 1})
-			return nil
+		c.g.cfg.Logger.Info("idemkafka: set handler failed, retrying the batch", "records", where(ds[0].Msg), "count", len(ds), "attempt", attempt, "err", err)
+		if err := c.g.cfg.Backoff.Wait(ctx, attempt-1); err != nil {
+			return nil, err
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemkafka"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/sqldialect"
@@ -71,16 +72,16 @@ func TestRebalanceMidBatch(t *testing.T) {
 	_ = stop1()
 	_ = stop2()
 	eff.requireOnce(t, all)
-	if t2.get(idemkafka.Applied) == 0 || t1.get(idemkafka.Applied) == 0 {
-		t.Errorf("applied by member 1: %d, member 2: %d; want both > 0", t1.get(idemkafka.Applied), t2.get(idemkafka.Applied))
+	if t2.get(idem.Applied) == 0 || t1.get(idem.Applied) == 0 {
+		t.Errorf("applied by member 1: %d, member 2: %d; want both > 0", t1.get(idem.Applied), t2.get(idem.Applied))
 	}
 	// Member 1 committed its marks when its partitions were revoked, so
 	// member 2 starts after them: no record is consumed twice.
-	if d := t2.get(idemkafka.Duplicate); d != 0 {
+	if d := t2.get(idem.Duplicate); d != 0 {
 		t.Errorf("member 2 saw %d duplicates; the revoke did not commit member 1's marks", d)
 	}
 	t.Logf("member 1: %d applied, %d duplicates; member 2: %d applied, %d duplicates",
-		t1.get(idemkafka.Applied), t1.get(idemkafka.Duplicate), t2.get(idemkafka.Applied), t2.get(idemkafka.Duplicate))
+		t1.get(idem.Applied), t1.get(idem.Duplicate), t2.get(idem.Applied), t2.get(idem.Duplicate))
 	requireCommittedToEnd(t, c, "g", "orders")
 }
 

@@ -19,21 +19,12 @@ const HeaderID = "idem-id"
 // kept; these are added.
 const (
 	HeaderDLQError     = "idem-dlq-error"     // the last error's text
-	HeaderDLQReason    = "idem-dlq-reason"    // one of the Reason* constants
+	HeaderDLQReason    = "idem-dlq-reason"    // an idem.Reason (idem.ReasonMaxAttempts, …)
 	HeaderDLQTopic     = "idem-dlq-topic"     // original topic
 	HeaderDLQPartition = "idem-dlq-partition" // original partition (decimal)
 	HeaderDLQOffset    = "idem-dlq-offset"    // original offset (decimal)
 	HeaderDLQAttempts  = "idem-dlq-attempts"  // handler runs made (decimal; 0 when the handler never ran)
 	HeaderDLQGroup     = "idem-dlq-group"     // consumer group
-)
-
-// Reasons in HeaderDLQReason and Event.Reason.
-const (
-	ReasonMissingKey          = "missing-key"          // no usable key (KeyFunc failed, or the key is invalid)
-	ReasonInvalidFingerprint  = "invalid-fingerprint"  // fingerprint longer than idem.MaxFingerprintLen
-	ReasonFingerprintMismatch = "fingerprint-mismatch" // key reused with another fingerprint
-	ReasonPermanent           = "permanent"            // the handler returned idem.Permanent(err)
-	ReasonMaxAttempts         = "max-attempts"         // still failing after WithMaxAttempts runs
 )
 
 // Errors callers branch on. Run's errors after Close wrap idem.ErrClosed,
@@ -48,41 +39,13 @@ var (
 	errClosed = fmt.Errorf("idemkafka: consumer closed: %w", idem.ErrClosed)
 )
 
-// Outcome is what became of one record.
-type Outcome int
-
-const (
-	// Applied: the handler's effect committed.
-	Applied Outcome = iota + 1
-	// Duplicate: the record's key was already recorded; the handler did not
-	// run. The record is done.
-	Duplicate
-	// DeadLettered: the record was produced to the dead-letter topic.
-	DeadLettered
-)
-
-// String returns the outcome's name.
-func (o Outcome) String() string {
-	switch o {
-	case Applied:
-		return "applied"
-	case Duplicate:
-		return "duplicate"
-	case DeadLettered:
-		return "dead-lettered"
-	}
-	return "Outcome(" + strconv.Itoa(int(o)) + ")"
-}
-
-// Event reports one record that reached an outcome to [WithObserver].
-type Event struct {
-	Record   *kgo.Record
-	Key      string // the record's dedup key; "" when it has none or the consumer keys nothing
-	Outcome  Outcome
-	Reason   string // for DeadLettered: one of the Reason* constants
-	Attempts int    // handler runs made for the record (0 for a duplicate)
-	Err      error  // for DeadLettered: the last error
-}
+// Event reports one record to [WithObserver]: its outcome (idem.Applied,
+// idem.Duplicate, idem.Retried before a run again in this process, or
+// idem.DeadLettered with an idem.Reason), its key ("" for an OffsetConsumer
+// and a TransactConsumer, which key nothing) and its attempt (handler runs
+// so far, counting the one that decided). Every adapter reports the same
+// event shape.
+type Event = idem.DeliveryEvent[*kgo.Record]
 
 // KeyFunc derives a record's dedup key. It returns an error (wrapping
 // idem.ErrMissingKey) when the record carries no usable key.
@@ -140,7 +103,7 @@ func where(r *kgo.Record) string {
 
 // deadLetterRecord is the copy of r that goes to the dead-letter topic dlq:
 // r's key, value, headers and timestamp, and the HeaderDLQ* headers.
-func deadLetterRecord(dlq, group string, r *kgo.Record, reason string, attempts int, cause error) *kgo.Record {
+func deadLetterRecord(dlq, group string, r *kgo.Record, reason idem.Reason, attempts int, cause error) *kgo.Record {
 	headers := make([]kgo.RecordHeader, 0, len(r.Headers)+7)
 	headers = append(headers, r.Headers...)
 	headers = append(headers,

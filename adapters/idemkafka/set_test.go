@@ -59,7 +59,7 @@ func TestSetHandlerAppliesOnce(t *testing.T) {
 	stop := running(t, con)
 	waitFor(t, "first member's outcomes", func() bool { return first.total() == 50 })
 	_ = stop()
-	if a, d := first.get(idemkafka.Applied), first.get(idemkafka.Duplicate); a != 40 || d != 10 {
+	if a, d := first.get(idem.Applied), first.get(idem.Duplicate); a != 40 || d != 10 {
 		t.Errorf("first member: applied %d, duplicates %d; want 40, 10", a, d)
 	}
 	eff.requireOnce(t, all)
@@ -74,7 +74,7 @@ func TestSetHandlerAppliesOnce(t *testing.T) {
 	stop2 := running(t, con2)
 	waitFor(t, "second member's outcomes", func() bool { return second.total() == 50 })
 	_ = stop2()
-	if d := second.get(idemkafka.Duplicate); d != 50 {
+	if d := second.get(idem.Duplicate); d != 50 {
 		t.Errorf("second member: %d duplicates, want 50", d)
 	}
 	eff.requireOnce(t, all)
@@ -133,7 +133,7 @@ func TestSetHandlerPoisonFallback(t *testing.T) {
 	waitFor(t, "all outcomes", func() bool { return ta.total() == len(all) })
 	_ = stop()
 	eff.requireOnce(t, []string{"p-0", "p-1", "p-2", "p-3"})
-	if a, dl := ta.get(idemkafka.Applied), ta.get(idemkafka.DeadLettered); a != 4 || dl != 1 {
+	if a, dl := ta.get(idem.Applied), ta.get(idem.DeadLettered); a != 4 || dl != 1 {
 		t.Errorf("applied %d, dead-lettered %d; want 4, 1", a, dl)
 	}
 	if n := poisonRuns.Load(); n != 3 {
@@ -143,7 +143,7 @@ func TestSetHandlerPoisonFallback(t *testing.T) {
 	if len(dl) != 1 || string(dl[0].Value) != "poison" {
 		t.Fatalf("dead letters %v, want the poison record", dl)
 	}
-	if hs := headers(dl[0]); hs[idemkafka.HeaderDLQReason] != idemkafka.ReasonMaxAttempts || hs[idemkafka.HeaderDLQAttempts] != "3" || hs[idemkafka.HeaderDLQOffset] != "2" {
+	if hs := headers(dl[0]); hs[idemkafka.HeaderDLQReason] != string(idem.ReasonMaxAttempts) || hs[idemkafka.HeaderDLQAttempts] != "3" || hs[idemkafka.HeaderDLQOffset] != "2" {
 		t.Errorf("dead letter headers %v", hs)
 	}
 	requireCommittedToEnd(t, c, "g", "orders")
@@ -224,7 +224,7 @@ func TestSetHandlerNoFallback(t *testing.T) {
 	stop := running(t, con3)
 	waitFor(t, "outcomes after the fix", func() bool { return ta3.total() == len(all) })
 	_ = stop()
-	if a := ta3.get(idemkafka.Applied); a != len(all) {
+	if a := ta3.get(idem.Applied); a != len(all) {
 		t.Errorf("applied %d after the fix, want %d", a, len(all))
 	}
 	eff.requireOnce(t, all)

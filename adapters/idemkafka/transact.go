@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/consume"
 )
 
 // TransactHandler turns one consumed record into the records to produce
@@ -134,7 +135,7 @@ func NewTransactional(transactionalID string, h TransactHandler, kopts []kgo.Opt
 	}
 	group, _ := s.Client().OptValue(kgo.ConsumerGroup).(string)
 	c := &TransactConsumer{s: s, h: h, cfg: cfg, group: group, txnID: transactionalID}
-	c.loop = loop{p: s, closeCl: s.Close, batch: cfg.batch, log: cfg.log, process: c.transact}
+	c.loop = loop{p: s, closeCl: s.Close, batch: cfg.BatchSize, log: cfg.Logger, process: c.transact}
 	return c, nil
 }
 
@@ -196,22 +197,22 @@ func (c *TransactConsumer) transact(ctx context.Context, fetches kgo.Fetches) er
 			mu.Unlock()
 		}
 	}
-	events := make([]Event, 0, fetches.NumRecords()) // reported once committed
+	settled := make([]settledRecord, 0, fetches.NumRecords()) // reported once committed
 	var err error
 	fetches.EachRecord(func(r *kgo.Record) {
 		if err != nil {
 			return
 		}
 		var recs []*kgo.Record
-		var e Event
-		recs, e, err = c.handle(ctx, r)
+		var sr settledRecord
+		recs, sr, err = c.handle(ctx, r)
 		if err != nil {
 			return
 		}
 		for _, out := range recs {
 			c.s.Produce(ctx, out, promise)
 		}
-		events = append(events, e)
+		settled = append(settled, sr)
 	})
 	if err == nil {
 		// Flush here, not only in End, to learn of a failed record before
@@ -227,7 +228,7 @@ func (c *TransactConsumer) transact(ctx context.Context, fetches kgo.Fetches) er
 	}
 	if err != nil {
 		if _, aerr := c.s.End(endCtx, kgo.TryAbort); aerr != nil {
-			c.cfg.log.Warn("idemkafka: abort failed", "txn", c.txnID, "err", aerr)
+			c.cfg.Logger.Warn("idemkafka: abort failed", "txn", c.txnID, "err", aerr)
 		}
 		return err
 	}
@@ -236,42 +237,50 @@ func (c *TransactConsumer) transact(ctx context.Context, fetches kgo.Fetches) er
 		return c.wrap("end transaction", err)
 	}
 	if !committed {
-		c.cfg.log.Info("idemkafka: transaction aborted by a rebalance; the batch is consumed again",
+		c.cfg.Logger.Info("idemkafka: transaction aborted by a rebalance; the batch is consumed again",
 			"txn", c.txnID, "records", fetches.NumRecords())
 		return nil
 	}
-	if c.cfg.observer != nil {
-		for _, e := range events {
-			c.cfg.observer(e)
-		}
+	for i := range settled {
+		c.cfg.Report(&settled[i].d, settled[i].dec)
 	}
 	return nil
+}
+
+// settledRecord is a record's final decision, reported once its
+// transaction committed.
+type settledRecord struct {
+	d   delivery
+	dec consume.Decision
 }
 
 // handle runs the handler for r with retries and returns the records to
 // produce: the handler's, or r's dead-letter copy. An error aborts the
 // transaction.
-func (c *TransactConsumer) handle(ctx context.Context, r *kgo.Record) ([]*kgo.Record, Event, error) {
-	for attempts := 1; ; attempts++ {
+func (c *TransactConsumer) handle(ctx context.Context, r *kgo.Record) ([]*kgo.Record, settledRecord, error) {
+	d := delivery{Msg: r, Attempt: 1}
+	for {
 		recs, err := c.h(ctx, r)
 		if err == nil {
 			err = c.checkTopics(recs)
 		}
 		if err == nil {
-			return recs, Event{Record: r, Outcome: Applied, Attempts: attempts}, nil
+			return recs, settledRecord{d, consume.Decision{Outcome: idem.Applied}}, nil
 		}
-		reason, stop := c.cfg.failed(ctx, r, attempts, err)
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, settledRecord{}, cerr
+		}
+		dec := c.cfg.Decide(&d, true, err)
 		switch {
-		case stop != nil:
-			return nil, Event{}, stop
-		case reason == "":
+		case dec.Outcome == idem.Retried:
+			if err := c.cfg.rerun(ctx, &d, dec); err != nil {
+				return nil, settledRecord{}, err
+			}
 			continue
 		case c.cfg.dlq == "":
-			return nil, Event{}, fmt.Errorf("idemkafka: %s (%s): no dead-letter topic; transaction aborted: %w: %w", where(r), reason, ErrDeadLetter, err)
+			return nil, settledRecord{}, fmt.Errorf("idemkafka: %s (%s): no dead-letter topic; transaction aborted: %w: %w", where(r), dec.Reason, ErrDeadLetter, err)
 		}
-		c.cfg.log.Warn("idemkafka: record dead-lettered in the transaction", "record", where(r), "reason", reason, "attempts", attempts, "err", err)
-		return []*kgo.Record{deadLetterRecord(c.cfg.dlq, c.group, r, reason, attempts, err)},
-			Event{Record: r, Outcome: DeadLettered, Reason: reason, Attempts: attempts, Err: err}, nil
+		return []*kgo.Record{deadLetterRecord(c.cfg.dlq, c.group, r, dec.Reason, d.Attempt, err)}, settledRecord{d, dec}, nil
 	}
 }
 

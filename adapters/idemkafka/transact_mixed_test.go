@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemkafka"
 	"github.com/idem-go/idem/internal/testenv"
 )
@@ -81,7 +82,7 @@ func TestTransactMixedInboxOutputIDs(t *testing.T) {
 	waitFor(t, "downstream outcomes", func() bool { return down.total() == copies })
 	_ = dstop()
 	downEff.requireOnce(t, pays)
-	if a, d := down.get(idemkafka.Applied), down.get(idemkafka.Duplicate); a != len(pays) || d != copies-len(pays) {
+	if a, d := down.get(idem.Applied), down.get(idem.Duplicate); a != len(pays) || d != copies-len(pays) {
 		t.Errorf("downstream: %d applied, %d duplicates; want %d, %d", a, d, len(pays), copies-len(pays))
 	}
 }

@@ -173,10 +173,10 @@ func TestTransactAbortOnHandlerError(t *testing.T) {
 		t.Errorf("ledger: %d entries, %d duplicates, %d missing; want 19, 0, 1", lc.records, lc.duplicates, lc.missing)
 	}
 	dl := readAll(t, c, "dlq", true)
-	if len(dl) != 1 || header(dl[0], idemkafka.HeaderDLQReason) != idemkafka.ReasonPermanent || !poison(dl[0]) {
-		t.Fatalf("dead letters: %d, want the poison payment once with reason %q", len(dl), idemkafka.ReasonPermanent)
+	if len(dl) != 1 || header(dl[0], idemkafka.HeaderDLQReason) != string(idem.ReasonPermanent) || !poison(dl[0]) {
+		t.Fatalf("dead letters: %d, want the poison payment once with reason %q", len(dl), string(idem.ReasonPermanent))
 	}
-	if a, d := ta.get(idemkafka.Applied), ta.get(idemkafka.DeadLettered); a != 19 || d != 1 {
+	if a, d := ta.get(idem.Applied), ta.get(idem.DeadLettered); a != 19 || d != 1 {
 		t.Errorf("outcomes: %d applied, %d dead-lettered; want 19, 1", a, d)
 	}
 }
@@ -324,7 +324,7 @@ func TestTransactRebalanceAborts(t *testing.T) {
 		t.Errorf("read_committed: %d entries, %d duplicates, %d missing, %d keys out of order; want %d, 0, 0, 0",
 			rc.records, rc.duplicates, rc.missing, rc.outOfOrder, n)
 	}
-	if got := ta.get(idemkafka.Applied); got != n {
+	if got := ta.get(idem.Applied); got != n {
 		t.Errorf("%d applied outcomes, want %d (outcomes only after a commit)", got, n)
 	}
 }
