@@ -1,7 +1,6 @@
 package idemhttp_test
 
 import (
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -9,7 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemhttp"
 )
 
@@ -69,27 +67,6 @@ func TestBudgetSharedAcrossMiddlewares(t *testing.T) {
 	other.ServeHTTP(w, keyed("k2"))
 	if w.Code != 201 {
 		t.Fatalf("second middleware once the budget is free: %d", w.Code)
-	}
-}
-
-func TestGatewayOptionsInvalid(t *testing.T) {
-	t.Parallel()
-	small, err := idemhttp.NewBudget(1 << 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := idemhttp.NewBudget(0); !errors.Is(err, idem.ErrInvalidOption) {
-		t.Errorf("NewBudget(0): %v", err)
-	}
-	for name, o := range map[string]idemhttp.Option{
-		"nil budget":        idemhttp.WithBudget(nil),
-		"budget below body": idemhttp.WithBudget(small),
-		"nil transport":     idemhttp.WithUpstreamTransport(nil),
-		"nil forwarded":     idemhttp.WithForwarded(nil),
-	} {
-		if _, err := idemhttp.New(memStore(t), o); !errors.Is(err, idem.ErrInvalidOption) {
-			t.Errorf("%s: %v, want ErrInvalidOption", name, err)
-		}
 	}
 }
 

@@ -198,23 +198,6 @@ func TestBufferedBytesBound(t *testing.T) {
 	}
 }
 
-func TestNewRejectsHardeningOptions(t *testing.T) {
-	t.Parallel()
-	for name, opts := range map[string][]idemhttp.Option{
-		"body timeout 0":          {idemhttp.WithBodyTimeout(0)},
-		"write timeout negative":  {idemhttp.WithClientWriteTimeout(-time.Second)},
-		"buffered 0":              {idemhttp.WithMaxBufferedBytes(0)},
-		"buffered below max body": {idemhttp.WithMaxRequestBody(1 << 20), idemhttp.WithMaxBufferedBytes(1 << 19)},
-		"cookie name empty":       {idemhttp.WithScopeCookie(" ")},
-		"cookie name with ;":      {idemhttp.WithScopeCookie("a;b")},
-		"stream type bad":         {idemhttp.WithStreamContentTypes("/")},
-	} {
-		if _, err := idemhttp.New(memStore(t), opts...); err == nil {
-			t.Errorf("%s accepted", name)
-		}
-	}
-}
-
 // Beyond the list: a client that stops reading a large response cannot hold
 // the key until its lease ends (after which a retry would execute again):
 // the write to it times out, the response is stored, and the retry replays.

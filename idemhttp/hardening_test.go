@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/keystore"

@@ -7,12 +7,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/memstore"
@@ -442,18 +444,129 @@ func TestExpiry(t *testing.T) {
 	}
 }
 
+// TestNewRejects: New refuses every option value it cannot honour, and a
+// nil store, with an error wrapping idem.ErrInvalidOption.
 func TestNewRejects(t *testing.T) {
-	ms, _ := memstore.New()
-	defer ms.Close()
-	for name, o := range map[string]idemhttp.Option{
-		"ttl": idemhttp.WithTTL(0), "lease": idemhttp.WithLease(-1), "methods": idemhttp.WithMethods(),
-		"max body": idemhttp.WithMaxRequestBody(0), "scope": idemhttp.WithScopeFunc(nil), "nil": nil,
+	t.Parallel()
+	small, err := idemhttp.NewBudget(1 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := idemhttp.NewBudget(0); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("NewBudget(0): %v", err)
+	}
+	for name, opts := range map[string][]idemhttp.Option{
+		"ttl":                     {idemhttp.WithTTL(0)},
+		"lease":                   {idemhttp.WithLease(-1)},
+		"wait":                    {idemhttp.WithWait(-1)},
+		"methods":                 {idemhttp.WithMethods()},
+		"method with a space":     {idemhttp.WithMethods("PO ST")},
+		"max body":                {idemhttp.WithMaxRequestBody(0)},
+		"max response":            {idemhttp.WithMaxResponseBody(0)},
+		"fingerprint header":      {idemhttp.WithFingerprintHeaders(" ")},
+		"scope":                   {idemhttp.WithScopeFunc(nil)},
+		"docs url":                {idemhttp.WithDocsURL("")},
+		"logger":                  {idemhttp.WithLogger(nil)},
+		"hooks":                   {idemhttp.WithHooks(nil)},
+		"store timeout":           {idemhttp.WithStoreTimeout(0)},
+		"nil":                     {nil},
+		"nil budget":              {idemhttp.WithBudget(nil)},
+		"budget below body":       {idemhttp.WithBudget(small)},
+		"nil transport":           {idemhttp.WithUpstreamTransport(nil)},
+		"nil forwarded":           {idemhttp.WithForwarded(nil)},
+		"body timeout 0":          {idemhttp.WithBodyTimeout(0)},
+		"write timeout negative":  {idemhttp.WithClientWriteTimeout(-time.Second)},
+		"buffered 0":              {idemhttp.WithMaxBufferedBytes(0)},
+		"buffered below max body": {idemhttp.WithMaxRequestBody(1 << 20), idemhttp.WithMaxBufferedBytes(1 << 19)},
+		"cookie name empty":       {idemhttp.WithScopeCookie(" ")},
+		"cookie name with ;":      {idemhttp.WithScopeCookie("a;b")},
+		"stream type bad":         {idemhttp.WithStreamContentTypes("/")},
 	} {
-		if _, err := idemhttp.New(ms, o); err == nil {
-			t.Errorf("%s accepted", name)
+		if _, err := idemhttp.New(memStore(t), opts...); !errors.Is(err, idem.ErrInvalidOption) {
+			t.Errorf("%s: %v, want idem.ErrInvalidOption", name, err)
 		}
 	}
-	if _, err := idemhttp.New(nil); err == nil {
-		t.Error("nil store accepted")
+	if _, err := idemhttp.New(nil); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("nil store: %v", err)
+	}
+}
+
+// TestReplayHeadersOption: WithReplayHeaders replaces the allow list (an
+// application header is replayed, a default one no longer is), never lets
+// a per-response header through, and DefaultReplayHeaders is the list to
+// extend.
+func TestReplayHeadersOption(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		headers    []string
+		kept, lost []string
+	}{
+		{"replaced", []string{"x-charge-id", "Set-Cookie", "X-Request-Id"}, []string{"X-Charge-Id"}, []string{"Location", "Content-Type", "Set-Cookie", "X-Request-Id"}},
+		{"extended", append(idemhttp.DefaultReplayHeaders(), "X-Charge-Id"), []string{"X-Charge-Id", "Location", "Content-Type"}, []string{"Set-Cookie"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, idemhttp.WithReplayHeaders(tc.headers...))
+			f.up.hook = func(w http.ResponseWriter, _ *http.Request) bool { w.Header().Set("X-Charge-Id", "ch_1"); return false }
+			f.do("POST", "/charges", "k", "pen")
+			r := f.do("POST", "/charges", "k", "pen")
+			if r.Header.Get("Idempotent-Replayed") != "true" {
+				t.Fatalf("not replayed: %d", r.StatusCode)
+			}
+			for _, h := range tc.kept {
+				if r.Header.Get(h) == "" {
+					t.Errorf("%s not replayed: %v", h, r.Header)
+				}
+			}
+			for _, h := range tc.lost {
+				if r.Header.Get(h) != "" {
+					t.Errorf("%s replayed: %q", h, r.Header.Get(h))
+				}
+			}
+		})
+	}
+	if d := idemhttp.DefaultReplayHeaders(); slices.Contains(d, "X-Charge-Id") {
+		t.Fatal("DefaultReplayHeaders shares its slice with callers")
+	}
+}
+
+// TestDocsURLOption: problem types link to the page WithDocsURL names.
+func TestDocsURLOption(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, idemhttp.WithDocsURL("https://api.example.com/errors"), idemhttp.WithRequired(true))
+	r := f.do("POST", "/orders", "", "pen")
+	var p struct{ Type string }
+	if err := json.Unmarshal([]byte(bodyOf(t, r)), &p); err != nil || r.StatusCode != 400 || p.Type != "https://api.example.com/errors#missing-key" {
+		t.Fatalf("%d problem type %q (%v)", r.StatusCode, p.Type, err)
+	}
+}
+
+// stuckStore never answers Reserve before its ctx ends.
+type stuckStore struct{ keystore.Store }
+
+func (stuckStore) Reserve(ctx context.Context, _ string, _ []byte, _ time.Duration) (keystore.Claim, error) {
+	<-ctx.Done()
+	return keystore.Claim{}, ctx.Err()
+}
+
+// TestStoreTimeoutOption: a store that does not answer fails the request
+// with 503 once WithStoreTimeout has passed, and the handler does not run.
+func TestStoreTimeoutOption(t *testing.T) {
+	t.Parallel()
+	m, err := idemhttp.New(stuckStore{memStore(t)}, idemhttp.WithStoreTimeout(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	h := m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran = true }))
+	r := httptest.NewRequest("POST", "/orders", strings.NewReader("x"))
+	r.Header.Set("Idempotency-Key", "k")
+	r.Header.Set("Authorization", "Bearer alice")
+	w := httptest.NewRecorder()
+	start := time.Now()
+	h.ServeHTTP(w, r)
+	if w.Code != 503 || ran || time.Since(start) > 5*time.Second {
+		t.Fatalf("%d after %v, handler ran %v", w.Code, time.Since(start), ran)
 	}
 }

@@ -14,16 +14,20 @@ import (
 // [New] or [NewProxy].
 type Option func(*config) error
 
-// DefaultReplayHeaders are the response headers stored and replayed: those
-// that describe the stored representation, without which its body cannot be
-// read (Stripe stores the status and the body; these are the body's
-// metadata). Retry-After is not among them: a stored response is final, and
-// telling the client to retry it is wrong. The original response's
-// Request-Id or X-Request-Id is replayed as Original-Request, as Stripe does.
-var DefaultReplayHeaders = []string{
-	"Content-Type", "Content-Encoding", "Content-Language", "Content-Disposition",
-	"Content-Location", "Location", "ETag", "Last-Modified", "Link", "Cache-Control",
-	"Expires", "Vary",
+// DefaultReplayHeaders returns the response headers stored and replayed
+// unless [WithReplayHeaders] says otherwise: those that describe the stored
+// representation, without which its body cannot be read (Stripe stores the
+// status and the body; these are the body's metadata). Retry-After is not
+// among them: a stored response is final, and telling the client to retry
+// it is wrong. The original response's Request-Id or X-Request-Id is
+// replayed as Original-Request, as Stripe does. Each call returns a new
+// slice, to extend and pass to WithReplayHeaders.
+func DefaultReplayHeaders() []string {
+	return []string{
+		"Content-Type", "Content-Encoding", "Content-Language", "Content-Disposition",
+		"Content-Location", "Location", "ETag", "Last-Modified", "Link", "Cache-Control",
+		"Expires", "Vary",
+	}
 }
 
 // neverReplayed are dropped from the allow list whatever the configuration
@@ -82,7 +86,7 @@ func defaultConfig() config {
 		maxBuffered:  128 << 20,
 		streamTypes:  map[string]bool{"text/event-stream": true},
 	}
-	c.replay = headerSet(DefaultReplayHeaders)
+	c.replay = headerSet(DefaultReplayHeaders())
 	return c
 }
 
