@@ -98,3 +98,36 @@ func TestPublishRetryAfterLostAck(t *testing.T) {
 		t.Fatalf("without retries: err = %v, want the timeout", err)
 	}
 }
+
+// hangingAck never answers: every attempt runs into its timeout.
+type hangingAck struct {
+	jetstream.JetStream
+	calls int
+}
+
+func (h *hangingAck) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	h.calls++
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// WithPublishTimeout bounds each attempt, not the call: two attempts of
+// 50ms each end well before the caller's own deadline.
+func TestPublishTimeoutPerAttempt(t *testing.T) {
+	t.Parallel()
+	hang := &hangingAck{}
+	p, err := idemnats.NewPublisher(hang, idemnats.WithPublishTimeout(50*time.Millisecond), idemnats.WithPublishRetries(1, time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	_, err = p.Publish(ctx, &nats.Msg{Subject: "orders.created"}, "order-11")
+	if !errors.Is(err, context.DeadlineExceeded) || hang.calls != 2 {
+		t.Fatalf("err = %v after %d attempts; want DeadlineExceeded after 2", err, hang.calls)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("Publish took %v: the attempt timeout was not applied", d)
+	}
+}

@@ -16,7 +16,7 @@
 //     returned again for a duplicate.
 //
 // The key is msg.UUID by default, or a metadata field ([WithKeyMetadata]), or
-// any function of the message ([WithKeyFunc]). It must be the same on every
+// any function of the message ([WithKey]). It must be the same on every
 // delivery of one logical message: a publisher that mints a new UUID on each
 // retry defeats UUID keys, so key by a business id in that case.
 //
@@ -50,10 +50,15 @@
 // Message-ID, so that the repeat is absorbed there); after completion, the
 // redelivery is acknowledged and the stored produced messages are returned.
 //
-// A message whose key cannot be derived fails with an error wrapping
-// [ErrMissingKey] and marked idem.Permanent, and is nacked; route such errors
-// to a poison queue (Watermill's middleware.PoisonQueueWithFilter with
-// idem.IsPermanent) instead of redelivering them forever.
+// The rules are those of every idem adapter: a message that can never
+// succeed (no key: an error wrapping idem.ErrMissingKey; an invalid key or
+// fingerprint; a fingerprint mismatch; a handler error marked
+// idem.Permanent) fails with an error marked idem.Permanent that names its
+// [idem.Reason], and is nacked; route such errors to a poison queue
+// (Watermill's middleware.PoisonQueueWithFilter with idem.IsPermanent)
+// instead of redelivering them forever. Any other failure is returned as it
+// is, and the redelivery runs the handler again. [WithObserver] sees every
+// message's outcome.
 //
 // The middlewares start no goroutines and need no Close.
 package idemwatermill

@@ -7,7 +7,9 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/consume"
 )
 
 type txKey struct{}
@@ -30,17 +32,17 @@ type InboxMiddleware struct {
 }
 
 // NewInboxMiddleware returns an InboxMiddleware over in (whose consumer name
-// scopes the keys). WithDoOptions does not apply to it.
+// scopes the keys). WithKeystoreOptions does not apply to it.
 func NewInboxMiddleware(in *inbox.Inbox, opts ...Option) (*InboxMiddleware, error) {
 	if in == nil {
-		return nil, invalid("nil inbox")
+		return nil, fmt.Errorf("idemwatermill: nil inbox: %w", idem.ErrInvalidOption)
 	}
 	cfg, err := applyOptions(opts)
 	if err != nil {
 		return nil, err
 	}
 	if len(cfg.doOpts) > 0 {
-		return nil, invalid("WithDoOptions applies to the keystore Middleware only")
+		return nil, cfg.Invalid("WithKeystoreOptions applies to the keystore Middleware only")
 	}
 	return &InboxMiddleware{in: in, cfg: cfg}, nil
 }
@@ -61,21 +63,19 @@ func NewInboxMiddleware(in *inbox.Inbox, opts ...Option) (*InboxMiddleware, erro
 // duplicate and is acknowledged.
 func (m *InboxMiddleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		key, fp, err := m.cfg.keyOf(msg)
-		if err != nil {
-			return nil, err
-		}
 		orig := msg.Context()
 		defer msg.SetContext(orig)
 		var produced []*message.Message
-		_, err = m.in.ProcessMessage(orig, inbox.Message{Key: key, Fingerprint: fp}, func(ctx context.Context, tx *sql.Tx) error {
-			msg.SetContext(context.WithValue(ctx, txKey{}, tx))
-			out, err := h(msg)
-			produced = out
-			return err
+		err := m.cfg.handle(msg, func(d *consume.Delivery[*message.Message]) (bool, error) {
+			return m.in.ProcessMessage(orig, inbox.Message{Key: d.Key, Fingerprint: d.Fingerprint}, func(ctx context.Context, tx *sql.Tx) error {
+				msg.SetContext(context.WithValue(ctx, txKey{}, tx))
+				out, err := h(msg)
+				produced = out
+				return err
+			})
 		})
 		if err != nil {
-			return nil, fmt.Errorf("idemwatermill: %s: %w", key, err)
+			return nil, err
 		}
 		return produced, nil
 	}

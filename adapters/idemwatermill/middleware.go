@@ -3,67 +3,56 @@ package idemwatermill
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/consume"
 	"github.com/idem-go/idem/keystore"
 )
 
-// KeyFunc derives a message's dedup key.
+// KeyFunc derives a message's dedup key. An error (wrap
+// [idem.ErrMissingKey]) means the message has none.
 type KeyFunc func(msg *message.Message) (string, error)
 
-// ErrMissingKey is wrapped when a message's key cannot be derived. The
-// message is not handled and is nacked, unless the error is also marked
-// permanent (see WithKeyFunc).
-var ErrMissingKey = errors.New("idemwatermill: message has no key")
+// Event reports one handled message to [WithObserver].
+type Event = idem.DeliveryEvent[*message.Message]
 
 // Option configures a Middleware or an InboxMiddleware. Options are validated
 // once, by the constructor, whose error wraps idem.ErrInvalidOption.
 type Option func(*config) error
 
 type config struct {
-	key         KeyFunc
-	fingerprint func(*message.Message) []byte
-	doOpts      []keystore.Option
-}
-
-func defaultConfig() config {
-	return config{key: uuidKey}
-}
-
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("idemwatermill: %s: %w", fmt.Sprintf(format, args...), idem.ErrInvalidOption)
+	consume.Config[*message.Message]
+	doOpts []keystore.Option
 }
 
 func applyOptions(opts []Option) (config, error) {
-	c := defaultConfig()
-	for _, o := range opts {
-		if o == nil {
-			return c, invalid("nil option")
-		}
-		if err := o(&c); err != nil {
-			return c, err
-		}
-	}
-	return c, nil
+	c := config{Config: consume.Defaults[*message.Message]("idemwatermill", uuidKey)}
+	err := consume.Apply("idemwatermill", &c, opts)
+	return c, err
+}
+
+// shared adapts one of the options every adapter shares.
+func shared(o consume.Option[*message.Message]) Option {
+	return func(c *config) error { return o(&c.Config) }
 }
 
 // WithKeyMetadata keys messages by the metadata field name instead of
 // msg.UUID (the default). A message without the field, or with an empty one,
-// fails with ErrMissingKey, marked idem.Permanent.
+// fails with an error wrapping idem.ErrMissingKey, marked idem.Permanent.
 func WithKeyMetadata(name string) Option {
 	return func(c *config) error {
 		if name == "" {
-			return invalid("empty metadata field name")
+			return c.Invalid("empty metadata field name")
 		}
-		c.key = func(msg *message.Message) (string, error) {
+		c.Key = func(msg *message.Message) (string, error) {
 			v := msg.Metadata.Get(name)
 			if strings.TrimSpace(v) == "" {
-				return "", idem.Permanent(fmt.Errorf("%w: no %q metadata", ErrMissingKey, name))
+				return "", fmt.Errorf("idemwatermill: no %q metadata: %w", name, idem.ErrMissingKey)
 			}
 			return v, nil
 		}
@@ -71,37 +60,35 @@ func WithKeyMetadata(name string) Option {
 	}
 }
 
-// WithKeyFunc derives keys with fn (for example idem.DeriveKey over business
+// WithKey derives keys with fn (for example idem.DeriveKey over business
 // fields of the payload).
-func WithKeyFunc(fn KeyFunc) Option {
-	return func(c *config) error {
-		if fn == nil {
-			return invalid("nil key func")
-		}
-		c.key = fn
-		return nil
-	}
-}
+func WithKey(fn KeyFunc) Option { return shared(consume.WithKey[*message.Message](fn)) }
 
-// WithFingerprint stores fn(msg), a digest of the payload, with each key; the
-// same key with another fingerprint fails with idem.ErrFingerprintMismatch.
+// WithFingerprint stores fn(msg), a digest of the payload of at most
+// [idem.MaxFingerprintLen] bytes, with each key; the same key with another
+// fingerprint fails with idem.ErrFingerprintMismatch, marked
+// idem.Permanent.
 func WithFingerprint(fn func(msg *message.Message) []byte) Option {
-	return func(c *config) error {
-		if fn == nil {
-			return invalid("nil fingerprint func")
-		}
-		c.fingerprint = fn
-		return nil
-	}
+	return shared(consume.WithFingerprint(fn))
 }
 
-// WithDoOptions passes options (lease, TTL, waiting for an in-progress
-// holder) to keystore.Do. Middleware only.
-func WithDoOptions(opts ...keystore.Option) Option {
+// WithObserver calls fn once for every message the middleware handled,
+// after the handler and the key's commit or completion, with its outcome:
+// Applied, Duplicate, Retried (an error: the router nacks it) or
+// DeadLettered (an error marked idem.Permanent, with its [idem.Reason]).
+// fn must not block.
+func WithObserver(fn func(Event)) Option { return shared(consume.WithObserver(fn)) }
+
+// WithLogger logs failed and unusable messages to l (default: discarded).
+func WithLogger(l *slog.Logger) Option { return shared(consume.WithLogger[*message.Message](l)) }
+
+// WithKeystoreOptions passes options (lease, TTL, waiting for an
+// in-progress holder) to keystore.Do. Middleware only.
+func WithKeystoreOptions(opts ...keystore.Option) Option {
 	return func(c *config) error {
 		for _, o := range opts {
 			if o == nil {
-				return invalid("nil keystore option")
+				return c.Invalid("nil keystore option")
 			}
 		}
 		c.doOpts = append(c.doOpts, opts...)
@@ -111,24 +98,32 @@ func WithDoOptions(opts ...keystore.Option) Option {
 
 func uuidKey(msg *message.Message) (string, error) {
 	if msg.UUID == "" {
-		return "", idem.Permanent(fmt.Errorf("%w: empty UUID", ErrMissingKey))
+		return "", fmt.Errorf("idemwatermill: empty UUID: %w", idem.ErrMissingKey)
 	}
 	return msg.UUID, nil
 }
 
-func (c *config) keyOf(msg *message.Message) (string, []byte, error) {
-	key, err := c.key(msg)
-	if err == nil {
-		err = idem.ValidateKey(key)
+// handle runs one message through the shared rules: key and fingerprint
+// first, then run (the inbox or the key store; applied reports a first
+// run), then the decision. A message that can never succeed (no usable key,
+// a fingerprint mismatch, an error marked idem.Permanent) fails with an
+// error marked idem.Permanent and naming its reason, for a poison queue; any
+// other failure is returned as it is, and the router nacks it.
+func (c *config) handle(msg *message.Message, run func(d *consume.Delivery[*message.Message]) (applied bool, err error)) error {
+	d := consume.Delivery[*message.Message]{Msg: msg, Attempt: 1}
+	dec, ok := c.Prepare(&d)
+	if ok {
+		applied, err := run(&d)
+		dec = c.Decide(&d, applied, err)
 	}
-	if err != nil {
-		return "", nil, fmt.Errorf("idemwatermill: key: %w", err)
+	c.Report(&d, dec)
+	switch dec.Outcome {
+	case idem.DeadLettered:
+		return idem.Permanent(fmt.Errorf("idemwatermill: %s (%s): %w", d.Key, dec.Reason, dec.Err))
+	case idem.Retried:
+		return fmt.Errorf("idemwatermill: %s: %w", d.Key, dec.Err)
 	}
-	var fp []byte
-	if c.fingerprint != nil {
-		fp = c.fingerprint(msg)
-	}
-	return key, fp, nil
+	return nil
 }
 
 // Middleware deduplicates a Watermill handler with a keystore.Store: the key
@@ -146,7 +141,7 @@ type Middleware struct {
 // handler or consumer: a key is one operation of one handler.
 func NewMiddleware(s keystore.Store, opts ...Option) (*Middleware, error) {
 	if s == nil {
-		return nil, invalid("nil store")
+		return nil, fmt.Errorf("idemwatermill: nil store: %w", idem.ErrInvalidOption)
 	}
 	cfg, err := applyOptions(opts)
 	if err != nil {
@@ -172,26 +167,25 @@ func NewMiddleware(s keystore.Store, opts ...Option) (*Middleware, error) {
 // acknowledged as a duplicate.
 func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		key, fp, err := m.cfg.keyOf(msg)
+		var out []*message.Message
+		err := m.cfg.handle(msg, func(d *consume.Delivery[*message.Message]) (bool, error) {
+			res, replayed, err := keystore.Do(msg.Context(), m.s, d.Key, d.Fingerprint, func(ctx context.Context) ([]byte, error) {
+				produced, err := h(msg)
+				if err != nil {
+					return nil, err
+				}
+				out = produced
+				return encode(produced)
+			}, m.cfg.doOpts...)
+			if err == nil && replayed {
+				out, err = decode(res)
+			}
+			return !replayed, err
+		})
 		if err != nil {
 			return nil, err
 		}
-		var produced []*message.Message
-		res, replayed, err := keystore.Do(msg.Context(), m.s, key, fp, func(ctx context.Context) ([]byte, error) {
-			out, err := h(msg)
-			if err != nil {
-				return nil, err
-			}
-			produced = out
-			return encode(out)
-		}, m.cfg.doOpts...)
-		if err != nil {
-			return nil, fmt.Errorf("idemwatermill: %s: %w", key, err)
-		}
-		if !replayed {
-			return produced, nil
-		}
-		return decode(res)
+		return out, nil
 	}
 }
 

@@ -213,7 +213,7 @@ func TestConcurrentDuplicates(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				m, err := idemwatermill.NewMiddleware(s, idemwatermill.WithDoOptions(keystore.WithWait(time.Millisecond, 10*time.Millisecond)))
+				m, err := idemwatermill.NewMiddleware(s, idemwatermill.WithKeystoreOptions(keystore.WithWait(time.Millisecond, 10*time.Millisecond)))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -286,7 +286,7 @@ func TestReplayProducedMessages(t *testing.T) {
 		t.Fatalf("runs %d, first %v, replay %v", runs, first, again)
 	}
 	missing := message.NewMessage(watermill.NewUUID(), nil)
-	if _, err := h(missing); !errors.Is(err, idemwatermill.ErrMissingKey) {
+	if _, err := h(missing); !errors.Is(err, idem.ErrMissingKey) {
 		t.Fatalf("missing metadata: %v, want ErrMissingKey", err)
 	}
 }
@@ -298,7 +298,7 @@ func TestOptionsValidated(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, o := range []idemwatermill.Option{
-		idemwatermill.WithKeyMetadata(""), idemwatermill.WithKeyFunc(nil), idemwatermill.WithFingerprint(nil), nil,
+		idemwatermill.WithKeyMetadata(""), idemwatermill.WithKey(nil), idemwatermill.WithFingerprint(nil), nil,
 	} {
 		if _, err := idemwatermill.NewMiddleware(s, o); !errors.Is(err, idem.ErrInvalidOption) {
 			t.Error("invalid option accepted")
