@@ -13,6 +13,8 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemkafka"
 	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/keystore"
+	"github.com/idem-go/idem/keystore/memstore"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -35,6 +37,9 @@ func TestOptionsValidated(t *testing.T) {
 		"offsets table":   {idemkafka.WithOffsetsTable("x; DROP TABLE y")},
 		"logger":          {idemkafka.WithLogger(nil)},
 		"outcome":         {idemkafka.WithObserver(nil)},
+		"keystore option": {idemkafka.WithKeystoreOptions(nil)},
+		"not for inbox":   {idemkafka.WithKeystoreOptions(keystore.WithLease(time.Second))},
+		"table for inbox": {idemkafka.WithOffsetsTable("offsets")},
 		"later bad wins":  {idemkafka.WithMaxAttempts(2), idemkafka.WithBackoff(time.Millisecond, time.Second), idemkafka.WithBatchSize(-5)},
 		"first bad fails": {idemkafka.WithBatchSize(-5), idemkafka.WithMaxAttempts(2), idemkafka.WithBackoff(time.Millisecond, time.Second)},
 	}
@@ -58,6 +63,53 @@ func TestOptionsValidated(t *testing.T) {
 	if _, err := idemkafka.NewKeystoreConsumer(nil, func(context.Context, *kgo.Record) error { return nil }, kopts); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Errorf("nil store: %v", err)
 	}
+	store, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks := func(context.Context, *kgo.Record) error { return nil }
+	set := idemkafka.WithSetHandler(func(context.Context, *sql.Tx, []*kgo.Record) error { return nil })
+	for name, build := range map[string]func() error{
+		"offsets with a key": func() error {
+			_, err := idemkafka.NewOffsetConsumer(db, sqldialect.SQLite, h, kopts, idemkafka.WithKey(idemkafka.OffsetKey))
+			return err
+		},
+		"offsets with keystore options": func() error {
+			_, err := idemkafka.NewOffsetConsumer(db, sqldialect.SQLite, h, kopts, idemkafka.WithKeystoreOptions())
+			return err
+		},
+		"keystore with a set handler": func() error {
+			_, err := idemkafka.NewKeystoreConsumer(store, ks, kopts, set)
+			return err
+		},
+		"keystore with an offsets table": func() error {
+			_, err := idemkafka.NewKeystoreConsumer(store, ks, kopts, idemkafka.WithOffsetsTable("t"))
+			return err
+		},
+	} {
+		if err := build(); !errors.Is(err, idem.ErrInvalidOption) || !strings.Contains(err.Error(), "does not apply") {
+			t.Errorf("%s: err = %v, want an option that does not apply", name, err)
+		}
+	}
+	oc, err := idemkafka.NewOffsetConsumer(db, sqldialect.SQLite, h, kopts, idemkafka.WithOffsetsTable("kafka_offsets"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := oc.SchemaSQL(); len(s) != 1 || !strings.Contains(s[0], "CREATE TABLE IF NOT EXISTS kafka_offsets ") {
+		t.Errorf("SchemaSQL = %q", s)
+	}
+	if err := oc.Migrate(context.Background()); err != nil {
+		t.Error(err)
+	}
+	if _, err := db.Exec(`SELECT group_id, topic, partition_id, next_offset FROM kafka_offsets`); err != nil {
+		t.Errorf("offsets table after Migrate: %v", err)
+	}
+	oc.Close()
+	kc, err := idemkafka.NewKeystoreConsumer(store, ks, kopts, idemkafka.WithKeystoreOptions(keystore.WithLease(time.Minute)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc.Close()
 	c, err := idemkafka.NewConsumer(in, h, kopts)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,103 @@
+package idemkafka_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/adapters/idemkafka"
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/keystore/memstore"
+)
+
+// TestFingerprints: with WithFingerprint, a fingerprint longer than
+// idem.MaxFingerprintLen is dead-lettered with reason invalid-fingerprint
+// before anything runs, and an id produced again with another payload is
+// dead-lettered with reason fingerprint-mismatch; the others apply once.
+// Both keyed consumers follow the same rule.
+func TestFingerprints(t *testing.T) {
+	t.Parallel()
+	fingerprint := func(r *kgo.Record) []byte {
+		if string(r.Value) == "huge" {
+			return []byte(strings.Repeat("x", idem.MaxFingerprintLen+1))
+		}
+		sum := sha256.Sum256(r.Value)
+		return sum[:]
+	}
+	for _, kind := range []string{"inbox", "keystore"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			c := cluster(t, 1, "orders")
+			p, err := idemkafka.NewProducer(client(t, c))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, rec := range []struct{ id, value string }{{"a", "a"}, {"b", "huge"}, {"c", "c"}, {"a", "a-changed"}, {"a", "a"}} {
+				if err := p.Produce(context.Background(), rec.id, &kgo.Record{Topic: "orders", Value: []byte(rec.value)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ta := newTally()
+			opts := []idemkafka.Option{ta.option(), idemkafka.WithFingerprint(fingerprint), idemkafka.WithDeadLetter("dlq")}
+			var con interface {
+				Run(context.Context) error
+				Close()
+			}
+			var mu sync.Mutex
+			applied := map[string]int{}
+			if kind == "inbox" {
+				db := testenv.SQLite(t)
+				eff := newEffects(t, db)
+				defer func() {
+					for v, n := range eff.counts(t) {
+						applied[v] = n
+					}
+					checkApplied(t, applied)
+				}()
+				con, err = idemkafka.NewConsumer(newInbox(t, db, "g"), eff.handler("1"), groupOpts(c, "g", "orders"), opts...)
+			} else {
+				store, serr := memstore.New()
+				if serr != nil {
+					t.Fatal(serr)
+				}
+				defer checkApplied(t, applied)
+				con, err = idemkafka.NewKeystoreConsumer(store, func(_ context.Context, r *kgo.Record) error {
+					mu.Lock()
+					applied[string(r.Value)]++
+					mu.Unlock()
+					return nil
+				}, groupOpts(c, "g", "orders"), opts...)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop := running(t, con)
+			waitFor(t, "5 outcomes", func() bool { return ta.total() == 5 })
+			_ = stop()
+			if a, d, dl := ta.get(idem.Applied), ta.get(idem.Duplicate), ta.get(idem.DeadLettered); a != 2 || d != 1 || dl != 2 {
+				t.Errorf("applied %d, duplicates %d, dead-lettered %d; want 2, 1, 2", a, d, dl)
+			}
+			reasons := map[string]string{}
+			for _, r := range readTopic(t, c, "dlq", 2) {
+				reasons[string(r.Value)] = headers(r)[idemkafka.HeaderDLQReason]
+			}
+			if reasons["huge"] != string(idem.ReasonInvalidFingerprint) || reasons["a-changed"] != string(idem.ReasonFingerprintMismatch) {
+				t.Errorf("dead-letter reasons %v", reasons)
+			}
+			requireCommittedToEnd(t, c, "g", "orders")
+		})
+	}
+}
+
+// checkApplied fails unless exactly "a" and "c" were applied, once each.
+func checkApplied(t *testing.T, applied map[string]int) {
+	t.Helper()
+	if len(applied) != 2 || applied["a"] != 1 || applied["c"] != 1 {
+		t.Errorf("applied %v, want a and c once each", applied)
+	}
+}
