@@ -40,13 +40,7 @@ func WithClientWriteTimeout(d time.Duration) Option {
 // with 503 "busy" and Retry-After: 1, before any store I/O, instead of
 // growing the process.
 func WithMaxBufferedBytes(n int64) Option {
-	return func(c *config) error {
-		if n <= 0 {
-			return invalid("max buffered bytes %d must be positive", n)
-		}
-		c.maxBuffered = n
-		return nil
-	}
+	return setIf(n > 0, invalid("max buffered bytes %d must be positive", n), func(c *config) { c.maxBuffered = n })
 }
 
 // WithStreamContentTypes replaces the media types whose responses are
@@ -184,13 +178,7 @@ func WithStoreTimeout(d time.Duration) Option {
 
 // positiveDuration is an option that sets a duration that must be positive.
 func positiveDuration(what string, d time.Duration, field func(*config) *time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return invalid("%s %v must be positive", what, d)
-		}
-		*field(c) = d
-		return nil
-	}
+	return setIf(d > 0, invalid("%s %v must be positive", what, d), func(c *config) { *field(c) = d })
 }
 
 // Budget bounds the request bytes buffered at once by every [Middleware] and
@@ -214,11 +202,5 @@ func (b *Budget) Used() int64 { return b.b.used.Load() }
 // with every other Middleware given b; it replaces [WithMaxBufferedBytes].
 // b's bound must exceed the request body limit.
 func WithBudget(b *Budget) Option {
-	return func(c *config) error {
-		if b == nil {
-			return invalid("nil budget")
-		}
-		c.budget = &b.b
-		return nil
-	}
+	return setIf(b != nil, invalid("nil budget"), func(c *config) { c.budget = &b.b })
 }

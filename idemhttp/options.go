@@ -102,7 +102,20 @@ func headerSet(names []string) map[string]bool {
 }
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("idemhttp: %w: "+format, append([]any{idem.ErrInvalidOption}, args...)...)
+	return fmt.Errorf("idemhttp: "+format+": %w", append(args, idem.ErrInvalidOption)...)
+}
+
+// setIf is an option that applies set when ok and otherwise refuses the
+// value with bad (an [invalid] error), so that each option states its rule
+// in one line.
+func setIf(ok bool, bad error, set func(*config)) Option {
+	return func(c *config) error {
+		if !ok {
+			return bad
+		}
+		set(c)
+		return nil
+	}
 }
 
 // WithMethods sets the methods that use idempotency keys (default POST and
@@ -157,13 +170,7 @@ func WithLease(d time.Duration) Option {
 // WithWait makes a request whose key is in progress wait up to d for the
 // first request's response, and replay it, instead of answering 409.
 func WithWait(d time.Duration) Option {
-	return func(c *config) error {
-		if d < 0 {
-			return invalid("wait %v must not be negative", d)
-		}
-		c.wait = d
-		return nil
-	}
+	return setIf(d >= 0, invalid("wait %v must not be negative", d), func(c *config) { c.wait = d })
 }
 
 // WithStore5xx stores and replays 5xx responses too, as Stripe does. By
@@ -190,13 +197,7 @@ func WithFingerprintHeaders(headers ...string) Option {
 // WithMaxRequestBody sets the largest request body accepted on keyed requests
 // (default 8 MiB); larger ones get 413 before any store I/O.
 func WithMaxRequestBody(n int64) Option {
-	return func(c *config) error {
-		if n <= 0 {
-			return invalid("max request body %d must be positive", n)
-		}
-		c.maxRequest = n
-		return nil
-	}
+	return setIf(n > 0, invalid("max request body %d must be positive", n), func(c *config) { c.maxRequest = n })
 }
 
 // WithMaxResponseBody sets the largest response body stored for replay
@@ -204,13 +205,7 @@ func WithMaxRequestBody(n int64) Option {
 // its replay is a 410 problem response. It must not exceed the store's
 // result limit.
 func WithMaxResponseBody(n int) Option {
-	return func(c *config) error {
-		if n <= 0 {
-			return invalid("max response body %d must be positive", n)
-		}
-		c.maxResponse = n
-		return nil
-	}
+	return setIf(n > 0, invalid("max response body %d must be positive", n), func(c *config) { c.maxResponse = n })
 }
 
 // WithReplayHeaders replaces the allow list of response headers stored and
@@ -222,35 +217,17 @@ func WithReplayHeaders(headers ...string) Option {
 
 // WithDocsURL sets the documentation page problem types link to.
 func WithDocsURL(u string) Option {
-	return func(c *config) error {
-		if u == "" {
-			return invalid("empty docs URL")
-		}
-		c.docs = u
-		return nil
-	}
+	return setIf(u != "", invalid("empty docs URL"), func(c *config) { c.docs = u })
 }
 
 // WithLogger sets a logger (default: discard).
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return invalid("nil logger")
-		}
-		c.logger = l
-		return nil
-	}
+	return setIf(l != nil, invalid("nil logger"), func(c *config) { c.logger = l })
 }
 
 // WithHooks installs an observer of every keyed request's outcome.
 func WithHooks(h Hooks) Option {
-	return func(c *config) error {
-		if h == nil {
-			return invalid("nil hooks")
-		}
-		c.hooks = h
-		return nil
-	}
+	return setIf(h != nil, invalid("nil hooks"), func(c *config) { c.hooks = h })
 }
 
 // Hooks observes the middleware without tying it to a metrics library.

@@ -155,13 +155,7 @@ func upstreamTransport() http.RoundTripper {
 // or one shared by several Proxies so that they share its connections. A
 // [Middleware] ignores it.
 func WithUpstreamTransport(rt http.RoundTripper) Option {
-	return func(c *config) error {
-		if rt == nil {
-			return invalid("nil upstream transport")
-		}
-		c.transport = rt
-		return nil
-	}
+	return setIf(rt != nil, invalid("nil upstream transport"), func(c *config) { c.transport = rt })
 }
 
 // WithForwarded replaces how a [Proxy] sets the forwarding headers of the
@@ -173,13 +167,7 @@ func WithUpstreamTransport(rt http.RoundTripper) Option {
 // removed; f decides which of the client's to keep (those of a trusted
 // proxy) and what to add. A [Middleware] ignores it.
 func WithForwarded(f func(in *http.Request, out http.Header)) Option {
-	return func(c *config) error {
-		if f == nil {
-			return invalid("nil forwarded func")
-		}
-		c.forwarded = f
-		return nil
-	}
+	return setIf(f != nil, invalid("nil forwarded func"), func(c *config) { c.forwarded = f })
 }
 
 type cancelKey struct{}

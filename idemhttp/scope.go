@@ -89,13 +89,7 @@ func WithScopeCookie(name string) Option {
 // running the handler; an error wrapping [ErrNoPrincipal] is treated as an
 // anonymous request (see [WithAllowAnonymous]).
 func WithScopeFunc(f func(*http.Request) (string, error)) Option {
-	return func(c *config) error {
-		if f == nil {
-			return invalid("nil scope func")
-		}
-		c.scope = f
-		return nil
-	}
+	return setIf(f != nil, invalid("nil scope func"), func(c *config) { c.scope = f })
 }
 
 // WithAllowAnonymous lets keyed requests without a principal (no

@@ -40,24 +40,23 @@ type doConfig struct {
 // second caller run fn concurrently, and the first caller's Complete then
 // fails with ErrLeaseLost. A lease that is not positive is refused.
 func WithLease(d time.Duration) Option {
-	return func(c *doConfig) error {
-		if d <= 0 {
-			return fmt.Errorf("keystore: lease %v is not positive: %w", d, idem.ErrInvalidOption)
-		}
-		c.lease = d
-		return nil
-	}
+	return positive("lease", d, func(c *doConfig) { c.lease = d })
 }
 
 // WithTTL sets how long the result is kept after completion (default
 // [DefaultTTL]); a retry after that runs fn again. A TTL that is not
 // positive is refused.
 func WithTTL(d time.Duration) Option {
+	return positive("ttl", d, func(c *doConfig) { c.ttl = d })
+}
+
+// positive is an option that applies set when d is positive.
+func positive(what string, d time.Duration, set func(*doConfig)) Option {
 	return func(c *doConfig) error {
 		if d <= 0 {
-			return fmt.Errorf("keystore: ttl %v is not positive: %w", d, idem.ErrInvalidOption)
+			return fmt.Errorf("keystore: %s %v is not positive: %w", what, d, idem.ErrInvalidOption)
 		}
-		c.ttl = d
+		set(c)
 		return nil
 	}
 }

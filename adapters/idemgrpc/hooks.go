@@ -33,11 +33,5 @@ const (
 
 // WithHooks installs an observer of every call's outcome.
 func WithHooks(h Hooks) Option {
-	return func(c *config) error {
-		if h == nil {
-			return invalid("nil hooks")
-		}
-		c.hooks = h
-		return nil
-	}
+	return setIf(h != nil, invalid("nil hooks"), func(c *config) { c.hooks = h })
 }

@@ -67,7 +67,20 @@ func codeSet(cs []codes.Code) map[codes.Code]bool {
 }
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("idemgrpc: %w: "+format, append([]any{idem.ErrInvalidOption}, args...)...)
+	return fmt.Errorf("idemgrpc: "+format+": %w", append(args, idem.ErrInvalidOption)...)
+}
+
+// setIf is an option that applies set when ok and otherwise refuses the
+// value with bad (an [invalid] error), so that each option states its rule
+// in one line.
+func setIf(ok bool, bad error, set func(*config)) Option {
+	return func(c *config) error {
+		if !ok {
+			return bad
+		}
+		set(c)
+		return nil
+	}
 }
 
 // WithMethods limits idempotency keys to the named unary methods, each a
@@ -100,13 +113,7 @@ func WithRequired(required bool) Option {
 // counted from completion by the store's clock. It must cover the clients'
 // retry horizon.
 func WithTTL(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return invalid("ttl %v must be positive", d)
-		}
-		c.ttl = d
-		return nil
-	}
+	return setIf(d > 0, invalid("ttl %v must be positive", d), func(c *config) { c.ttl = d })
 }
 
 // WithLease sets how long a call holds its key while the handler runs
@@ -117,39 +124,21 @@ func WithTTL(d time.Duration) Option {
 // context ends when the lease does; set the lease longer than the handler's
 // longest run, because once it has ended a retry may execute concurrently.
 func WithLease(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return invalid("lease %v must be positive", d)
-		}
-		c.lease = d
-		return nil
-	}
+	return setIf(d > 0, invalid("lease %v must be positive", d), func(c *config) { c.lease = d })
 }
 
 // WithWait makes a call whose key is in progress wait up to d for the first
 // call's response, and replay it, instead of failing at once with
 // Unavailable (reason [ReasonInProgress]).
 func WithWait(d time.Duration) Option {
-	return func(c *config) error {
-		if d < 0 {
-			return invalid("wait %v must not be negative", d)
-		}
-		c.wait = d
-		return nil
-	}
+	return setIf(d >= 0, invalid("wait %v must not be negative", d), func(c *config) { c.wait = d })
 }
 
 // WithStoreTimeout bounds each store call (default 5s). Store calls do not
 // end with the client's cancellation: a call cancelled half-way may have
 // committed, so each one runs to its end or to this timeout.
 func WithStoreTimeout(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return invalid("store timeout %v must be positive", d)
-		}
-		c.storeTimeout = d
-		return nil
-	}
+	return setIf(d > 0, invalid("store timeout %v must be positive", d), func(c *config) { c.storeTimeout = d })
 }
 
 // WithReleaseCodes replaces the status codes that release the key (default
@@ -191,24 +180,12 @@ func WithReplayMetadata(keys ...string) Option {
 // delivered and never re-executed; its replay fails with FailedPrecondition
 // (reason [ReasonNotStored]). It must not exceed the store's result limit.
 func WithMaxResponseSize(n int) Option {
-	return func(c *config) error {
-		if n <= 0 {
-			return invalid("max response size %d must be positive", n)
-		}
-		c.maxResponse = n
-		return nil
-	}
+	return setIf(n > 0, invalid("max response size %d must be positive", n), func(c *config) { c.maxResponse = n })
 }
 
 // WithLogger sets a logger (default: discard).
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return invalid("nil logger")
-		}
-		c.logger = l
-		return nil
-	}
+	return setIf(l != nil, invalid("nil logger"), func(c *config) { c.logger = l })
 }
 
 var perCall = map[string]bool{

@@ -83,13 +83,7 @@ func WithScopeTLS() Option {
 // [WithAllowAnonymous]); any other error fails it with InvalidArgument
 // (reason [ReasonInvalidScope]). Either way the handler does not run.
 func WithScopeFunc(f func(ctx context.Context, fullMethod string) (string, error)) Option {
-	return func(c *config) error {
-		if f == nil {
-			return invalid("nil scope func")
-		}
-		c.scope = f
-		return nil
-	}
+	return setIf(f != nil, invalid("nil scope func"), func(c *config) { c.scope = f })
 }
 
 // WithAllowAnonymous lets keyed calls without a principal share one
