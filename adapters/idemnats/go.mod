@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/google/uuid v1.6.0
 	github.com/idem-go/idem v0.0.0
+	github.com/idem-go/idem/internal/natsenv v0.0.0
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	go.uber.org/goleak v1.3.0
@@ -41,4 +42,7 @@ require (
 
 // Inside the repository go.work resolves these; the replaces keep
 // GOWORK=off builds (and go mod tidy) working.
-replace github.com/idem-go/idem => ../..
+replace (
+	github.com/idem-go/idem => ../..
+	github.com/idem-go/idem/internal/natsenv => ../../internal/natsenv
+)

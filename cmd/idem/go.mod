@@ -7,6 +7,7 @@ require (
 	github.com/idem-go/idem v0.0.0
 	github.com/idem-go/idem/idemhttp/idemhttpprom v0.0.0
 	github.com/idem-go/idem/keystore/dynamostore v0.0.0
+	github.com/idem-go/idem/keystore/keystoreprom v0.0.0-00010101000000-000000000000
 	github.com/idem-go/idem/keystore/natsstore v0.0.0
 	github.com/idem-go/idem/keystore/redisstore v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0
@@ -76,6 +77,7 @@ require (
 replace (
 	github.com/idem-go/idem => ../..
 	github.com/idem-go/idem/idemhttp/idemhttpprom => ../../idemhttp/idemhttpprom
+	github.com/idem-go/idem/internal/natsenv => ../../internal/natsenv
 	github.com/idem-go/idem/keystore/dynamostore => ../../keystore/dynamostore
 	github.com/idem-go/idem/keystore/keystoreprom => ../../keystore/keystoreprom
 	github.com/idem-go/idem/keystore/natsstore => ../../keystore/natsstore

@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/idem-go/idem v0.0.0
-	github.com/nats-io/nats-server/v2 v2.15.2
+	github.com/idem-go/idem/internal/natsenv v0.0.0
 	github.com/nats-io/nats.go v1.55.0
 	go.uber.org/goleak v1.3.0
 )
@@ -25,6 +25,7 @@ require (
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/nats-io/jwt/v2 v2.8.2 // indirect
+	github.com/nats-io/nats-server/v2 v2.15.2 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
@@ -40,4 +41,7 @@ require (
 	modernc.org/sqlite v1.62.0 // indirect
 )
 
-replace github.com/idem-go/idem => ../..
+replace (
+	github.com/idem-go/idem => ../..
+	github.com/idem-go/idem/internal/natsenv => ../../internal/natsenv
+)
