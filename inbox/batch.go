@@ -194,9 +194,7 @@ func (in *Inbox) runBatch(ctx context.Context, msgs []Message, set SetHandler, f
 	in.stmts.prepareMissed(ctx)
 	if in.cfg.hooks != nil {
 		d := time.Since(start)
-		if bh, ok := in.cfg.hooks.(BatchHooks); ok {
-			bh.Batch(in.consumer, len(msgs), d)
-		}
+		in.cfg.hooks.Batch(in.consumer, len(msgs), d)
 		for _, r := range results {
 			in.cfg.hooks.Processed(in.consumer, r.Applied, r.Err, d)
 		}

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,7 +35,9 @@ type Beginner interface {
 type Handler func(ctx context.Context, tx *sql.Tx) error
 
 // Inbox records processed keys for one consumer in one table. It is safe for
-// concurrent use and holds no goroutines, so it needs no Close.
+// concurrent use and starts no goroutines. On SQLite and MySQL it prepares
+// its statements on the database's connections: [Inbox.Close] releases them
+// when the Inbox is no longer needed (the *sql.DB's own Close does too).
 type Inbox struct {
 	db       Beginner
 	dialect  sqldialect.Dialect
@@ -328,8 +329,8 @@ func (in *Inbox) withRetry(ctx context.Context, f func() error) error {
 			in.cfg.hooks.Retried(in.consumer, attempt+1, err)
 		}
 		in.cfg.logger.DebugContext(ctx, "inbox: retrying transaction", "consumer", in.consumer, "attempt", attempt+1, "err", err)
-		if serr := sleep(ctx, backoff(attempt, in.cfg.backoffMin, in.cfg.backoffMax)); serr != nil {
-			return fmt.Errorf("inbox: %w (while retrying after: %v)", serr, err)
+		if serr := in.cfg.backoff.Wait(ctx, attempt); serr != nil {
+			return fmt.Errorf("inbox: retrying after %v: %w", err, serr)
 		}
 	}
 }
@@ -347,26 +348,6 @@ func (in *Inbox) retryable(err error) bool {
 		return in.staleRetry(context.Background())
 	}
 	return in.dialect.Retryable(err)
-}
-
-// backoff returns a full-jitter exponential delay for the attempt.
-func backoff(attempt int, lo, hi time.Duration) time.Duration {
-	d := lo << min(attempt, 20)
-	if d > hi || d <= 0 {
-		d = hi
-	}
-	return lo/2 + rand.N(d)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // HandlerError is returned when the handler failed; nothing was recorded.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/retry"
 )
 
 // Option configures an [Inbox]. Options are validated once, by [New].
@@ -16,8 +17,7 @@ type config struct {
 	horizon    time.Duration
 	retention  time.Duration
 	maxRetries int
-	backoffMin time.Duration
-	backoffMax time.Duration
+	backoff    retry.Backoff
 	logger     *slog.Logger
 	hooks      Hooks
 	layout     Layout        // for new tables; 0: LayoutBuckets where supported
@@ -31,8 +31,7 @@ func defaultConfig() config {
 	return config{
 		table:       "idem_inbox",
 		maxRetries:  10,
-		backoffMin:  2 * time.Millisecond,
-		backoffMax:  250 * time.Millisecond,
+		backoff:     retry.Backoff{Min: 2 * time.Millisecond, Max: 250 * time.Millisecond},
 		logger:      slog.New(slog.DiscardHandler),
 		filterBytes: 256 << 20,
 	}
@@ -87,7 +86,7 @@ func WithRetry(n int, min, max time.Duration) Option {
 		if n < 0 || min <= 0 || max < min {
 			return invalid("retry (%d, %v, %v): want n >= 0 and 0 < min <= max", n, min, max)
 		}
-		c.maxRetries, c.backoffMin, c.backoffMax = n, min, max
+		c.maxRetries, c.backoff = n, retry.Backoff{Min: min, Max: max}
 		return nil
 	}
 }
@@ -182,12 +181,9 @@ type Hooks interface {
 	Retried(consumer string, attempt int, err error)
 	// Swept is called after a Sweep batch deleted n rows.
 	Swept(consumer string, n int)
-}
-
-// BatchHooks is implemented by [Hooks] that also observe batches:
-// ProcessBatch calls Batch once per batch that reached the database, with
-// its number of valid messages and the time it took, retries included
-// (each message is also reported to Processed).
-type BatchHooks interface {
+	// Batch is called once per ProcessBatch or ProcessBatchSet batch that
+	// reached the database, with its number of valid messages and the time
+	// it took, retries included (each message is also reported to
+	// Processed).
 	Batch(consumer string, n int, d time.Duration)
 }

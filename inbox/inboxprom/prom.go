@@ -57,10 +57,7 @@ type Hooks struct {
 	batchDur *prometheus.HistogramVec
 }
 
-var (
-	_ inbox.Hooks      = (*Hooks)(nil)
-	_ inbox.BatchHooks = (*Hooks)(nil)
-)
+var _ inbox.Hooks = (*Hooks)(nil)
 
 // Option configures [New]. An option that cannot apply returns an error
 // wrapping idem.ErrInvalidOption, and New returns it.
@@ -196,7 +193,7 @@ func (h *Hooks) Swept(consumer string, n int) {
 	h.swept.WithLabelValues(consumer).Add(float64(n))
 }
 
-// Batch implements inbox.BatchHooks.
+// Batch implements inbox.Hooks.
 func (h *Hooks) Batch(consumer string, n int, d time.Duration) {
 	h.batch.WithLabelValues(consumer).Observe(float64(n))
 	h.batchDur.WithLabelValues(consumer).Observe(d.Seconds())
