@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,11 +18,7 @@ const DynaliteVersion = "4.0.0"
 
 const dynaliteInstall = "apt-get install -y nodejs npm && npm install --prefix " + DynaliteDir + " dynalite@" + DynaliteVersion
 
-var dyn struct {
-	once     sync.Once
-	endpoint string
-	err      error
-}
+var dyn shared[string]
 
 // DynamoDBEndpoint returns the http:// URL of a DynamoDB-API server:
 // dynalite, started on first use in memory on a free loopback port, with
@@ -38,11 +33,7 @@ var dyn struct {
 // ReturnValuesOnConditionCheckFailure (it ignores them).
 func DynamoDBEndpoint(t testing.TB) string {
 	t.Helper()
-	dyn.once.Do(func() { dyn.endpoint, dyn.err = startDynalite() })
-	if dyn.err != nil {
-		Missing(t, "dynalite (a DynamoDB-API server)", dynaliteInstall, dyn.err)
-	}
-	return dyn.endpoint
+	return dyn.get(t, "dynalite (a DynamoDB-API server)", dynaliteInstall, startDynalite)
 }
 
 func startDynalite() (string, error) {

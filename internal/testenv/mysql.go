@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,40 +15,16 @@ import (
 
 const mysqlInstall = "apt-get install -y mariadb-server"
 
-var my struct {
-	once  sync.Once
-	admin *mysql.Config
-	err   error
-}
+var my shared[*mysql.Config] // the root user's configuration
 
 // MySQLDSN returns the DSN of a fresh, empty database on a MariaDB (or
 // MySQL) server, starting the server on first use. The database is dropped
 // when t ends. The DSN sets parseTime and multiStatements off.
 func MySQLDSN(t testing.TB) string {
 	t.Helper()
-	my.once.Do(func() { my.admin, my.err = startMySQL() })
-	if my.err != nil {
-		Missing(t, "MariaDB", mysqlInstall, my.err)
-	}
-	name := Name("t_")
-	admin, err := sql.Open("mysql", my.admin.FormatDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
-		t.Fatalf("testenv: create database: %v", err)
-	}
-	t.Cleanup(func() {
-		db, err := sql.Open("mysql", my.admin.FormatDSN())
-		if err != nil {
-			return
-		}
-		defer db.Close()
-		_, _ = db.Exec("DROP DATABASE " + name)
-	})
-	c := my.admin.Clone()
-	c.DBName = name
+	admin := my.get(t, "MariaDB", mysqlInstall, startMySQL)
+	c := admin.Clone()
+	c.DBName = scratch(t, "mysql", admin.FormatDSN(), "CREATE DATABASE %s", "DROP DATABASE %s")
 	return c.FormatDSN()
 }
 
@@ -57,12 +32,7 @@ func MySQLDSN(t testing.TB) string {
 // [MySQLDSN].
 func MySQL(t testing.TB) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("mysql", MySQLDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
+	return open(t, "mysql", MySQLDSN(t))
 }
 
 // MySQLWith is [MySQL] with extra go-sql-driver DSN parameters appended,
@@ -75,12 +45,7 @@ func MySQLWith(t testing.TB, params string) *sql.DB {
 	} else {
 		dsn += "?" + params
 	}
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
+	return open(t, "mysql", dsn)
 }
 
 // quiet drops the driver's own log lines ("unexpected EOF" when a test kills
@@ -113,19 +78,14 @@ func startMySQL() (*mysql.Config, error) {
 	}
 	data := filepath.Join(dir, "data")
 	u := "--user=" + currentUser()
-	s, err := start(dir, nil, install, "--no-defaults", "--datadir="+data, u, "--auth-root-authentication-method=normal", "--skip-test-db")
-	if err != nil {
+	if err := runToEnd(dir, nil, install, "--no-defaults", "--datadir="+data, u, "--auth-root-authentication-method=normal", "--skip-test-db"); err != nil {
 		return nil, err
 	}
-	if err := s.cmd.Wait(); err != nil {
-		return nil, fmt.Errorf("%s: %v: %s", install, err, s.logTail())
-	}
-	s.logf.Close()
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	s, err = start(dir, nil, server, "--no-defaults", "--datadir="+data, u,
+	s, err := start(dir, nil, server, "--no-defaults", "--datadir="+data, u,
 		"--port="+fmt.Sprint(port), "--bind-address=127.0.0.1", "--socket="+filepath.Join(dir, "mysqld.sock"),
 		"--pid-file="+filepath.Join(dir, "mysqld.pid"), "--skip-log-bin", "--innodb-buffer-pool-size=128M",
 		"--innodb-flush-log-at-trx-commit=1", "--max-connections=300", "--skip-name-resolve")

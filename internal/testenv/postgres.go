@@ -6,7 +6,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,39 +15,16 @@ import (
 
 const pgInstall = "apt-get install -y postgresql"
 
-var pg struct {
-	once  sync.Once
-	admin string // URL of the superuser's "postgres" database
-	err   error
-}
+var pg shared[string] // URL of the superuser's "postgres" database
 
 // PostgresURL returns the URL of a fresh, empty schema (set as the
 // search_path) on a PostgreSQL server with fsync on, starting the server on
 // first use. The schema is dropped when t ends.
 func PostgresURL(t testing.TB) string {
 	t.Helper()
-	pg.once.Do(func() { pg.admin, pg.err = startPostgres() })
-	if pg.err != nil {
-		Missing(t, "PostgreSQL", pgInstall, pg.err)
-	}
-	schema := Name("t_")
-	admin, err := sql.Open("pgx", pg.admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	if _, err := admin.Exec("CREATE SCHEMA " + schema); err != nil {
-		t.Fatalf("testenv: create schema: %v", err)
-	}
-	t.Cleanup(func() {
-		db, err := sql.Open("pgx", pg.admin)
-		if err != nil {
-			return
-		}
-		defer db.Close()
-		_, _ = db.Exec("DROP SCHEMA " + schema + " CASCADE")
-	})
-	u, _ := url.Parse(pg.admin)
+	admin := pg.get(t, "PostgreSQL", pgInstall, startPostgres)
+	schema := scratch(t, "pgx", admin, "CREATE SCHEMA %s", "DROP SCHEMA %s CASCADE")
+	u, _ := url.Parse(admin)
 	q := u.Query()
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
@@ -59,12 +35,7 @@ func PostgresURL(t testing.TB) string {
 // [PostgresURL].
 func Postgres(t testing.TB) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("pgx", PostgresURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
+	return open(t, "pgx", PostgresURL(t))
 }
 
 func startPostgres() (string, error) {
@@ -101,19 +72,14 @@ func startPostgres() (string, error) {
 	}
 	// initdb: --no-sync only speeds up creating the cluster; the server
 	// below runs with fsync on, as production does.
-	s, err := start(dir, cred, initdb, "-D", data, "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8", "--locale=C")
-	if err != nil {
+	if err := runToEnd(dir, cred, initdb, "-D", data, "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8", "--locale=C"); err != nil {
 		return "", err
 	}
-	if err := s.cmd.Wait(); err != nil {
-		return "", fmt.Errorf("initdb: %v: %s", err, s.logTail())
-	}
-	s.logf.Close()
 	port, err := freePort()
 	if err != nil {
 		return "", err
 	}
-	s, err = start(dir, cred, postgres, "-D", data, "-p", fmt.Sprint(port), "-k", dir,
+	s, err := start(dir, cred, postgres, "-D", data, "-p", fmt.Sprint(port), "-k", dir,
 		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=on", "-c", "max_connections=300",
 		"-c", "shared_buffers=128MB", "-c", "max_prepared_transactions=0")
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -14,11 +13,7 @@ import (
 
 const rabbitInstall = "apt-get install -y rabbitmq-server"
 
-var rmq struct {
-	once sync.Once
-	url  string
-	err  error
-}
+var rmq shared[string]
 
 // RabbitMQURL returns the amqp:// URL of a RabbitMQ broker (user guest,
 // vhost "/") started on first use from Debian's rabbitmq-server package, in
@@ -28,11 +23,7 @@ var rmq struct {
 // broker instead.
 func RabbitMQURL(t testing.TB) string {
 	t.Helper()
-	rmq.once.Do(func() { rmq.url, rmq.err = startRabbitMQ() })
-	if rmq.err != nil {
-		Missing(t, "RabbitMQ", rabbitInstall, rmq.err)
-	}
-	return rmq.url
+	return rmq.get(t, "RabbitMQ", rabbitInstall, startRabbitMQ)
 }
 
 func startRabbitMQ() (string, error) {
@@ -90,19 +81,12 @@ func startRabbitMQ() (string, error) {
 		"RABBITMQ_PID_FILE="+filepath.Join(dir, "rabbit.pid"),
 		"RABBITMQ_PLUGINS_EXPAND_DIR="+filepath.Join(dir, "plugins-expand"),
 	)
-	s, exited, err := startEnv(dir, env, bin)
+	s, err := startEnv(dir, env, bin)
 	if err != nil {
 		return "", err
 	}
 	stop := func() {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
-		s.logf.Close()
+		s.stop(syscall.SIGTERM)
 		// The node started its own port mapper on epmdPort; it outlives
 		// the node unless told to stop.
 		if epmd, err := findBinary("epmd", "/usr/lib/erlang/erts-*/bin"); err == nil {
@@ -110,44 +94,23 @@ func startRabbitMQ() (string, error) {
 		}
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", amqpPort)
-	if err := waitAMQP(addr, s, exited, 90*time.Second); err != nil {
+	if err := waitAMQP(addr, s, 90*time.Second); err != nil {
 		stop()
 		return "", err
 	}
-	onStop(func() { stop(); _ = os.RemoveAll(dir) })
+	onStop(stop)
 	return "amqp://guest:guest@" + addr + "/", nil
-}
-
-// startEnv is start with an environment (RabbitMQ is configured through
-// environment variables); exited is closed when the process has exited.
-func startEnv(dir string, env []string, bin string, args ...string) (s *server, exited chan struct{}, err error) {
-	logf, err := os.Create(filepath.Join(dir, "server.log"))
-	if err != nil {
-		return nil, nil, err
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = env
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, nil, err
-	}
-	exited = make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	return &server{cmd: cmd, dir: dir, logf: logf}, exited, nil
 }
 
 // waitAMQP waits until addr completes the AMQP 0-9-1 protocol header
 // exchange (the broker answers the header with connection.start), which
 // only happens once the broker has booted, not merely bound the port.
-func waitAMQP(addr string, s *server, exited <-chan struct{}, d time.Duration) error {
+func waitAMQP(addr string, s *server, d time.Duration) error {
 	deadline := time.Now().Add(d)
 	var err error
 	for time.Now().Before(deadline) {
 		select {
-		case <-exited:
+		case <-s.exited:
 			return fmt.Errorf("rabbitmq-server exited: %v; log:\n%s", s.cmd.ProcessState, s.logTail())
 		default:
 		}

@@ -113,23 +113,76 @@ func findBinary(name string, dirs ...string) (string, error) {
 	return "", fmt.Errorf("%s not found on PATH or in %v", name, dirs)
 }
 
+// shared is a server started once per test binary, on first use, and
+// shared by its tests; v is how to reach it.
+type shared[T any] struct {
+	once sync.Once
+	v    T
+	err  error
+}
+
+// get starts the server with start on first use. If it cannot be had, t
+// skips with the command that installs what (or fails under CI).
+func (s *shared[T]) get(t testing.TB, what, install string, start func() (T, error)) T {
+	t.Helper()
+	s.once.Do(func() { s.v, s.err = start() })
+	if s.err != nil {
+		Missing(t, what, install, s.err)
+	}
+	return s.v
+}
+
+// open opens dsn with driver, closed when t ends.
+func open(t testing.TB, driver, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// scratch runs create (a format for a fresh name, such as "CREATE SCHEMA
+// %s") on the server at admin, runs drop with that name when t ends, and
+// returns the name.
+func scratch(t testing.TB, driver, admin, create, drop string) string {
+	t.Helper()
+	name := Name("t_")
+	db, err := sql.Open(driver, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(fmt.Sprintf(create, name)); err != nil {
+		t.Fatalf("testenv: %s: %v", fmt.Sprintf(create, name), err)
+	}
+	t.Cleanup(func() {
+		db, err := sql.Open(driver, admin)
+		if err != nil {
+			return
+		}
+		defer db.Close()
+		_, _ = db.Exec(fmt.Sprintf(drop, name))
+	})
+	return name
+}
+
 // server is a child process started by testenv.
 type server struct {
-	cmd  *exec.Cmd
-	dir  string
-	logf *os.File
+	cmd    *exec.Cmd
+	dir    string
+	logf   *os.File
+	exited chan struct{} // closed once the process has exited; only from startEnv
 }
 
 // start runs bin with args as a child that dies with this process, logging to
 // dir/server.log, optionally as another user (servers that refuse root).
 func start(dir string, cred *syscall.Credential, bin string, args ...string) (*server, error) {
-	logf, err := os.Create(filepath.Join(dir, "server.log"))
+	cmd, logf, err := command(dir, cred, bin, args...)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true, Credential: cred}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return nil, err
@@ -137,10 +190,57 @@ func start(dir string, cred *syscall.Credential, bin string, args ...string) (*s
 	return &server{cmd: cmd, dir: dir, logf: logf}, nil
 }
 
+// startEnv is start with an environment (RabbitMQ is configured through
+// environment variables), the working directory dir, and the exited channel.
+func startEnv(dir string, env []string, bin string, args ...string) (*server, error) {
+	cmd, logf, err := command(dir, nil, bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Env, cmd.Dir = env, dir
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	return &server{cmd: cmd, dir: dir, logf: logf, exited: exited}, nil
+}
+
+// runToEnd runs bin with args (a setup step such as initdb) until it
+// exits, logging to dir/server.log; a failure returns the log's end.
+func runToEnd(dir string, cred *syscall.Credential, bin string, args ...string) error {
+	cmd, logf, err := command(dir, cred, bin, args...)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s: %v: %s", filepath.Base(bin), err, (&server{dir: dir}).logTail())
+	}
+	return nil
+}
+
+func command(dir string, cred *syscall.Credential, bin string, args ...string) (*exec.Cmd, *os.File, error) {
+	logf, err := os.Create(filepath.Join(dir, "server.log"))
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true, Credential: cred}
+	return cmd, logf, nil
+}
+
+// stop signals the server, kills its process group if it has not exited
+// 15 s later, and removes its directory.
 func (s *server) stop(sig syscall.Signal) {
 	_ = s.cmd.Process.Signal(sig)
-	done := make(chan struct{})
-	go func() { _ = s.cmd.Wait(); close(done) }()
+	done := s.exited
+	if done == nil {
+		done = make(chan struct{})
+		go func() { _ = s.cmd.Wait(); close(done) }()
+	}
 	select {
 	case <-done:
 	case <-time.After(15 * time.Second):
@@ -210,12 +310,7 @@ func Name(prefix string) string {
 // with the settings idem expects (see sqldialect.SQLiteDSN).
 func SQLite(t testing.TB) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("sqlite", SQLiteDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
+	return open(t, "sqlite", SQLiteDSN(t))
 }
 
 // SQLiteDSN returns the DSN of a fresh SQLite file in t's temp dir.

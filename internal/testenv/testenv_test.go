@@ -1,6 +1,7 @@
 package testenv_test
 
 import (
+	"database/sql"
 	"os"
 	"testing"
 
@@ -9,43 +10,43 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
+// Every server starts (or is found) and answers; the databases run with
+// the settings idem's tests rely on.
 func TestServers(t *testing.T) {
-	t.Run("postgres", func(t *testing.T) {
-		db := testenv.Postgres(t)
-		var fsync string
-		if err := db.QueryRow("SHOW fsync").Scan(&fsync); err != nil {
-			t.Fatal(err)
-		}
-		if fsync != "on" {
-			t.Fatalf("fsync = %q, want on", fsync)
-		}
-	})
-	t.Run("mysql", func(t *testing.T) {
-		db := testenv.MySQL(t)
-		var v string
-		if err := db.QueryRow("SELECT VERSION()").Scan(&v); err != nil {
-			t.Fatal(err)
-		}
-		t.Log("server", v)
-	})
-	t.Run("sqlite", func(t *testing.T) {
-		db := testenv.SQLite(t)
-		var mode string
-		if err := db.QueryRow("PRAGMA journal_mode").Scan(&mode); err != nil {
-			t.Fatal(err)
-		}
-		if mode != "wal" {
-			t.Fatalf("journal_mode = %q, want wal", mode)
-		}
-	})
-	t.Run("rabbitmq", func(t *testing.T) {
-		if u := testenv.RabbitMQURL(t); u == "" {
-			t.Fatal("no URL")
-		}
-	})
-	t.Run("redis", func(t *testing.T) {
-		if addr := testenv.RedisAddr(t); addr == "" {
-			t.Fatal("no address")
-		}
-	})
+	for _, c := range []struct {
+		name  string
+		db    func(testing.TB) *sql.DB
+		query string
+		want  string // "" logs the answer instead
+	}{
+		{"postgres", testenv.Postgres, "SHOW fsync", "on"},
+		{"mysql", testenv.MySQL, "SELECT VERSION()", ""},
+		{"sqlite", testenv.SQLite, "PRAGMA journal_mode", "wal"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var got string
+			if err := c.db(t).QueryRow(c.query).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if c.want == "" {
+				t.Logf("%s: %s", c.query, got)
+			} else if got != c.want {
+				t.Fatalf("%s = %q, want %q", c.query, got, c.want)
+			}
+		})
+	}
+	for _, c := range []struct {
+		name string
+		addr func(testing.TB) string
+	}{
+		{"rabbitmq", testenv.RabbitMQURL},
+		{"redis", testenv.RedisAddr},
+		{"dynamodb", testenv.DynamoDBEndpoint},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.addr(t) == "" {
+				t.Fatal("no address")
+			}
+		})
+	}
 }
