@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idem-go/idem/internal/retry"
 )
 
 // Listener listens on one channel and signals C (capacity 1, coalescing)
@@ -56,9 +58,11 @@ func connect(ctx context.Context, connString, channel string) (*pgx.Conn, error)
 	return conn, nil
 }
 
+// reconnectBackoff spaces the attempts to reconnect a lost connection.
+var reconnectBackoff = retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+
 func (l *Listener) run(ctx context.Context, conn *pgx.Conn, connString, channel string, c chan struct{}, logger *slog.Logger) {
 	defer close(l.done)
-	backoff := 100 * time.Millisecond
 	for {
 		_, err := conn.WaitForNotification(ctx)
 		if err == nil {
@@ -66,7 +70,6 @@ func (l *Listener) run(ctx context.Context, conn *pgx.Conn, connString, channel 
 			case c <- struct{}{}:
 			default: // a wakeup is already pending
 			}
-			backoff = 100 * time.Millisecond
 			continue
 		}
 		conn.Close(context.Background())
@@ -74,13 +77,10 @@ func (l *Listener) run(ctx context.Context, conn *pgx.Conn, connString, channel 
 			return
 		}
 		logger.WarnContext(ctx, "pgnotify: connection lost; reconnecting", "err", err)
-		for {
-			select {
-			case <-ctx.Done():
+		for attempt := 0; ; attempt++ {
+			if reconnectBackoff.Wait(ctx, attempt) != nil {
 				return
-			case <-time.After(backoff):
 			}
-			backoff = min(2*backoff, 5*time.Second)
 			if conn, err = connect(ctx, connString, channel); err == nil {
 				select { // something may have committed while we were away
 				case c <- struct{}{}:
