@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/idemhttp/idemhttpprom"
+	"github.com/idem-go/idem/keystore/keystoreprom"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -138,7 +139,18 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	hooks, err := idemhttpprom.New(reg)
 	if err != nil {
-		return err
+		return fmt.Errorf("serve: %w", err)
+	}
+	if f.admin != "" {
+		// /metrics is served: count the key store's calls too
+		// (idem_keystore_*, labelled with the store's kind).
+		km, err := keystoreprom.New(reg, keystoreprom.WithConstLabels(prometheus.Labels{"store": spec.kind}))
+		if err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		if store.Store, err = km.Wrap(store.Store); err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
 	}
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idem_serve_reloads_total",

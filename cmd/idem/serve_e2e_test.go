@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -269,6 +270,18 @@ func TestServeDraftCases(t *testing.T) {
 	res.Body.Close()
 	if !strings.Contains(string(m), `idem_http_requests_total{outcome="replayed"} 1`) {
 		t.Errorf("metrics lack the replay:\n%s", m)
+	}
+	// The key store is wrapped too: the replay was a Reserve that found the
+	// key done, and the reused key a mismatch.
+	for _, re := range []string{
+		`idem_keystore_reservations_total\{outcome="acquired",store="sqlite"\} [1-9]`,
+		`idem_keystore_reservations_total\{outcome="done",store="sqlite"\} [1-9]`,
+		`idem_keystore_reservations_total\{outcome="mismatch",store="sqlite"\} [1-9]`,
+		`idem_keystore_operation_duration_seconds_count\{op="complete",store="sqlite"\} [1-9]`,
+	} {
+		if !regexp.MustCompile(re).Match(m) {
+			t.Errorf("metrics lack %s:\n%s", re, m)
+		}
 	}
 	if res, err := http.Get(p.admin + "/readyz"); err != nil || res.StatusCode != 200 {
 		t.Errorf("readyz: %v %v", res, err)
