@@ -61,9 +61,10 @@
 //
 // # Implementations
 //
-// memstore (in-process, exact, bounded), sqlitestore, pgstore,
-// redisstore, natsstore and dynamostore (modules of their own, on the NATS
-// client and the AWS SDK); keystoreprom wraps any of them with
+// memstore (in-process, exact, bounded), sqlstore (a table on PostgreSQL
+// or SQLite; sqlitestore opens a SQLite file with its checkpointer),
+// redisstore, natsstore and dynamostore (modules of their own, on the Redis
+// and NATS clients and the AWS SDK); keystoreprom wraps any of them with
 // Prometheus metrics. storetest.RefStore is a small reference store for
 // tests.
 // Every implementation passes the conformance suite in package storetest,

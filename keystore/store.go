@@ -9,7 +9,8 @@ import (
 
 // Store reserves, completes and releases idempotency keys. It is the one
 // extension point of this package; implementations are in the memstore,
-// sqlitestore, pgstore and redisstore packages, and every one of them passes
+// sqlstore (PostgreSQL, SQLite; sqlitestore opens a file), redisstore,
+// natsstore and dynamostore packages, and every one of them passes
 // the conformance suite in package storetest. Optional behaviour is added
 // through separate interfaces ([Extender], [Scoper], [Sweeper]), never by
 // growing Store.

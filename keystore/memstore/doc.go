@@ -54,5 +54,5 @@
 //
 // Everything lives in the process: a crash forgets every key, in progress
 // or done, so a redelivery after a restart runs the effect again. Use
-// sqlitestore, pgstore or redisstore when keys must outlive the process.
+// sqlitestore, sqlstore or redisstore when keys must outlive the process.
 package memstore
