@@ -17,7 +17,6 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemkafka"
-	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/keystore/memstore"
 )
 
@@ -25,37 +24,17 @@ import (
 // both records are acknowledged (the committed offsets reach the log end).
 func TestDuplicatesApplyOnce(t *testing.T) {
 	t.Parallel()
-	c := cluster(t, 2, "orders")
 	all := ids("a", 10)
-	produce(t, c, "orders", append(all, all[:5]...)...)
-
-	db := testenv.SQLite(t)
-	eff := newEffects(t, db)
+	f := newFixture(t, 2, append(all, all[:5]...)...)
 	ta := newTally()
-	con, err := idemkafka.NewConsumer(newInbox(t, db, "g"), eff.handler("1"), groupOpts(c, "g", "orders"), ta.option())
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := running(t, con)
-	waitFor(t, "15 outcomes", func() bool { return ta.total() == 15 })
-	if err := stop(); !errors.Is(err, context.Canceled) {
+	if err := runUntil(t, f.consumer(f.eff.handler("1"), ta.option()), ta, 15); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v, want context.Canceled", err)
 	}
 	if a, d := ta.get(idem.Applied), ta.get(idem.Duplicate); a != 10 || d != 5 {
 		t.Errorf("applied %d, duplicates %d; want 10, 5", a, d)
 	}
-	eff.requireOnce(t, all)
-	requireCommittedToEnd(t, c, "g", "orders")
-}
-
-func requireCommittedToEnd(t *testing.T, c *kfake.Cluster, group, topic string) {
-	t.Helper()
-	end, got := endOffsets(t, c, topic), committed(t, c, group, topic)
-	for p, e := range end {
-		if e > 0 && got[p] != e {
-			t.Errorf("partition %d: committed %d, log end %d", p, got[p], e)
-		}
-	}
+	f.eff.requireOnce(t, all)
+	f.requireCommittedToEnd()
 }
 
 // blockCommits makes the broker reject every OffsetCommit while on is set:
@@ -88,42 +67,24 @@ func blockCommits(c *kfake.Cluster, on *atomic.Bool) {
 // duplicates, effects stay applied once and the offsets end committed.
 func TestCrashBeforeOffsetCommit(t *testing.T) {
 	t.Parallel()
-	c := cluster(t, 2, "orders")
-	var block atomic.Bool
-	block.Store(true)
-	blockCommits(c, &block)
 	all := ids("b", 20)
-	produce(t, c, "orders", all...)
-	db := testenv.SQLite(t)
-	eff := newEffects(t, db)
-
+	f := newFixture(t, 2, all...)
+	f.block.Store(true)
 	first := newTally()
-	con, err := idemkafka.NewConsumer(newInbox(t, db, "g"), eff.handler("1"), groupOpts(c, "g", "orders"), first.option())
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := running(t, con)
-	waitFor(t, "first member's outcomes", func() bool { return first.total() == len(all) })
-	_ = stop()
-	if got := committed(t, c, "g", "orders"); len(got) != 0 {
+	_ = runUntil(t, f.consumer(f.eff.handler("1"), first.option()), first, len(all))
+	if got := committed(t, f.c, "g", "orders"); len(got) != 0 {
 		t.Fatalf("offsets committed despite the broker rejecting commits: %v", got)
 	}
-	eff.requireOnce(t, all)
+	f.eff.requireOnce(t, all)
 
-	block.Store(false)
+	f.block.Store(false)
 	second := newTally()
-	con2, err := idemkafka.NewConsumer(newInbox(t, db, "g"), eff.handler("2"), groupOpts(c, "g", "orders"), second.option())
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop2 := running(t, con2)
-	waitFor(t, "second member's outcomes", func() bool { return second.total() == len(all) })
-	_ = stop2()
+	_ = runUntil(t, f.consumer(f.eff.handler("2"), second.option()), second, len(all))
 	if d := second.get(idem.Duplicate); d != len(all) {
 		t.Errorf("second member: %d duplicates, want %d (every record re-consumed)", d, len(all))
 	}
-	eff.requireOnce(t, all)
-	requireCommittedToEnd(t, c, "g", "orders")
+	f.eff.requireOnce(t, all)
+	f.requireCommittedToEnd()
 }
 
 // TestPoisonToDeadLetter: a record whose handler keeps failing is retried,
@@ -131,13 +92,10 @@ func TestCrashBeforeOffsetCommit(t *testing.T) {
 // on; a permanent error skips the retries.
 func TestPoisonToDeadLetter(t *testing.T) {
 	t.Parallel()
-	c := cluster(t, 1, "orders")
 	all := []string{"d-0", "poison", "d-1", "perm", "d-2"}
-	produce(t, c, "orders", all...)
-	db := testenv.SQLite(t)
-	eff := newEffects(t, db)
+	f := newFixture(t, 1, all...)
 	var poisonRuns, permRuns atomic.Int32
-	base := eff.handler("1")
+	base := f.eff.handler("1")
 	h := func(ctx context.Context, tx *sql.Tx, r *kgo.Record) error {
 		switch string(r.Value) {
 		case "poison":
@@ -150,15 +108,8 @@ func TestPoisonToDeadLetter(t *testing.T) {
 		return base(ctx, tx, r)
 	}
 	ta := newTally()
-	con, err := idemkafka.NewConsumer(newInbox(t, db, "g"), h, groupOpts(c, "g", "orders"), ta.option(),
-		idemkafka.WithMaxAttempts(3), idemkafka.WithBackoff(time.Millisecond, 5*time.Millisecond), idemkafka.WithDeadLetter("dlq"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := running(t, con)
-	waitFor(t, "all outcomes", func() bool { return ta.total() == len(all) })
-	_ = stop()
-	eff.requireOnce(t, []string{"d-0", "d-1", "d-2"})
+	_ = runUntil(t, f.consumer(h, ta.option(), fastRetries(3), idemkafka.WithDeadLetter("dlq")), ta, len(all))
+	f.eff.requireOnce(t, []string{"d-0", "d-1", "d-2"})
 	if n := ta.get(idem.DeadLettered); n != 2 {
 		t.Errorf("%d dead-lettered, want 2", n)
 	}
@@ -167,7 +118,7 @@ func TestPoisonToDeadLetter(t *testing.T) {
 	if n := poisonRuns.Load(); n < 3 {
 		t.Errorf("poison handler ran %d times, want at least 3", n)
 	}
-	dl := readTopic(t, c, "dlq", 2)
+	dl := readTopic(t, f.c, "dlq", 2)
 	want := map[string]map[string]string{
 		"poison": {idemkafka.HeaderDLQReason: string(idem.ReasonMaxAttempts), idemkafka.HeaderDLQAttempts: "3", idemkafka.HeaderDLQOffset: "1", idemkafka.HeaderDLQError: "boom"},
 		"perm":   {idemkafka.HeaderDLQReason: string(idem.ReasonPermanent), idemkafka.HeaderDLQAttempts: "1", idemkafka.HeaderDLQOffset: "3"},
@@ -194,7 +145,7 @@ func TestPoisonToDeadLetter(t *testing.T) {
 			t.Errorf("%s: headers %v", r.Value, hs)
 		}
 	}
-	requireCommittedToEnd(t, c, "g", "orders")
+	f.requireCommittedToEnd()
 }
 
 // TestMissingKey: a record without the key header is dead-lettered with
@@ -204,56 +155,31 @@ func TestMissingKey(t *testing.T) {
 	t.Parallel()
 	t.Run("dead-letter", func(t *testing.T) {
 		t.Parallel()
-		c := cluster(t, 1, "orders")
-		produce(t, c, "orders", "m-0", "", "m-1")
-		db := testenv.SQLite(t)
-		eff := newEffects(t, db)
+		f := newFixture(t, 1, "m-0", "", "m-1")
 		ta := newTally()
-		con, err := idemkafka.NewConsumer(newInbox(t, db, "g"), eff.handler("1"), groupOpts(c, "g", "orders"),
-			ta.option(), idemkafka.WithDeadLetter("dlq"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		stop := running(t, con)
-		waitFor(t, "outcomes", func() bool { return ta.total() == 3 })
-		_ = stop()
-		eff.requireOnce(t, []string{"m-0", "m-1"})
-		dl := readTopic(t, c, "dlq", 1)
-		hs := headers(dl[0])
+		_ = runUntil(t, f.consumer(f.eff.handler("1"), ta.option(), idemkafka.WithDeadLetter("dlq")), ta, 3)
+		f.eff.requireOnce(t, []string{"m-0", "m-1"})
+		hs := headers(readTopic(t, f.c, "dlq", 1)[0])
 		if hs[idemkafka.HeaderDLQReason] != string(idem.ReasonMissingKey) || hs[idemkafka.HeaderDLQOffset] != "1" ||
 			!strings.Contains(hs[idemkafka.HeaderDLQError], idemkafka.HeaderID) {
 			t.Errorf("dead letter headers %v", hs)
 		}
-		requireCommittedToEnd(t, c, "g", "orders")
+		f.requireCommittedToEnd()
 	})
-	for name, opt := range map[string]idemkafka.Option{
-		"stop":   idemkafka.WithMissingKey(idemkafka.StopOnMissing),
-		"no-dlq": idemkafka.WithMissingKey(idemkafka.DeadLetterMissing),
+	for name, tc := range map[string]struct {
+		opt  idemkafka.Option
+		want error
+	}{
+		"stop":   {idemkafka.WithMissingKey(idemkafka.StopOnMissing), idem.ErrMissingKey},
+		"no-dlq": {idemkafka.WithMissingKey(idemkafka.DeadLetterMissing), idemkafka.ErrDeadLetter},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			c := cluster(t, 1, "orders")
-			produce(t, c, "orders", "s-0", "", "s-1")
-			db := testenv.SQLite(t)
-			eff := newEffects(t, db)
-			con, err := idemkafka.NewConsumer(newInbox(t, db, "g"), eff.handler("1"), groupOpts(c, "g", "orders"), opt)
-			if err != nil {
-				t.Fatal(err)
+			f := newFixture(t, 1, "s-0", "", "s-1")
+			if err := runToError(t, f.consumer(f.eff.handler("1"), tc.opt)); !errors.Is(err, tc.want) {
+				t.Fatalf("Run = %v, want %v", err, tc.want)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			err = con.Run(ctx)
-			con.Close()
-			want := idem.ErrMissingKey
-			if name == "no-dlq" {
-				want = idemkafka.ErrDeadLetter
-			}
-			if !errors.Is(err, want) {
-				t.Fatalf("Run = %v, want %v", err, want)
-			}
-			if got := committed(t, c, "g", "orders"); got[0] > 1 {
-				t.Errorf("committed offset %d moved past the keyless record at 1", got[0])
-			}
+			f.requireNotPast(1) // the keyless record
 		})
 	}
 }
@@ -262,33 +188,19 @@ func TestMissingKey(t *testing.T) {
 // with ErrDeadLetter and the poison record's offset is not committed.
 func TestDeadLetterProduceFails(t *testing.T) {
 	t.Parallel()
-	c := cluster(t, 1, "orders")
-	produce(t, c, "orders", "f-0", "poison")
-	db := testenv.SQLite(t)
-	eff := newEffects(t, db)
-	base := eff.handler("1")
+	f := newFixture(t, 1, "f-0", "poison")
+	base := f.eff.handler("1")
 	h := func(ctx context.Context, tx *sql.Tx, r *kgo.Record) error {
 		if string(r.Value) == "poison" {
 			return idem.Permanent(errors.New("bad"))
 		}
 		return base(ctx, tx, r)
 	}
-	con, err := idemkafka.NewConsumer(newInbox(t, db, "g"), h, groupOpts(c, "g", "orders"),
-		idemkafka.WithDeadLetter("no-such-topic"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err = con.Run(ctx)
-	con.Close()
-	if !errors.Is(err, idemkafka.ErrDeadLetter) {
+	if err := runToError(t, f.consumer(h, idemkafka.WithDeadLetter("no-such-topic"))); !errors.Is(err, idemkafka.ErrDeadLetter) {
 		t.Fatalf("Run = %v, want ErrDeadLetter", err)
 	}
-	if got := committed(t, c, "g", "orders"); got[0] > 1 {
-		t.Errorf("committed offset %d moved past the poison record at 1", got[0])
-	}
-	eff.requireOnce(t, []string{"f-0"})
+	f.requireNotPast(1) // the poison record
+	f.eff.requireOnce(t, []string{"f-0"})
 }
 
 // readTopic consumes n records of topic from the start.
@@ -321,12 +233,9 @@ func headers(r *kgo.Record) map[string]string {
 // released and retried, and a restart before the offset commit replays.
 func TestKeystoreMode(t *testing.T) {
 	t.Parallel()
-	c := cluster(t, 2, "mails")
-	var block atomic.Bool
-	block.Store(true)
-	blockCommits(c, &block)
 	all := ids("k", 10)
-	produce(t, c, "mails", append(all, all[0])...)
+	f := newFixture(t, 2, append(all, all[0])...)
+	f.block.Store(true)
 	store, err := memstore.New()
 	if err != nil {
 		t.Fatal(err)
@@ -345,26 +254,13 @@ func TestKeystoreMode(t *testing.T) {
 		return nil
 	}
 	first := newTally()
-	con, err := idemkafka.NewKeystoreConsumer(store, h, groupOpts(c, "g", "mails"), first.option(),
-		idemkafka.WithMaxAttempts(3), idemkafka.WithBackoff(time.Millisecond, 5*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := running(t, con)
-	waitFor(t, "first member", func() bool { return first.total() == len(all)+1 })
-	_ = stop()
+	_ = runUntil(t, f.keystoreConsumer(store, h, first.option(), fastRetries(3)), first, len(all)+1)
 	if a, d := first.get(idem.Applied), first.get(idem.Duplicate); a != len(all) || d != 1 {
 		t.Errorf("applied %d, duplicates %d; want %d, 1", a, d, len(all))
 	}
-	block.Store(false)
+	f.block.Store(false)
 	second := newTally()
-	con2, err := idemkafka.NewKeystoreConsumer(store, h, groupOpts(c, "g", "mails"), second.option())
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop2 := running(t, con2)
-	waitFor(t, "second member", func() bool { return second.total() == len(all)+1 })
-	_ = stop2()
+	_ = runUntil(t, f.keystoreConsumer(store, h, second.option()), second, len(all)+1)
 	if d := second.get(idem.Duplicate); d != len(all)+1 {
 		t.Errorf("second member: %d replays, want %d", d, len(all)+1)
 	}
@@ -375,5 +271,5 @@ func TestKeystoreMode(t *testing.T) {
 			t.Errorf("%s sent %d times, want 1", id, sent[id])
 		}
 	}
-	requireCommittedToEnd(t, c, "g", "mails")
+	f.requireCommittedToEnd()
 }

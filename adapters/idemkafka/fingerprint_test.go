@@ -11,7 +11,6 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemkafka"
-	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/keystore/memstore"
 )
 
@@ -32,8 +31,8 @@ func TestFingerprints(t *testing.T) {
 	for _, kind := range []string{"inbox", "keystore"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			c := cluster(t, 1, "orders")
-			p, err := idemkafka.NewProducer(client(t, c))
+			f := newFixture(t, 1)
+			p, err := idemkafka.NewProducer(client(t, f.c))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -44,60 +43,41 @@ func TestFingerprints(t *testing.T) {
 			}
 			ta := newTally()
 			opts := []idemkafka.Option{ta.option(), idemkafka.WithFingerprint(fingerprint), idemkafka.WithDeadLetter("dlq")}
-			var con interface {
-				Run(context.Context) error
-				Close()
-			}
 			var mu sync.Mutex
 			applied := map[string]int{}
+			var con runner
 			if kind == "inbox" {
-				db := testenv.SQLite(t)
-				eff := newEffects(t, db)
-				defer func() {
-					for v, n := range eff.counts(t) {
-						applied[v] = n
-					}
-					checkApplied(t, applied)
-				}()
-				con, err = idemkafka.NewConsumer(newInbox(t, db, "g"), eff.handler("1"), groupOpts(c, "g", "orders"), opts...)
+				con = f.consumer(f.eff.handler("1"), opts...)
 			} else {
-				store, serr := memstore.New()
-				if serr != nil {
-					t.Fatal(serr)
+				store, err := memstore.New()
+				if err != nil {
+					t.Fatal(err)
 				}
-				defer checkApplied(t, applied)
-				con, err = idemkafka.NewKeystoreConsumer(store, func(_ context.Context, r *kgo.Record) error {
+				con = f.keystoreConsumer(store, func(_ context.Context, r *kgo.Record) error {
 					mu.Lock()
 					applied[string(r.Value)]++
 					mu.Unlock()
 					return nil
-				}, groupOpts(c, "g", "orders"), opts...)
+				}, opts...)
 			}
-			if err != nil {
-				t.Fatal(err)
+			_ = runUntil(t, con, ta, 5)
+			if kind == "inbox" {
+				applied = f.eff.counts(t)
 			}
-			stop := running(t, con)
-			waitFor(t, "5 outcomes", func() bool { return ta.total() == 5 })
-			_ = stop()
+			if len(applied) != 2 || applied["a"] != 1 || applied["c"] != 1 {
+				t.Errorf("applied %v, want a and c once each", applied)
+			}
 			if a, d, dl := ta.get(idem.Applied), ta.get(idem.Duplicate), ta.get(idem.DeadLettered); a != 2 || d != 1 || dl != 2 {
 				t.Errorf("applied %d, duplicates %d, dead-lettered %d; want 2, 1, 2", a, d, dl)
 			}
 			reasons := map[string]string{}
-			for _, r := range readTopic(t, c, "dlq", 2) {
+			for _, r := range readTopic(t, f.c, "dlq", 2) {
 				reasons[string(r.Value)] = headers(r)[idemkafka.HeaderDLQReason]
 			}
 			if reasons["huge"] != string(idem.ReasonInvalidFingerprint) || reasons["a-changed"] != string(idem.ReasonFingerprintMismatch) {
 				t.Errorf("dead-letter reasons %v", reasons)
 			}
-			requireCommittedToEnd(t, c, "g", "orders")
+			f.requireCommittedToEnd()
 		})
-	}
-}
-
-// checkApplied fails unless exactly "a" and "c" were applied, once each.
-func checkApplied(t *testing.T, applied map[string]int) {
-	t.Helper()
-	if len(applied) != 2 || applied["a"] != 1 || applied["c"] != 1 {
-		t.Errorf("applied %v, want a and c once each", applied)
 	}
 }

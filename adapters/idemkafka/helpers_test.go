@@ -3,9 +3,12 @@ package idemkafka_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 	"github.com/idem-go/idem/adapters/idemkafka"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -115,21 +119,12 @@ func (e *effects) handler(consumer string) idemkafka.Handler {
 // counts returns id → number of times applied.
 func (e *effects) counts(t testing.TB) map[string]int {
 	t.Helper()
-	rows, err := e.db.Query(`SELECT id, COUNT(*) FROM effects GROUP BY id`)
-	if err != nil {
+	var js string
+	if err := e.db.QueryRow(`SELECT COALESCE(json_group_object(id, n), '{}') FROM (SELECT id, COUNT(*) AS n FROM effects GROUP BY id)`).Scan(&js); err != nil {
 		t.Fatal(err)
 	}
-	defer rows.Close()
 	out := map[string]int{}
-	for rows.Next() {
-		var id string
-		var n int
-		if err := rows.Scan(&id, &n); err != nil {
-			t.Fatal(err)
-		}
-		out[id] = n
-	}
-	if err := rows.Err(); err != nil {
+	if err := json.Unmarshal([]byte(js), &out); err != nil {
 		t.Fatal(err)
 	}
 	return out
@@ -207,10 +202,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 
 // running starts c.Run (a Consumer or a TransactConsumer) in a goroutine;
 // the returned stop cancels it, waits, closes c and returns Run's error.
-func running(t testing.TB, c interface {
-	Run(context.Context) error
-	Close()
-}) (stop func() error) {
+func running(t testing.TB, c runner) (stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
@@ -229,35 +221,163 @@ func running(t testing.TB, c interface {
 	return stop
 }
 
-// committed returns the group's committed offset per partition of topic.
-func committed(t testing.TB, c *kfake.Cluster, group, topic string) map[int32]int64 {
+// offsets returns the group's committed offset and topic's log end offset
+// per partition.
+func offsets(t testing.TB, c *kfake.Cluster, group, topic string) (committed, end map[int32]int64) {
 	t.Helper()
 	adm := kadm.NewClient(client(t, c))
-	resp, err := adm.FetchOffsets(context.Background(), group)
+	ctx := context.Background()
+	co, err := adm.FetchOffsets(ctx, group)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[int32]int64{}
-	for p, o := range resp[topic] {
+	eo, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed, end = map[int32]int64{}, map[int32]int64{}
+	for p, o := range co[topic] {
 		if o.Err != nil {
 			t.Fatalf("offset %s/%d: %v", topic, p, o.Err)
 		}
-		out[p] = o.At
+		committed[p] = o.At
 	}
-	return out
+	eo.Each(func(o kadm.ListedOffset) { end[o.Partition] = o.Offset })
+	return committed, end
 }
 
-// endOffsets returns topic's log end offset per partition.
-func endOffsets(t testing.TB, c *kfake.Cluster, topic string) map[int32]int64 {
+// committed returns the group's committed offset per partition of topic.
+func committed(t testing.TB, c *kfake.Cluster, group, topic string) map[int32]int64 {
 	t.Helper()
-	adm := kadm.NewClient(client(t, c))
-	resp, err := adm.ListEndOffsets(context.Background(), topic)
-	if err != nil {
-		t.Fatal(err)
+	got, _ := offsets(t, c, group, topic)
+	return got
+}
+
+func requireCommittedToEnd(t testing.TB, c *kfake.Cluster, group, topic string) {
+	t.Helper()
+	got, end := offsets(t, c, group, topic)
+	for p, e := range end {
+		if e > 0 && got[p] != e {
+			t.Errorf("partition %d: committed %d, log end %d", p, got[p], e)
+		}
 	}
-	out := map[int32]int64{}
-	resp.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
-	return out
+}
+
+// runner is any consumer of the package.
+type runner interface {
+	Run(context.Context) error
+	Close()
+}
+
+// fixture is one test's kfake cluster with the topic "orders" and the
+// dead-letter topic "dlq", the records produced to "orders", and a SQLite
+// database with the effects table. Consumers built from it are of group "g".
+type fixture struct {
+	t     testing.TB
+	c     *kfake.Cluster
+	db    *sql.DB
+	eff   *effects
+	block atomic.Bool // while set, the broker rejects offset commits
+}
+
+// newFixture produces the records with the given ids (see produce) to
+// "orders", which has the given number of partitions.
+func newFixture(t testing.TB, partitions int32, ids ...string) *fixture {
+	t.Helper()
+	f := &fixture{t: t, c: cluster(t, partitions, "orders")}
+	blockCommits(f.c, &f.block)
+	produce(t, f.c, "orders", ids...)
+	f.db = testenv.SQLite(t)
+	f.eff = newEffects(t, f.db)
+	return f
+}
+
+// consumer builds a Consumer on a fresh inbox handle of f's database.
+func (f *fixture) consumer(h idemkafka.Handler, opts ...idemkafka.Option) *idemkafka.Consumer {
+	f.t.Helper()
+	con, err := idemkafka.NewConsumer(newInbox(f.t, f.db, "g"), h, groupOpts(f.c, "g", "orders"), opts...)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return con
+}
+
+// offsetConsumer builds and migrates an OffsetConsumer on f's database.
+func (f *fixture) offsetConsumer(h idemkafka.Handler, opts ...idemkafka.Option) *idemkafka.OffsetConsumer {
+	f.t.Helper()
+	con, err := idemkafka.NewOffsetConsumer(f.db, sqldialect.SQLite, h, groupOpts(f.c, "g", "orders"), opts...)
+	if err == nil {
+		err = con.Migrate(context.Background())
+	}
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return con
+}
+
+// keystoreConsumer builds a KeystoreConsumer over s.
+func (f *fixture) keystoreConsumer(s keystore.Store, h idemkafka.KeystoreHandler, opts ...idemkafka.Option) *idemkafka.KeystoreConsumer {
+	f.t.Helper()
+	con, err := idemkafka.NewKeystoreConsumer(s, h, groupOpts(f.c, "g", "orders"), opts...)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return con
+}
+
+// fastRetries allows n attempts a record, a few milliseconds apart.
+func fastRetries(n int) idemkafka.Option {
+	return join(idemkafka.WithMaxAttempts(n), idemkafka.WithBackoff(time.Millisecond, 5*time.Millisecond))
+}
+
+// join combines options into one; it is generic because the options' config
+// type is unexported.
+func join[C any, O ~func(*C) error](opts ...O) O {
+	return func(c *C) error {
+		for _, o := range opts {
+			if err := o(c); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// requireCommittedToEnd fails unless group "g" committed "orders" to its end.
+func (f *fixture) requireCommittedToEnd() {
+	f.t.Helper()
+	requireCommittedToEnd(f.t, f.c, "g", "orders")
+}
+
+// requireNotPast fails if group "g" committed partition 0 past offset.
+func (f *fixture) requireNotPast(offset int64) {
+	f.t.Helper()
+	if got := committed(f.t, f.c, "g", "orders"); got[0] > offset {
+		f.t.Errorf("committed offset %d moved past the record at %d", got[0], offset)
+	}
+}
+
+// runUntil runs con until ta has counted n final outcomes, then stops and
+// closes it, and returns Run's error.
+func runUntil(t testing.TB, con runner, ta *tally, n int) error {
+	t.Helper()
+	stop := running(t, con)
+	waitFor(t, fmt.Sprintf("%d outcomes", n), func() bool { return ta.total() == n })
+	return stop()
+}
+
+// runToError runs con until Run returns by itself (within 30 s), closes it,
+// and returns Run's error.
+func runToError(t testing.TB, con runner) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := con.Run(ctx)
+	con.Close()
+	if errors.Is(err, context.DeadlineExceeded) {
+		t.Fatal("Run did not return by itself within 30 s")
+	}
+	return err
 }
 
 func ids(prefix string, n int) []string {

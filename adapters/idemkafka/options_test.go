@@ -38,6 +38,7 @@ func TestOptionsValidated(t *testing.T) {
 		"logger":          {idemkafka.WithLogger(nil)},
 		"outcome":         {idemkafka.WithObserver(nil)},
 		"keystore option": {idemkafka.WithKeystoreOptions(nil)},
+		"set handler":     {idemkafka.WithSetHandler(nil)},
 		"not for inbox":   {idemkafka.WithKeystoreOptions(keystore.WithLease(time.Second))},
 		"table for inbox": {idemkafka.WithOffsetsTable("offsets")},
 		"later bad wins":  {idemkafka.WithMaxAttempts(2), idemkafka.WithBackoff(time.Millisecond, time.Second), idemkafka.WithBatchSize(-5)},
@@ -72,6 +73,10 @@ func TestOptionsValidated(t *testing.T) {
 	for name, build := range map[string]func() error{
 		"offsets with a key": func() error {
 			_, err := idemkafka.NewOffsetConsumer(db, sqldialect.SQLite, h, kopts, idemkafka.WithKey(idemkafka.OffsetKey))
+			return err
+		},
+		"offsets with a set handler": func() error {
+			_, err := idemkafka.NewOffsetConsumer(db, sqldialect.SQLite, h, kopts, set)
 			return err
 		},
 		"offsets with keystore options": func() error {
@@ -110,6 +115,11 @@ func TestOptionsValidated(t *testing.T) {
 		t.Fatal(err)
 	}
 	kc.Close()
+	setOnly, err := idemkafka.NewConsumer(in, nil, kopts, set) // the set handler needs no per-record Handler
+	if err != nil {
+		t.Fatal(err)
+	}
+	setOnly.Close()
 	c, err := idemkafka.NewConsumer(in, h, kopts)
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,8 +13,6 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemkafka"
-	"github.com/idem-go/idem/internal/testenv"
-	"github.com/idem-go/idem/sqldialect"
 )
 
 // TestRebalanceMidBatch: a second member joins while the first is in the
@@ -24,11 +21,9 @@ import (
 // once across both members.
 func TestRebalanceMidBatch(t *testing.T) {
 	t.Parallel()
-	c := cluster(t, 4, "orders")
 	wave1 := ids("c1", 40)
-	produce(t, c, "orders", wave1...)
-	db := testenv.SQLite(t)
-	eff := newEffects(t, db)
+	f := newFixture(t, 4, wave1...)
+	c, db, eff := f.c, f.db, f.eff
 
 	entered := make(chan struct{})
 	release := make(chan struct{})
@@ -91,61 +86,42 @@ func TestRebalanceMidBatch(t *testing.T) {
 // inbox key exists.
 func TestOffsetsInDatabase(t *testing.T) {
 	t.Parallel()
-	c := cluster(t, 2, "orders")
-	var block atomic.Bool
-	block.Store(true)
-	blockCommits(c, &block)
 	wave1 := ids("f1", 30)
-	produce(t, c, "orders", wave1...)
-	db := testenv.SQLite(t)
-	eff := newEffects(t, db)
-
+	f := newFixture(t, 2, wave1...)
+	f.block.Store(true)
 	first := newTally()
-	con, err := idemkafka.NewOffsetConsumer(db, sqldialect.SQLite, eff.handler("1"), groupOpts(c, "g", "orders"), first.option())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := con.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	stop := running(t, con)
-	waitFor(t, "wave 1", func() bool { return first.total() == len(wave1) })
-	_ = stop()
-	if got := committed(t, c, "g", "orders"); len(got) != 0 {
+	_ = runUntil(t, f.offsetConsumer(f.eff.handler("1"), first.option()), first, len(wave1))
+	if got := committed(t, f.c, "g", "orders"); len(got) != 0 {
 		t.Fatalf("Kafka offsets committed despite the broker rejecting commits: %v", got)
 	}
 	var stored int64
-	if err := db.QueryRow(`SELECT SUM(next_offset) FROM idem_kafka_offsets WHERE group_id = 'g'`).Scan(&stored); err != nil {
+	if err := f.db.QueryRow(`SELECT SUM(next_offset) FROM idem_kafka_offsets WHERE group_id = 'g'`).Scan(&stored); err != nil {
 		t.Fatal(err)
 	}
 	if stored != int64(len(wave1)) {
 		t.Fatalf("stored offsets sum to %d, want %d", stored, len(wave1))
 	}
 
-	block.Store(false)
+	f.block.Store(false)
 	wave2 := ids("f2", 10)
-	produce(t, c, "orders", wave2...)
+	produce(t, f.c, "orders", wave2...)
 	second := newTally()
-	con2, err := idemkafka.NewOffsetConsumer(db, sqldialect.SQLite, eff.handler("2"), groupOpts(c, "g", "orders"), second.option())
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop2 := running(t, con2)
+	stop2 := running(t, f.offsetConsumer(f.eff.handler("2"), second.option()))
 	waitFor(t, "wave 2", func() bool { return second.total() >= len(wave2) })
 	time.Sleep(200 * time.Millisecond) // a re-consumed wave 1 would show up here
 	_ = stop2()
 	if n := second.total(); n != len(wave2) {
 		t.Errorf("restarted consumer processed %d records, want %d (it must seek past wave 1)", n, len(wave2))
 	}
-	eff.requireOnce(t, append(append([]string(nil), wave1...), wave2...))
+	f.eff.requireOnce(t, append(append([]string(nil), wave1...), wave2...))
 	var tables int
-	if err := db.QueryRow(`SELECT COUNT(*) FROM sqlite_master WHERE name = 'idem_inbox'`).Scan(&tables); err != nil {
+	if err := f.db.QueryRow(`SELECT COUNT(*) FROM sqlite_master WHERE name = 'idem_inbox'`).Scan(&tables); err != nil {
 		t.Fatal(err)
 	}
 	if tables != 0 {
 		t.Errorf("an inbox table exists; offsets mode must not use keys")
 	}
-	requireCommittedToEnd(t, c, "g", "orders")
+	f.requireCommittedToEnd()
 }
 
 // membersWithPartitions counts the members of a stable group that hold at
@@ -183,19 +159,11 @@ func membersWithPartitions(t *testing.T, adm *kadm.Client, group string) int {
 // member", are not applied again.
 func TestOffsetsFenced(t *testing.T) {
 	t.Parallel()
-	c := cluster(t, 1, "orders")
 	all := ids("z", 10)
-	produce(t, c, "orders", all...)
-	db := testenv.SQLite(t)
-	eff := newEffects(t, db)
+	f := newFixture(t, 1, all...)
+	c, db := f.c, f.db
 	ta := newTally()
-	con, err := idemkafka.NewOffsetConsumer(db, sqldialect.SQLite, eff.handler("1"), groupOpts(c, "g", "orders"), ta.option())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := con.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	con := f.offsetConsumer(f.eff.handler("1"), ta.option())
 	if _, err := db.Exec(`INSERT INTO idem_kafka_offsets VALUES ('g', 'orders', 0, 0)`); err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +183,7 @@ func TestOffsetsFenced(t *testing.T) {
 	waitFor(t, "records 5..9", func() bool { return ta.total() >= 5 })
 	time.Sleep(100 * time.Millisecond)
 	_ = stop()
-	eff.requireOnce(t, all[5:])
+	f.eff.requireOnce(t, all[5:])
 	var next int64
 	if err := db.QueryRow(`SELECT next_offset FROM idem_kafka_offsets`).Scan(&next); err != nil || next != 10 {
 		t.Errorf("stored offset %d (%v), want 10", next, err)

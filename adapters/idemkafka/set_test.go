@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -15,8 +14,6 @@ import (
 	"github.com/idem-go/idem/adapters/idemkafka"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/settest"
-	"github.com/idem-go/idem/internal/testenv"
-	"github.com/idem-go/idem/sqldialect"
 )
 
 // setRecorder is a set handler that writes every record's value to the
@@ -40,44 +37,25 @@ func (s setRecorder) handler(consumer string) idemkafka.SetHandler {
 // and the offsets end committed.
 func TestSetHandlerAppliesOnce(t *testing.T) {
 	t.Parallel()
-	c := cluster(t, 2, "orders")
-	var block atomic.Bool
-	block.Store(true)
-	blockCommits(c, &block)
 	all := ids("s", 40)
-	produce(t, c, "orders", append(all, all[:10]...)...)
-	db := testenv.SQLite(t)
-	eff := newEffects(t, db)
+	f := newFixture(t, 2, append(all, all[:10]...)...)
+	f.block.Store(true)
 	set := newSetRecorder()
 
 	first := newTally()
-	con, err := idemkafka.NewConsumer(newInbox(t, db, "g"), nil, groupOpts(c, "g", "orders"),
-		idemkafka.WithSetHandler(set.handler("1")), first.option())
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := running(t, con)
-	waitFor(t, "first member's outcomes", func() bool { return first.total() == 50 })
-	_ = stop()
+	_ = runUntil(t, f.consumer(nil, idemkafka.WithSetHandler(set.handler("1")), first.option()), first, 50)
 	if a, d := first.get(idem.Applied), first.get(idem.Duplicate); a != 40 || d != 10 {
 		t.Errorf("first member: applied %d, duplicates %d; want 40, 10", a, d)
 	}
-	eff.requireOnce(t, all)
+	f.eff.requireOnce(t, all)
 
-	block.Store(false)
+	f.block.Store(false)
 	second := newTally()
-	con2, err := idemkafka.NewConsumer(newInbox(t, db, "g"), nil, groupOpts(c, "g", "orders"),
-		idemkafka.WithSetHandler(set.handler("2")), second.option())
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop2 := running(t, con2)
-	waitFor(t, "second member's outcomes", func() bool { return second.total() == 50 })
-	_ = stop2()
+	_ = runUntil(t, f.consumer(nil, idemkafka.WithSetHandler(set.handler("2")), second.option()), second, 50)
 	if d := second.get(idem.Duplicate); d != 50 {
 		t.Errorf("second member: %d duplicates, want 50", d)
 	}
-	eff.requireOnce(t, all)
+	f.eff.requireOnce(t, all)
 	seen, calls := set.Snapshot()
 	for _, id := range all {
 		if seen[id] != 1 {
@@ -90,7 +68,7 @@ func TestSetHandlerAppliesOnce(t *testing.T) {
 	if calls >= len(all) {
 		t.Errorf("set handler called %d times for %d records: not batched", calls, len(all))
 	}
-	requireCommittedToEnd(t, c, "g", "orders")
+	f.requireCommittedToEnd()
 }
 
 // TestSetHandlerPoisonFallback: a batch holding a poison record makes the set
@@ -99,11 +77,8 @@ func TestSetHandlerAppliesOnce(t *testing.T) {
 // the others commit once, and every offset is committed.
 func TestSetHandlerPoisonFallback(t *testing.T) {
 	t.Parallel()
-	c := cluster(t, 1, "orders")
 	all := []string{"p-0", "p-1", "poison", "p-2", "p-3"}
-	produce(t, c, "orders", all...)
-	db := testenv.SQLite(t)
-	eff := newEffects(t, db)
+	f := newFixture(t, 1, all...)
 	set := newSetRecorder()
 	set.Fail = func(recs []*kgo.Record) error {
 		for _, r := range recs {
@@ -114,7 +89,7 @@ func TestSetHandlerPoisonFallback(t *testing.T) {
 		return nil
 	}
 	var poisonRuns atomic.Int32
-	base := eff.handler("1")
+	base := f.eff.handler("1")
 	each := func(ctx context.Context, tx *sql.Tx, r *kgo.Record) error {
 		if string(r.Value) == "poison" {
 			poisonRuns.Add(1)
@@ -123,30 +98,22 @@ func TestSetHandlerPoisonFallback(t *testing.T) {
 		return base(ctx, tx, r)
 	}
 	ta := newTally()
-	con, err := idemkafka.NewConsumer(newInbox(t, db, "g"), each, groupOpts(c, "g", "orders"), ta.option(),
-		idemkafka.WithSetHandler(set.handler("1")),
-		idemkafka.WithMaxAttempts(3), idemkafka.WithBackoff(time.Millisecond, 5*time.Millisecond), idemkafka.WithDeadLetter("dlq"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := running(t, con)
-	waitFor(t, "all outcomes", func() bool { return ta.total() == len(all) })
-	_ = stop()
-	eff.requireOnce(t, []string{"p-0", "p-1", "p-2", "p-3"})
+	_ = runUntil(t, f.consumer(each, ta.option(), idemkafka.WithSetHandler(set.handler("1")), fastRetries(3), idemkafka.WithDeadLetter("dlq")), ta, len(all))
+	f.eff.requireOnce(t, []string{"p-0", "p-1", "p-2", "p-3"})
 	if a, dl := ta.get(idem.Applied), ta.get(idem.DeadLettered); a != 4 || dl != 1 {
 		t.Errorf("applied %d, dead-lettered %d; want 4, 1", a, dl)
 	}
 	if n := poisonRuns.Load(); n != 3 {
 		t.Errorf("per-record handler ran %d times on the poison record, want 3 (batch replay + 2 retries)", n)
 	}
-	dl := readTopic(t, c, "dlq", 1)
+	dl := readTopic(t, f.c, "dlq", 1)
 	if len(dl) != 1 || string(dl[0].Value) != "poison" {
 		t.Fatalf("dead letters %v, want the poison record", dl)
 	}
 	if hs := headers(dl[0]); hs[idemkafka.HeaderDLQReason] != string(idem.ReasonMaxAttempts) || hs[idemkafka.HeaderDLQAttempts] != "3" || hs[idemkafka.HeaderDLQOffset] != "2" {
 		t.Errorf("dead letter headers %v", hs)
 	}
-	requireCommittedToEnd(t, c, "g", "orders")
+	f.requireCommittedToEnd()
 }
 
 // TestSetHandlerNoFallback: a set handler without a per-record Handler that
@@ -156,11 +123,8 @@ func TestSetHandlerPoisonFallback(t *testing.T) {
 // the handler fixed, applies each once.
 func TestSetHandlerNoFallback(t *testing.T) {
 	t.Parallel()
-	c := cluster(t, 1, "orders")
 	all := ids("n", 8)
-	produce(t, c, "orders", all...)
-	db := testenv.SQLite(t)
-	eff := newEffects(t, db)
+	f := newFixture(t, 1, all...)
 	set := newSetRecorder()
 	var broken atomic.Bool
 	broken.Store(true)
@@ -171,16 +135,7 @@ func TestSetHandlerNoFallback(t *testing.T) {
 		return nil
 	}
 	ta := newTally()
-	con, err := idemkafka.NewConsumer(newInbox(t, db, "g"), nil, groupOpts(c, "g", "orders"), ta.option(),
-		idemkafka.WithSetHandler(set.handler("1")),
-		idemkafka.WithMaxAttempts(3), idemkafka.WithBackoff(time.Millisecond, 5*time.Millisecond), idemkafka.WithDeadLetter("dlq"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	err = con.Run(ctx)
-	con.Close()
+	err := runToError(t, f.consumer(nil, ta.option(), idemkafka.WithSetHandler(set.handler("1")), fastRetries(3), idemkafka.WithDeadLetter("dlq")))
 	var he *inbox.HandlerError
 	if !errors.As(err, &he) || !strings.Contains(err.Error(), "set broken") {
 		t.Fatalf("Run = %v, want an error wrapping *inbox.HandlerError", err)
@@ -191,67 +146,29 @@ func TestSetHandlerNoFallback(t *testing.T) {
 	if n := ta.total(); n != 0 {
 		t.Errorf("%d outcomes reported, want 0", n)
 	}
-	if got := eff.counts(t); len(got) != 0 {
+	if got := f.eff.counts(t); len(got) != 0 {
 		t.Errorf("effects applied: %v", got)
 	}
-	if got := committed(t, c, "g", "orders"); len(got) != 0 {
+	if got := committed(t, f.c, "g", "orders"); len(got) != 0 {
 		t.Errorf("offsets committed after a failed batch: %v", got)
 	}
 
 	// A permanent error is not retried.
 	set2 := newSetRecorder()
 	set2.Fail = func([]*kgo.Record) error { return idem.Permanent(errors.New("malformed")) }
-	con2, err := idemkafka.NewConsumer(newInbox(t, db, "g"), nil, groupOpts(c, "g", "orders"),
-		idemkafka.WithSetHandler(set2.handler("2")), idemkafka.WithMaxAttempts(3), idemkafka.WithBackoff(time.Millisecond, 5*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := con2.Run(ctx); !idem.IsPermanent(err) {
+	if err := runToError(t, f.consumer(nil, idemkafka.WithSetHandler(set2.handler("2")), fastRetries(3))); !idem.IsPermanent(err) {
 		t.Errorf("Run = %v, want the permanent error", err)
 	}
-	con2.Close()
 	if _, calls := set2.Snapshot(); calls != 1 {
 		t.Errorf("permanent failure: set handler called %d times, want 1", calls)
 	}
 
 	broken.Store(false)
 	ta3 := newTally()
-	con3, err := idemkafka.NewConsumer(newInbox(t, db, "g"), nil, groupOpts(c, "g", "orders"),
-		idemkafka.WithSetHandler(set.handler("3")), ta3.option())
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := running(t, con3)
-	waitFor(t, "outcomes after the fix", func() bool { return ta3.total() == len(all) })
-	_ = stop()
+	_ = runUntil(t, f.consumer(nil, idemkafka.WithSetHandler(set.handler("3")), ta3.option()), ta3, len(all))
 	if a := ta3.get(idem.Applied); a != len(all) {
 		t.Errorf("applied %d after the fix, want %d", a, len(all))
 	}
-	eff.requireOnce(t, all)
-	requireCommittedToEnd(t, c, "g", "orders")
-}
-
-// TestSetHandlerOptions: WithSetHandler is for inbox mode; NewConsumer needs
-// a Handler or a set handler.
-func TestSetHandlerOptions(t *testing.T) {
-	t.Parallel()
-	c := cluster(t, 1, "orders")
-	db := testenv.SQLite(t)
-	in := newInbox(t, db, "g")
-	set := func(context.Context, *sql.Tx, []*kgo.Record) error { return nil }
-	if _, err := idemkafka.NewConsumer(in, nil, groupOpts(c, "g", "orders")); !errors.Is(err, idem.ErrInvalidOption) {
-		t.Errorf("no handler at all: %v", err)
-	}
-	if _, err := idemkafka.NewConsumer(in, nil, groupOpts(c, "g", "orders"), idemkafka.WithSetHandler(nil)); !errors.Is(err, idem.ErrInvalidOption) {
-		t.Errorf("nil set handler: %v", err)
-	}
-	h := func(context.Context, *sql.Tx, *kgo.Record) error { return nil }
-	if _, err := idemkafka.NewOffsetConsumer(db, sqldialect.SQLite, h, groupOpts(c, "g", "orders"), idemkafka.WithSetHandler(set)); !errors.Is(err, idem.ErrInvalidOption) {
-		t.Errorf("offsets mode with a set handler: %v", err)
-	}
-	con, err := idemkafka.NewConsumer(in, nil, groupOpts(c, "g", "orders"), idemkafka.WithSetHandler(set))
-	if err != nil {
-		t.Fatal(err)
-	}
-	con.Close()
+	f.eff.requireOnce(t, all)
+	f.requireCommittedToEnd()
 }
