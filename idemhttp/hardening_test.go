@@ -58,6 +58,28 @@ func keyed(t *testing.T, base, path, key string, hdr ...string) (int, http.Heade
 }
 
 // halfBody answers status with a Content-Length of 100 and 4 bytes of body,
+// newProxy returns a Proxy to upstream over s.
+func newProxy(t *testing.T, upstream string, s keystore.Store, opts ...idemhttp.Option) *idemhttp.Proxy {
+	t.Helper()
+	target, err := url.Parse(upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := idemhttp.NewProxy(target, s, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// serveProxy serves newProxy(t, upstream, s, opts...) until the test ends.
+func serveProxy(t *testing.T, upstream string, s keystore.Store, opts ...idemhttp.Option) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(newProxy(t, upstream, s, opts...))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
 // then resets the connection: the upstream acted and its response broke off.
 func halfBody(status int) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -99,11 +121,7 @@ func TestProxyUpstreamDiesMidBody(t *testing.T) {
 				halfBody(tc.status)(w, r)
 			}))
 			defer up.Close()
-			target, _ := url.Parse(up.URL)
-			p, err := idemhttp.NewProxy(target, memStore(t))
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := newProxy(t, up.URL, memStore(t))
 			send := func() (int, http.Header, string) {
 				if !tc.direct {
 					srv := httptest.NewServer(p)
@@ -183,13 +201,7 @@ func TestProxyMadeUpAnswersAreNeverStored(t *testing.T) {
 			}
 			addr := l.Addr().String()
 			l.Close() // nothing listens: the request never reaches the upstream
-			target, _ := url.Parse("http://" + addr)
-			p, err := idemhttp.NewProxy(target, memStore(t), idemhttp.WithStore5xx(store5xx))
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv := httptest.NewServer(p)
-			defer srv.Close()
+			srv := serveProxy(t, "http://"+addr, memStore(t), idemhttp.WithStore5xx(store5xx))
 			if code, _, body := keyed(t, srv.URL, "/charges", "k"); code != 502 {
 				t.Fatalf("upstream down: %d %s", code, body)
 			}
@@ -217,13 +229,7 @@ func TestProxyMadeUpAnswersAreNeverStored(t *testing.T) {
 				w.WriteHeader(201)
 			}))
 			defer up.Close()
-			target, _ := url.Parse(up.URL)
-			p, err := idemhttp.NewProxy(target, memStore(t), idemhttp.WithStore5xx(store5xx))
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv := httptest.NewServer(p)
-			defer srv.Close()
+			srv := serveProxy(t, up.URL, memStore(t), idemhttp.WithStore5xx(store5xx))
 			if code, _, _ := keyed(t, srv.URL, "/charges", "k"); code != 502 {
 				t.Fatalf("no response: %d", code)
 			}
@@ -346,11 +352,7 @@ func TestChunkedResponsesAreStored(t *testing.T) {
 			if tc.proxy {
 				up := httptest.NewServer(app)
 				defer up.Close()
-				target, _ := url.Parse(up.URL)
-				p, err := idemhttp.NewProxy(target, memStore(t))
-				if err != nil {
-					t.Fatal(err)
-				}
+				p := newProxy(t, up.URL, memStore(t))
 				h = p
 			} else {
 				m, err := idemhttp.New(memStore(t))
@@ -517,14 +519,8 @@ func TestProxyUpstreamBodyNeverEnds(t *testing.T) {
 		}
 	}))
 	defer up.Close()
-	target, _ := url.Parse(up.URL)
 	// A store that cannot renew: the lease, not its loss, ends the call.
-	p, err := idemhttp.NewProxy(target, noExtend{memStore(t)}, idemhttp.WithLease(500*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(p)
-	defer srv.Close()
+	srv := serveProxy(t, up.URL, noExtend{memStore(t)}, idemhttp.WithLease(500*time.Millisecond))
 	keyed(t, srv.URL, "/export", "k")
 	code, _, body := keyed(t, srv.URL, "/export", "k")
 	if code != 502 || !strings.Contains(body, "response-lost") || runs.Load() != 1 {

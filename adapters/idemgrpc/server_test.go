@@ -10,7 +10,6 @@ import (
 
 	"github.com/idem-go/idem/adapters/idemgrpc"
 	"github.com/idem-go/idem/adapters/idemgrpc/internal/testpb"
-	"github.com/idem-go/idem/keystore/memstore"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -351,16 +350,11 @@ func TestScopeFunc(t *testing.T) {
 
 func TestStoreOutage(t *testing.T) {
 	t.Parallel()
-	ms, err := memstore.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ms.Close()
-	fs := &faultyStore{Store: ms, reserveErr: errDown}
+	fs := &faultyStore{Store: newMem(t), reserveErr: errDown}
 	svc := &payments{}
 	srv := serve(t, svc, fs, nil)
 	c := dial(t, srv.addr)
-	_, err = c.Charge(keyed(ctxT(t), "Bearer a", "k"), &testpb.ChargeRequest{})
+	_, err := c.Charge(keyed(ctxT(t), "Bearer a", "k"), &testpb.ChargeRequest{})
 	wantStatus(t, err, codes.Unavailable, idemgrpc.ReasonStore)
 	if svc.calls.Load() != 0 {
 		t.Fatalf("handler ran %d times with the store down", svc.calls.Load())
@@ -372,12 +366,7 @@ func TestStoreOutage(t *testing.T) {
 // ends, so a retry is told to wait instead of executing again.
 func TestCompleteFails(t *testing.T) {
 	t.Parallel()
-	ms, err := memstore.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ms.Close()
-	fs := &faultyStore{Store: ms, completeErr: errDown}
+	fs := &faultyStore{Store: newMem(t), completeErr: errDown}
 	svc := &payments{}
 	srv := serve(t, svc, fs, nil)
 	c := dial(t, srv.addr)
@@ -386,7 +375,7 @@ func TestCompleteFails(t *testing.T) {
 		t.Fatalf("the executed call's response was not delivered: %v", err)
 	}
 	var tr metadata.MD
-	_, err = c.Charge(ctx, &testpb.ChargeRequest{}, grpc.Trailer(&tr))
+	_, err := c.Charge(ctx, &testpb.ChargeRequest{}, grpc.Trailer(&tr))
 	wantStatus(t, err, codes.Unavailable, idemgrpc.ReasonInProgress)
 	if svc.calls.Load() != 1 {
 		t.Fatalf("handler ran %d times", svc.calls.Load())
