@@ -102,3 +102,72 @@ func TestSweepConcurrentNodes(t *testing.T) {
 		}
 	})
 }
+
+// RunSweeper sweeps expired keys at once and then every interval, until
+// its ctx ends.
+func TestRunSweeper(t *testing.T) {
+	e := setup(t, backends[1], inbox.WithRetention(8*24*time.Hour)) // sqlite, rows layout: keys can be backdated
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := e.in.RunSweeper(ctx, 0, 10); !errors.Is(err, idem.ErrInvalidArgument) {
+		t.Fatalf("interval 0: %v, want ErrInvalidArgument", err)
+	}
+	for i := range 5 {
+		if _, err := e.in.Process(ctx, fmt.Sprint("old-", i), e.credit(1, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.age("old-", 9*24*time.Hour)
+	done := make(chan error, 1)
+	go func() { done <- e.in.RunSweeper(ctx, 10*time.Millisecond, 2) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.keys() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d expired keys left after 10 s of sweeping", e.keys())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// A key that expires later is swept at a later tick.
+	if _, err := e.in.Process(ctx, "old-late", e.credit(1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	e.age("old-late", 9*24*time.Hour)
+	for e.keys() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a key expired after the first sweep was never swept")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("RunSweeper after cancel: %v, want context.Canceled", err)
+	}
+}
+
+// WithKeyText keeps each key's text in the bucketed layout; without it the
+// column is NULL.
+func TestKeyText(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		t.Run(fmt.Sprint("keep=", keep), func(t *testing.T) {
+			var opts []inbox.Option
+			if keep {
+				opts = append(opts, inbox.WithKeyText())
+			}
+			e := setup(t, backends[0], opts...) // sqlite, bucketed
+			if _, err := e.in.Process(context.Background(), "order-7", e.credit(1, 1)); err != nil {
+				t.Fatal(err)
+			}
+			var table string
+			if err := e.db.QueryRow("SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB 'idem_inbox_k[0-9]*'").Scan(&table); err != nil {
+				t.Fatal(err)
+			}
+			var key sql.NullString
+			if err := e.db.QueryRow("SELECT idem_key FROM " + table).Scan(&key); err != nil {
+				t.Fatal(err)
+			}
+			if want := (sql.NullString{String: "order-7", Valid: true}); keep && key != want || !keep && key.Valid {
+				t.Fatalf("idem_key column = %+v with WithKeyText %v", key, keep)
+			}
+		})
+	}
+}

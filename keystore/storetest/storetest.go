@@ -40,28 +40,33 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/idem-go/idem/keystore"
 )
 
-// Option configures [Run].
-type Option func(*config)
+// Option configures [Run]. A bad one fails the test before any check runs.
+type Option func(*config) error
 
 type config struct {
 	unit time.Duration
-	ops  int
+	ops  int // random operations of the linearizability check
 }
 
 // WithTimeUnit sets the short lease and TTL used by the expiry tests
 // (default 100 ms); the tests sleep 2.5 units for them to expire. Raise it
 // for a store whose clock is coarse.
-func WithTimeUnit(d time.Duration) Option { return func(c *config) { c.unit = d } }
-
-// WithOperations sets how many random operations the linearizability test
-// runs (default 1200, over 8 goroutines and 3 keys).
-func WithOperations(n int) Option { return func(c *config) { c.ops = n } }
+func WithTimeUnit(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("storetest: time unit %v is not positive", d)
+		}
+		c.unit = d
+		return nil
+	}
+}
 
 // long is the lease or TTL of checks that need a key to stay live.
 const long = 10 * time.Minute
@@ -70,10 +75,9 @@ const long = 10 * time.Minute
 func Run(t *testing.T, newStore func(t *testing.T) keystore.Store, opts ...Option) {
 	cfg := config{unit: 100 * time.Millisecond, ops: 1200}
 	for _, o := range opts {
-		o(&cfg)
-	}
-	if cfg.unit <= 0 || cfg.ops <= 0 {
-		t.Fatalf("storetest: time unit %v and operations %d must be positive", cfg.unit, cfg.ops)
+		if err := o(&cfg); err != nil {
+			t.Fatal(err)
+		}
 	}
 	tests := []struct {
 		name string
