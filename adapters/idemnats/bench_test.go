@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/idem-go/idem/internal/consume/consumetest"
+	"github.com/idem-go/idem/internal/natsenv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,8 +15,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idem-go/idem/adapters/idemnats"
-	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/settest"
 )
 
 // BenchmarkConsume compares, on one embedded server in one run, the raw
@@ -74,27 +74,6 @@ func BenchmarkConsume(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
 	})
-	b.Run("db-only-processbatch-500-effect", func(b *testing.B) {
-		// The inbox alone, no broker: the ceiling the Consumer can reach.
-		e := newEffects(b)
-		msgs := make([]inbox.Message, 0, batch)
-		apply := func(ctx context.Context, tx *sql.Tx, m inbox.Message) error {
-			_, err := tx.ExecContext(ctx, "INSERT INTO effects (key, data) VALUES (?, ?)", m.Key, "x")
-			return err
-		}
-		b.ResetTimer()
-		start := time.Now()
-		for i := 0; i < b.N; {
-			msgs = msgs[:0]
-			for ; i < b.N && len(msgs) < batch; i++ {
-				msgs = append(msgs, inbox.Message{Key: fmt.Sprintf("order-%d", i)})
-			}
-			if _, err := e.in.ProcessBatch(context.Background(), msgs, apply); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
-	})
 	noop := func(context.Context, *sql.Tx, jetstream.Msg) error { return nil }
 	for _, bc := range []struct {
 		name   string
@@ -135,32 +114,30 @@ func BenchmarkConsume(b *testing.B) {
 				handler = nil
 				opts = append(opts, idemnats.WithSetHandler(setInsert))
 			}
-			c, err := idemnats.NewConsumer(cons, e.in, handler, opts...)
+			c, err := idemnats.NewConsumer(cons, e.In, handler, opts...)
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.ResetTimer()
-			start := time.Now()
-			var rs []*runner
+			t0 := time.Now()
+			var rs []*consumetest.Runner
 			for range bc.runs {
-				rs = append(rs, startRun(c))
+				rs = append(rs, start(c))
 			}
 			<-done
-			elapsed := time.Since(start)
+			elapsed := time.Since(t0)
 			for _, r := range rs {
-				r.cancel()
-				<-r.done
+				r.Cancel()
+				<-r.Done
 			}
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
 		})
 	}
 }
 
-func startRun(c *idemnats.Consumer) *runner { return start(c) }
-
 func benchSetup(b *testing.B) (*nats.Conn, jetstream.JetStream, jetstream.Consumer) {
-	s := runServer(b, b.TempDir(), -1)
-	nc, js := connect(b, s.ClientURL())
+	s := natsenv.Run(b, b.TempDir(), -1)
+	nc, js := natsenv.Connect(b, s.ClientURL())
 	setup(b, js)
 	// The default AckWait (30s): under load, a buffered message must not be
 	// redelivered before its turn comes.
@@ -201,10 +178,53 @@ func fillKeys(b *testing.B, js jetstream.JetStream, n int, key func(int) string)
 
 // setInsert is the set handler of the benchmark: e.apply's INSERT as one
 // multi-row statement per group.
-func setInsert(ctx context.Context, tx *sql.Tx, msgs []jetstream.Msg) error {
-	return settest.Insert(ctx, tx, "INSERT INTO effects (key, data)", msgs, func(m jetstream.Msg) []any {
-		return []any{m.Headers().Get(jetstream.MsgIDHeader), string(m.Data())}
-	})
+var setInsert = consumetest.SetInsert(msgID, msgData)
+
+// BenchmarkConsumeVsStore is the speed check of the Consumer: consume →
+// inbox (WithSetHandler, one multi-row INSERT per group, SQLite WAL file) →
+// ack, against the same records (same ids, same payload) fed straight into
+// a fresh inbox of the same kind with inbox.ProcessBatchSet and the same
+// statement, in exactly the group sizes the Consumer formed, with no broker
+// at all (consumetest.StoreOnly). The two alternate in every iteration, so
+// the machine's load hits them alike; the log line and the consumer/store
+// metric give the ratio.
+//
+//	go test -run '^$' -bench ConsumeVsStore -benchtime 5x ./adapters/idemnats
+func BenchmarkConsumeVsStore(b *testing.B) {
+	const n, batch = 20000, 500
+	var consumed, store time.Duration
+	batches := 0
+	for b.Loop() {
+		_, js, cons := benchSetup(b)
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = timeOrderedID(i)
+		}
+		fillKeys(b, js, n, func(i int) string { return keys[i] })
+		e := newEffects(b)
+		var sizes consumetest.Sizes
+		var settled atomic.Int64
+		done := make(chan struct{})
+		c, err := idemnats.NewConsumer(cons, e.In, nil, idemnats.WithBatchSize(batch),
+			idemnats.WithSetHandler(consumetest.Record(&sizes, setInsert)),
+			idemnats.WithObserver(func(idemnats.Event) {
+				if settled.Add(1) == n {
+					close(done)
+				}
+			}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		r := start(c)
+		<-done
+		consumed += time.Since(t0)
+		r.Cancel()
+		<-r.Done
+		store += consumetest.StoreOnly(b, keys, string(make([]byte, 100)), sizes.All())
+		batches += len(sizes.All())
+	}
+	consumetest.Ceiling(b, n*b.N, consumed, store, batches)
 }
 
 // randomID returns a random (version 4) UUID as canonical text.

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/idem-go/idem/internal/natsenv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,8 +19,8 @@ import (
 
 func TestOptionsValidated(t *testing.T) {
 	t.Parallel()
-	s := runServer(t, t.TempDir(), -1)
-	_, js := connect(t, s.ClientURL())
+	s := natsenv.Run(t, t.TempDir(), -1)
+	_, js := natsenv.Connect(t, s.ClientURL())
 	cons := setup(t, js)
 	e := newEffects(t)
 	for name, opt := range map[string]idemnats.Option{
@@ -32,11 +33,11 @@ func TestOptionsValidated(t *testing.T) {
 		"nil set handler":   idemnats.WithSetHandler(nil),
 		"nil option":        nil,
 	} {
-		if _, err := idemnats.NewConsumer(cons, e.in, e.apply, opt); !errors.Is(err, idem.ErrInvalidOption) {
+		if _, err := idemnats.NewConsumer(cons, e.In, e.apply, opt); !errors.Is(err, idem.ErrInvalidOption) {
 			t.Errorf("%s: err = %v, want ErrInvalidOption", name, err)
 		}
 	}
-	if _, err := idemnats.NewConsumer(cons, e.in, nil); !errors.Is(err, idem.ErrInvalidOption) {
+	if _, err := idemnats.NewConsumer(cons, e.In, nil); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Errorf("no handler: %v", err)
 	}
 	// A publisher option given to a consumer, or the other way round, no
@@ -57,8 +58,8 @@ func TestOptionsValidated(t *testing.T) {
 // and the effects stay applied once.
 func TestCrashBetweenCommitAndAck(t *testing.T) {
 	t.Parallel()
-	s := runServer(t, t.TempDir(), -1)
-	_, js := connect(t, s.ClientURL())
+	s := natsenv.Run(t, t.TempDir(), -1)
+	_, js := natsenv.Connect(t, s.ClientURL())
 	cons := setup(t, js)
 	e := newEffects(t)
 	const n = 5
@@ -66,12 +67,12 @@ func TestCrashBetweenCommitAndAck(t *testing.T) {
 		publish(t, js, "orders.created", fmt.Sprintf("order-%d", i), fmt.Sprint(i))
 	}
 
-	nc1, js1 := connect(t, s.ClientURL())
+	nc1, js1 := natsenv.Connect(t, s.ClientURL())
 	cons1, err := js1.Consumer(context.Background(), "ORDERS", "worker")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c1, err := idemnats.NewConsumer(cons1, e.in, e.apply, idemnats.WithBatchSize(n))
+	c1, err := idemnats.NewConsumer(cons1, e.In, e.apply, idemnats.WithBatchSize(n))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func TestCrashBetweenCommitAndAck(t *testing.T) {
 	}
 	// The first group committed (the fetch may have held only part of the
 	// batch when it started); the rest were delivered and never processed.
-	committed := len(e.counts(t))
+	committed := len(e.Counts(t))
 	if committed == 0 {
 		t.Fatal("nothing committed before the crash")
 	}
@@ -91,23 +92,23 @@ func TestCrashBetweenCommitAndAck(t *testing.T) {
 	}
 
 	var ev events
-	c2, err := idemnats.NewConsumer(cons, e.in, e.apply, idemnats.WithObserver(ev.observe), idemnats.WithDoubleAck())
+	c2, err := idemnats.NewConsumer(cons, e.In, e.apply, idemnats.WithObserver(ev.Observe), idemnats.WithDoubleAck())
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := start(c2)
 	waitFor(t, 20*time.Second, "redeliveries acked", func() bool {
-		return ev.count(idem.Duplicate) == committed && ev.count(idem.Applied) == n-committed
+		return ev.Count(idem.Duplicate) == committed && ev.Count(idem.Applied) == n-committed
 	})
-	if err := r.stop(t); !errors.Is(err, context.Canceled) {
+	if err := r.Stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v, want context.Canceled", err)
 	}
-	for k, c := range e.counts(t) {
+	for k, c := range e.Counts(t) {
 		if c != 1 {
 			t.Errorf("%s applied %d times", k, c)
 		}
 	}
-	if got := len(e.counts(t)); got != n {
+	if got := len(e.Counts(t)); got != n {
 		t.Errorf("%d keys applied, want %d", got, n)
 	}
 	info := consumerInfo(t, js)
@@ -121,8 +122,8 @@ func TestCrashBetweenCommitAndAck(t *testing.T) {
 // message without a key are dead-lettered at once. Good messages go through.
 func TestPoisonDeadLettered(t *testing.T) {
 	t.Parallel()
-	s := runServer(t, t.TempDir(), -1)
-	_, js := connect(t, s.ClientURL())
+	s := natsenv.Run(t, t.TempDir(), -1)
+	_, js := natsenv.Connect(t, s.ClientURL())
 	cons := setup(t, js)
 	e := newEffects(t)
 	var mu sync.Mutex
@@ -145,9 +146,9 @@ func TestPoisonDeadLettered(t *testing.T) {
 		return e.apply(ctx, tx, m)
 	}
 	var ev events
-	c, err := idemnats.NewConsumer(cons, e.in, handler, idemnats.WithMaxAttempts(3),
+	c, err := idemnats.NewConsumer(cons, e.In, handler, idemnats.WithMaxAttempts(3),
 		idemnats.WithBackoff(10*time.Millisecond, 40*time.Millisecond),
-		idemnats.WithDeadLetter(js, "dlq.orders"), idemnats.WithObserver(ev.observe), idemnats.WithMaxWait(time.Second))
+		idemnats.WithDeadLetter(js, "dlq.orders"), idemnats.WithObserver(ev.Observe), idemnats.WithMaxWait(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,20 +158,20 @@ func TestPoisonDeadLettered(t *testing.T) {
 	publish(t, js, "orders.created", "", "no id")
 	publish(t, js, "orders.created", "good-2", "2")
 	r := start(c)
-	waitFor(t, 20*time.Second, "three dead letters", func() bool { return ev.count(idem.DeadLettered) == 3 })
+	waitFor(t, 20*time.Second, "three dead letters", func() bool { return ev.Count(idem.DeadLettered) == 3 })
 	waitFor(t, 5*time.Second, "acks", func() bool { return consumerInfo(t, js).NumAckPending == 0 })
-	if err := r.stop(t); !errors.Is(err, context.Canceled) {
+	if err := r.Stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v", err)
 	}
 	mu.Lock()
 	if deliveries["poison"] != 3 || deliveries["malformed"] != 1 {
 		t.Errorf("deliveries: poison %d (want 3), malformed %d (want 1)", deliveries["poison"], deliveries["malformed"])
 	}
-	if got := ev.count(idem.Retried); got != 2 {
+	if got := ev.Count(idem.Retried); got != 2 {
 		t.Errorf("%d retries, want 2 (poison's first two deliveries)", got)
 	}
 	mu.Unlock()
-	if got := e.counts(t); got["good-1"] != 1 || got["good-2"] != 1 || len(got) != 2 {
+	if got := e.Counts(t); got["good-1"] != 1 || got["good-2"] != 1 || len(got) != 2 {
 		t.Errorf("effects %v, want good-1 and good-2 once", got)
 	}
 
@@ -220,9 +221,9 @@ func keys[K comparable, V any](m map[K]V) []K {
 func TestServerRestart(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s := runServer(t, dir, -1)
-	port := serverPort(s)
-	_, js := connect(t, s.ClientURL(), nats.ReconnectWait(50*time.Millisecond), nats.MaxReconnects(-1))
+	s := natsenv.Run(t, dir, -1)
+	port := natsenv.Port(s)
+	_, js := natsenv.Connect(t, s.ClientURL(), nats.ReconnectWait(50*time.Millisecond), nats.MaxReconnects(-1))
 	cons := setup(t, js)
 	e := newEffects(t)
 	const n = 20
@@ -237,7 +238,7 @@ func TestServerRestart(t *testing.T) {
 		}
 		return e.apply(ctx, tx, m)
 	}
-	c, err := idemnats.NewConsumer(cons, e.in, handler, idemnats.WithBatchSize(4), idemnats.WithMaxWait(time.Second))
+	c, err := idemnats.NewConsumer(cons, e.In, handler, idemnats.WithBatchSize(4), idemnats.WithMaxWait(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,19 +252,19 @@ func TestServerRestart(t *testing.T) {
 	s.WaitForShutdown()
 	close(release) // commits while the server is away; the acks cannot reach it
 	time.Sleep(300 * time.Millisecond)
-	runServer(t, dir, port)
+	natsenv.Run(t, dir, port)
 
 	waitFor(t, 30*time.Second, "all messages applied and acked", func() bool {
-		if len(e.counts(t)) != n {
+		if len(e.Counts(t)) != n {
 			return false
 		}
 		info := consumerInfo(t, js)
 		return info.NumAckPending == 0 && info.NumPending == 0
 	})
-	if err := r.stop(t); !errors.Is(err, context.Canceled) {
+	if err := r.Stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v, want context.Canceled", err)
 	}
-	for k, c := range e.counts(t) {
+	for k, c := range e.Counts(t) {
 		if c != 1 {
 			t.Errorf("%s applied %d times", k, c)
 		}
@@ -274,11 +275,11 @@ func TestServerRestart(t *testing.T) {
 // spinning.
 func TestRunReturnsWhenClosed(t *testing.T) {
 	t.Parallel()
-	s := runServer(t, t.TempDir(), -1)
-	nc, js := connect(t, s.ClientURL())
+	s := natsenv.Run(t, t.TempDir(), -1)
+	nc, js := natsenv.Connect(t, s.ClientURL())
 	cons := setup(t, js)
 	e := newEffects(t)
-	c, err := idemnats.NewConsumer(cons, e.in, e.apply, idemnats.WithMaxWait(time.Second))
+	c, err := idemnats.NewConsumer(cons, e.In, e.apply, idemnats.WithMaxWait(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,13 +287,13 @@ func TestRunReturnsWhenClosed(t *testing.T) {
 	time.Sleep(150 * time.Millisecond)
 	nc.Close()
 	select {
-	case err := <-r.done:
+	case err := <-r.Done:
 		if !errors.Is(err, idem.ErrClosed) {
 			t.Fatalf("Run = %v, want ErrClosed", err)
 		}
 	case <-time.After(10 * time.Second):
-		r.cancel()
+		r.Cancel()
 		t.Fatal("Run did not return after the connection closed")
 	}
-	r.cancel()
+	r.Cancel()
 }

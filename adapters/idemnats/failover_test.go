@@ -1,11 +1,11 @@
-//go:build linux
-
 package idemnats_test
 
 import (
 	"context"
 	"fmt"
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/consume/consumetest"
+	"github.com/idem-go/idem/internal/natsenv"
 	"slices"
 	"sync"
 	"testing"
@@ -44,8 +44,8 @@ func TestLeaderKilled(t *testing.T) {
 	patience := 2*time.Minute + 3*soak // for each wait; the machine may be loaded
 	ctx := context.Background()
 
-	c := startJSCluster(t)
-	_, js := connect(t, c.url(), c.clientOptions()...)
+	c := natsenv.Start(t)
+	_, js := c.Connect(t)
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Replicas: 3}); err != nil {
 		t.Fatal(err)
 	}
@@ -54,26 +54,26 @@ func TestLeaderKilled(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	streamInfo := func() (*jetstream.ClusterInfo, error) { return streamCluster(ctx, js, "ORDERS") }
-	consInfo := func() (*jetstream.ClusterInfo, error) { return consumerCluster(ctx, js, "ORDERS", "worker") }
-	waitCurrent(t, patience, "stream", streamInfo)
-	waitCurrent(t, patience, "consumer", consInfo)
+	streamInfo := natsenv.StreamInfo(ctx, js, "ORDERS")
+	consInfo := natsenv.ConsumerInfo(ctx, js, "ORDERS", "worker")
+	natsenv.WaitCurrent(t, patience, "stream", streamInfo)
+	natsenv.WaitCurrent(t, patience, "consumer", consInfo)
 
 	e := newEffects(t)
 	log := newFailoverLog()
-	var runs []*runner
+	var runs []*consumetest.Runner
 	stopRuns := sync.OnceFunc(func() {
 		for _, r := range runs {
-			_ = r.stop(t)
+			_ = r.Stop(t)
 		}
 	})
 	for range consumers {
-		_, cjs := connect(t, c.url(), c.clientOptions()...)
+		_, cjs := c.Connect(t)
 		cons, err := cjs.Consumer(ctx, "ORDERS", "worker")
 		if err != nil {
 			t.Fatal(err)
 		}
-		ic, err := idemnats.NewConsumer(cons, e.in, e.apply, idemnats.WithBatchSize(100), idemnats.WithObserver(log.observe))
+		ic, err := idemnats.NewConsumer(cons, e.In, e.apply, idemnats.WithBatchSize(100), idemnats.WithObserver(log.observe))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,7 +81,7 @@ func TestLeaderKilled(t *testing.T) {
 	}
 	t.Cleanup(stopRuns) // before their connections close
 
-	_, pjs := connect(t, c.url(), c.clientOptions()...)
+	_, pjs := c.Connect(t)
 	pub, err := idemnats.NewPublisher(pjs, idemnats.WithPublishRetries(3, 250*time.Millisecond), idemnats.WithPublishTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -107,33 +107,33 @@ func TestLeaderKilled(t *testing.T) {
 
 	// The stream leader, a third of the way in.
 	waitFor(t, patience, "a third of the publishes", func() bool { return log.ackedCount() >= n/3 })
-	streamVictim := c.waitLeader(t, patience, "stream", "", streamInfo)
-	consNow := c.waitLeader(t, patience, "consumer", "", consInfo)
+	streamVictim := c.WaitLeader(t, patience, "stream", "", streamInfo)
+	consNow := c.WaitLeader(t, patience, "consumer", "", consInfo)
 	kill1 := time.Now()
-	streamVictim.kill()
+	streamVictim.Kill()
 	t.Logf("%.1fs: killed stream leader %s (consumer leader %s) with %d of %d published, %d applied",
-		kill1.Sub(begin).Seconds(), streamVictim.cfg.Name, consNow.cfg.Name, log.ackedCount(), n, log.appliedCount())
-	newLeader := c.waitLeader(t, patience, "stream", streamVictim.cfg.Name, streamInfo)
+		kill1.Sub(begin).Seconds(), streamVictim.Name(), consNow.Name(), log.ackedCount(), n, log.appliedCount())
+	newLeader := c.WaitLeader(t, patience, "stream", streamVictim.Name(), streamInfo)
 	elect1 := time.Since(kill1)
-	t.Logf("stream leader %s elected %.1fs after the kill", newLeader.cfg.Name, elect1.Seconds())
-	if err := streamVictim.start(); err != nil {
+	t.Logf("stream leader %s elected %.1fs after the kill", newLeader.Name(), elect1.Seconds())
+	if err := streamVictim.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitCurrent(t, patience, "stream after restart", streamInfo)
-	waitCurrent(t, patience, "consumer after restart", consInfo)
+	natsenv.WaitCurrent(t, patience, "stream after restart", streamInfo)
+	natsenv.WaitCurrent(t, patience, "consumer after restart", consInfo)
 
 	// The consumer leader, two thirds of the way in.
 	waitFor(t, patience, "two thirds of the publishes", func() bool { return log.ackedCount() >= 2*n/3 })
-	consVictim := c.waitLeader(t, patience, "consumer", "", consInfo)
-	streamNow := c.waitLeader(t, patience, "stream", "", streamInfo)
+	consVictim := c.WaitLeader(t, patience, "consumer", "", consInfo)
+	streamNow := c.WaitLeader(t, patience, "stream", "", streamInfo)
 	kill2 := time.Now()
-	consVictim.kill()
+	consVictim.Kill()
 	t.Logf("%.1fs: killed consumer leader %s (stream leader %s) with %d of %d published, %d applied",
-		kill2.Sub(begin).Seconds(), consVictim.cfg.Name, streamNow.cfg.Name, log.ackedCount(), n, log.appliedCount())
-	newCons := c.waitLeader(t, patience, "consumer", consVictim.cfg.Name, consInfo)
+		kill2.Sub(begin).Seconds(), consVictim.Name(), streamNow.Name(), log.ackedCount(), n, log.appliedCount())
+	newCons := c.WaitLeader(t, patience, "consumer", consVictim.Name(), consInfo)
 	elect2 := time.Since(kill2)
-	t.Logf("consumer leader %s elected %.1fs after the kill", newCons.cfg.Name, elect2.Seconds())
-	if err := consVictim.start(); err != nil {
+	t.Logf("consumer leader %s elected %.1fs after the kill", newCons.Name(), elect2.Seconds())
+	if err := consVictim.Start(); err != nil {
 		t.Fatal(err)
 	}
 
@@ -167,7 +167,7 @@ func TestLeaderKilled(t *testing.T) {
 	state := st.CachedInfo().State
 
 	// Every message's effect once, in the database.
-	counts := e.counts(t)
+	counts := e.Counts(t)
 	total := 0
 	for i := range n {
 		id := orderID(i)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idem-go/idem/internal/natsenv"
 	"testing"
 
 	"github.com/idem-go/idem/adapters/idemnats"
@@ -15,8 +16,8 @@ import (
 // A relay that dies after publishing in every other round republishes its
 // batches; the stream's duplicate window keeps one copy of each message.
 func TestOutboxPublisher(t *testing.T) {
-	s := runServer(t, t.TempDir(), -1)
-	_, js := connect(t, s.ClientURL())
+	s := natsenv.Run(t, t.TempDir(), -1)
+	_, js := natsenv.Connect(t, s.ClientURL())
 	setup(t, js)
 	ctx := context.Background()
 	db := testenv.SQLite(t)

@@ -3,6 +3,7 @@ package idemnats_test
 import (
 	"context"
 	"errors"
+	"github.com/idem-go/idem/internal/natsenv"
 	"testing"
 	"time"
 
@@ -15,8 +16,8 @@ import (
 // with the original sequence.
 func TestPublishDuplicate(t *testing.T) {
 	t.Parallel()
-	s := runServer(t, t.TempDir(), -1)
-	_, js := connect(t, s.ClientURL())
+	s := natsenv.Run(t, t.TempDir(), -1)
+	_, js := natsenv.Connect(t, s.ClientURL())
 	setup(t, js)
 	p, err := idemnats.NewPublisher(js)
 	if err != nil {
@@ -74,8 +75,8 @@ func (l *lostAck) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream
 
 func TestPublishRetryAfterLostAck(t *testing.T) {
 	t.Parallel()
-	s := runServer(t, t.TempDir(), -1)
-	_, js := connect(t, s.ClientURL())
+	s := natsenv.Run(t, t.TempDir(), -1)
+	_, js := natsenv.Connect(t, s.ClientURL())
 	setup(t, js)
 	flaky := &lostAck{JetStream: js}
 	p, err := idemnats.NewPublisher(flaky, idemnats.WithPublishRetries(2, time.Millisecond))

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/idem-go/idem/internal/natsenv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,8 +36,8 @@ func newSetRecorder(*effects) *setRecorder {
 // again. Every message reaches the set handler once and is applied once.
 func TestSetHandlerAppliesOnce(t *testing.T) {
 	t.Parallel()
-	s := runServer(t, t.TempDir(), -1)
-	_, js := connect(t, s.ClientURL())
+	s := natsenv.Run(t, t.TempDir(), -1)
+	_, js := natsenv.Connect(t, s.ClientURL())
 	cons := setup(t, js)
 	e := newEffects(t)
 	set := newSetRecorder(e)
@@ -47,12 +48,12 @@ func TestSetHandlerAppliesOnce(t *testing.T) {
 	// A producer retry inside the duplicate window: dropped by the stream.
 	publish(t, js, "orders.created", "order-0", "0")
 
-	nc1, js1 := connect(t, s.ClientURL())
+	nc1, js1 := natsenv.Connect(t, s.ClientURL())
 	cons1, err := js1.Consumer(context.Background(), "ORDERS", "worker")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c1, err := idemnats.NewConsumer(cons1, e.in, nil, idemnats.WithSetHandler(set.handle), idemnats.WithBatchSize(10))
+	c1, err := idemnats.NewConsumer(cons1, e.In, nil, idemnats.WithSetHandler(set.handle), idemnats.WithBatchSize(10))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,24 +61,24 @@ func TestSetHandlerAppliesOnce(t *testing.T) {
 	if err := c1.Run(context.Background()); !errors.Is(err, idem.ErrClosed) {
 		t.Fatalf("Run after the connection closed = %v, want ErrClosed", err)
 	}
-	committed := len(e.counts(t))
+	committed := len(e.Counts(t))
 	if committed == 0 {
 		t.Fatal("nothing committed before the crash")
 	}
 
 	var ev events
-	c2, err := idemnats.NewConsumer(cons, e.in, nil, idemnats.WithSetHandler(set.handle), idemnats.WithObserver(ev.observe))
+	c2, err := idemnats.NewConsumer(cons, e.In, nil, idemnats.WithSetHandler(set.handle), idemnats.WithObserver(ev.Observe))
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := start(c2)
 	waitFor(t, 20*time.Second, "redeliveries acked", func() bool {
-		return ev.count(idem.Duplicate) == committed && ev.count(idem.Applied) == n-committed
+		return ev.Count(idem.Duplicate) == committed && ev.Count(idem.Applied) == n-committed
 	})
-	if err := r.stop(t); !errors.Is(err, context.Canceled) {
+	if err := r.Stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v, want context.Canceled", err)
 	}
-	counts := e.counts(t)
+	counts := e.Counts(t)
 	seen, calls := set.Snapshot()
 	for i := range n {
 		k := fmt.Sprintf("order-%d", i)
@@ -102,8 +103,8 @@ func TestSetHandlerAppliesOnce(t *testing.T) {
 // limit, while the others commit once and are acked.
 func TestSetHandlerPoisonFallback(t *testing.T) {
 	t.Parallel()
-	s := runServer(t, t.TempDir(), -1)
-	_, js := connect(t, s.ClientURL())
+	s := natsenv.Run(t, t.TempDir(), -1)
+	_, js := natsenv.Connect(t, s.ClientURL())
 	cons := setup(t, js)
 	e := newEffects(t)
 	set := newSetRecorder(e)
@@ -127,26 +128,26 @@ func TestSetHandlerPoisonFallback(t *testing.T) {
 		publish(t, js, "orders.created", id, id)
 	}
 	var ev events
-	c, err := idemnats.NewConsumer(cons, e.in, each, idemnats.WithSetHandler(set.handle),
+	c, err := idemnats.NewConsumer(cons, e.In, each, idemnats.WithSetHandler(set.handle),
 		idemnats.WithMaxAttempts(3), idemnats.WithBackoff(10*time.Millisecond, 40*time.Millisecond),
-		idemnats.WithDeadLetter(js, "dlq.orders"), idemnats.WithObserver(ev.observe), idemnats.WithMaxWait(time.Second))
+		idemnats.WithDeadLetter(js, "dlq.orders"), idemnats.WithObserver(ev.Observe), idemnats.WithMaxWait(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := start(c)
-	waitFor(t, 20*time.Second, "the dead letter", func() bool { return ev.count(idem.DeadLettered) == 1 })
+	waitFor(t, 20*time.Second, "the dead letter", func() bool { return ev.Count(idem.DeadLettered) == 1 })
 	waitFor(t, 5*time.Second, "acks", func() bool { return consumerInfo(t, js).NumAckPending == 0 })
-	if err := r.stop(t); !errors.Is(err, context.Canceled) {
+	if err := r.Stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v", err)
 	}
-	got := e.counts(t)
+	got := e.Counts(t)
 	for _, k := range []string{"good-1", "good-2", "good-3", "good-4"} {
 		if got[k] != 1 {
 			t.Errorf("%s applied %d times, want 1", k, got[k])
 		}
 	}
-	if len(got) != 4 || ev.count(idem.Applied) != 4 {
-		t.Errorf("effects %v, applied events %d; want the four good messages", got, ev.count(idem.Applied))
+	if len(got) != 4 || ev.Count(idem.Applied) != 4 {
+		t.Errorf("effects %v, applied events %d; want the four good messages", got, ev.Count(idem.Applied))
 	}
 	if n := poisonRuns.Load(); n != 3 {
 		t.Errorf("the Handler ran %d times on the poison message, want 3 (one per delivery)", n)
@@ -170,8 +171,8 @@ func TestSetHandlerPoisonFallback(t *testing.T) {
 // limit. Once the handler works, each message is applied once.
 func TestSetHandlerNoFallback(t *testing.T) {
 	t.Parallel()
-	s := runServer(t, t.TempDir(), -1)
-	_, js := connect(t, s.ClientURL())
+	s := natsenv.Run(t, t.TempDir(), -1)
+	_, js := natsenv.Connect(t, s.ClientURL())
 	cons := setup(t, js)
 	e := newEffects(t)
 	set := newSetRecorder(e)
@@ -188,42 +189,39 @@ func TestSetHandlerNoFallback(t *testing.T) {
 		publish(t, js, "orders.created", fmt.Sprintf("order-%d", i), fmt.Sprint(i))
 	}
 	var ev events
-	c, err := idemnats.NewConsumer(cons, e.in, nil, idemnats.WithSetHandler(set.handle),
+	c, err := idemnats.NewConsumer(cons, e.In, nil, idemnats.WithSetHandler(set.handle),
 		idemnats.WithMaxAttempts(2), idemnats.WithBackoff(10*time.Millisecond, 20*time.Millisecond),
-		idemnats.WithDeadLetter(js, "dlq.orders"), idemnats.WithObserver(ev.observe), idemnats.WithMaxWait(time.Second))
+		idemnats.WithDeadLetter(js, "dlq.orders"), idemnats.WithObserver(ev.Observe), idemnats.WithMaxWait(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := start(c)
-	waitFor(t, 20*time.Second, "three rounds of redeliveries", func() bool { return ev.count(idem.Retried) >= 3*n })
+	waitFor(t, 20*time.Second, "three rounds of redeliveries", func() bool { return ev.Count(idem.Retried) >= 3*n })
 	info := consumerInfo(t, js)
-	if info.AckFloor.Consumer != 0 || len(e.counts(t)) != 0 || ev.count(idem.Applied) != 0 || ev.count(idem.DeadLettered) != 0 {
+	if info.AckFloor.Consumer != 0 || len(e.Counts(t)) != 0 || ev.Count(idem.Applied) != 0 || ev.Count(idem.DeadLettered) != 0 {
 		t.Fatalf("while the set handler fails: ack floor %d, effects %v, applied %d, dead-lettered %d; want nothing",
-			info.AckFloor.Consumer, e.counts(t), ev.count(idem.Applied), ev.count(idem.DeadLettered))
+			info.AckFloor.Consumer, e.Counts(t), ev.Count(idem.Applied), ev.Count(idem.DeadLettered))
 	}
-	ev.mu.Lock()
-	for _, x := range ev.all {
+	ev.Each(func(x idemnats.Event) {
 		var he *inbox.HandlerError
 		if !errors.As(x.Err, &he) {
 			t.Errorf("retried event error %v, want an *inbox.HandlerError", x.Err)
-			break
 		}
-	}
-	ev.mu.Unlock()
+	})
 
 	broken.Store(false)
-	waitFor(t, 20*time.Second, "all applied", func() bool { return ev.count(idem.Applied) == n })
+	waitFor(t, 20*time.Second, "all applied", func() bool { return ev.Count(idem.Applied) == n })
 	waitFor(t, 5*time.Second, "acks", func() bool { return consumerInfo(t, js).NumAckPending == 0 })
-	if err := r.stop(t); !errors.Is(err, context.Canceled) {
+	if err := r.Stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v", err)
 	}
-	got := e.counts(t)
+	got := e.Counts(t)
 	for i := range n {
 		if k := fmt.Sprintf("order-%d", i); got[k] != 1 {
 			t.Errorf("%s applied %d times, want 1", k, got[k])
 		}
 	}
-	if ev.count(idem.DeadLettered) != 0 {
-		t.Errorf("%d dead-lettered, want 0", ev.count(idem.DeadLettered))
+	if ev.Count(idem.DeadLettered) != 0 {
+		t.Errorf("%d dead-lettered, want 0", ev.Count(idem.DeadLettered))
 	}
 }

@@ -1,0 +1,99 @@
+package consumetest
+
+import (
+	"context"
+	"database/sql"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/settest"
+)
+
+// Sizes records the size of every batch a set handler received.
+type Sizes struct {
+	mu sync.Mutex
+	n  []int
+}
+
+// Record wraps set so that s records each batch's size before set runs.
+func Record[M any](s *Sizes, set func(context.Context, *sql.Tx, []M) error) func(context.Context, *sql.Tx, []M) error {
+	return func(ctx context.Context, tx *sql.Tx, msgs []M) error {
+		s.mu.Lock()
+		s.n = append(s.n, len(msgs))
+		s.mu.Unlock()
+		return set(ctx, tx, msgs)
+	}
+}
+
+// All returns the sizes recorded so far.
+func (s *Sizes) All() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]int(nil), s.n...)
+}
+
+// SetInsert writes one effects row per message, (key(m), data(m)), with
+// one multi-row INSERT: the set handler of the adapters' benchmarks.
+func SetInsert[M any](key, data func(M) string) func(context.Context, *sql.Tx, []M) error {
+	return func(ctx context.Context, tx *sql.Tx, msgs []M) error {
+		return settest.Insert(ctx, tx, Insert, msgs, func(m M) []any { return []any{key(m), data(m)} })
+	}
+}
+
+// StoreOnly is the ceiling of a consumer: the same records fed straight
+// into a fresh inbox of the same kind ([NewEffects]) with
+// inbox.ProcessBatchSet and the same set handler's statement, in exactly
+// the batch sizes that the consumer formed, with no broker at all. It
+// returns the time from the first batch to the last commit.
+func StoreOnly(tb testing.TB, keys []string, data string, sizes []int) time.Duration {
+	tb.Helper()
+	total := 0
+	for _, n := range sizes {
+		total += n
+	}
+	if total != len(keys) {
+		tb.Fatalf("store only: batch sizes add up to %d records, want %d", total, len(keys))
+	}
+	e := NewEffects(tb)
+	set := func(ctx context.Context, tx *sql.Tx, fresh []inbox.Message) error {
+		return settest.Insert(ctx, tx, Insert, fresh, func(m inbox.Message) []any { return []any{m.Key, data} })
+	}
+	ctx := context.Background()
+	applied, lo := 0, 0
+	start := time.Now()
+	for _, n := range sizes {
+		msgs := make([]inbox.Message, n)
+		for i, k := range keys[lo : lo+n] {
+			msgs[i] = inbox.Message{Key: k}
+		}
+		lo += n
+		results, err := e.In.ProcessBatchSet(ctx, msgs, set, nil)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, r := range results {
+			if r.Applied {
+				applied++
+			}
+		}
+	}
+	d := time.Since(start)
+	if applied != len(keys) {
+		tb.Fatalf("store only: %d of %d records applied", applied, len(keys))
+	}
+	return d
+}
+
+// Ceiling reports a consumer's rate beside its store's alone (n records
+// each way, in total), and their ratio, as benchmark metrics and as one
+// line on the benchmark's log.
+func Ceiling(b *testing.B, n int, consumer, store time.Duration, batches int) {
+	rc, rs := float64(n)/consumer.Seconds(), float64(n)/store.Seconds()
+	b.ReportMetric(rc, "consumer-records/s")
+	b.ReportMetric(rs, "store-only-records/s")
+	b.ReportMetric(rc/rs, "consumer/store")
+	b.ReportMetric(float64(n)/float64(max(batches, 1)), "records/batch")
+	b.Logf("consumer %.0f records/s, store only %.0f records/s: %.2fx", rc, rs, rc/rs)
+}

@@ -1,0 +1,149 @@
+// Package consumetest is the test harness the broker adapters share: a
+// SQLite inbox with an effects table, a consumer run in a goroutine the test
+// owns, an observer that collects events, and the benchmark that compares a
+// consumer with its store alone.
+package consumetest
+
+import (
+	"context"
+	"database/sql"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/sqldialect"
+)
+
+// Insert is the statement that records one effect: a key and its data.
+const Insert = "INSERT INTO effects (key, data)"
+
+// Effects is a SQLite inbox (consumer "orders-worker") with an effects
+// table (key, data) that the handlers write to.
+type Effects struct {
+	DB *sql.DB
+	In *inbox.Inbox
+}
+
+// NewEffects opens a fresh SQLite file (WAL) with a migrated inbox and an
+// empty effects table.
+func NewEffects(tb testing.TB) *Effects {
+	tb.Helper()
+	db := testenv.SQLite(tb)
+	in, err := inbox.New(db, sqldialect.SQLite, "orders-worker")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := in.Migrate(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "CREATE TABLE effects (key TEXT NOT NULL, data TEXT NOT NULL)"); err != nil {
+		tb.Fatal(err)
+	}
+	return &Effects{DB: db, In: in}
+}
+
+// Apply records one effect inside tx.
+func (e *Effects) Apply(ctx context.Context, tx *sql.Tx, key, data string) error {
+	_, err := tx.ExecContext(ctx, Insert+" VALUES (?, ?)", key, data)
+	return err
+}
+
+// Counts returns how many times each key's effect was applied.
+func (e *Effects) Counts(tb testing.TB) map[string]int {
+	tb.Helper()
+	rows, err := e.DB.Query("SELECT key, count(*) FROM effects GROUP BY key")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var k string
+		var n int
+		if err := rows.Scan(&k, &n); err != nil {
+			tb.Fatal(err)
+		}
+		out[k] = n
+	}
+	if err := rows.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return out
+}
+
+// Runner is a consumer's Run in a goroutine the test owns.
+type Runner struct {
+	Cancel context.CancelFunc
+	Done   chan error
+}
+
+// Start calls run in a new goroutine with a context that Cancel ends.
+func Start(run func(context.Context) error) *Runner {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Runner{Cancel: cancel, Done: make(chan error, 1)}
+	go func() { r.Done <- run(ctx) }()
+	return r
+}
+
+// Stop cancels the run and returns its error, failing tb if it does not
+// return within 15 seconds.
+func (r *Runner) Stop(tb testing.TB) error {
+	tb.Helper()
+	r.Cancel()
+	select {
+	case err := <-r.Done:
+		return err
+	case <-time.After(15 * time.Second):
+		tb.Fatal("Run did not return after cancel")
+		return nil
+	}
+}
+
+// WaitFor polls cond until it holds, failing tb after d.
+func WaitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Events collects a consumer's settled messages; Observe is its observer.
+type Events[M any] struct {
+	mu  sync.Mutex
+	all []idem.DeliveryEvent[M]
+}
+
+// Observe records ev.
+func (e *Events[M]) Observe(ev idem.DeliveryEvent[M]) {
+	e.mu.Lock()
+	e.all = append(e.all, ev)
+	e.mu.Unlock()
+}
+
+// Count returns how many events had outcome o.
+func (e *Events[M]) Count(o idem.Outcome) int {
+	n := 0
+	e.Each(func(ev idem.DeliveryEvent[M]) {
+		if ev.Outcome == o {
+			n++
+		}
+	})
+	return n
+}
+
+// Each calls f on every event so far, in order, holding the lock.
+func (e *Events[M]) Each(f func(idem.DeliveryEvent[M])) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, ev := range e.all {
+		f(ev)
+	}
+}
