@@ -52,8 +52,8 @@
 // key's earlier use), and no retry policy retries it.
 //
 // Observing: [WithHooks] reports each call's [Outcome] and duration, as
-// idemhttp.WithHooks does for HTTP requests (the outcome names are the
-// same where they mean the same); [WithLogger] receives what the client
+// idemhttp.WithHooks does for HTTP requests, in idemhttp's outcome
+// vocabulary; [WithLogger] receives what the client
 // cannot be told (a response that could not be stored, a failed release).
 //
 // Principals: by default a SHA-256 of the call's authorization metadata;

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/keystore"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
@@ -55,7 +56,7 @@ func (i *Interceptor) settle(ctx context.Context, claim keystore.Claim, cap *cap
 	st := statusOf(herr)
 	if i.cfg.release[st.Code()] {
 		i.release(ctx, claim, "handler answered "+st.Code().String())
-		return OutcomeReleased
+		return idemhttp.OutcomeReleased
 	}
 	rec := &record{}
 	rec.header, rec.trailer = cap.kept(i.cfg.replay)
@@ -76,9 +77,9 @@ func (i *Interceptor) settle(ctx context.Context, claim keystore.Claim, cap *cap
 	} else {
 		rec.msgType, rec.msg = string(m.ProtoReflect().Descriptor().FullName()), b
 	}
-	enc, o := rec.encode(), OutcomeExecuted
+	enc, o := rec.encode(), idemhttp.OutcomeExecuted
 	if rec.notStored || len(enc) > i.cfg.maxResponse {
-		enc, o = notStored(st.Code()).encode(), OutcomeNotStored
+		enc, o = notStored(st.Code()).encode(), idemhttp.OutcomeNotStored
 	}
 	return i.complete(ctx, claim, enc, st.Code(), o)
 }
@@ -95,16 +96,16 @@ func (i *Interceptor) complete(ctx context.Context, claim keystore.Claim, enc []
 	defer cancel()
 	err := i.store.Complete(sctx, claim, enc, i.cfg.ttl)
 	if errors.Is(err, keystore.ErrResultTooLarge) {
-		o = OutcomeNotStored
+		o = idemhttp.OutcomeNotStored
 		err = i.store.Complete(sctx, claim, notStored(code).encode(), i.cfg.ttl)
 	}
 	switch {
 	case errors.Is(err, keystore.ErrLeaseLost):
 		i.cfg.logger.WarnContext(ctx, "idemgrpc: handler outlived its lease; response not stored (raise the lease)", "lease", i.cfg.lease)
-		return OutcomeLeaseLost
+		return idemhttp.OutcomeLeaseLost
 	case err != nil:
 		i.cfg.logger.ErrorContext(ctx, "idemgrpc: storing the response failed; the key stays in progress until its lease ends", "err", err)
-		return OutcomeStoreError
+		return idemhttp.OutcomeStoreError
 	}
 	return o
 }
@@ -114,9 +115,9 @@ func (i *Interceptor) complete(ctx context.Context, claim keystore.Claim, enc []
 func (i *Interceptor) replay(ctx context.Context, c keystore.Claim) (any, Outcome, error) {
 	resp, err := i.replayed(ctx, c)
 	if reasonOf(err) == ReasonCorrupt {
-		return nil, OutcomeStoreError, err
+		return nil, idemhttp.OutcomeStoreError, err
 	}
-	return resp, OutcomeReplayed, err
+	return resp, idemhttp.OutcomeReplayed, err
 }
 
 func (i *Interceptor) replayed(ctx context.Context, c keystore.Claim) (any, error) {

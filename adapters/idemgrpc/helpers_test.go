@@ -100,6 +100,13 @@ func serveWith(t *testing.T, svc *payments, store keystore.Store, opts []idemgrp
 	return server{addr: lis.Addr().String(), store: store}
 }
 
+// client serves svc over store with opts (see serve) and returns a client
+// of that server.
+func client(t *testing.T, svc *payments, store keystore.Store, opts ...idemgrpc.Option) testpb.PaymentsClient {
+	t.Helper()
+	return dial(t, serve(t, svc, store, opts).addr)
+}
+
 // dial connects to addr; the connection is closed when the test ends.
 func dial(t *testing.T, addr string, opts ...grpc.DialOption) testpb.PaymentsClient {
 	t.Helper()

@@ -1,6 +1,10 @@
 package idemgrpc
 
-import "time"
+import (
+	"time"
+
+	"github.com/idem-go/idem/idemhttp"
+)
 
 // Hooks observes the interceptor without tying it to a metrics library, as
 // idemhttp.Hooks observes the HTTP middleware: one call per unary call
@@ -12,24 +16,29 @@ type Hooks interface {
 	Call(o Outcome, d time.Duration)
 }
 
-// Outcome is what the interceptor did with one call. The names are
-// idemhttp's outcomes where the two mean the same.
-type Outcome string
-
-// The outcomes reported to [Hooks].
-const (
-	OutcomePassThrough Outcome = "pass_through" // method not configured, or no key and not required
-	OutcomeExecuted    Outcome = "executed"     // handler ran, response stored
-	OutcomeReleased    Outcome = "released"     // handler ran, answered a release code or panicked: key released
-	OutcomeNotStored   Outcome = "not_stored"   // handler ran, response too large to keep
-	OutcomeReplayed    Outcome = "replayed"     // the stored response was returned
-	OutcomeInProgress  Outcome = "in_progress"  // Unavailable IN_PROGRESS
-	OutcomeMismatch    Outcome = "mismatch"     // FailedPrecondition KEY_REUSED
-	OutcomeBadRequest  Outcome = "bad_request"  // missing or invalid key, no principal, bad scope, request not protobuf
-	OutcomeStoreError  Outcome = "store_error"  // the store failed: not executed, or executed and not recorded
-	OutcomeLeaseLost   Outcome = "lease_lost"   // handler outlived its lease; response not stored
-	OutcomeClientGone  Outcome = "client_gone"  // the client left before the handler ran: released
-)
+// Outcome is what the interceptor did with one call. It is idemhttp's
+// Outcome, so that one vocabulary (and one dashboard) covers HTTP requests
+// and gRPC calls; the interceptor reports these of its constants:
+//
+//   - idemhttp.OutcomePassThrough: method not configured, or no key and not
+//     required (no store I/O);
+//   - idemhttp.OutcomeExecuted: the handler ran, its response is stored;
+//   - idemhttp.OutcomeReleased: the handler answered a release code or
+//     panicked, the key is released;
+//   - idemhttp.OutcomeNotStored: the handler ran, its response was too large
+//     to keep;
+//   - idemhttp.OutcomeReplayed: the stored response was returned;
+//   - idemhttp.OutcomeInProgress: Unavailable IN_PROGRESS;
+//   - idemhttp.OutcomeMismatch: FailedPrecondition KEY_REUSED;
+//   - idemhttp.OutcomeBadRequest: a missing or invalid key, no principal, a
+//     failed scope function, a request that is not protobuf;
+//   - idemhttp.OutcomeStoreError: the store failed (not executed, or
+//     executed and not recorded), or a stored record cannot be replayed;
+//   - idemhttp.OutcomeLeaseLost: the handler outlived its lease, its
+//     response is not stored;
+//   - idemhttp.OutcomeClientGone: the client left before the handler ran,
+//     the key is released.
+type Outcome = idemhttp.Outcome
 
 // WithHooks installs an observer of every call's outcome.
 func WithHooks(h Hooks) Option {

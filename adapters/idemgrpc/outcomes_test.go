@@ -14,6 +14,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemgrpc"
 	"github.com/idem-go/idem/adapters/idemgrpc/internal/testpb"
+	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/keystore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -93,29 +94,29 @@ func TestOutcomes(t *testing.T) {
 		reason   string                            // of the last call
 		maxDelay time.Duration                     // 0: no bound checked
 	}{
-		{name: "method not configured", opts: []idemgrpc.Option{idemgrpc.WithMethods("/other.Service/Method")}, want: []idemgrpc.Outcome{idemgrpc.OutcomePassThrough}},
-		{name: "no key", md: []string{"authorization", "Bearer alice"}, want: []idemgrpc.Outcome{idemgrpc.OutcomePassThrough}},
-		{name: "no key, required", opts: []idemgrpc.Option{idemgrpc.WithRequired(true)}, md: []string{"authorization", "Bearer alice"}, want: []idemgrpc.Outcome{idemgrpc.OutcomeBadRequest}, code: codes.InvalidArgument, reason: idemgrpc.ReasonMissingKey},
-		{name: "bad key", md: []string{"authorization", "Bearer alice", idemgrpc.MetadataKey, "a b"}, want: []idemgrpc.Outcome{idemgrpc.OutcomeBadRequest}, code: codes.InvalidArgument, reason: idemgrpc.ReasonInvalidKey},
-		{name: "scope fails", opts: []idemgrpc.Option{idemgrpc.WithScopeFunc(func(context.Context, string) (string, error) { return "", context.DeadlineExceeded })}, want: []idemgrpc.Outcome{idemgrpc.OutcomeBadRequest}, code: codes.InvalidArgument, reason: idemgrpc.ReasonInvalidScope},
-		{name: "request not protobuf", req: "not a message", want: []idemgrpc.Outcome{idemgrpc.OutcomeBadRequest}, code: codes.Internal, reason: idemgrpc.ReasonUnfingerprintable},
-		{name: "executed, replayed", handler: claimed, want: []idemgrpc.Outcome{idemgrpc.OutcomeExecuted, idemgrpc.OutcomeReplayed}},
-		{name: "ttl ends", opts: []idemgrpc.Option{idemgrpc.WithTTL(20 * time.Millisecond)}, pause: 100 * time.Millisecond, want: []idemgrpc.Outcome{idemgrpc.OutcomeExecuted, idemgrpc.OutcomeExecuted}},
-		{name: "released", handler: unavailable, want: []idemgrpc.Outcome{idemgrpc.OutcomeReleased, idemgrpc.OutcomeReleased}, code: codes.Unavailable},
-		{name: "response too large", opts: []idemgrpc.Option{idemgrpc.WithMaxResponseSize(1)}, want: []idemgrpc.Outcome{idemgrpc.OutcomeNotStored, idemgrpc.OutcomeReplayed}, code: codes.FailedPrecondition, reason: idemgrpc.ReasonNotStored},
+		{name: "method not configured", opts: []idemgrpc.Option{idemgrpc.WithMethods("/other.Service/Method")}, want: []idemgrpc.Outcome{idemhttp.OutcomePassThrough}},
+		{name: "no key", md: []string{"authorization", "Bearer alice"}, want: []idemgrpc.Outcome{idemhttp.OutcomePassThrough}},
+		{name: "no key, required", opts: []idemgrpc.Option{idemgrpc.WithRequired(true)}, md: []string{"authorization", "Bearer alice"}, want: []idemgrpc.Outcome{idemhttp.OutcomeBadRequest}, code: codes.InvalidArgument, reason: idemgrpc.ReasonMissingKey},
+		{name: "bad key", md: []string{"authorization", "Bearer alice", idemgrpc.MetadataKey, "a b"}, want: []idemgrpc.Outcome{idemhttp.OutcomeBadRequest}, code: codes.InvalidArgument, reason: idemgrpc.ReasonInvalidKey},
+		{name: "scope fails", opts: []idemgrpc.Option{idemgrpc.WithScopeFunc(func(context.Context, string) (string, error) { return "", context.DeadlineExceeded })}, want: []idemgrpc.Outcome{idemhttp.OutcomeBadRequest}, code: codes.InvalidArgument, reason: idemgrpc.ReasonInvalidScope},
+		{name: "request not protobuf", req: "not a message", want: []idemgrpc.Outcome{idemhttp.OutcomeBadRequest}, code: codes.Internal, reason: idemgrpc.ReasonUnfingerprintable},
+		{name: "executed, replayed", handler: claimed, want: []idemgrpc.Outcome{idemhttp.OutcomeExecuted, idemhttp.OutcomeReplayed}},
+		{name: "ttl ends", opts: []idemgrpc.Option{idemgrpc.WithTTL(20 * time.Millisecond)}, pause: 100 * time.Millisecond, want: []idemgrpc.Outcome{idemhttp.OutcomeExecuted, idemhttp.OutcomeExecuted}},
+		{name: "released", handler: unavailable, want: []idemgrpc.Outcome{idemhttp.OutcomeReleased, idemhttp.OutcomeReleased}, code: codes.Unavailable},
+		{name: "response too large", opts: []idemgrpc.Option{idemgrpc.WithMaxResponseSize(1)}, want: []idemgrpc.Outcome{idemhttp.OutcomeNotStored, idemhttp.OutcomeReplayed}, code: codes.FailedPrecondition, reason: idemgrpc.ReasonNotStored},
 		{name: "in progress", store: func(*testing.T) keystore.Store {
 			return answering{c: keystore.Claim{State: keystore.InProgress, Expires: time.Now().Add(time.Minute)}}
-		}, want: []idemgrpc.Outcome{idemgrpc.OutcomeInProgress}, code: codes.Unavailable, reason: idemgrpc.ReasonInProgress},
+		}, want: []idemgrpc.Outcome{idemhttp.OutcomeInProgress}, code: codes.Unavailable, reason: idemgrpc.ReasonInProgress},
 		{name: "stored record corrupt", store: func(*testing.T) keystore.Store {
 			return answering{c: keystore.Claim{State: keystore.Done, Result: []byte("garbage")}}
-		}, want: []idemgrpc.Outcome{idemgrpc.OutcomeStoreError}, code: codes.Internal, reason: idemgrpc.ReasonCorrupt},
-		{name: "store down", store: func(t *testing.T) keystore.Store { return &faultyStore{Store: newMem(t), reserveErr: errDown} }, want: []idemgrpc.Outcome{idemgrpc.OutcomeStoreError}, code: codes.Unavailable, reason: idemgrpc.ReasonStore},
-		{name: "store timeout", opts: []idemgrpc.Option{idemgrpc.WithStoreTimeout(20 * time.Millisecond)}, store: func(*testing.T) keystore.Store { return answering{block: true} }, want: []idemgrpc.Outcome{idemgrpc.OutcomeStoreError}, code: codes.Unavailable, reason: idemgrpc.ReasonStore, maxDelay: 5 * time.Second},
-		{name: "complete fails", store: func(t *testing.T) keystore.Store { return &faultyStore{Store: newMem(t), completeErr: errDown} }, want: []idemgrpc.Outcome{idemgrpc.OutcomeStoreError}},
+		}, want: []idemgrpc.Outcome{idemhttp.OutcomeStoreError}, code: codes.Internal, reason: idemgrpc.ReasonCorrupt},
+		{name: "store down", store: func(t *testing.T) keystore.Store { return &faultyStore{Store: newMem(t), reserveErr: errDown} }, want: []idemgrpc.Outcome{idemhttp.OutcomeStoreError}, code: codes.Unavailable, reason: idemgrpc.ReasonStore},
+		{name: "store timeout", opts: []idemgrpc.Option{idemgrpc.WithStoreTimeout(20 * time.Millisecond)}, store: func(*testing.T) keystore.Store { return answering{block: true} }, want: []idemgrpc.Outcome{idemhttp.OutcomeStoreError}, code: codes.Unavailable, reason: idemgrpc.ReasonStore, maxDelay: 5 * time.Second},
+		{name: "complete fails", store: func(t *testing.T) keystore.Store { return &faultyStore{Store: newMem(t), completeErr: errDown} }, want: []idemgrpc.Outcome{idemhttp.OutcomeStoreError}},
 		{name: "lease lost", store: func(t *testing.T) keystore.Store {
 			return &faultyStore{Store: newMem(t), completeErr: keystore.ErrLeaseLost}
-		}, want: []idemgrpc.Outcome{idemgrpc.OutcomeLeaseLost}},
-		{name: "client gone", ctx: gone, want: []idemgrpc.Outcome{idemgrpc.OutcomeClientGone}, code: codes.Canceled},
+		}, want: []idemgrpc.Outcome{idemhttp.OutcomeLeaseLost}},
+		{name: "client gone", ctx: gone, want: []idemgrpc.Outcome{idemhttp.OutcomeClientGone}, code: codes.Canceled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/keystore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -87,47 +88,47 @@ func (i *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServer
 func (i *Interceptor) serve(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, Outcome, error) {
 	if i.cfg.methods != nil && !i.cfg.methods[info.FullMethod] {
 		resp, err := handler(ctx, req)
-		return resp, OutcomePassThrough, err
+		return resp, idemhttp.OutcomePassThrough, err
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	key, err := KeyFromMetadata(md)
 	switch {
 	case errors.Is(err, idem.ErrMissingKey) && !i.cfg.required:
 		resp, err := handler(ctx, req)
-		return resp, OutcomePassThrough, err
+		return resp, idemhttp.OutcomePassThrough, err
 	case errors.Is(err, idem.ErrMissingKey):
-		return nil, OutcomeBadRequest, failure(codes.InvalidArgument, ReasonMissingKey, info.FullMethod+" requires an "+MetadataKey+" metadata entry")
+		return nil, idemhttp.OutcomeBadRequest, failure(codes.InvalidArgument, ReasonMissingKey, info.FullMethod+" requires an "+MetadataKey+" metadata entry")
 	case err != nil:
-		return nil, OutcomeBadRequest, failure(codes.InvalidArgument, ReasonInvalidKey, err.Error())
+		return nil, idemhttp.OutcomeBadRequest, failure(codes.InvalidArgument, ReasonInvalidKey, err.Error())
 	}
 	scope, err := i.cfg.scopeOf(ctx, info.FullMethod)
 	switch {
 	case errors.Is(err, ErrNoPrincipal):
-		return nil, OutcomeBadRequest, failure(codes.Unauthenticated, ReasonNoPrincipal, err.Error()+"; keyed calls must identify their principal so that no client is replayed another's response")
+		return nil, idemhttp.OutcomeBadRequest, failure(codes.Unauthenticated, ReasonNoPrincipal, err.Error()+"; keyed calls must identify their principal so that no client is replayed another's response")
 	case err != nil:
-		return nil, OutcomeBadRequest, failure(codes.InvalidArgument, ReasonInvalidScope, err.Error())
+		return nil, idemhttp.OutcomeBadRequest, failure(codes.InvalidArgument, ReasonInvalidScope, err.Error())
 	}
 	fp, err := Fingerprint(info.FullMethod, req)
 	if err != nil {
-		return nil, OutcomeBadRequest, failure(codes.Internal, ReasonUnfingerprintable, err.Error())
+		return nil, idemhttp.OutcomeBadRequest, failure(codes.Internal, ReasonUnfingerprintable, err.Error())
 	}
 	claim, err := keystore.Await(ctx, i.store, storeKey(scope, key), fp, i.cfg.lease, i.wait())
 	switch {
 	case errors.Is(err, idem.ErrFingerprintMismatch):
-		return nil, OutcomeMismatch, failure(codes.FailedPrecondition, ReasonKeyReused, "the key was first used with another method or request message; use a new key for a new request")
+		return nil, idemhttp.OutcomeMismatch, failure(codes.FailedPrecondition, ReasonKeyReused, "the key was first used with another method or request message; use a new key for a new request")
 	case errors.Is(err, keystore.ErrInProgress):
 		d := i.pushback(claim)
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(MetadataPushback, fmt.Sprint(d.Milliseconds())))
-		return nil, OutcomeInProgress, failure(codes.Unavailable, ReasonInProgress, "a call with this key is being executed; retry after it completes", retryInfo(d))
+		return nil, idemhttp.OutcomeInProgress, failure(codes.Unavailable, ReasonInProgress, "a call with this key is being executed; retry after it completes", retryInfo(d))
 	case err != nil && errors.Is(err, ctx.Err()):
 		// The client left before or while the key was reserved: nobody
 		// would get the answer, so do not act (Await gave back a key it
 		// took); the retry executes.
 		i.cfg.logger.DebugContext(ctx, "idemgrpc: client gone before the handler ran", "method", info.FullMethod, "err", err)
-		return nil, OutcomeClientGone, statusOf(ctx.Err()).Err()
+		return nil, idemhttp.OutcomeClientGone, statusOf(ctx.Err()).Err()
 	case err != nil:
 		i.cfg.logger.ErrorContext(ctx, "idemgrpc: store unavailable", "method", info.FullMethod, "err", err)
-		return nil, OutcomeStoreError, failure(codes.Unavailable, ReasonStore, "the idempotency store is unavailable; the call was not executed, retry with the same key")
+		return nil, idemhttp.OutcomeStoreError, failure(codes.Unavailable, ReasonStore, "the idempotency store is unavailable; the call was not executed, retry with the same key")
 	case claim.State == keystore.Done:
 		return i.replay(ctx, claim)
 	}

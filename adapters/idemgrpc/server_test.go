@@ -25,8 +25,7 @@ func TestConcurrentDuplicatesExecuteOnce(t *testing.T) {
 		<-release
 		return &testpb.ChargeReply{Id: "ch_" + strconv.FormatInt(n, 10), Amount: req.GetAmount()}, nil
 	}}
-	srv := serve(t, svc, nil, []idemgrpc.Option{idemgrpc.WithWait(15 * time.Second)})
-	c := dial(t, srv.addr)
+	c := client(t, svc, nil, idemgrpc.WithWait(15*time.Second))
 	ctx := keyed(ctxT(t), "Bearer alice", "k-concurrent")
 
 	const n = 8
@@ -71,8 +70,7 @@ func TestReplayIsIdentical(t *testing.T) {
 		_ = grpc.SetTrailer(ctx, metadata.Pairs("x-cost", "7", "x-server-time", strconv.FormatInt(n, 10)))
 		return &testpb.ChargeReply{Id: "ch_" + strconv.FormatInt(n, 10), Amount: req.GetAmount()}, nil
 	}}
-	srv := serve(t, svc, nil, []idemgrpc.Option{idemgrpc.WithReplayMetadata("x-charge-id", "x-cost", "X-Bin-Bin")})
-	c := dial(t, srv.addr)
+	c := client(t, svc, nil, idemgrpc.WithReplayMetadata("x-charge-id", "x-cost", "X-Bin-Bin"))
 	ctx := keyed(ctxT(t), "Bearer alice", "k-replay")
 	req := &testpb.ChargeRequest{Account: "acct", Amount: 42, Tags: map[string]string{"a": "1", "b": "2", "c": "3"}}
 
@@ -117,8 +115,7 @@ func TestReplayErrorStatusWithDetails(t *testing.T) {
 			&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: "card", Description: "expired"}}})
 		return nil, st.Err()
 	}}
-	srv := serve(t, svc, nil, nil)
-	c := dial(t, srv.addr)
+	c := client(t, svc, nil)
 	ctx := keyed(ctxT(t), "Bearer alice", "k-declined")
 	req := &testpb.ChargeRequest{Account: "acct", Amount: 42}
 	_, err1 := c.Charge(ctx, req)
@@ -186,15 +183,14 @@ func TestReleaseCodesOption(t *testing.T) {
 	svc := &payments{charge: func(context.Context, int64, *testpb.ChargeRequest) (*testpb.ChargeReply, error) {
 		return nil, status.Error(codes.Internal, "stored, Stripe-style")
 	}}
-	srv := serve(t, svc, nil, []idemgrpc.Option{idemgrpc.WithReleaseCodes(codes.Unavailable)})
-	c := dial(t, srv.addr)
+	c := client(t, svc, nil, idemgrpc.WithReleaseCodes(codes.Unavailable))
 	ctx := keyed(ctxT(t), "Bearer alice", "k")
 	_, _ = c.Charge(ctx, &testpb.ChargeRequest{})
 	_, err := c.Charge(ctx, &testpb.ChargeRequest{})
 	if status.Code(err) != codes.Internal || svc.calls.Load() != 1 {
 		t.Fatalf("replay %v after %d runs, want the stored Internal after 1", err, svc.calls.Load())
 	}
-	if _, err := idemgrpc.New(srv.store, idemgrpc.WithReleaseCodes(codes.OK)); err == nil {
+	if _, err := idemgrpc.New(newMem(t), idemgrpc.WithReleaseCodes(codes.OK)); err == nil {
 		t.Fatal("WithReleaseCodes(OK) accepted")
 	}
 }
@@ -202,8 +198,7 @@ func TestReleaseCodesOption(t *testing.T) {
 func TestKeyReusedForAnotherRequest(t *testing.T) {
 	t.Parallel()
 	svc := &payments{}
-	srv := serve(t, svc, nil, nil)
-	c := dial(t, srv.addr)
+	c := client(t, svc, nil)
 	ctx := keyed(ctxT(t), "Bearer alice", "k-reuse")
 	tags := map[string]string{}
 	for i := range 32 {
@@ -229,8 +224,7 @@ func TestKeyReusedForAnotherRequest(t *testing.T) {
 func TestKeyRules(t *testing.T) {
 	t.Parallel()
 	svc := &payments{}
-	srv := serve(t, svc, nil, []idemgrpc.Option{idemgrpc.WithRequired(true), idemgrpc.WithMethods(testpb.Payments_Charge_FullMethodName)})
-	c := dial(t, srv.addr)
+	c := client(t, svc, nil, idemgrpc.WithRequired(true), idemgrpc.WithMethods(testpb.Payments_Charge_FullMethodName))
 	ctx := ctxT(t)
 	_, err := c.Charge(keyed(ctx, "Bearer a", ""), &testpb.ChargeRequest{})
 	wantStatus(t, err, codes.InvalidArgument, idemgrpc.ReasonMissingKey)
@@ -257,8 +251,7 @@ func TestKeyRules(t *testing.T) {
 func TestUnkeyedAndStreamingPassThrough(t *testing.T) {
 	t.Parallel()
 	svc := &payments{}
-	srv := serve(t, svc, nil, nil)
-	c := dial(t, srv.addr)
+	c := client(t, svc, nil)
 	ctx := ctxT(t)
 	for range 2 {
 		if _, err := c.Charge(ctx, &testpb.ChargeRequest{}); err != nil {
@@ -285,8 +278,7 @@ func TestUnkeyedAndStreamingPassThrough(t *testing.T) {
 func TestPrincipalIsolation(t *testing.T) {
 	t.Parallel()
 	svc := &payments{}
-	srv := serve(t, svc, nil, nil)
-	c := dial(t, srv.addr)
+	c := client(t, svc, nil)
 	ctx := ctxT(t)
 	a1, err := c.Charge(keyed(ctx, "Bearer alice", "same"), &testpb.ChargeRequest{Amount: 1})
 	if err != nil {
@@ -352,8 +344,7 @@ func TestStoreOutage(t *testing.T) {
 	t.Parallel()
 	fs := &faultyStore{Store: newMem(t), reserveErr: errDown}
 	svc := &payments{}
-	srv := serve(t, svc, fs, nil)
-	c := dial(t, srv.addr)
+	c := client(t, svc, fs)
 	_, err := c.Charge(keyed(ctxT(t), "Bearer a", "k"), &testpb.ChargeRequest{})
 	wantStatus(t, err, codes.Unavailable, idemgrpc.ReasonStore)
 	if svc.calls.Load() != 0 {
@@ -368,8 +359,7 @@ func TestCompleteFails(t *testing.T) {
 	t.Parallel()
 	fs := &faultyStore{Store: newMem(t), completeErr: errDown}
 	svc := &payments{}
-	srv := serve(t, svc, fs, nil)
-	c := dial(t, srv.addr)
+	c := client(t, svc, fs)
 	ctx := keyed(ctxT(t), "Bearer a", "k")
 	if _, err := c.Charge(ctx, &testpb.ChargeRequest{}); err != nil {
 		t.Fatalf("the executed call's response was not delivered: %v", err)
