@@ -10,10 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemkafka"
@@ -35,31 +33,6 @@ func TestDuplicatesApplyOnce(t *testing.T) {
 	}
 	f.eff.requireOnce(t, all)
 	f.requireCommittedToEnd()
-}
-
-// blockCommits makes the broker reject every OffsetCommit while on is set:
-// from Kafka's point of view the consumer died before committing.
-func blockCommits(c *kfake.Cluster, on *atomic.Bool) {
-	c.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		if !on.Load() {
-			return nil, nil, false
-		}
-		r := req.(*kmsg.OffsetCommitRequest)
-		resp := r.ResponseKind().(*kmsg.OffsetCommitResponse)
-		for _, rt := range r.Topics {
-			st := kmsg.NewOffsetCommitResponseTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewOffsetCommitResponseTopicPartition()
-				sp.Partition = rp.Partition
-				sp.ErrorCode = kerr.OffsetMetadataTooLarge.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
-	})
 }
 
 // TestCrashBeforeOffsetCommit: effects commit, the offset commit never

@@ -23,47 +23,18 @@ import (
 
 // A payment produced twice with the same idem-id (the producer retried after
 // a timeout) credits the wallet once; both records are acknowledged. The
-// broker is kfake, in-process.
+// broker is kfake, in-process; see walletExample for the scaffolding.
 func ExampleConsumer() {
 	ctx := context.Background()
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "payments"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer cluster.Close()
-
-	dir, err := os.MkdirTemp("", "idemkafka-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	db, err := sql.Open("sqlite", sqldialect.SQLiteDSN(filepath.Join(dir, "app.db")))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := db.Exec(`CREATE TABLE wallets (user_id INTEGER PRIMARY KEY, balance INTEGER NOT NULL); INSERT INTO wallets VALUES (42, 0)`); err != nil {
-		log.Fatal(err)
-	}
+	w := newWalletExample()
+	defer w.close()
 
 	// Produce: the same payment twice, with one stable id.
-	pcl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer pcl.Close()
-	producer, err := idemkafka.NewProducer(pcl)
-	if err != nil {
-		log.Fatal(err)
-	}
-	for range 2 {
-		if err := producer.Produce(ctx, "payment-7", &kgo.Record{Topic: "payments", Value: []byte("50")}); err != nil {
-			log.Fatal(err)
-		}
-	}
+	w.pay("payment-7", "50")
+	w.pay("payment-7", "50")
 
 	// Consume through an inbox named after the group.
-	in, err := inbox.New(db, sqldialect.SQLite, "billing")
+	in, err := inbox.New(w.db, sqldialect.SQLite, "billing")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -71,24 +42,13 @@ func ExampleConsumer() {
 		log.Fatal(err)
 	}
 	runCtx, stop := context.WithCancel(ctx)
-	seen := 0
 	c, err := idemkafka.NewConsumer(in,
 		func(ctx context.Context, tx *sql.Tx, r *kgo.Record) error {
 			_, err := tx.ExecContext(ctx, `UPDATE wallets SET balance = balance + CAST(? AS INTEGER) WHERE user_id = 42`, string(r.Value))
 			return err
 		},
-		[]kgo.Opt{
-			kgo.SeedBrokers(cluster.ListenAddrs()...),
-			kgo.ConsumerGroup("billing"),
-			kgo.ConsumeTopics("payments"),
-			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		},
-		idemkafka.WithObserver(func(e idemkafka.Event) {
-			fmt.Printf("offset %d: %v\n", e.Msg.Offset, e.Outcome)
-			if seen++; seen == 2 {
-				stop()
-			}
-		}),
+		w.kopts("billing"),
+		idemkafka.WithObserver(printOutcomes(2, stop)),
 	)
 	if err != nil {
 		log.Fatal(err)
@@ -97,12 +57,7 @@ func ExampleConsumer() {
 		log.Fatal(err)
 	}
 	c.Close() // commits the marked offsets
-
-	var balance int
-	if err := db.QueryRow(`SELECT balance FROM wallets WHERE user_id = 42`).Scan(&balance); err != nil {
-		log.Fatal(err)
-	}
-	fmt.Println("balance:", balance)
+	fmt.Println("balance:", w.balance())
 	// Output:
 	// offset 0: applied
 	// offset 1: duplicate
@@ -163,47 +118,13 @@ func ExampleProducer_OutboxPublisher() {
 // is the fallback that isolates a record the set handler cannot apply.
 func ExampleWithSetHandler() {
 	ctx := context.Background()
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "payments"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer cluster.Close()
-	dir, err := os.MkdirTemp("", "idemkafka-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	db, err := sql.Open("sqlite", sqldialect.SQLiteDSN(filepath.Join(dir, "app.db")))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := db.Exec(`CREATE TABLE wallets (user_id INTEGER PRIMARY KEY, balance INTEGER NOT NULL); INSERT INTO wallets VALUES (42, 0)`); err != nil {
-		log.Fatal(err)
-	}
+	w := newWalletExample()
+	defer w.close()
+	w.pay("payment-7", "50")
+	w.pay("payment-7", "50")
+	w.pay("payment-8", "25")
 
-	pcl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer pcl.Close()
-	producer, err := idemkafka.NewProducer(pcl)
-	if err != nil {
-		log.Fatal(err)
-	}
-	for _, p := range []struct{ id, amount string }{{"payment-7", "50"}, {"payment-7", "50"}, {"payment-8", "25"}} {
-		if err := producer.Produce(ctx, p.id, &kgo.Record{Topic: "payments", Value: []byte(p.amount)}); err != nil {
-			log.Fatal(err)
-		}
-	}
-
-	in, err := inbox.New(db, sqldialect.SQLite, "billing")
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := in.Migrate(ctx); err != nil {
-		log.Fatal(err)
-	}
+	in := w.inbox("billing") // as in ExampleConsumer
 	// One record at a time: the fallback when the set handler fails.
 	credit := func(ctx context.Context, tx *sql.Tx, r *kgo.Record) error {
 		_, err := tx.ExecContext(ctx, `UPDATE wallets SET balance = balance + CAST(? AS INTEGER) WHERE user_id = 42`, string(r.Value))
@@ -223,21 +144,9 @@ func ExampleWithSetHandler() {
 		return err
 	}
 	runCtx, stop := context.WithCancel(ctx)
-	seen := 0
-	c, err := idemkafka.NewConsumer(in, credit,
-		[]kgo.Opt{
-			kgo.SeedBrokers(cluster.ListenAddrs()...),
-			kgo.ConsumerGroup("billing"),
-			kgo.ConsumeTopics("payments"),
-			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		},
+	c, err := idemkafka.NewConsumer(in, credit, w.kopts("billing"),
 		idemkafka.WithSetHandler(creditAll),
-		idemkafka.WithObserver(func(e idemkafka.Event) {
-			fmt.Printf("offset %d: %v\n", e.Msg.Offset, e.Outcome)
-			if seen++; seen == 3 {
-				stop()
-			}
-		}),
+		idemkafka.WithObserver(printOutcomes(3, stop)),
 	)
 	if err != nil {
 		log.Fatal(err)
@@ -246,15 +155,101 @@ func ExampleWithSetHandler() {
 		log.Fatal(err)
 	}
 	c.Close()
-
-	var balance int
-	if err := db.QueryRow(`SELECT balance FROM wallets WHERE user_id = 42`).Scan(&balance); err != nil {
-		log.Fatal(err)
-	}
-	fmt.Println("balance:", balance)
+	fmt.Println("balance:", w.balance())
 	// Output:
 	// offset 0: applied
 	// offset 1: duplicate
 	// offset 2: applied
 	// balance: 75
+}
+
+// walletExample is the scaffolding of the examples: an in-process broker
+// (kfake) with the topics "payments" and "ledger-entries", a producer that
+// stamps idem-ids, and a SQLite database, in a temporary directory, holding
+// wallet 42 at balance 0.
+type walletExample struct {
+	cluster  *kfake.Cluster
+	producer *idemkafka.Producer
+	db       *sql.DB
+	close    func()
+}
+
+func newWalletExample() *walletExample {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "payments", "ledger-entries"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
+	if err != nil {
+		log.Fatal(err)
+	}
+	producer, err := idemkafka.NewProducer(pcl)
+	if err != nil {
+		log.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "idemkafka-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", sqldialect.SQLiteDSN(filepath.Join(dir, "app.db")))
+	if err == nil {
+		_, err = db.Exec(`CREATE TABLE wallets (user_id INTEGER PRIMARY KEY, balance INTEGER NOT NULL); INSERT INTO wallets VALUES (42, 0)`)
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	return &walletExample{cluster: cluster, producer: producer, db: db, close: func() {
+		db.Close()
+		os.RemoveAll(dir)
+		pcl.Close()
+		cluster.Close()
+	}}
+}
+
+// pay produces a payment of amount to "payments" with the given idem-id.
+func (w *walletExample) pay(id, amount string) {
+	if err := w.producer.Produce(context.Background(), id, &kgo.Record{Topic: "payments", Value: []byte(amount)}); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// kopts are the client options of a consumer of "payments" in group.
+func (w *walletExample) kopts(group string) []kgo.Opt {
+	return []kgo.Opt{
+		kgo.SeedBrokers(w.cluster.ListenAddrs()...),
+		kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics("payments"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	}
+}
+
+// inbox returns a migrated inbox of the wallet database for consumer.
+func (w *walletExample) inbox(consumer string) *inbox.Inbox {
+	in, err := inbox.New(w.db, sqldialect.SQLite, consumer)
+	if err == nil {
+		err = in.Migrate(context.Background())
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	return in
+}
+
+func (w *walletExample) balance() int {
+	var balance int
+	if err := w.db.QueryRow(`SELECT balance FROM wallets WHERE user_id = 42`).Scan(&balance); err != nil {
+		log.Fatal(err)
+	}
+	return balance
+}
+
+// printOutcomes prints each record's outcome and calls stop after n.
+func printOutcomes(n int, stop func()) func(idemkafka.Event) {
+	seen := 0
+	return func(e idemkafka.Event) {
+		fmt.Printf("offset %d: %v\n", e.Msg.Offset, e.Outcome)
+		if seen++; seen == n {
+			stop()
+		}
+	}
 }

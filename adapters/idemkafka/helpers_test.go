@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
 
 	"github.com/idem-go/idem"
@@ -260,6 +262,41 @@ func requireCommittedToEnd(t testing.TB, c *kfake.Cluster, group, topic string) 
 		if e > 0 && got[p] != e {
 			t.Errorf("partition %d: committed %d, log end %d", p, got[p], e)
 		}
+	}
+}
+
+// blockCommits makes the broker reject every OffsetCommit while on is set:
+// from Kafka's point of view the consumer died before committing.
+func blockCommits(c *kfake.Cluster, on *atomic.Bool) {
+	c.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if !on.Load() {
+			return nil, nil, false
+		}
+		r := req.(*kmsg.OffsetCommitRequest)
+		resp := r.ResponseKind().(*kmsg.OffsetCommitResponse)
+		for _, rt := range r.Topics {
+			st := kmsg.NewOffsetCommitResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewOffsetCommitResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.OffsetMetadataTooLarge.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+}
+
+// requireClosed closes con and fails unless Run then returns an error
+// wrapping idem.ErrClosed.
+func requireClosed(t testing.TB, con runner) {
+	t.Helper()
+	con.Close()
+	if err := con.Run(context.Background()); !errors.Is(err, idem.ErrClosed) {
+		t.Errorf("Run after Close = %v, want ErrClosed", err)
 	}
 }
 

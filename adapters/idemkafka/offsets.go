@@ -211,15 +211,7 @@ func (c *OffsetConsumer) tryTx(ctx context.Context, topic string, p int32, first
 // Kafka.
 func (c *OffsetConsumer) process(ctx context.Context, recs []*kgo.Record) (mark bool, err error) {
 	topic, p := recs[0].Topic, recs[0].Partition
-	last := recs[len(recs)-1]
-	err = c.inTx(ctx, topic, p, recs[0].Offset, last.Offset+1, func(tx *sql.Tx) error {
-		for _, r := range recs {
-			if err := c.h(ctx, tx, r); err != nil {
-				return &handlerError{err}
-			}
-		}
-		return nil
-	})
+	err = c.apply(ctx, recs)
 	var he *handlerError
 	switch {
 	case err == nil:
@@ -243,17 +235,27 @@ func (c *OffsetConsumer) process(ctx context.Context, recs []*kgo.Record) (mark 
 	return true, nil
 }
 
+// apply runs the handler for recs, consecutive records of one partition, in
+// one transaction that advances the partition's offset past them. A handler
+// error is a *handlerError.
+func (c *OffsetConsumer) apply(ctx context.Context, recs []*kgo.Record) error {
+	first, last := recs[0], recs[len(recs)-1]
+	return c.inTx(ctx, first.Topic, first.Partition, first.Offset, last.Offset+1, func(tx *sql.Tx) error {
+		for _, r := range recs {
+			if err := c.h(ctx, tx, r); err != nil {
+				return &handlerError{err}
+			}
+		}
+		return nil
+	})
+}
+
 // applyOne applies r in its own transaction, retrying handler errors, and
 // dead-letters it (then stores its offset) when its attempts are spent.
 func (c *OffsetConsumer) applyOne(ctx context.Context, r *kgo.Record) error {
 	d := delivery{Msg: r, Attempt: 1}
 	for {
-		err := c.inTx(ctx, r.Topic, r.Partition, r.Offset, r.Offset+1, func(tx *sql.Tx) error {
-			if err := c.h(ctx, tx, r); err != nil {
-				return &handlerError{err}
-			}
-			return nil
-		})
+		err := c.apply(ctx, []*kgo.Record{r})
 		var he *handlerError
 		switch {
 		case err == nil:

@@ -109,25 +109,22 @@ func TestOptionsValidated(t *testing.T) {
 	if _, err := db.Exec(`SELECT group_id, topic, partition_id, next_offset FROM kafka_offsets`); err != nil {
 		t.Errorf("offsets table after Migrate: %v", err)
 	}
-	oc.Close()
+	requireClosed(t, oc)
 	kc, err := idemkafka.NewKeystoreConsumer(store, ks, kopts, idemkafka.WithKeystoreOptions(keystore.WithLease(time.Minute)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	kc.Close()
+	requireClosed(t, kc)
 	setOnly, err := idemkafka.NewConsumer(in, nil, kopts, set) // the set handler needs no per-record Handler
 	if err != nil {
 		t.Fatal(err)
 	}
-	setOnly.Close()
+	requireClosed(t, setOnly)
 	c, err := idemkafka.NewConsumer(in, h, kopts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Close()
-	if err := c.Run(context.Background()); !errors.Is(err, idem.ErrClosed) {
-		t.Errorf("Run after Close = %v, want ErrClosed", err)
-	}
+	requireClosed(t, c)
 }
 
 func TestKeys(t *testing.T) {

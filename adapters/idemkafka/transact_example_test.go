@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"log"
 	"strings"
-	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idem-go/idem"
@@ -21,25 +19,12 @@ import (
 // the entries of the first two in the same transaction: the transaction is
 // aborted, so a read_committed reader never sees them. The instance starts
 // again with the same transactional id and commits all six entries once.
-// The broker is kfake, in-process.
 func ExampleTransactConsumer() {
 	ctx := context.Background()
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "payments", "ledger-entries"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer cluster.Close()
-	addr := cluster.ListenAddrs()
-
-	pcl, err := kgo.NewClient(kgo.SeedBrokers(addr...))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer pcl.Close()
-	for _, p := range []string{"alice>bob:30", "bob>carol:20", "carol>alice:10"} {
-		if err := pcl.ProduceSync(ctx, &kgo.Record{Topic: "payments", Value: []byte(p)}).FirstErr(); err != nil {
-			log.Fatal(err)
-		}
+	w := newWalletExample() // kfake, in-process
+	defer w.close()
+	for i, p := range []string{"alice>bob:30", "bob>carol:20", "carol>alice:10"} {
+		w.pay(fmt.Sprint("payment-", i), p)
 	}
 
 	transform := func(crashAt string) idemkafka.TransactHandler {
@@ -56,17 +41,12 @@ func ExampleTransactConsumer() {
 			}, nil
 		}
 	}
-	kopts := []kgo.Opt{
-		kgo.SeedBrokers(addr...),
-		kgo.ConsumerGroup("ledger"),
-		kgo.ConsumeTopics("payments"),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-	}
+	kopts := w.kopts("ledger")
 
 	// First run: no dead-letter topic, so the failing payment aborts the
 	// whole transaction and Run stops.
 	first, err := idemkafka.NewTransactional("ledger-0", transform("carol>alice:10"), kopts,
-		idemkafka.WithMaxAttempts(1), idemkafka.WithBackoff(time.Millisecond, time.Millisecond))
+		idemkafka.WithMaxAttempts(1))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -76,10 +56,9 @@ func ExampleTransactConsumer() {
 
 	// The restarted instance, same transactional id.
 	runCtx, stop := context.WithCancel(ctx)
-	done := 0
 	second, err := idemkafka.NewTransactional("ledger-0", transform(""), kopts,
-		idemkafka.WithObserver(func(idemkafka.Event) {
-			if done++; done == 3 {
+		idemkafka.WithObserver(func(e idemkafka.Event) {
+			if e.Msg.Offset == 2 { // the last payment, committed
 				stop()
 			}
 		}))
@@ -92,7 +71,7 @@ func ExampleTransactConsumer() {
 	second.Close()
 
 	// A read_committed reader of the ledger.
-	rcl, err := kgo.NewClient(kgo.SeedBrokers(addr...), kgo.ConsumeTopics("ledger-entries"),
+	rcl, err := kgo.NewClient(kgo.SeedBrokers(w.cluster.ListenAddrs()...), kgo.ConsumeTopics("ledger-entries"),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
 		log.Fatal(err)
