@@ -94,3 +94,34 @@ func ExampleWithScopeCookie() {
 	// 201 true order for alice
 	// 400  no-principal
 }
+
+// A response header the client needs on a replay too (the charge's id) is
+// added to the default allow list; Set-Cookie is never replayed, whatever
+// the list says.
+func ExampleWithReplayHeaders() {
+	store, err := memstore.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	mw, err := idemhttp.New(store, idemhttp.WithReplayHeaders(append(idemhttp.DefaultReplayHeaders(), "X-Charge-Id", "Set-Cookie")...))
+	if err != nil {
+		log.Fatal(err)
+	}
+	api := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Charge-Id", "ch_1")
+		w.Header().Set("Set-Cookie", "session=s1")
+		w.WriteHeader(http.StatusCreated)
+	}))
+	for range 2 {
+		req := httptest.NewRequest("POST", "/charges", strings.NewReader(`{"amount":5000}`))
+		req.Header.Set("Authorization", "Bearer sk_test_alice")
+		req.Header.Set("Idempotency-Key", "order-42")
+		w := httptest.NewRecorder()
+		api.ServeHTTP(w, req)
+		fmt.Printf("%d replayed=%q charge=%q cookie=%q\n", w.Code, w.Header().Get("Idempotent-Replayed"), w.Header().Get("X-Charge-Id"), w.Header().Get("Set-Cookie"))
+	}
+	// Output:
+	// 201 replayed="" charge="ch_1" cookie="session=s1"
+	// 201 replayed="true" charge="ch_1" cookie=""
+}

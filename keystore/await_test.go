@@ -3,11 +3,14 @@ package keystore_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log"
 	"testing"
 	"time"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/keystore"
+	"github.com/idem-go/idem/keystore/memstore"
 )
 
 // held returns a store in which "k" is in progress under another holder,
@@ -130,4 +133,30 @@ func TestAwaitBadWait(t *testing.T) {
 	if n := s.reserves.Load(); n != 0 {
 		t.Fatalf("%d Reserves with bad waits", n)
 	}
+}
+
+// Await is the wait under Do, for a caller that runs the effect itself: a
+// second worker waits for the first one's result instead of failing with
+// ErrInProgress, and gets the result replayed.
+func ExampleAwait() {
+	s, err := memstore.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	first, err := s.Reserve(ctx, "invoice-7", nil, time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	time.AfterFunc(30*time.Millisecond, func() {
+		_ = s.Complete(context.Background(), first, []byte("sent"), time.Hour)
+	})
+	wait := keystore.Wait{Min: 5 * time.Millisecond, Max: 50 * time.Millisecond, Timeout: 10 * time.Second}
+	c, err := keystore.Await(ctx, s, "invoice-7", nil, time.Minute, wait)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(c.State, string(c.Result))
+	// Output: done sent
 }

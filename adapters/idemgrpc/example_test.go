@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"net"
 	"sync/atomic"
+	"time"
 
 	"github.com/idem-go/idem/adapters/idemgrpc"
 	"github.com/idem-go/idem/adapters/idemgrpc/internal/testpb"
+	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/keystore/memstore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -69,4 +71,34 @@ func Example() {
 	// ch_1 500 replayed: []
 	// ch_1 500 replayed: [true]
 	// executions: 1
+}
+
+// countOutcomes is a Hooks that counts the outcomes it sees.
+type countOutcomes map[idemgrpc.Outcome]int
+
+func (c countOutcomes) Call(o idemgrpc.Outcome, _ time.Duration) { c[o]++ }
+
+// Hooks see each call's outcome, in idemhttp's vocabulary: here the handler
+// is called directly, as a server would, once and then with the same key.
+func ExampleWithHooks() {
+	store, err := memstore.New()
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	seen := countOutcomes{}
+	idem, err := idemgrpc.New(store, idemgrpc.WithHooks(seen))
+	if err != nil {
+		panic(err)
+	}
+	charge := func(context.Context, any) (any, error) { return &testpb.ChargeReply{Id: "ch_1"}, nil }
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer alice", idemgrpc.MetadataKey, "order-42"))
+	info := &grpc.UnaryServerInfo{FullMethod: testpb.Payments_Charge_FullMethodName}
+	for range 2 {
+		if _, err := idem.Unary(ctx, &testpb.ChargeRequest{Amount: 500}, info, charge); err != nil {
+			panic(err)
+		}
+	}
+	fmt.Println(seen[idemhttp.OutcomeExecuted], "executed,", seen[idemhttp.OutcomeReplayed], "replayed")
+	// Output: 1 executed, 1 replayed
 }
