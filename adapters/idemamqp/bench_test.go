@@ -12,7 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idem-go/idem/adapters/idemamqp"
-	"github.com/idem-go/idem/internal/settest"
+	"github.com/idem-go/idem/internal/consume/consumetest"
 )
 
 // BenchmarkConsume compares, on one broker in one run, the raw consume rate
@@ -98,23 +98,21 @@ func BenchmarkConsume(b *testing.B) {
 				handler = nil
 				opts = append(opts, idemamqp.WithSetHandler(setInsert))
 			}
-			c, err := idemamqp.NewConsumer(conn, tp.queue, e.in, handler, opts...)
+			c, err := idemamqp.NewConsumer(conn, tp.queue, e.In, handler, opts...)
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.ResetTimer()
-			start := time.Now()
-			r := startRun(c)
+			t0 := time.Now()
+			r := start(c)
 			<-done
-			elapsed := time.Since(start)
-			r.cancel()
-			<-r.done
+			elapsed := time.Since(t0)
+			r.Cancel()
+			<-r.Done
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
 		})
 	}
 }
-
-func startRun(c *idemamqp.Consumer) *runner { return start(c) }
 
 // fill publishes n messages with distinct message-ids, confirmed.
 func fill(b *testing.B, conn *amqp.Connection, queue string, n int) { fillKeys(b, conn, queue, n, nil) }
@@ -152,8 +150,54 @@ func fillKeys(b *testing.B, conn *amqp.Connection, queue string, n int, key func
 
 // setInsert is the set handler of the benchmark: e.apply's INSERT as one
 // multi-row statement per group.
-func setInsert(ctx context.Context, tx *sql.Tx, ds []amqp.Delivery) error {
-	return settest.Insert(ctx, tx, "INSERT INTO effects (key, data)", ds, func(d amqp.Delivery) []any { return []any{d.MessageId, string(d.Body)} })
+var setInsert = consumetest.SetInsert(messageID, body)
+
+// BenchmarkConsumeVsStore is the speed check of the Consumer: consume →
+// inbox (WithSetHandler, one multi-row INSERT per group, SQLite WAL file) →
+// ack, against the same records (same ids, same payload) fed straight into
+// a fresh inbox of the same kind with inbox.ProcessBatchSet and the same
+// statement, in exactly the group sizes the Consumer formed, with no broker
+// at all (consumetest.StoreOnly). The two alternate in every iteration, so
+// the machine's load hits them alike; the log line and the consumer/store
+// metric give the ratio.
+//
+//	go test -run '^$' -bench ConsumeVsStore -benchtime 5x ./adapters/idemamqp
+func BenchmarkConsumeVsStore(b *testing.B) {
+	const n, prefetch, batch = 20000, 1000, 500
+	conn := dial(b)
+	var consumed, store time.Duration
+	batches := 0
+	for b.Loop() {
+		tp := newTopology(b, conn, nil)
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = timeOrderedID(i)
+		}
+		fillKeys(b, conn, tp.queue, n, func(i int) string { return keys[i] })
+		e := newEffects(b)
+		var sizes consumetest.Sizes
+		var settled atomic.Int64
+		done := make(chan struct{})
+		c, err := idemamqp.NewConsumer(conn, tp.queue, e.In, nil, idemamqp.WithPrefetch(prefetch), idemamqp.WithBatchSize(batch),
+			idemamqp.WithSetHandler(consumetest.Record(&sizes, setInsert)),
+			idemamqp.WithObserver(func(idemamqp.Event) {
+				if settled.Add(1) == n {
+					close(done)
+				}
+			}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		r := start(c)
+		<-done
+		consumed += time.Since(t0)
+		r.Cancel()
+		<-r.Done
+		store += consumetest.StoreOnly(b, keys, string(make([]byte, 100)), sizes.All())
+		batches += len(sizes.All())
+	}
+	consumetest.Ceiling(b, n*b.N, consumed, store, batches)
 }
 
 // randomID returns a random (version 4) UUID as canonical text.

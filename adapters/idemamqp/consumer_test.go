@@ -27,14 +27,14 @@ func TestOptionsValidated(t *testing.T) {
 		"nil set handler": {idemamqp.WithSetHandler(nil)},
 		"nil option":      {nil},
 	} {
-		if _, err := idemamqp.NewConsumer(conn, "q", e.in, e.apply, opts...); !errors.Is(err, idem.ErrInvalidOption) {
+		if _, err := idemamqp.NewConsumer(conn, "q", e.In, e.apply, opts...); !errors.Is(err, idem.ErrInvalidOption) {
 			t.Errorf("%s: err = %v, want ErrInvalidOption", name, err)
 		}
 	}
-	if _, err := idemamqp.NewConsumer(conn, "q", e.in, nil); !errors.Is(err, idem.ErrInvalidOption) {
+	if _, err := idemamqp.NewConsumer(conn, "q", e.In, nil); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Errorf("no handler: %v", err)
 	}
-	if _, err := idemamqp.NewConsumer(conn, "q", e.in, nil, idemamqp.WithSetHandler(newSetRecorder().handle)); err != nil {
+	if _, err := idemamqp.NewConsumer(conn, "q", e.In, nil, idemamqp.WithSetHandler(newSetRecorder().handle)); err != nil {
 		t.Errorf("set handler alone: %v", err)
 	}
 	// A publisher option given to a consumer, or the other way round, no
@@ -74,7 +74,7 @@ func TestCrashBetweenCommitAndAck(t *testing.T) {
 	publishN(t, admin, tp.queue, ids...)
 
 	conn1 := dial(t)
-	c1, err := idemamqp.NewConsumer(conn1, tp.queue, e.in, e.apply, idemamqp.WithBatchSize(n), idemamqp.WithLinger(200*time.Millisecond))
+	c1, err := idemamqp.NewConsumer(conn1, tp.queue, e.In, e.apply, idemamqp.WithBatchSize(n), idemamqp.WithLinger(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,35 +82,35 @@ func TestCrashBetweenCommitAndAck(t *testing.T) {
 	if err := c1.Run(context.Background()); !errors.Is(err, idem.ErrClosed) {
 		t.Fatalf("Run after the connection closed = %v, want ErrClosed", err)
 	}
-	committed := len(e.counts(t))
+	committed := len(e.Counts(t))
 	if committed == 0 {
 		t.Fatal("nothing committed before the crash")
 	}
 	waitFor(t, 5*time.Second, "requeue of the unacked deliveries", func() bool { return tp.ready(t, tp.queue) == n })
 
 	var ev events
-	c2, err := idemamqp.NewConsumer(dial(t), tp.queue, e.in, e.apply, idemamqp.WithObserver(ev.observe))
+	c2, err := idemamqp.NewConsumer(dial(t), tp.queue, e.In, e.apply, idemamqp.WithObserver(ev.Observe))
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := start(c2)
 	waitFor(t, 20*time.Second, "redeliveries acked", func() bool {
-		return ev.count(idem.Duplicate) == committed && ev.count(idem.Applied) == n-committed
+		return ev.Count(idem.Duplicate) == committed && ev.Count(idem.Applied) == n-committed
 	})
-	if err := r.stop(t); !errors.Is(err, context.Canceled) {
+	if err := r.Stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v, want context.Canceled", err)
 	}
-	ev.each(func(e idemamqp.Event) {
+	ev.Each(func(e idemamqp.Event) {
 		if e.Outcome == idem.Duplicate && !e.Msg.Redelivered {
 			t.Errorf("%s: duplicate without the redelivered flag", e.Key)
 		}
 	})
-	for k, c := range e.counts(t) {
+	for k, c := range e.Counts(t) {
 		if c != 1 {
 			t.Errorf("%s applied %d times", k, c)
 		}
 	}
-	if got := len(e.counts(t)); got != n {
+	if got := len(e.Counts(t)); got != n {
 		t.Errorf("%d keys applied, want %d", got, n)
 	}
 	// Anything not acked would be back in the queue now that the consumer's
@@ -142,8 +142,8 @@ func TestPoisonDeadLettered(t *testing.T) {
 		return e.apply(ctx, tx, d)
 	}
 	var ev events
-	c, err := idemamqp.NewConsumer(conn, tp.queue, e.in, handler, idemamqp.WithMaxAttempts(3),
-		idemamqp.WithDeadLetter(tp.dlx, ""), idemamqp.WithObserver(ev.observe))
+	c, err := idemamqp.NewConsumer(conn, tp.queue, e.In, handler, idemamqp.WithMaxAttempts(3),
+		idemamqp.WithDeadLetter(tp.dlx, ""), idemamqp.WithObserver(ev.Observe))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,8 +153,8 @@ func TestPoisonDeadLettered(t *testing.T) {
 	}
 	publishN(t, conn, tp.queue, "good-2")
 	r := start(c)
-	waitFor(t, 20*time.Second, "three dead letters", func() bool { return ev.count(idem.DeadLettered) == 3 })
-	if err := r.stop(t); !errors.Is(err, context.Canceled) {
+	waitFor(t, 20*time.Second, "three dead letters", func() bool { return ev.Count(idem.DeadLettered) == 3 })
+	if err := r.Stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v", err)
 	}
 	mu.Lock()
@@ -162,7 +162,7 @@ func TestPoisonDeadLettered(t *testing.T) {
 		t.Errorf("attempts: poison %d (want 3), malformed %d (want 1)", seen["poison"], seen["malformed"])
 	}
 	mu.Unlock()
-	if got := e.counts(t); got["good-1"] != 1 || got["good-2"] != 1 || len(got) != 2 {
+	if got := e.Counts(t); got["good-1"] != 1 || got["good-2"] != 1 || len(got) != 2 {
 		t.Errorf("effects %v, want good-1 and good-2 once", got)
 	}
 	if got := tp.ready(t, tp.queue); got != 0 {
@@ -208,16 +208,16 @@ func TestQueueDeadLetterExchange(t *testing.T) {
 	t.Cleanup(func() { _, _ = tp.ch.QueueDelete(q, false, false, false) })
 	e := newEffects(t)
 	var ev events
-	c, err := idemamqp.NewConsumer(conn, q, e.in, func(context.Context, *sql.Tx, amqp.Delivery) error {
+	c, err := idemamqp.NewConsumer(conn, q, e.In, func(context.Context, *sql.Tx, amqp.Delivery) error {
 		return idem.Permanent(errors.New("bad"))
-	}, idemamqp.WithObserver(ev.observe))
+	}, idemamqp.WithObserver(ev.Observe))
 	if err != nil {
 		t.Fatal(err)
 	}
 	publishN(t, conn, q, "bad-1")
 	r := start(c)
-	waitFor(t, 10*time.Second, "a dead letter", func() bool { return ev.count(idem.DeadLettered) == 1 })
-	if err := r.stop(t); !errors.Is(err, context.Canceled) {
+	waitFor(t, 10*time.Second, "a dead letter", func() bool { return ev.Count(idem.DeadLettered) == 1 })
+	if err := r.Stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v", err)
 	}
 	waitFor(t, 5*time.Second, "the broker's dead letter", func() bool { return tp.ready(t, tp.dlq) == 1 })

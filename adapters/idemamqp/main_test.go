@@ -4,16 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"github.com/idem-go/idem"
 	"os"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/idem-go/idem/adapters/idemamqp"
-	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/consume/consumetest"
 	"github.com/idem-go/idem/internal/testenv"
-	"github.com/idem-go/idem/sqldialect"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/goleak"
 )
@@ -83,115 +79,23 @@ func (tp *topology) ready(t testing.TB, q string) int {
 	return info.Messages
 }
 
-// effects is a SQLite inbox with an effects table the handlers write to.
-type effects struct {
-	db *sql.DB
-	in *inbox.Inbox
-}
+// effects is the shared SQLite inbox with an effects table.
+type effects struct{ *consumetest.Effects }
 
-func newEffects(t testing.TB) *effects {
-	t.Helper()
-	db := testenv.SQLite(t)
-	in, err := inbox.New(db, sqldialect.SQLite, "orders-worker")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := in.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.ExecContext(ctx, "CREATE TABLE effects (key TEXT NOT NULL, data TEXT NOT NULL)"); err != nil {
-		t.Fatal(err)
-	}
-	return &effects{db: db, in: in}
-}
+func newEffects(t testing.TB) *effects { return &effects{consumetest.NewEffects(t)} }
 
+func messageID(d amqp.Delivery) string { return d.MessageId }
+
+func body(d amqp.Delivery) string { return string(d.Body) }
+
+// apply is a handler recording the delivery's effect.
 func (e *effects) apply(ctx context.Context, tx *sql.Tx, d amqp.Delivery) error {
-	_, err := tx.ExecContext(ctx, "INSERT INTO effects (key, data) VALUES (?, ?)", d.MessageId, string(d.Body))
-	return err
+	return e.Apply(ctx, tx, d.MessageId, string(d.Body))
 }
 
-func (e *effects) counts(t testing.TB) map[string]int {
-	t.Helper()
-	rows, err := e.db.Query("SELECT key, count(*) FROM effects GROUP BY key")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var k string
-		var n int
-		if err := rows.Scan(&k, &n); err != nil {
-			t.Fatal(err)
-		}
-		out[k] = n
-	}
-	return out
-}
+func start(c *idemamqp.Consumer) *consumetest.Runner { return consumetest.Start(c.Run) }
 
-type runner struct {
-	cancel context.CancelFunc
-	done   chan error
-}
+var waitFor = consumetest.WaitFor
 
-func start(c *idemamqp.Consumer) *runner {
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &runner{cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- c.Run(ctx) }()
-	return r
-}
-
-func (r *runner) stop(t testing.TB) error {
-	t.Helper()
-	r.cancel()
-	select {
-	case err := <-r.done:
-		return err
-	case <-time.After(15 * time.Second):
-		t.Fatal("Run did not return after cancel")
-		return nil
-	}
-}
-
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-type events struct {
-	mu  sync.Mutex
-	all []idemamqp.Event
-}
-
-func (e *events) observe(ev idemamqp.Event) {
-	e.mu.Lock()
-	e.all = append(e.all, ev)
-	e.mu.Unlock()
-}
-
-func (e *events) count(o idem.Outcome) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	n := 0
-	for _, ev := range e.all {
-		if ev.Outcome == o {
-			n++
-		}
-	}
-	return n
-}
-
-func (e *events) each(f func(idemamqp.Event)) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, ev := range e.all {
-		f(ev)
-	}
-}
+// events collects a Consumer's settled deliveries.
+type events = consumetest.Events[amqp.Delivery]

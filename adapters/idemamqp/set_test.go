@@ -49,7 +49,7 @@ func TestSetHandlerAppliesOnce(t *testing.T) {
 	publishN(t, admin, tp.queue, ids...) // producer retries with the same ids
 
 	conn1 := dial(t)
-	c1, err := idemamqp.NewConsumer(conn1, tp.queue, e.in, nil, idemamqp.WithSetHandler(set.handle),
+	c1, err := idemamqp.NewConsumer(conn1, tp.queue, e.In, nil, idemamqp.WithSetHandler(set.handle),
 		idemamqp.WithBatchSize(10), idemamqp.WithLinger(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -58,25 +58,25 @@ func TestSetHandlerAppliesOnce(t *testing.T) {
 	if err := c1.Run(context.Background()); !errors.Is(err, idem.ErrClosed) {
 		t.Fatalf("Run after the connection closed = %v, want ErrClosed", err)
 	}
-	committed := len(e.counts(t))
+	committed := len(e.Counts(t))
 	if committed == 0 {
 		t.Fatal("nothing committed before the crash")
 	}
 	waitFor(t, 5*time.Second, "requeue of the unacked deliveries", func() bool { return tp.ready(t, tp.queue) == 2*n })
 
 	var ev events
-	c2, err := idemamqp.NewConsumer(dial(t), tp.queue, e.in, nil, idemamqp.WithSetHandler(set.handle), idemamqp.WithObserver(ev.observe))
+	c2, err := idemamqp.NewConsumer(dial(t), tp.queue, e.In, nil, idemamqp.WithSetHandler(set.handle), idemamqp.WithObserver(ev.Observe))
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := start(c2)
 	waitFor(t, 20*time.Second, "all deliveries settled", func() bool {
-		return ev.count(idem.Duplicate) == n+committed && ev.count(idem.Applied) == n-committed
+		return ev.Count(idem.Duplicate) == n+committed && ev.Count(idem.Applied) == n-committed
 	})
-	if err := r.stop(t); !errors.Is(err, context.Canceled) {
+	if err := r.Stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v, want context.Canceled", err)
 	}
-	counts := e.counts(t)
+	counts := e.Counts(t)
 	seen, calls := set.Snapshot()
 	for _, k := range ids {
 		if counts[k] != 1 || seen[k] != 1 {
@@ -119,25 +119,25 @@ func TestSetHandlerPoisonFallback(t *testing.T) {
 		return e.apply(ctx, tx, d)
 	}
 	var ev events
-	c, err := idemamqp.NewConsumer(conn, tp.queue, e.in, each, idemamqp.WithSetHandler(set.handle), idemamqp.WithMaxAttempts(3),
-		idemamqp.WithDeadLetter(tp.dlx, ""), idemamqp.WithObserver(ev.observe), idemamqp.WithLinger(100*time.Millisecond))
+	c, err := idemamqp.NewConsumer(conn, tp.queue, e.In, each, idemamqp.WithSetHandler(set.handle), idemamqp.WithMaxAttempts(3),
+		idemamqp.WithDeadLetter(tp.dlx, ""), idemamqp.WithObserver(ev.Observe), idemamqp.WithLinger(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	publishN(t, conn, tp.queue, "good-1", "good-2", "poison", "good-3", "good-4")
 	r := start(c)
-	waitFor(t, 20*time.Second, "the dead letter", func() bool { return ev.count(idem.DeadLettered) == 1 })
-	if err := r.stop(t); !errors.Is(err, context.Canceled) {
+	waitFor(t, 20*time.Second, "the dead letter", func() bool { return ev.Count(idem.DeadLettered) == 1 })
+	if err := r.Stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v", err)
 	}
-	got := e.counts(t)
+	got := e.Counts(t)
 	for _, k := range []string{"good-1", "good-2", "good-3", "good-4"} {
 		if got[k] != 1 {
 			t.Errorf("%s applied %d times, want 1", k, got[k])
 		}
 	}
-	if len(got) != 4 || ev.count(idem.Applied) != 4 {
-		t.Errorf("effects %v, applied events %d; want the four good messages", got, ev.count(idem.Applied))
+	if len(got) != 4 || ev.Count(idem.Applied) != 4 {
+		t.Errorf("effects %v, applied events %d; want the four good messages", got, ev.Count(idem.Applied))
 	}
 	if n := poisonRuns.Load(); n != 3 {
 		t.Errorf("the Handler ran %d times on the poison delivery, want 3 (one per attempt)", n)
@@ -179,18 +179,18 @@ func TestSetHandlerNoFallback(t *testing.T) {
 	}
 	publishN(t, conn, tp.queue, ids...)
 	var ev events
-	c, err := idemamqp.NewConsumer(conn, tp.queue, e.in, nil, idemamqp.WithSetHandler(set.handle), idemamqp.WithMaxAttempts(2),
-		idemamqp.WithDeadLetter(tp.dlx, ""), idemamqp.WithObserver(ev.observe), idemamqp.WithLinger(100*time.Millisecond))
+	c, err := idemamqp.NewConsumer(conn, tp.queue, e.In, nil, idemamqp.WithSetHandler(set.handle), idemamqp.WithMaxAttempts(2),
+		idemamqp.WithDeadLetter(tp.dlx, ""), idemamqp.WithObserver(ev.Observe), idemamqp.WithLinger(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := start(c)
-	waitFor(t, 20*time.Second, "three rounds of redeliveries", func() bool { return ev.count(idem.Retried) >= 3*n })
-	if got := e.counts(t); len(got) != 0 || ev.count(idem.Applied) != 0 || ev.count(idem.DeadLettered) != 0 {
+	waitFor(t, 20*time.Second, "three rounds of redeliveries", func() bool { return ev.Count(idem.Retried) >= 3*n })
+	if got := e.Counts(t); len(got) != 0 || ev.Count(idem.Applied) != 0 || ev.Count(idem.DeadLettered) != 0 {
 		t.Fatalf("while the set handler fails: effects %v, applied %d, dead-lettered %d; want nothing",
-			got, ev.count(idem.Applied), ev.count(idem.DeadLettered))
+			got, ev.Count(idem.Applied), ev.Count(idem.DeadLettered))
 	}
-	ev.each(func(x idemamqp.Event) {
+	ev.Each(func(x idemamqp.Event) {
 		var he *inbox.HandlerError
 		if !errors.As(x.Err, &he) {
 			t.Errorf("retried event error %v, want an *inbox.HandlerError", x.Err)
@@ -201,18 +201,18 @@ func TestSetHandlerNoFallback(t *testing.T) {
 	})
 
 	broken.Store(false)
-	waitFor(t, 20*time.Second, "all applied", func() bool { return ev.count(idem.Applied) == n })
-	if err := r.stop(t); !errors.Is(err, context.Canceled) {
+	waitFor(t, 20*time.Second, "all applied", func() bool { return ev.Count(idem.Applied) == n })
+	if err := r.Stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v", err)
 	}
-	got := e.counts(t)
+	got := e.Counts(t)
 	for _, k := range ids {
 		if got[k] != 1 {
 			t.Errorf("%s applied %d times, want 1", k, got[k])
 		}
 	}
-	if ev.count(idem.DeadLettered) != 0 {
-		t.Errorf("%d dead-lettered, want 0", ev.count(idem.DeadLettered))
+	if ev.Count(idem.DeadLettered) != 0 {
+		t.Errorf("%d dead-lettered, want 0", ev.Count(idem.DeadLettered))
 	}
 	waitFor(t, 5*time.Second, "an empty queue", func() bool { return tp.ready(t, tp.queue) == 0 })
 }
