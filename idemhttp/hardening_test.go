@@ -321,24 +321,22 @@ func openPostgres(t *testing.T) keystore.Store {
 func TestChunkedResponsesAreStored(t *testing.T) {
 	t.Parallel()
 	big := strings.Repeat("y", 5000) // past net/http's 4 KiB buffer: chunked
+	whole := func(w http.ResponseWriter) { _, _ = io.WriteString(w, big) }
+	flushed := func(w http.ResponseWriter) {
+		_, _ = io.WriteString(w, big[:10])
+		_ = http.NewResponseController(w).Flush()
+		_, _ = io.WriteString(w, big[10:])
+	}
 	for _, tc := range []struct {
 		name   string
 		proxy  bool
 		handle func(w http.ResponseWriter)
 		stored bool
 	}{
-		{"handler writes 5 KB", false, func(w http.ResponseWriter) { _, _ = io.WriteString(w, big) }, true},
-		{"handler flushes", false, func(w http.ResponseWriter) {
-			_, _ = io.WriteString(w, big[:10])
-			_ = http.NewResponseController(w).Flush()
-			_, _ = io.WriteString(w, big[10:])
-		}, true},
-		{"proxy, upstream writes 5 KB", true, func(w http.ResponseWriter) { _, _ = io.WriteString(w, big) }, true},
-		{"proxy, chunked upstream", true, func(w http.ResponseWriter) {
-			_, _ = io.WriteString(w, big[:10])
-			_ = http.NewResponseController(w).Flush()
-			_, _ = io.WriteString(w, big[10:])
-		}, true},
+		{"handler writes 5 KB", false, whole, true},
+		{"handler flushes", false, flushed, true},
+		{"proxy, upstream writes 5 KB", true, whole, true},
+		{"proxy, chunked upstream", true, flushed, true},
 		{"proxy, event stream", true, func(w http.ResponseWriter) {
 			w.Header().Set("Content-Type", "text/event-stream")
 			_, _ = io.WriteString(w, big)
