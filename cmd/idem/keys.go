@@ -121,6 +121,21 @@ func withStore(cmd *cobra.Command, f *keysFlags, fn func(ctx context.Context, s 
 	return fn(ctx, s)
 }
 
+// withInspector is withStore for a command that lists or inspects keys;
+// its errors start with "keys <verb>:".
+func withInspector(cmd *cobra.Command, f *keysFlags, verb string, fn func(ctx context.Context, in keystore.Inspector) error) error {
+	return withStore(cmd, f, func(ctx context.Context, s keystore.Store) error {
+		in, err := inspector(s)
+		if err == nil {
+			err = fn(ctx, in)
+		}
+		if err != nil {
+			return fmt.Errorf("keys %s: %w", verb, err)
+		}
+		return nil
+	})
+}
+
 func newKeysList(f *keysFlags) *cobra.Command {
 	var state, after string
 	var limit int
@@ -133,14 +148,10 @@ func newKeysList(f *keysFlags) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("keys list: --state: %w", err)
 			}
-			return withStore(cmd, f, func(ctx context.Context, s keystore.Store) error {
-				in, err := inspector(s)
-				if err != nil {
-					return fmt.Errorf("keys list: %w", err)
-				}
+			return withInspector(cmd, f, "list", func(ctx context.Context, in keystore.Inspector) error {
 				keys, next, err := in.List(ctx, keystore.ListOptions{State: st, After: after, Limit: limit})
 				if err != nil {
-					return fmt.Errorf("keys list: %w", err)
+					return err
 				}
 				return printKeys(cmd.OutOrStdout(), cmd.ErrOrStderr(), f.output, keys, next)
 			})
@@ -200,14 +211,10 @@ instead of the store key: --idempotency-key and the headers that scope it
 			if err != nil {
 				return fmt.Errorf("keys show: %w", err)
 			}
-			return withStore(cmd, f, func(ctx context.Context, s keystore.Store) error {
-				in, err := inspector(s)
-				if err != nil {
-					return fmt.Errorf("keys show: %w", err)
-				}
+			return withInspector(cmd, f, "show", func(ctx context.Context, in keystore.Inspector) error {
 				k, err := in.Inspect(ctx, key)
 				if err != nil {
-					return fmt.Errorf("keys show: %w", err)
+					return err
 				}
 				v := viewOf(k, time.Now())
 				out := cmd.OutOrStdout()

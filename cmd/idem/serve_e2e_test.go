@@ -28,11 +28,11 @@ import (
 const execEnv = "IDEM_TEST_EXEC_MAIN"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(execEnv) == "1" {
+	testenv.Child(execEnv, func() int {
 		os.Args = append([]string{"idem"}, os.Args[1:]...)
 		main()
-		os.Exit(0)
-	}
+		return 0
+	})
 	os.Exit(testenv.Main(m))
 }
 

@@ -49,6 +49,15 @@ func Main(m *testing.M) int {
 	return code
 }
 
+// Child runs child instead of the tests when the environment variable env
+// is "1" (the test binary re-executed as a worker or a server process), and
+// exits with its code. Call it first in TestMain.
+func Child(env string, child func() int) {
+	if os.Getenv(env) == "1" {
+		os.Exit(child())
+	}
+}
+
 // InCI reports whether the tests run under CI (CI=true), where a missing
 // server is a failure, not a skip.
 func InCI() bool {

@@ -25,19 +25,21 @@ import (
 const workerEnv = "IDEM_CHAOS_WORKER"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(workerEnv) == "1" {
-		var opts []workerOption
-		if os.Getenv("IDEM_CHAOS_NO_OPENER") == "" {
-			opts = append(opts, WithKeystoreOpener(openRedis))
-		}
-		err := ServeWorker(context.Background(), os.Stdin, os.Stdout, opts...)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "worker:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	testenv.Child(workerEnv, runWorker)
 	os.Exit(testenv.Main(m))
+}
+
+// runWorker serves the worker protocol on stdin and stdout.
+func runWorker() int {
+	var opts []workerOption
+	if os.Getenv("IDEM_CHAOS_NO_OPENER") == "" {
+		opts = append(opts, WithKeystoreOpener(openRedis))
+	}
+	if err := ServeWorker(context.Background(), os.Stdin, os.Stdout, opts...); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 1
+	}
+	return 0
 }
 
 // workerCommand starts a worker: this test binary, running no tests.
