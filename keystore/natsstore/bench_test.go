@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/idem-go/idem/internal/natsenv"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/natsstore"
@@ -26,7 +27,7 @@ import (
 //     of the lease and a fenced publish).
 func BenchmarkNATS(b *testing.B) {
 	ctx := context.Background()
-	_, js := connect(b, sharedCluster(b))
+	_, js := natsenv.Shared(b).Connect(b)
 	bucket := testenv.Name("bench_")
 	s, err := natsstore.New(ctx, js, natsstore.WithBucket(bucket), natsstore.WithReplicas(3))
 	if err != nil {

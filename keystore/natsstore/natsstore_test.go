@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/natsenv"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/natsstore"
@@ -18,7 +19,7 @@ import (
 // shared cluster's three servers.
 func newStore(t testing.TB, opts ...natsstore.Option) *natsstore.Store {
 	t.Helper()
-	_, js := connect(t, sharedCluster(t))
+	_, js := natsenv.Shared(t).Connect(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s, err := natsstore.New(ctx, js, append([]natsstore.Option{natsstore.WithBucket(testenv.Name("t_")), natsstore.WithReplicas(3)}, opts...)...)
@@ -35,7 +36,7 @@ func TestConformance(t *testing.T) {
 }
 
 func TestOptions(t *testing.T) {
-	_, js := connect(t, sharedCluster(t))
+	_, js := natsenv.Shared(t).Connect(t)
 	ctx := context.Background()
 	for _, o := range []natsstore.Option{
 		natsstore.WithBucket(""), natsstore.WithBucket("a.b"), natsstore.WithReplicas(0), natsstore.WithReplicas(6),
@@ -75,9 +76,9 @@ func TestRecordsExpireOnTheServer(t *testing.T) {
 }
 
 func TestOpenURL(t *testing.T) {
-	c := sharedCluster(t)
+	c := natsenv.Shared(t)
 	ctx := context.Background()
-	s, nc, err := natsstore.OpenURL(ctx, "nats://"+c.nodes[0].addr()+","+c.nodes[1].addr()+"?bucket="+testenv.Name("u_")+"&replicas=3&timeout=2s")
+	s, nc, err := natsstore.OpenURL(ctx, "nats://"+c.Nodes()[0].Addr()+","+c.Nodes()[1].Addr()+"?bucket="+testenv.Name("u_")+"&replicas=3&timeout=2s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,24 +99,21 @@ func TestOpenURL(t *testing.T) {
 // sequences) keep increasing. Calls fail during the election.
 func TestLeaderKilled(t *testing.T) {
 	ctx := context.Background()
-	c := ownCluster(t)
-	_, js := connect(t, c)
+	c := natsenv.Start(t)
+	_, js := c.Connect(t)
 	s, err := natsstore.New(ctx, js, natsstore.WithBucket("failover"), natsstore.WithReplicas(3), natsstore.WithTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	load := testenv.StartKeyLoad(s, "load", 8, 2*time.Second, nil)
 	time.Sleep(testenv.Soak(t))
-	victim := c.leader(t, js, "KV_failover")
+	info := natsenv.StreamInfo(ctx, js, "KV_failover")
+	victim := c.WaitLeader(t, 30*time.Second, "KV_failover", "", info)
 	load.Mark()
-	victim.kill()
-	t.Logf("killed stream leader %s with %d keys acknowledged", victim.cfg.Name, load.Acked())
-	for deadline := time.Now().Add(30 * time.Second); c.leader(t, js, "KV_failover") == victim; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no new leader")
-		}
-	}
-	if err := victim.start(); err != nil {
+	victim.Kill()
+	t.Logf("killed stream leader %s with %d keys acknowledged", victim.Name(), load.Acked())
+	c.WaitLeader(t, 30*time.Second, "KV_failover", victim.Name(), info)
+	if err := victim.Start(); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(testenv.Soak(t) + time.Second)
@@ -137,7 +135,7 @@ func TestLeaderKilled(t *testing.T) {
 // plan`: the stream's bytes per message after 500 done keys.
 func TestBytesPerDoneKey(t *testing.T) {
 	ctx := context.Background()
-	_, js := connect(t, sharedCluster(t))
+	_, js := natsenv.Shared(t).Connect(t)
 	bucket := testenv.Name("b_")
 	s, err := natsstore.New(ctx, js, natsstore.WithBucket(bucket), natsstore.WithReplicas(3), natsstore.WithScope("orders"))
 	if err != nil {
