@@ -15,8 +15,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemkafka"
-	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/settest"
+	"github.com/idem-go/idem/internal/consume/consumetest"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/sqldialect"
@@ -28,24 +27,23 @@ const benchRecords = 20000
 // raw consume rate of a franz-go group consumer (poll, mark, no database) with
 // idemkafka's loop:
 //
-//   - inbox: inbox mode, ProcessBatch on SQLite with one INSERT per record as
+//   - inbox: a Consumer, ProcessBatch on SQLite with one INSERT per record as
 //     the effect, random-looking keys (the "bench" topic);
-//   - offsets: offsets-in-database mode (the effects and the offset in one
+//   - offsets: an OffsetConsumer (the effects and the offset in one
 //     transaction, no key per record);
-//   - set-random: inbox mode with WithSetHandler (ProcessBatchSet; the effect
+//   - set-random: a Consumer with WithSetHandler (ProcessBatchSet; the effect
 //     is one multi-row INSERT per batch), random-looking keys;
-//   - set-ordered: the same with time-ordered keys (UUIDv7-like text: 48-bit
-//     millisecond timestamp, then random bits) from the "bench-v7" topic, so
-//     the inbox index grows at its right edge;
+//   - consumer (set-ordered): the same with time-ordered keys (UUIDv7 text)
+//     from the "bench-v7" topic, so the inbox index grows at its right edge;
 //   - inbox-ordered: per-record handler with time-ordered keys, to separate
 //     the two effects;
-//   - db-only-set-ordered: no broker at all. The same time-ordered records
-//     (same ids, same payload) go straight into a fresh SQLite inbox with
-//     inbox.ProcessBatchSet and the same set handler, in exactly the batch
-//     sizes that the consumer handed to ProcessBatchSet in the same
-//     iteration's set-ordered run (one batch per partition per poll). This is
-//     the ceiling of any consumer of this shape on this machine: what the
-//     store alone costs, with nothing fetched.
+//   - store-only: no broker at all (consumetest.StoreOnly). The same
+//     time-ordered keys and payload go straight into a fresh SQLite inbox
+//     with inbox.ProcessBatchSet and the same statement, in exactly the
+//     batch sizes that the consumer handed to its set handler in the same
+//     iteration (one batch per partition per poll). This is the ceiling of
+//     any consumer of this shape on this machine: what the store alone
+//     costs, with nothing fetched; consumer/store is the ratio to watch.
 //
 // Each iteration consumes benchRecords records from the start under a fresh
 // group and a fresh SQLite database in each variant, so group join time is
@@ -63,18 +61,19 @@ func BenchmarkConsume(b *testing.B) {
 		b.Fatal(err)
 	}
 	rs := make([]*kgo.Record, 0, 2*benchRecords)
-	for i := range benchRecords {
-		id, err := idem.DeriveKey("bench", strconv.Itoa(i)) // random-looking ids, as real message ids are
-		if err != nil {
-			b.Fatal(err)
+	var orderedIDs []string
+	for i := range 2 * benchRecords {
+		topic, id := "bench", ""
+		if i < benchRecords {
+			id, err = idem.DeriveKey("bench", strconv.Itoa(i)) // random-looking ids, as real message ids are
+			if err != nil {
+				b.Fatal(err)
+			}
+		} else {
+			topic, id = "bench-v7", uuid.Must(uuid.NewV7()).String() // what a producer stamping UUIDv7 ids sends
+			orderedIDs = append(orderedIDs, id)
 		}
-		r := &kgo.Record{Topic: "bench", Key: []byte(id), Value: []byte(`{"amount":50,"user":42}`)}
-		idemkafka.SetID(r, id)
-		rs = append(rs, r)
-	}
-	for range benchRecords {
-		id := timeOrderedID() // what a producer stamping UUIDv7 ids sends
-		r := &kgo.Record{Topic: "bench-v7", Key: []byte(id), Value: []byte(`{"amount":50,"user":42}`)}
+		r := &kgo.Record{Topic: topic, Key: []byte(id), Value: []byte(benchPayload)}
 		idemkafka.SetID(r, id)
 		rs = append(rs, r)
 	}
@@ -87,93 +86,36 @@ func BenchmarkConsume(b *testing.B) {
 
 	// The variants are interleaved in each iteration, so that the machine's
 	// load (shared, ±30% run to run) hits them alike.
-	ordered := rs[benchRecords:]
-	var raw, batch, offs, setRandom, setOrdered, batchOrdered, dbOnly time.Duration
-	var batches, batchRecs int
+	var raw, batch, offs, setRandom, setOrdered, batchOrdered, storeOnly time.Duration
+	batches := 0
 	for b.Loop() {
 		t0 := time.Now()
 		rawConsume(b, c, nextGroup())
 		raw += time.Since(t0)
-		batch += idemConsume(b, c, nextGroup(), "bench", modeInbox)
-		offs += idemConsume(b, c, nextGroup(), "bench", modeOffsets)
-		setRandom += idemConsume(b, c, nextGroup(), "bench", modeSet)
-		var sizes []int
+		batch += idemConsume(b, c, nextGroup(), "bench", modeInbox, nil)
+		offs += idemConsume(b, c, nextGroup(), "bench", modeOffsets, nil)
+		setRandom += idemConsume(b, c, nextGroup(), "bench", modeSet, nil)
+		var sizes consumetest.Sizes
 		setOrdered += idemConsume(b, c, nextGroup(), "bench-v7", modeSet, &sizes)
-		batchOrdered += idemConsume(b, c, nextGroup(), "bench-v7", modeInbox)
-		dbOnly += dbOnlySet(b, nextGroup(), ordered, sizes)
-		batches += len(sizes)
-		for _, n := range sizes {
-			batchRecs += n
-		}
+		batchOrdered += idemConsume(b, c, nextGroup(), "bench-v7", modeInbox, nil)
+		storeOnly += consumetest.StoreOnly(b, orderedIDs, benchPayload, sizes.All())
+		batches += len(sizes.All())
 	}
 	rate := func(d time.Duration) float64 { return float64(benchRecords*b.N) / d.Seconds() }
-	b.ReportMetric(rate(raw), "raw-records/s")
-	b.ReportMetric(rate(batch), "inbox-records/s")
-	b.ReportMetric(rate(offs), "offsets-records/s")
-	b.ReportMetric(rate(setRandom), "set-random-records/s")
-	b.ReportMetric(rate(setOrdered), "set-ordered-records/s")
-	b.ReportMetric(rate(batchOrdered), "inbox-ordered-records/s")
-	b.ReportMetric(rate(dbOnly), "db-only-set-ordered-records/s")
-	b.ReportMetric(float64(batchRecs)/float64(batches), "set-ordered-records/batch")
-	b.ReportMetric(rate(batch)/rate(raw), "inbox/raw")
-	b.ReportMetric(rate(offs)/rate(raw), "offsets/raw")
-	b.ReportMetric(rate(setRandom)/rate(raw), "set-random/raw")
-	b.ReportMetric(rate(setOrdered)/rate(raw), "set-ordered/raw")
-	b.ReportMetric(rate(batchOrdered)/rate(raw), "inbox-ordered/raw")
-	b.ReportMetric(rate(dbOnly)/rate(raw), "db-only-set-ordered/raw")
-	b.ReportMetric(rate(setOrdered)/rate(dbOnly), "set-ordered/db-only")
+	for _, m := range []struct {
+		d    time.Duration
+		name string
+	}{{raw, "raw"}, {batch, "inbox"}, {offs, "offsets"}, {setRandom, "set-random"}, {batchOrdered, "inbox-ordered"}} {
+		b.ReportMetric(rate(m.d), m.name+"-records/s")
+		if m.d != raw {
+			b.ReportMetric(rate(m.d)/rate(raw), m.name+"/raw")
+		}
+	}
+	consumetest.Ceiling(b, benchRecords*b.N, setOrdered, storeOnly, batches)
 }
 
-// dbOnlySet feeds recs, in order, straight into a fresh SQLite inbox with
-// ProcessBatchSet and setInsert, in batches of the given sizes (those the
-// consumer formed), building the inbox messages as the consumer does (key
-// from the idem-id header, the record as the value). It returns the time
-// from the first batch to the last commit; creating and migrating the
-// database is outside it, as in idemConsume.
-func dbOnlySet(b *testing.B, group string, recs []*kgo.Record, sizes []int) time.Duration {
-	total := 0
-	for _, n := range sizes {
-		total += n
-	}
-	if total != len(recs) {
-		b.Fatalf("db-only: batch sizes add up to %d records, want %d", total, len(recs))
-	}
-	db := testenv.SQLite(b)
-	newEffects(b, db)
-	in := newInbox(b, db, group)
-	set := func(ctx context.Context, tx *sql.Tx, fresh []inbox.Message) error {
-		rs := make([]*kgo.Record, len(fresh))
-		for i, m := range fresh {
-			rs[i] = m.Value.(*kgo.Record)
-		}
-		return setInsert(ctx, tx, rs)
-	}
-	ctx := context.Background()
-	applied := 0
-	t0 := time.Now()
-	lo := 0
-	for _, n := range sizes {
-		msgs := make([]inbox.Message, 0, n)
-		for _, r := range recs[lo : lo+n] {
-			msgs = append(msgs, inbox.Message{Key: headerID(r), Value: r})
-		}
-		lo += n
-		results, err := in.ProcessBatchSet(ctx, msgs, set, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, res := range results {
-			if res.Applied {
-				applied++
-			}
-		}
-	}
-	d := time.Since(t0)
-	if applied != len(recs) {
-		b.Fatalf("db-only: %d of %d records applied", applied, len(recs))
-	}
-	return d
-}
+// benchPayload is the value of every benchmark record.
+const benchPayload = `{"amount":50,"user":42}`
 
 // headerID returns the record's idem-id header, as the consumer's default
 // key function reads it.
@@ -186,10 +128,6 @@ func headerID(r *kgo.Record) string {
 	return ""
 }
 
-// timeOrderedID returns a version 7 UUID (RFC 9562: Unix milliseconds
-// first) as canonical text: ids made later sort later.
-func timeOrderedID() string { return uuid.Must(uuid.NewV7()).String() }
-
 type consumeMode int
 
 const (
@@ -198,19 +136,13 @@ const (
 	modeSet                            // NewConsumer with WithSetHandler (no fallback)
 )
 
-// setInsert is the set handler of the benchmark: the per-record handler's
-// INSERT as one multi-row statement for the batch.
-func setInsert(ctx context.Context, tx *sql.Tx, recs []*kgo.Record) error {
-	return settest.Insert(ctx, tx, "INSERT INTO effects (id, consumer)", recs, func(r *kgo.Record) []any { return []any{string(r.Value), ""} })
-}
-
-// idemConsume consumes every record of topic under group with a Consumer in
-// the given mode on a fresh SQLite database, and returns the time from Run to
-// the last record's outcome. In modeSet, when sizes is not nil, the number of
-// records of each batch given to the set handler is appended to it.
-func idemConsume(b *testing.B, c *kfake.Cluster, group, topic string, mode consumeMode, sizes ...*[]int) time.Duration {
-	db := testenv.SQLite(b)
-	eff := newEffects(b, db)
+// idemConsume consumes every record of topic under group with a consumer in
+// the given mode on a fresh SQLite database (consumetest.NewEffects: each
+// record's effect is a row (idem-id, value)), and returns the time from Run
+// to the last record's outcome. In modeSet, sizes (if not nil) records the
+// size of each batch given to the set handler.
+func idemConsume(b *testing.B, c *kfake.Cluster, group, topic string, mode consumeMode, sizes *consumetest.Sizes) time.Duration {
+	e := consumetest.NewEffects(b)
 	var done atomic.Int64
 	all := make(chan struct{})
 	opt := idemkafka.WithObserver(func(idemkafka.Event) {
@@ -218,50 +150,41 @@ func idemConsume(b *testing.B, c *kfake.Cluster, group, topic string, mode consu
 			close(all)
 		}
 	})
-	var con interface {
-		Run(context.Context) error
-		Close()
-	}
+	value := func(r *kgo.Record) string { return string(r.Value) }
+	each := func(ctx context.Context, tx *sql.Tx, r *kgo.Record) error { return e.Apply(ctx, tx, headerID(r), value(r)) }
+	var con runner
 	var err error
 	switch mode {
 	case modeOffsets:
 		var oc *idemkafka.OffsetConsumer
-		oc, err = idemkafka.NewOffsetConsumer(db, sqldialect.SQLite, eff.handler(""), groupOpts(c, group, topic), opt)
+		oc, err = idemkafka.NewOffsetConsumer(e.DB, sqldialect.SQLite, each, groupOpts(c, group, topic), opt)
 		if err == nil {
 			con, err = oc, oc.Migrate(context.Background())
 		}
 	case modeSet:
-		set := setInsert
-		if len(sizes) > 0 && sizes[0] != nil {
-			// Read only after Run has returned (<-errc below).
-			set = func(ctx context.Context, tx *sql.Tx, recs []*kgo.Record) error {
-				*sizes[0] = append(*sizes[0], len(recs))
-				return setInsert(ctx, tx, recs)
-			}
+		set := consumetest.SetInsert(headerID, value)
+		if sizes != nil {
+			set = consumetest.Record(sizes, set)
 		}
-		con, err = idemkafka.NewConsumer(newInbox(b, db, group), nil, groupOpts(c, group, topic), opt, idemkafka.WithSetHandler(set))
+		con, err = idemkafka.NewConsumer(e.In, nil, groupOpts(c, group, topic), opt, idemkafka.WithSetHandler(set))
 	default:
-		con, err = idemkafka.NewConsumer(newInbox(b, db, group), eff.handler(""), groupOpts(c, group, topic), opt)
+		con, err = idemkafka.NewConsumer(e.In, each, groupOpts(c, group, topic), opt)
 	}
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer con.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	errc := make(chan error, 1)
 	t0 := time.Now()
-	go func() { errc <- con.Run(ctx) }()
+	r := consumetest.Start(con.Run)
 	select {
 	case <-all:
-	case err := <-errc:
+	case err := <-r.Done:
 		b.Fatalf("Run: %v", err)
 	case <-time.After(2 * time.Minute):
 		b.Fatal("timed out")
 	}
 	d := time.Since(t0)
-	cancel()
-	<-errc
+	_ = r.Stop(b)
 	return d
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemkafka"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/consume/consumetest"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/sqldialect"
@@ -121,8 +122,15 @@ func (e *effects) handler(consumer string) idemkafka.Handler {
 // counts returns id → number of times applied.
 func (e *effects) counts(t testing.TB) map[string]int {
 	t.Helper()
+	return countRows(t, e.db, `SELECT id, COUNT(*) FROM effects GROUP BY id`)
+}
+
+// countRows returns the rows of query, pairs of a text and a number, as a
+// map.
+func countRows(t testing.TB, db *sql.DB, query string) map[string]int {
+	t.Helper()
 	var js string
-	if err := e.db.QueryRow(`SELECT COALESCE(json_group_object(id, n), '{}') FROM (SELECT id, COUNT(*) AS n FROM effects GROUP BY id)`).Scan(&js); err != nil {
+	if err := db.QueryRow(`WITH q(k, n) AS (` + query + `) SELECT COALESCE(json_group_object(k, n), '{}') FROM q`).Scan(&js); err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]int{}
@@ -162,59 +170,38 @@ func newInbox(t testing.TB, db *sql.DB, group string) *inbox.Inbox {
 	return in
 }
 
-// tally counts outcomes reported by WithObserver.
+// tally collects the events reported by WithObserver.
 type tally struct {
-	mu sync.Mutex
-	n  map[idem.Outcome]int
+	consumetest.Events[*kgo.Record]
 }
 
-func newTally() *tally { return &tally{n: map[idem.Outcome]int{}} }
+func newTally() *tally { return &tally{} }
 
-func (ta *tally) option() idemkafka.Option {
-	return idemkafka.WithObserver(func(e idemkafka.Event) {
-		ta.mu.Lock()
-		ta.n[e.Outcome]++
-		ta.mu.Unlock()
-	})
-}
+func (ta *tally) option() idemkafka.Option { return idemkafka.WithObserver(ta.Observe) }
 
-func (ta *tally) get(o idem.Outcome) int {
-	ta.mu.Lock()
-	defer ta.mu.Unlock()
-	return ta.n[o]
-}
+func (ta *tally) get(o idem.Outcome) int { return ta.Count(o) }
 
+// total counts the final outcomes (not the retries).
 func (ta *tally) total() int {
-	ta.mu.Lock()
-	defer ta.mu.Unlock()
-	return ta.n[idem.Applied] + ta.n[idem.Duplicate] + ta.n[idem.DeadLettered] // final outcomes, not retries
+	return ta.Count(idem.Applied) + ta.Count(idem.Duplicate) + ta.Count(idem.DeadLettered)
 }
 
 // waitFor polls cond until it holds or 20 s pass.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	consumetest.WaitFor(t, 20*time.Second, what, cond)
 }
 
-// running starts c.Run (a Consumer or a TransactConsumer) in a goroutine;
-// the returned stop cancels it, waits, closes c and returns Run's error.
+// running starts c.Run in a goroutine; the returned stop cancels it, waits,
+// closes c and returns Run's error. It runs at cleanup too.
 func running(t testing.TB, c runner) (stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- c.Run(ctx) }()
+	r := consumetest.Start(c.Run)
 	var once sync.Once
 	var err error
 	stop = func() error {
 		once.Do(func() {
-			cancel()
-			err = <-errc
+			err = r.Stop(t)
 			c.Close()
 		})
 		return err
@@ -384,6 +371,19 @@ func join[C any, O ~func(*C) error](opts ...O) O {
 func (f *fixture) requireCommittedToEnd() {
 	f.t.Helper()
 	requireCommittedToEnd(f.t, f.c, "g", "orders")
+}
+
+// runCommitsRejected runs con, while the broker rejects every offset commit,
+// until ta has counted n final outcomes (as if the process died before
+// committing), and fails if an offset was committed nevertheless.
+func (f *fixture) runCommitsRejected(con runner, ta *tally, n int) {
+	f.t.Helper()
+	f.block.Store(true)
+	defer f.block.Store(false)
+	_ = runUntil(f.t, con, ta, n)
+	if got := committed(f.t, f.c, "g", "orders"); len(got) != 0 {
+		f.t.Fatalf("offsets committed despite the broker rejecting commits: %v", got)
+	}
 }
 
 // requireNotPast fails if group "g" committed partition 0 past offset.

@@ -176,3 +176,61 @@ func TestProducerRequiresIdempotence(t *testing.T) {
 		t.Errorf("empty id: %v", err)
 	}
 }
+
+func TestTransactOptions(t *testing.T) {
+	t.Parallel()
+	c := cluster(t, 1, "in")
+	ok := func(context.Context, *kgo.Record) ([]*kgo.Record, error) { return nil, nil }
+	kopts := groupOpts(c, "g", "in")
+	cases := []struct {
+		name  string
+		id    string
+		h     idemkafka.TransactHandler
+		kopts []kgo.Opt
+		opts  []idemkafka.Option
+	}{
+		{name: "empty id", id: "", h: ok, kopts: kopts},
+		{name: "id with a trailing space", id: "inst-0 ", h: ok, kopts: kopts},
+		{name: "id with NUL", id: "inst\x000", h: ok, kopts: kopts},
+		{name: "id not UTF-8", id: "inst-\xff", h: ok, kopts: kopts},
+		{name: "id too long", id: strings.Repeat("i", idem.MaxKeyLen+1), h: ok, kopts: kopts},
+		{name: "nil handler", id: "inst-0", kopts: kopts},
+		{name: "no group", id: "inst-0", h: ok, kopts: []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics("in")}},
+		{name: "nil option", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{nil}},
+		{name: "key option", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{idemkafka.WithKey(idemkafka.OffsetKey)}},
+		{name: "key header", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{idemkafka.WithKey(idemkafka.HeaderKey("k"))}},
+		{name: "missing key", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{idemkafka.WithMissingKey(idemkafka.StopOnMissing)}},
+		{name: "offsets table", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{idemkafka.WithOffsetsTable("t")}},
+		{name: "fingerprint", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{idemkafka.WithFingerprint(func(*kgo.Record) []byte { return nil })}},
+		{name: "bad retries", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{idemkafka.WithMaxAttempts(0), idemkafka.WithBackoff(time.Second, time.Second)}},
+	}
+	for _, tc := range cases {
+		if tc.name == "no group" {
+			// franz-go refuses a transact session without a group.
+			_, err := idemkafka.NewTransactional(tc.id, tc.h, tc.kopts)
+			if !errors.Is(err, idem.ErrInvalidOption) {
+				t.Errorf("%s: err = %v, want ErrInvalidOption", tc.name, err)
+			}
+			continue
+		}
+		if c, err := idemkafka.NewTransactional(tc.id, tc.h, tc.kopts, tc.opts...); !errors.Is(err, idem.ErrInvalidOption) {
+			if c != nil {
+				c.Close()
+			}
+			t.Errorf("%s: err = %v, want ErrInvalidOption", tc.name, err)
+		}
+	}
+	con, err := idemkafka.NewTransactional("inst-0", ok, kopts, idemkafka.WithDeadLetter("dlq"),
+		idemkafka.WithBatchSize(5), idemkafka.WithMaxAttempts(2), idemkafka.WithBackoff(time.Millisecond, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer con.Close()
+	if con.TransactionalID() != "inst-0" {
+		t.Errorf("TransactionalID = %q", con.TransactionalID())
+	}
+	if id, _ := con.Client().OptValue(kgo.TransactionalID).(string); id != "inst-0" {
+		t.Errorf("client transactional id %q", id)
+	}
+	requireClosed(t, con)
+}

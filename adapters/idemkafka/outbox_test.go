@@ -235,23 +235,7 @@ func TestOutboxRelayToConsumer(t *testing.T) {
 	t.Logf("%d messages, %d injected crashes, %d records in the topic, %d duplicates absorbed", want, crashes.Load(), total, dups)
 
 	// Every message applied exactly once.
-	rows, err := cdb.Query(`SELECT id, n FROM applied`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	counts := map[string]int{}
-	for rows.Next() {
-		var id string
-		var n int
-		if err := rows.Scan(&id, &n); err != nil {
-			t.Fatal(err)
-		}
-		counts[id] = n
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	rows.Close()
+	counts := countRows(t, cdb, `SELECT id, n FROM applied`)
 	for _, ids := range added {
 		for _, id := range ids {
 			if counts[id] != 1 {
@@ -266,7 +250,7 @@ func TestOutboxRelayToConsumer(t *testing.T) {
 
 	// Per key, applications and first deliveries follow Add order, and the
 	// outbox seq header increases.
-	rows, err = cdb.Query(`SELECT msg_key, id, seq FROM applied_log ORDER BY ord`)
+	rows, err := cdb.Query(`SELECT msg_key, id, seq FROM applied_log ORDER BY ord`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,5 +365,73 @@ func TestOutboxPublisherRecords(t *testing.T) {
 	}
 	if got[1].Key != nil || header(got[1], idemkafka.HeaderID) != "m2" || header(got[1], idemkafka.HeaderOutboxSeq) != "8" {
 		t.Errorf("record 2: key %q headers %v", got[1].Key, got[1].Headers)
+	}
+}
+
+// TestTransactMixedInboxOutputIDs is the mixed shape that a Kafka
+// transaction cannot cover: a handler with a database effect that also
+// produces to Kafka. The database effect goes through an inbox; the output
+// carries OutputID, stable across runs. The handler's first run for one
+// payment fails after its output is in Kafka (the window between the produce
+// and the database commit, where a crash would land too): the database
+// rolls back, the record is retried, and the output is produced again. The
+// topic then holds copies with one id, and a downstream inbox consumer
+// applies each output once.
+func TestTransactMixedInboxOutputIDs(t *testing.T) {
+	t.Parallel()
+	c := cluster(t, 1, "payments", "ledger")
+	pays := ids("m", 10)
+	produce(t, c, "payments", pays...)
+	pcl := client(t, c)
+
+	upDB := testenv.SQLite(t)
+	upEff := newEffects(t, upDB)
+	apply := upEff.handler("up")
+	var failed atomic.Bool
+	h := func(ctx context.Context, tx *sql.Tx, r *kgo.Record) error {
+		if err := apply(ctx, tx, r); err != nil {
+			return err
+		}
+		id, err := idemkafka.OutputID("billing", r, 0)
+		if err != nil {
+			return err
+		}
+		out := &kgo.Record{Topic: "ledger", Key: r.Key, Value: r.Value}
+		idemkafka.SetID(out, id)
+		if err := pcl.ProduceSync(ctx, out).FirstErr(); err != nil {
+			return err
+		}
+		if string(r.Value) == pays[3] && failed.CompareAndSwap(false, true) {
+			return errors.New("database commit lost after the produce")
+		}
+		return nil
+	}
+	up := newTally()
+	con, err := idemkafka.NewConsumer(newInbox(t, upDB, "billing"), h, groupOpts(c, "billing", "payments"),
+		up.option(), idemkafka.WithMaxAttempts(3), idemkafka.WithBackoff(time.Millisecond, time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = runUntil(t, con, up, len(pays))
+	upEff.requireOnce(t, pays)
+	// The failed run's output, and those of any run the inbox replayed, are
+	// in the topic: the inbox replays a failed batch one record at a time.
+	copies := len(readAll(t, c, "ledger", false))
+	if copies <= len(pays) {
+		t.Fatalf("ledger holds %d records for %d payments: no output was produced twice", copies, len(pays))
+	}
+
+	downDB := testenv.SQLite(t)
+	downEff := newEffects(t, downDB)
+	down := newTally()
+	dcon, err := idemkafka.NewConsumer(newInbox(t, downDB, "ledger-reader"), downEff.handler("down"),
+		groupOpts(c, "ledger-reader", "ledger"), down.option())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = runUntil(t, dcon, down, copies)
+	downEff.requireOnce(t, pays)
+	if a, d := down.get(idem.Applied), down.get(idem.Duplicate); a != len(pays) || d != copies-len(pays) {
+		t.Errorf("downstream: %d applied, %d duplicates; want %d, %d", a, d, len(pays), copies-len(pays))
 	}
 }

@@ -39,17 +39,15 @@ func TestSetHandlerAppliesOnce(t *testing.T) {
 	t.Parallel()
 	all := ids("s", 40)
 	f := newFixture(t, 2, append(all, all[:10]...)...)
-	f.block.Store(true)
 	set := newSetRecorder()
 
 	first := newTally()
-	_ = runUntil(t, f.consumer(nil, idemkafka.WithSetHandler(set.handler("1")), first.option()), first, 50)
+	f.runCommitsRejected(f.consumer(nil, idemkafka.WithSetHandler(set.handler("1")), first.option()), first, 50)
 	if a, d := first.get(idem.Applied), first.get(idem.Duplicate); a != 40 || d != 10 {
 		t.Errorf("first member: applied %d, duplicates %d; want 40, 10", a, d)
 	}
 	f.eff.requireOnce(t, all)
 
-	f.block.Store(false)
 	second := newTally()
 	_ = runUntil(t, f.consumer(nil, idemkafka.WithSetHandler(set.handler("2")), second.option()), second, 50)
 	if d := second.get(idem.Duplicate); d != 50 {

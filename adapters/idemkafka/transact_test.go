@@ -2,7 +2,6 @@ package idemkafka_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"log/slog"
 	"strings"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemkafka"
-	"github.com/idem-go/idem/internal/testenv"
 )
 
 // TestTransactCrash kills consumer processes with SIGKILL after producing
@@ -183,64 +181,6 @@ func TestTransactAbortOnHandlerError(t *testing.T) {
 	}
 }
 
-func TestTransactOptions(t *testing.T) {
-	t.Parallel()
-	c := cluster(t, 1, "in")
-	ok := func(context.Context, *kgo.Record) ([]*kgo.Record, error) { return nil, nil }
-	kopts := groupOpts(c, "g", "in")
-	cases := []struct {
-		name  string
-		id    string
-		h     idemkafka.TransactHandler
-		kopts []kgo.Opt
-		opts  []idemkafka.Option
-	}{
-		{name: "empty id", id: "", h: ok, kopts: kopts},
-		{name: "id with a trailing space", id: "inst-0 ", h: ok, kopts: kopts},
-		{name: "id with NUL", id: "inst\x000", h: ok, kopts: kopts},
-		{name: "id not UTF-8", id: "inst-\xff", h: ok, kopts: kopts},
-		{name: "id too long", id: strings.Repeat("i", idem.MaxKeyLen+1), h: ok, kopts: kopts},
-		{name: "nil handler", id: "inst-0", kopts: kopts},
-		{name: "no group", id: "inst-0", h: ok, kopts: []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics("in")}},
-		{name: "nil option", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{nil}},
-		{name: "key option", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{idemkafka.WithKey(idemkafka.OffsetKey)}},
-		{name: "key header", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{idemkafka.WithKey(idemkafka.HeaderKey("k"))}},
-		{name: "missing key", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{idemkafka.WithMissingKey(idemkafka.StopOnMissing)}},
-		{name: "offsets table", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{idemkafka.WithOffsetsTable("t")}},
-		{name: "fingerprint", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{idemkafka.WithFingerprint(func(*kgo.Record) []byte { return nil })}},
-		{name: "bad retries", id: "inst-0", h: ok, kopts: kopts, opts: []idemkafka.Option{idemkafka.WithMaxAttempts(0), idemkafka.WithBackoff(time.Second, time.Second)}},
-	}
-	for _, tc := range cases {
-		if tc.name == "no group" {
-			// franz-go refuses a transact session without a group.
-			_, err := idemkafka.NewTransactional(tc.id, tc.h, tc.kopts)
-			if !errors.Is(err, idem.ErrInvalidOption) {
-				t.Errorf("%s: err = %v, want ErrInvalidOption", tc.name, err)
-			}
-			continue
-		}
-		if c, err := idemkafka.NewTransactional(tc.id, tc.h, tc.kopts, tc.opts...); !errors.Is(err, idem.ErrInvalidOption) {
-			if c != nil {
-				c.Close()
-			}
-			t.Errorf("%s: err = %v, want ErrInvalidOption", tc.name, err)
-		}
-	}
-	con, err := idemkafka.NewTransactional("inst-0", ok, kopts, idemkafka.WithDeadLetter("dlq"),
-		idemkafka.WithBatchSize(5), idemkafka.WithMaxAttempts(2), idemkafka.WithBackoff(time.Millisecond, time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer con.Close()
-	if con.TransactionalID() != "inst-0" {
-		t.Errorf("TransactionalID = %q", con.TransactionalID())
-	}
-	if id, _ := con.Client().OptValue(kgo.TransactionalID).(string); id != "inst-0" {
-		t.Errorf("client transactional id %q", id)
-	}
-	requireClosed(t, con)
-}
-
 func TestOutputID(t *testing.T) {
 	t.Parallel()
 	r := &kgo.Record{Topic: "payments", Partition: 1, Offset: 7}
@@ -343,72 +283,4 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
-}
-
-// TestTransactMixedInboxOutputIDs is the mixed shape that a Kafka
-// transaction cannot cover: a handler with a database effect that also
-// produces to Kafka. The database effect goes through an inbox; the output
-// carries OutputID, stable across runs. The handler's first run for one
-// payment fails after its output is in Kafka (the window between the produce
-// and the database commit, where a crash would land too): the database
-// rolls back, the record is retried, and the output is produced again. The
-// topic then holds copies with one id, and a downstream inbox consumer
-// applies each output once.
-func TestTransactMixedInboxOutputIDs(t *testing.T) {
-	t.Parallel()
-	c := cluster(t, 1, "payments", "ledger")
-	pays := ids("m", 10)
-	produce(t, c, "payments", pays...)
-	pcl := client(t, c)
-
-	upDB := testenv.SQLite(t)
-	upEff := newEffects(t, upDB)
-	apply := upEff.handler("up")
-	var failed atomic.Bool
-	h := func(ctx context.Context, tx *sql.Tx, r *kgo.Record) error {
-		if err := apply(ctx, tx, r); err != nil {
-			return err
-		}
-		id, err := idemkafka.OutputID("billing", r, 0)
-		if err != nil {
-			return err
-		}
-		out := &kgo.Record{Topic: "ledger", Key: r.Key, Value: r.Value}
-		idemkafka.SetID(out, id)
-		if err := pcl.ProduceSync(ctx, out).FirstErr(); err != nil {
-			return err
-		}
-		if string(r.Value) == pays[3] && failed.CompareAndSwap(false, true) {
-			return errors.New("database commit lost after the produce")
-		}
-		return nil
-	}
-	up := newTally()
-	con, err := idemkafka.NewConsumer(newInbox(t, upDB, "billing"), h, groupOpts(c, "billing", "payments"),
-		up.option(), idemkafka.WithMaxAttempts(3), idemkafka.WithBackoff(time.Millisecond, time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = runUntil(t, con, up, len(pays))
-	upEff.requireOnce(t, pays)
-	// The failed run's output, and those of any run the inbox replayed, are
-	// in the topic: the inbox replays a failed batch one record at a time.
-	copies := len(readAll(t, c, "ledger", false))
-	if copies <= len(pays) {
-		t.Fatalf("ledger holds %d records for %d payments: no output was produced twice", copies, len(pays))
-	}
-
-	downDB := testenv.SQLite(t)
-	downEff := newEffects(t, downDB)
-	down := newTally()
-	dcon, err := idemkafka.NewConsumer(newInbox(t, downDB, "ledger-reader"), downEff.handler("down"),
-		groupOpts(c, "ledger-reader", "ledger"), down.option())
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = runUntil(t, dcon, down, copies)
-	downEff.requireOnce(t, pays)
-	if a, d := down.get(idem.Applied), down.get(idem.Duplicate); a != len(pays) || d != copies-len(pays) {
-		t.Errorf("downstream: %d applied, %d duplicates; want %d, %d", a, d, len(pays), copies-len(pays))
-	}
 }
