@@ -151,7 +151,9 @@ func idemConsume(b *testing.B, c *kfake.Cluster, group, topic string, mode consu
 		}
 	})
 	value := func(r *kgo.Record) string { return string(r.Value) }
-	each := func(ctx context.Context, tx *sql.Tx, r *kgo.Record) error { return e.Apply(ctx, tx, headerID(r), value(r)) }
+	each := func(ctx context.Context, tx *sql.Tx, r *kgo.Record) error {
+		return e.Apply(ctx, tx, headerID(r), value(r))
+	}
 	var con runner
 	var err error
 	switch mode {
