@@ -16,63 +16,36 @@ package idemhttpprom
 
 import (
 	"fmt"
-	"regexp"
-	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/internal/promconfig"
 )
 
 // Option configures [New]. An option that cannot apply returns an error
 // wrapping idem.ErrInvalidOption, and New returns it.
 type Option func(*config) error
 
-type config struct {
-	namespace string
-	labels    prometheus.Labels
-	buckets   []float64
-}
-
-var metricName = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+type config = promconfig.Config
 
 // WithNamespace sets the first part of every metric's name (default "idem").
 func WithNamespace(ns string) Option {
-	return func(c *config) error {
-		if !metricName.MatchString(ns) {
-			return fmt.Errorf("idemhttpprom: namespace %q is not a metric name: %w", ns, idem.ErrInvalidOption)
-		}
-		c.namespace = ns
-		return nil
-	}
+	return func(c *config) error { return c.SetNamespace("idemhttpprom", ns) }
 }
 
 // WithConstLabels adds labels to every metric, to tell several proxies
 // apart in one registry.
 func WithConstLabels(l prometheus.Labels) Option {
-	return func(c *config) error {
-		for k := range l {
-			if !metricName.MatchString(k) || k == "outcome" {
-				return fmt.Errorf("idemhttpprom: label %q is not a free label name: %w", k, idem.ErrInvalidOption)
-			}
-		}
-		c.labels = l
-		return nil
-	}
+	return func(c *config) error { return c.SetLabels("idemhttpprom", l, "outcome") }
 }
 
 // WithBuckets sets the duration histogram's buckets in seconds (default
 // 100 µs to about 15 min in steps of 2.5×). They must be increasing.
 func WithBuckets(b []float64) Option {
-	return func(c *config) error {
-		if len(b) == 0 || !slices.IsSorted(b) || len(slices.Compact(slices.Clone(b))) != len(b) {
-			return fmt.Errorf("idemhttpprom: buckets %v are not increasing: %w", b, idem.ErrInvalidOption)
-		}
-		c.buckets = b
-		return nil
-	}
+	return func(c *config) error { return c.SetBuckets("idemhttpprom", b) }
 }
 
 // Hooks implements idemhttp.Hooks with Prometheus collectors.
@@ -88,24 +61,22 @@ var _ idemhttp.Hooks = (*Hooks)(nil)
 // idem.ErrInvalidOption; registering twice with one registry fails (the
 // registry's AlreadyRegisteredError).
 func New(reg prometheus.Registerer, opts ...Option) (*Hooks, error) {
-	cfg := config{namespace: "idem", buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 14)}
-	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	cfg, err := promconfig.New(prometheus.ExponentialBuckets(0.0001, 2.5, 14), opts)
+	if err != nil {
+		return nil, err
 	}
 	if reg == nil {
 		return nil, fmt.Errorf("idemhttpprom: nil registerer: %w", idem.ErrInvalidOption)
 	}
 	h := &Hooks{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: cfg.namespace, Subsystem: "http", Name: "requests_total", ConstLabels: cfg.labels,
+			Namespace: cfg.Namespace, Subsystem: "http", Name: "requests_total", ConstLabels: prometheus.Labels(cfg.Labels),
 			Help: "Requests seen by the idempotency middleware, by outcome.",
 		}, []string{"outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: cfg.namespace, Subsystem: "http", Name: "request_duration_seconds", ConstLabels: cfg.labels,
+			Namespace: cfg.Namespace, Subsystem: "http", Name: "request_duration_seconds", ConstLabels: prometheus.Labels(cfg.Labels),
 			Help:    "Time spent in the idempotency middleware, handler included, by outcome.",
-			Buckets: cfg.buckets,
+			Buckets: cfg.Buckets,
 		}, []string{"outcome"}),
 	}
 	for _, c := range []prometheus.Collector{h.requests, h.duration} {

@@ -27,14 +27,13 @@ package inboxprom
 import (
 	"errors"
 	"fmt"
-	"regexp"
-	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/promconfig"
 )
 
 // Outcomes of idem_inbox_messages_total.
@@ -63,50 +62,24 @@ var _ inbox.Hooks = (*Hooks)(nil)
 // wrapping idem.ErrInvalidOption, and New returns it.
 type Option func(*config) error
 
-type config struct {
-	namespace string
-	labels    prometheus.Labels
-	buckets   []float64
-}
-
-var metricName = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+type config = promconfig.Config
 
 // WithNamespace sets the first part of every metric's name (default "idem").
 func WithNamespace(ns string) Option {
-	return func(c *config) error {
-		if !metricName.MatchString(ns) {
-			return fmt.Errorf("inboxprom: namespace %q is not a metric name: %w", ns, idem.ErrInvalidOption)
-		}
-		c.namespace = ns
-		return nil
-	}
+	return func(c *config) error { return c.SetNamespace("inboxprom", ns) }
 }
 
 // WithConstLabels adds labels to every metric, to tell several services
 // apart in one registry (inboxes are told apart by the consumer label).
 func WithConstLabels(l prometheus.Labels) Option {
-	return func(c *config) error {
-		for k := range l {
-			if !metricName.MatchString(k) || k == "consumer" || k == "outcome" {
-				return fmt.Errorf("inboxprom: label %q is not a free label name: %w", k, idem.ErrInvalidOption)
-			}
-		}
-		c.labels = l
-		return nil
-	}
+	return func(c *config) error { return c.SetLabels("inboxprom", l, "consumer", "outcome") }
 }
 
 // WithBuckets sets the buckets, in seconds, of the two duration histograms
 // (default 100 µs to about 15 min in steps of 2.5×). They must be
 // increasing. The batch size histogram keeps its powers of two.
 func WithBuckets(b []float64) Option {
-	return func(c *config) error {
-		if len(b) == 0 || !slices.IsSorted(b) || len(slices.Compact(slices.Clone(b))) != len(b) {
-			return fmt.Errorf("inboxprom: buckets %v are not increasing: %w", b, idem.ErrInvalidOption)
-		}
-		c.buckets = b
-		return nil
-	}
+	return func(c *config) error { return c.SetBuckets("inboxprom", b) }
 }
 
 // New registers the collectors with reg and returns hooks to pass to
@@ -115,17 +88,15 @@ func WithBuckets(b []float64) Option {
 // registry's AlreadyRegisteredError): share one Hooks between inboxes, the
 // consumer label tells them apart.
 func New(reg prometheus.Registerer, opts ...Option) (*Hooks, error) {
-	cfg := config{namespace: "idem", buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 14)}
-	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	cfg, err := promconfig.New(prometheus.ExponentialBuckets(0.0001, 2.5, 14), opts)
+	if err != nil {
+		return nil, err
 	}
 	if reg == nil {
 		return nil, fmt.Errorf("inboxprom: nil registerer: %w", idem.ErrInvalidOption)
 	}
 	opt := func(name, help string) prometheus.Opts {
-		return prometheus.Opts{Namespace: cfg.namespace, Subsystem: "inbox", Name: name, Help: help, ConstLabels: cfg.labels}
+		return prometheus.Opts{Namespace: cfg.Namespace, Subsystem: "inbox", Name: name, Help: help, ConstLabels: prometheus.Labels(cfg.Labels)}
 	}
 	histogram := func(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
 		o := opt(name, help)
@@ -138,7 +109,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Hooks, error) {
 			"Messages that reached a decision, by consumer and outcome: applied, duplicate, mismatch, invalid, handler_error, error.")),
 			[]string{"consumer", "outcome"}),
 		duration: histogram("message_duration_seconds", "Time from Process to its decision, retries included, by consumer and outcome.",
-			cfg.buckets, "consumer", "outcome"),
+			cfg.Buckets, "consumer", "outcome"),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts(opt("retries_total",
 			"Transactions retried after a retryable error (serialization failure, deadlock, busy), by consumer.")), []string{"consumer"}),
 		swept: prometheus.NewCounterVec(prometheus.CounterOpts(opt("swept_total",
@@ -146,7 +117,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Hooks, error) {
 		batch: histogram("batch_size", "Valid messages per ProcessBatch transaction, by consumer.",
 			prometheus.ExponentialBuckets(1, 2, 12), "consumer"),
 		batchDur: histogram("batch_duration_seconds", "Time per ProcessBatch transaction, retries included, by consumer.",
-			cfg.buckets, "consumer"),
+			cfg.Buckets, "consumer"),
 	}
 	for _, c := range []prometheus.Collector{h.messages, h.duration, h.retries, h.swept, h.batch, h.batchDur} {
 		if err := reg.Register(c); err != nil {

@@ -26,13 +26,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
-	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/promconfig"
 	"github.com/idem-go/idem/keystore"
 )
 
@@ -40,50 +39,24 @@ import (
 // wrapping idem.ErrInvalidOption, and New returns it.
 type Option func(*config) error
 
-type config struct {
-	namespace string
-	labels    prometheus.Labels
-	buckets   []float64
-}
-
-var metricName = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+type config = promconfig.Config
 
 // WithNamespace sets the first part of every metric's name (default "idem").
 func WithNamespace(ns string) Option {
-	return func(c *config) error {
-		if !metricName.MatchString(ns) {
-			return fmt.Errorf("keystoreprom: namespace %q is not a metric name: %w", ns, idem.ErrInvalidOption)
-		}
-		c.namespace = ns
-		return nil
-	}
+	return func(c *config) error { return c.SetNamespace("keystoreprom", ns) }
 }
 
 // WithConstLabels adds labels to every metric, to tell several stores apart
 // in one registry.
 func WithConstLabels(l prometheus.Labels) Option {
-	return func(c *config) error {
-		for k := range l {
-			if !metricName.MatchString(k) || k == "op" || k == "outcome" {
-				return fmt.Errorf("keystoreprom: label %q is not a free label name: %w", k, idem.ErrInvalidOption)
-			}
-		}
-		c.labels = l
-		return nil
-	}
+	return func(c *config) error { return c.SetLabels("keystoreprom", l, "op", "outcome") }
 }
 
 // WithBuckets sets the latency histogram's buckets in seconds (default from
 // 50 µs to 2.5 s, covering memory, Redis and SQL stores). They must be
 // increasing.
 func WithBuckets(b []float64) Option {
-	return func(c *config) error {
-		if len(b) == 0 || !slices.IsSorted(b) || len(slices.Compact(slices.Clone(b))) != len(b) {
-			return fmt.Errorf("keystoreprom: buckets %v are not increasing: %w", b, idem.ErrInvalidOption)
-		}
-		c.buckets = b
-		return nil
-	}
+	return func(c *config) error { return c.SetBuckets("keystoreprom", b) }
 }
 
 // Metrics is one set of key store collectors, registered by [New]. Every
@@ -109,17 +82,15 @@ type Store struct {
 // one registry fails (the registry's AlreadyRegisteredError): give each
 // Metrics its own labels ([WithConstLabels]) or share one.
 func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
-	cfg := config{namespace: "idem", buckets: []float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1, 2.5}}
-	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	cfg, err := promconfig.New([]float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1, 2.5}, opts)
+	if err != nil {
+		return nil, err
 	}
 	if reg == nil {
 		return nil, fmt.Errorf("keystoreprom: nil registerer: %w", idem.ErrInvalidOption)
 	}
 	opt := func(name, help string) prometheus.Opts {
-		return prometheus.Opts{Namespace: cfg.namespace, Subsystem: "keystore", Name: name, Help: help, ConstLabels: cfg.labels}
+		return prometheus.Opts{Namespace: cfg.Namespace, Subsystem: "keystore", Name: name, Help: help, ConstLabels: prometheus.Labels(cfg.Labels)}
 	}
 	m := &Metrics{
 		reservations: prometheus.NewCounterVec(prometheus.CounterOpts(opt("reservations_total", "Reserve calls by outcome: acquired, in_progress, done, mismatch, error.")), []string{"outcome"}),
@@ -127,8 +98,8 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		leaseLost:    prometheus.NewCounterVec(prometheus.CounterOpts(opt("lease_lost_total", "Complete, Release or Extend refused because the claim's token is no longer current.")), []string{"op"}),
 		errors:       prometheus.NewCounterVec(prometheus.CounterOpts(opt("errors_total", "Calls that failed with a store or input error (not mismatch or lease lost).")), []string{"op"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: cfg.namespace, Subsystem: "keystore", Name: "operation_duration_seconds",
-			Help: "Duration of store calls, errors included.", ConstLabels: cfg.labels, Buckets: cfg.buckets,
+			Namespace: cfg.Namespace, Subsystem: "keystore", Name: "operation_duration_seconds",
+			Help: "Duration of store calls, errors included.", ConstLabels: prometheus.Labels(cfg.Labels), Buckets: cfg.Buckets,
 		}, []string{"op"}),
 		swept: prometheus.NewCounter(prometheus.CounterOpts(opt("swept_total", "Expired keys deleted by Sweep."))),
 	}
