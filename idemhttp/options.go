@@ -254,7 +254,7 @@ const (
 	OutcomeStoreError  Outcome = "store_error" // 503
 	OutcomeLeaseLost   Outcome = "lease_lost"  // the lease was lost while the handler ran (not renewed, or released by an operator); response not stored
 	OutcomeLost        Outcome = "lost"        // handler answered non-5xx, then failed mid-body: completed as "response-lost"
-	OutcomeClientGone  Outcome = "client_gone" // the client left after the reservation, before the handler: released
+	OutcomeClientGone  Outcome = "client_gone" // the client left before the handler ran: a key reserved for it was released
 	OutcomeBusy        Outcome = "busy"        // 503: the buffered-bytes bound was reached
 	OutcomeTimeout     Outcome = "timeout"     // 408: the request body did not arrive in time
 )

@@ -100,7 +100,8 @@ func ClaimFrom(ctx context.Context) (Claim, bool) {
 //   - Done: fn does not run; the stored result is returned with replayed ==
 //     true. Replays are outcomes, not errors: acknowledge the message.
 //   - InProgress: an [*InProgressError] (matching ErrInProgress), or, with
-//     [WithWait], Do polls until it can return one of the two cases above.
+//     [WithWait], Do polls until it can return one of the two cases above
+//     (the wait is [Await]'s).
 //   - fp differs from the stored fingerprint: ErrFingerprintMismatch, fn
 //     does not run.
 //

@@ -135,14 +135,15 @@ func KeepAlive(ctx context.Context, s Store, c Claim, lease time.Duration) (cont
 	if !CanExtend(s) || lease <= 0 {
 		return kctx, func() (Claim, error) { cancel(context.Canceled); return c, nil }
 	}
-	k := &keeper{ext: s.(Extender), claim: c, lease: lease, cancel: cancel, quit: make(chan struct{}), done: make(chan struct{})}
+	k := &keeper{ext: s.(Extender), claim: c, lease: lease, cancel: cancel, done: make(chan struct{})}
+	k.stopped, k.stop = context.WithCancel(context.Background())
 	start := time.Now()
 	k.watchdog = time.AfterFunc(safe(lease), k.expired)
 	go k.loop(ctx, start)
 	var once sync.Once
 	return kctx, func() (Claim, error) {
 		once.Do(func() {
-			close(k.quit)
+			k.stop()
 			<-k.done
 			k.watchdog.Stop()
 			cancel(context.Canceled)
@@ -159,7 +160,8 @@ type keeper struct {
 	lease    time.Duration
 	cancel   context.CancelCauseFunc
 	watchdog *time.Timer
-	quit     chan struct{} // closed by stop
+	stopped  context.Context // ends when stop is called
+	stop     context.CancelFunc
 	done     chan struct{} // closed when loop returns
 
 	mu    sync.Mutex
@@ -192,12 +194,8 @@ func (k *keeper) loop(ctx context.Context, start time.Time) {
 	deadline := start.Add(safe(k.lease))
 	wait := renewalPause(k.lease / 3)
 	for {
-		t := time.NewTimer(max(wait, minRenewal))
-		select {
-		case <-k.quit:
-			t.Stop()
-			return
-		case <-t.C:
+		if retry.Sleep(k.stopped, max(wait, minRenewal)) != nil {
+			return // stop was called
 		}
 		k.mu.Lock()
 		c, lost := k.claim, k.err != nil
