@@ -134,16 +134,13 @@ func StopShared() {
 // is ready. On error the servers started are killed.
 func start(dirs []string) (*Cluster, error) {
 	c := &Cluster{}
+	ports, err := freePorts(2 * len(dirs))
+	if err != nil {
+		return nil, err
+	}
 	var routes []string
 	for i, dir := range dirs {
-		p, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		cp, err := freePort()
-		if err != nil {
-			return nil, err
-		}
+		p, cp := ports[2*i], ports[2*i+1]
 		c.nodes = append(c.nodes, &Node{cfg: child{Name: fmt.Sprint("n", i+1), Port: p, ClusterPort: cp, Dir: dir}})
 		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", cp))
 	}
@@ -161,13 +158,19 @@ func start(dirs []string) (*Cluster, error) {
 	return c, nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// freePorts asks the kernel for n distinct free loopback ports, holding
+// each open until all are chosen so that none is handed out twice.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports, nil
 }
 
 func (c *Cluster) kill() {
