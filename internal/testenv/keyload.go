@@ -56,6 +56,7 @@ type KeyLoadReport struct {
 	Outage time.Duration
 }
 
+// String is the report on one line, for t.Log.
 func (r KeyLoadReport) String() string {
 	return fmt.Sprintf("calls %d, refused %d (%d before the fault), acknowledged keys %d, lost %d, doubled %d, token regressions %d, outage %.1fs",
 		r.Calls, r.Refused, r.RefusedBefore, r.Acked, r.Lost, r.Doubled, r.Regressions, r.Outage.Seconds())
