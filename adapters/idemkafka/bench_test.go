@@ -269,13 +269,7 @@ func BenchmarkOutboxRelay(b *testing.B) {
 		b.Run(fmt.Sprintf("relay-sqlite/batch-%d", batch), func(b *testing.B) {
 			pub := outboxPublisher(b, c)
 			db := testenv.SQLite(b)
-			o, err := outbox.New(sqldialect.SQLite)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := o.Migrate(ctx, db); err != nil {
-				b.Fatal(err)
-			}
+			o := newOutbox(b, db)
 			// Committed before the clock starts: 100 messages per transaction.
 			for i := 0; i < b.N; i += 100 {
 				tx, err := db.BeginTx(ctx, nil)
@@ -313,14 +307,5 @@ func BenchmarkOutboxRelay(b *testing.B) {
 }
 
 func outboxPublisher(b *testing.B, c *kfake.Cluster) *idemkafka.OutboxPublisher {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(cl.Close)
-	p, err := idemkafka.NewProducer(cl)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return p.OutboxPublisher()
+	return newProducer(b, client(b, c)).OutboxPublisher()
 }

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"os"
-	"path/filepath"
 	"strconv"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -165,8 +163,8 @@ func ExampleWithSetHandler() {
 
 // walletExample is the scaffolding of the examples: an in-process broker
 // (kfake) with the topics "payments" and "ledger-entries", a producer that
-// stamps idem-ids, and a SQLite database, in a temporary directory, holding
-// wallet 42 at balance 0.
+// stamps idem-ids, and an in-memory SQLite database holding wallet 42 at
+// balance 0.
 type walletExample struct {
 	cluster  *kfake.Cluster
 	producer *idemkafka.Producer
@@ -187,12 +185,10 @@ func newWalletExample() *walletExample {
 	if err != nil {
 		log.Fatal(err)
 	}
-	dir, err := os.MkdirTemp("", "idemkafka-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	db, err := sql.Open("sqlite", sqldialect.SQLiteDSN(filepath.Join(dir, "app.db")))
+	// One connection to an in-memory database: it lives as long as db.
+	db, err := sql.Open("sqlite", sqldialect.SQLiteDSN(":memory:"))
 	if err == nil {
+		db.SetMaxOpenConns(1)
 		_, err = db.Exec(`CREATE TABLE wallets (user_id INTEGER PRIMARY KEY, balance INTEGER NOT NULL); INSERT INTO wallets VALUES (42, 0)`)
 	}
 	if err != nil {
@@ -200,7 +196,6 @@ func newWalletExample() *walletExample {
 	}
 	return &walletExample{cluster: cluster, producer: producer, db: db, close: func() {
 		db.Close()
-		os.RemoveAll(dir)
 		pcl.Close()
 		cluster.Close()
 	}}

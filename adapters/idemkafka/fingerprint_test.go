@@ -32,10 +32,7 @@ func TestFingerprints(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t, 1)
-			p, err := idemkafka.NewProducer(client(t, f.c))
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := newProducer(t, client(t, f.c))
 			for _, rec := range []struct{ id, value string }{{"a", "a"}, {"b", "huge"}, {"c", "c"}, {"a", "a-changed"}, {"a", "a"}} {
 				if err := p.Produce(context.Background(), rec.id, &kgo.Record{Topic: "orders", Value: []byte(rec.value)}); err != nil {
 					t.Fatal(err)

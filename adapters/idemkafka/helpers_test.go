@@ -25,6 +25,7 @@ import (
 	"github.com/idem-go/idem/internal/consume/consumetest"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/keystore"
+	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -66,10 +67,7 @@ func client(t testing.TB, c *kfake.Cluster, opts ...kgo.Opt) *kgo.Client {
 func produce(t testing.TB, c *kfake.Cluster, topic string, ids ...string) {
 	t.Helper()
 	cl := client(t, c)
-	p, err := idemkafka.NewProducer(cl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := newProducer(t, cl)
 	ctx := context.Background()
 	for _, id := range ids {
 		r := &kgo.Record{Topic: topic, Key: []byte(id), Value: []byte(id)}
@@ -158,16 +156,40 @@ func (e *effects) requireOnce(t testing.TB, ids []string) {
 	}
 }
 
+// newInbox returns a migrated SQLite inbox of db for consumer group.
 func newInbox(t testing.TB, db *sql.DB, group string) *inbox.Inbox {
 	t.Helper()
 	in, err := inbox.New(db, sqldialect.SQLite, group)
+	if err == nil {
+		err = in.Migrate(context.Background())
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := in.Migrate(context.Background()); err != nil {
+	return in
+}
+
+// newProducer wraps cl in a Producer.
+func newProducer(t testing.TB, cl *kgo.Client) *idemkafka.Producer {
+	t.Helper()
+	p, err := idemkafka.NewProducer(cl)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return in
+	return p
+}
+
+// newOutbox returns a migrated SQLite outbox in db.
+func newOutbox(t testing.TB, db *sql.DB) *outbox.Outbox {
+	t.Helper()
+	o, err := outbox.New(sqldialect.SQLite)
+	if err == nil {
+		err = o.Migrate(context.Background(), db)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
 }
 
 // tally collects the events reported by WithObserver.

@@ -168,10 +168,7 @@ func TestProducerRequiresIdempotence(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl2.Close()
-	p, err := idemkafka.NewProducer(cl2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := newProducer(t, cl2)
 	if err := p.Produce(context.Background(), "", &kgo.Record{Topic: "t"}); !errors.Is(err, idem.ErrInvalidKey) {
 		t.Errorf("empty id: %v", err)
 	}

@@ -19,7 +19,6 @@ import (
 	"github.com/idem-go/idem/adapters/idemkafka"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/outbox"
-	"github.com/idem-go/idem/sqldialect"
 )
 
 var errRelayCrash = errors.New("relay died after publishing, before its mark")
@@ -69,13 +68,7 @@ func TestOutboxRelayToConsumer(t *testing.T) {
 
 	// Producing service: business table and outbox in one database.
 	pdb := testenv.SQLite(t)
-	ob, err := outbox.New(sqldialect.SQLite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ob.Migrate(ctx, pdb); err != nil {
-		t.Fatal(err)
-	}
+	ob := newOutbox(t, pdb)
 	if _, err := pdb.Exec(`CREATE TABLE accounts (id TEXT PRIMARY KEY, version INTEGER NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
@@ -124,10 +117,7 @@ func TestOutboxRelayToConsumer(t *testing.T) {
 	waitFor(t, "the consumer to join", func() bool { return membersWithPartitions(t, adm, "g") == 1 })
 
 	// The relay, with crash injection, woken by the writers.
-	prod, err := idemkafka.NewProducer(client(t, c))
-	if err != nil {
-		t.Fatal(err)
-	}
+	prod := newProducer(t, client(t, c))
 	var crashes atomic.Int64
 	wake := make(chan struct{}, 1)
 	relay, err := outbox.NewRelay(pdb, ob, crashAfterPublish(prod.OutboxPublisher(), &crashes),
@@ -323,11 +313,7 @@ func percentiles(ds []time.Duration) string {
 func TestOutboxPublisherRecords(t *testing.T) {
 	t.Parallel()
 	c := cluster(t, 2, "orders")
-	prod, err := idemkafka.NewProducer(client(t, c))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub := prod.OutboxPublisher()
+	pub := newProducer(t, client(t, c)).OutboxPublisher()
 	ctx := context.Background()
 	if err := pub.Publish(ctx, nil); err != nil {
 		t.Fatalf("empty batch: %v", err)
