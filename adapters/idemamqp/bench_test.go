@@ -12,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idem-go/idem/adapters/idemamqp"
+	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/consume/consumetest"
 )
 
@@ -165,39 +166,19 @@ var setInsert = consumetest.SetInsert(messageID, body)
 func BenchmarkConsumeVsStore(b *testing.B) {
 	const n, prefetch, batch = 20000, 1000, 500
 	conn := dial(b)
-	var consumed, store time.Duration
-	batches := 0
-	for b.Loop() {
-		tp := newTopology(b, conn, nil)
-		keys := make([]string, n)
-		for i := range keys {
-			keys[i] = timeOrderedID(i)
-		}
-		fillKeys(b, conn, tp.queue, n, func(i int) string { return keys[i] })
-		e := newEffects(b)
-		var sizes consumetest.Sizes
-		var settled atomic.Int64
-		done := make(chan struct{})
-		c, err := idemamqp.NewConsumer(conn, tp.queue, e.In, nil, idemamqp.WithPrefetch(prefetch), idemamqp.WithBatchSize(batch),
-			idemamqp.WithSetHandler(consumetest.Record(&sizes, setInsert)),
-			idemamqp.WithObserver(func(idemamqp.Event) {
-				if settled.Add(1) == n {
-					close(done)
-				}
-			}))
+	var queue string
+	publish := func(keys []string, payload []byte) {
+		queue = newTopology(b, conn, nil).queue
+		fillKeys(b, conn, queue, len(keys), func(i int) string { return keys[i] })
+	}
+	consumetest.VsStore(b, n, messageID, body, publish, func(in *inbox.Inbox, set func(context.Context, *sql.Tx, []amqp.Delivery) error, observe func(idemamqp.Event)) func(context.Context) error {
+		c, err := idemamqp.NewConsumer(conn, queue, in, nil, idemamqp.WithPrefetch(prefetch), idemamqp.WithBatchSize(batch),
+			idemamqp.WithSetHandler(set), idemamqp.WithObserver(observe))
 		if err != nil {
 			b.Fatal(err)
 		}
-		t0 := time.Now()
-		r := start(c)
-		<-done
-		consumed += time.Since(t0)
-		r.Cancel()
-		<-r.Done
-		store += consumetest.StoreOnly(b, keys, string(make([]byte, 100)), sizes.All())
-		batches += len(sizes.All())
-	}
-	consumetest.Ceiling(b, n*b.N, consumed, store, batches)
+		return c.Run
+	})
 }
 
 // randomID returns a random (version 4) UUID as canonical text.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemamqp"
+	"github.com/idem-go/idem/internal/consume/consumetest"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -66,53 +67,16 @@ func TestCrashBetweenCommitAndAck(t *testing.T) {
 	admin := dial(t)
 	tp := newTopology(t, admin, nil)
 	e := newEffects(t)
-	const n = 5
-	var ids []string
-	for i := range n {
-		ids = append(ids, fmt.Sprintf("order-%d", i))
-	}
+	ids := consumetest.Keys(5)
 	publishN(t, admin, tp.queue, ids...)
-
-	conn1 := dial(t)
-	c1, err := idemamqp.NewConsumer(conn1, tp.queue, e.In, e.apply, idemamqp.WithBatchSize(n), idemamqp.WithLinger(200*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	idemamqp.SetAfterCommit(c1, func() { conn1.Close() }) // the crash: committed, never acked
-	if err := c1.Run(context.Background()); !errors.Is(err, idem.ErrClosed) {
-		t.Fatalf("Run after the connection closed = %v, want ErrClosed", err)
-	}
-	committed := len(e.Counts(t))
-	if committed == 0 {
-		t.Fatal("nothing committed before the crash")
-	}
-	waitFor(t, 5*time.Second, "requeue of the unacked deliveries", func() bool { return tp.ready(t, tp.queue) == n })
-
-	var ev events
-	c2, err := idemamqp.NewConsumer(dial(t), tp.queue, e.In, e.apply, idemamqp.WithObserver(ev.Observe))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := start(c2)
-	waitFor(t, 20*time.Second, "redeliveries acked", func() bool {
-		return ev.Count(idem.Duplicate) == committed && ev.Count(idem.Applied) == n-committed
-	})
-	if err := r.Stop(t); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Run = %v, want context.Canceled", err)
-	}
+	committed := crash(t, tp, e, e.apply, len(ids), idemamqp.WithBatchSize(len(ids)), idemamqp.WithLinger(200*time.Millisecond))
+	ev := recoverAll(t, tp, e, e.apply, committed, len(ids)-committed)
 	ev.Each(func(e idemamqp.Event) {
 		if e.Outcome == idem.Duplicate && !e.Msg.Redelivered {
 			t.Errorf("%s: duplicate without the redelivered flag", e.Key)
 		}
 	})
-	for k, c := range e.Counts(t) {
-		if c != 1 {
-			t.Errorf("%s applied %d times", k, c)
-		}
-	}
-	if got := len(e.Counts(t)); got != n {
-		t.Errorf("%d keys applied, want %d", got, n)
-	}
+	consumetest.WantOnce(t, e.Counts(t), nil, ids)
 	// Anything not acked would be back in the queue now that the consumer's
 	// channel is closed.
 	waitFor(t, 5*time.Second, "an empty queue", func() bool { return tp.ready(t, tp.queue) == 0 })

@@ -3,25 +3,17 @@ package idemamqp_test
 import (
 	"context"
 	"database/sql"
-	"fmt"
-	"os"
 	"testing"
+	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemamqp"
 	"github.com/idem-go/idem/internal/consume/consumetest"
 	"github.com/idem-go/idem/internal/testenv"
 	amqp "github.com/rabbitmq/amqp091-go"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	code := testenv.Main(m)
-	if err := goleak.Find(); code == 0 && err != nil {
-		fmt.Fprintln(os.Stderr, "goleak:", err)
-		code = 1
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { consumetest.Main(m) }
 
 func dial(t testing.TB) *amqp.Connection {
 	t.Helper()
@@ -96,6 +88,38 @@ func (e *effects) apply(ctx context.Context, tx *sql.Tx, d amqp.Delivery) error 
 func start(c *idemamqp.Consumer) *consumetest.Runner { return consumetest.Start(c.Run) }
 
 var waitFor = consumetest.WaitFor
+
+// crash runs a Consumer of tp's queue on its own connection and closes
+// that connection right after the first commit, before any ack; it waits
+// until the broker has requeued all queued deliveries and returns how many
+// keys committed.
+func crash(t testing.TB, tp *topology, e *effects, h idemamqp.Handler, queued int, opts ...idemamqp.Option) int {
+	t.Helper()
+	conn := dial(t)
+	c, err := idemamqp.NewConsumer(conn, tp.queue, e.In, h, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idemamqp.SetAfterCommit(c, func() { conn.Close() }) // the crash: committed, never acked
+	committed := consumetest.Crashed(t, e.Effects, c.Run)
+	waitFor(t, 5*time.Second, "requeue of the unacked deliveries", func() bool { return tp.ready(t, tp.queue) == queued })
+	return committed
+}
+
+// recoverAll runs a new Consumer until dups deliveries are acked as
+// duplicates and applied others are applied.
+func recoverAll(t testing.TB, tp *topology, e *effects, h idemamqp.Handler, dups, applied int, opts ...idemamqp.Option) *events {
+	t.Helper()
+	var ev events
+	c, err := idemamqp.NewConsumer(dial(t), tp.queue, e.In, h, append(opts, idemamqp.WithObserver(ev.Observe))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumetest.RunUntil(t, c.Run, 20*time.Second, "redeliveries acked", func() bool {
+		return ev.Count(idem.Duplicate) == dups && ev.Count(idem.Applied) == applied
+	})
+	return &ev
+}
 
 // events collects a Consumer's settled deliveries.
 type events = consumetest.Events[amqp.Delivery]

@@ -12,6 +12,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemamqp"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/consume/consumetest"
 	"github.com/idem-go/idem/internal/settest"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -40,54 +41,17 @@ func TestSetHandlerAppliesOnce(t *testing.T) {
 	tp := newTopology(t, admin, nil)
 	e := newEffects(t)
 	set := newSetRecorder()
-	const n = 20
-	var ids []string
-	for i := range n {
-		ids = append(ids, fmt.Sprintf("order-%d", i))
-	}
+	ids := consumetest.Keys(20)
 	publishN(t, admin, tp.queue, ids...)
 	publishN(t, admin, tp.queue, ids...) // producer retries with the same ids
-
-	conn1 := dial(t)
-	c1, err := idemamqp.NewConsumer(conn1, tp.queue, e.In, nil, idemamqp.WithSetHandler(set.handle),
+	committed := crash(t, tp, e, nil, 2*len(ids), idemamqp.WithSetHandler(set.handle),
 		idemamqp.WithBatchSize(10), idemamqp.WithLinger(200*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	idemamqp.SetAfterCommit(c1, func() { conn1.Close() }) // committed, never acked
-	if err := c1.Run(context.Background()); !errors.Is(err, idem.ErrClosed) {
-		t.Fatalf("Run after the connection closed = %v, want ErrClosed", err)
-	}
-	committed := len(e.Counts(t))
-	if committed == 0 {
-		t.Fatal("nothing committed before the crash")
-	}
-	waitFor(t, 5*time.Second, "requeue of the unacked deliveries", func() bool { return tp.ready(t, tp.queue) == 2*n })
-
-	var ev events
-	c2, err := idemamqp.NewConsumer(dial(t), tp.queue, e.In, nil, idemamqp.WithSetHandler(set.handle), idemamqp.WithObserver(ev.Observe))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := start(c2)
-	waitFor(t, 20*time.Second, "all deliveries settled", func() bool {
-		return ev.Count(idem.Duplicate) == n+committed && ev.Count(idem.Applied) == n-committed
-	})
-	if err := r.Stop(t); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Run = %v, want context.Canceled", err)
-	}
-	counts := e.Counts(t)
+	// Each id is delivered twice: the repeats are duplicates too.
+	recoverAll(t, tp, e, nil, len(ids)+committed, len(ids)-committed, idemamqp.WithSetHandler(set.handle))
 	seen, calls := set.Snapshot()
-	for _, k := range ids {
-		if counts[k] != 1 || seen[k] != 1 {
-			t.Errorf("%s: applied %d times, given to the set handler %d times; want 1, 1", k, counts[k], seen[k])
-		}
-	}
-	if len(counts) != n {
-		t.Errorf("%d keys applied, want %d", len(counts), n)
-	}
-	if calls >= n {
-		t.Errorf("set handler called %d times for %d messages: not batched", calls, n)
+	consumetest.WantOnce(t, e.Counts(t), seen, ids)
+	if calls >= len(ids) {
+		t.Errorf("set handler called %d times for %d messages: not batched", calls, len(ids))
 	}
 	waitFor(t, 5*time.Second, "an empty queue", func() bool { return tp.ready(t, tp.queue) == 0 })
 }

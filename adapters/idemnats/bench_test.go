@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"github.com/idem-go/idem/internal/consume/consumetest"
-	"github.com/idem-go/idem/internal/natsenv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +13,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idem-go/idem/adapters/idemnats"
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/consume/consumetest"
+	"github.com/idem-go/idem/internal/natsenv"
 )
 
 // BenchmarkConsume compares, on one embedded server in one run, the raw
@@ -192,39 +193,19 @@ var setInsert = consumetest.SetInsert(msgID, msgData)
 //	go test -run '^$' -bench ConsumeVsStore -benchtime 5x ./adapters/idemnats
 func BenchmarkConsumeVsStore(b *testing.B) {
 	const n, batch = 20000, 500
-	var consumed, store time.Duration
-	batches := 0
-	for b.Loop() {
-		_, js, cons := benchSetup(b)
-		keys := make([]string, n)
-		for i := range keys {
-			keys[i] = timeOrderedID(i)
-		}
-		fillKeys(b, js, n, func(i int) string { return keys[i] })
-		e := newEffects(b)
-		var sizes consumetest.Sizes
-		var settled atomic.Int64
-		done := make(chan struct{})
-		c, err := idemnats.NewConsumer(cons, e.In, nil, idemnats.WithBatchSize(batch),
-			idemnats.WithSetHandler(consumetest.Record(&sizes, setInsert)),
-			idemnats.WithObserver(func(idemnats.Event) {
-				if settled.Add(1) == n {
-					close(done)
-				}
-			}))
+	var cons jetstream.Consumer
+	publish := func(keys []string, payload []byte) {
+		var js jetstream.JetStream
+		_, js, cons = benchSetup(b)
+		fillKeys(b, js, len(keys), func(i int) string { return keys[i] })
+	}
+	consumetest.VsStore(b, n, msgID, msgData, publish, func(in *inbox.Inbox, set func(context.Context, *sql.Tx, []jetstream.Msg) error, observe func(idemnats.Event)) func(context.Context) error {
+		c, err := idemnats.NewConsumer(cons, in, nil, idemnats.WithBatchSize(batch), idemnats.WithSetHandler(set), idemnats.WithObserver(observe))
 		if err != nil {
 			b.Fatal(err)
 		}
-		t0 := time.Now()
-		r := start(c)
-		<-done
-		consumed += time.Since(t0)
-		r.Cancel()
-		<-r.Done
-		store += consumetest.StoreOnly(b, keys, string(make([]byte, 100)), sizes.All())
-		batches += len(sizes.All())
-	}
-	consumetest.Ceiling(b, n*b.N, consumed, store, batches)
+		return c.Run
+	})
 }
 
 // randomID returns a random (version 4) UUID as canonical text.

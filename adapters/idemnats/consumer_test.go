@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/idem-go/idem/internal/natsenv"
 	"strings"
 	"sync"
 	"testing"
@@ -13,16 +12,15 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemnats"
+	"github.com/idem-go/idem/internal/consume/consumetest"
+	"github.com/idem-go/idem/internal/natsenv"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 func TestOptionsValidated(t *testing.T) {
 	t.Parallel()
-	s := natsenv.Run(t, t.TempDir(), -1)
-	_, js := natsenv.Connect(t, s.ClientURL())
-	cons := setup(t, js)
-	e := newEffects(t)
+	_, js, cons, e := newEnv(t)
 	for name, opt := range map[string]idemnats.Option{
 		"batch 0":           idemnats.WithBatchSize(0),
 		"max attempts 0":    idemnats.WithMaxAttempts(0),
@@ -58,63 +56,17 @@ func TestOptionsValidated(t *testing.T) {
 // and the effects stay applied once.
 func TestCrashBetweenCommitAndAck(t *testing.T) {
 	t.Parallel()
-	s := natsenv.Run(t, t.TempDir(), -1)
-	_, js := natsenv.Connect(t, s.ClientURL())
-	cons := setup(t, js)
-	e := newEffects(t)
-	const n = 5
-	for i := range n {
-		publish(t, js, "orders.created", fmt.Sprintf("order-%d", i), fmt.Sprint(i))
-	}
-
-	nc1, js1 := natsenv.Connect(t, s.ClientURL())
-	cons1, err := js1.Consumer(context.Background(), "ORDERS", "worker")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c1, err := idemnats.NewConsumer(cons1, e.In, e.apply, idemnats.WithBatchSize(n))
-	if err != nil {
-		t.Fatal(err)
-	}
-	idemnats.SetAfterCommit(c1, nc1.Close) // the crash: committed, never acked
-	err = c1.Run(context.Background())
-	if !errors.Is(err, idem.ErrClosed) {
-		t.Fatalf("Run after the connection closed = %v, want ErrClosed", err)
-	}
+	s, js, cons, e := newEnv(t)
+	ids := publishAll(t, js, 5)
+	committed := crash(t, s, e, e.apply, idemnats.WithBatchSize(len(ids)))
 	// The first group committed (the fetch may have held only part of the
 	// batch when it started); the rest were delivered and never processed.
-	committed := len(e.Counts(t))
-	if committed == 0 {
-		t.Fatal("nothing committed before the crash")
+	if info := consumerInfo(t, js); info.NumAckPending != len(ids) {
+		t.Fatalf("after the crash: num_ack_pending = %d, want %d (nothing acked)", info.NumAckPending, len(ids))
 	}
-	if info := consumerInfo(t, js); info.NumAckPending != n {
-		t.Fatalf("after the crash: num_ack_pending = %d, want %d (nothing acked)", info.NumAckPending, n)
-	}
-
-	var ev events
-	c2, err := idemnats.NewConsumer(cons, e.In, e.apply, idemnats.WithObserver(ev.Observe), idemnats.WithDoubleAck())
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := start(c2)
-	waitFor(t, 20*time.Second, "redeliveries acked", func() bool {
-		return ev.Count(idem.Duplicate) == committed && ev.Count(idem.Applied) == n-committed
-	})
-	if err := r.Stop(t); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Run = %v, want context.Canceled", err)
-	}
-	for k, c := range e.Counts(t) {
-		if c != 1 {
-			t.Errorf("%s applied %d times", k, c)
-		}
-	}
-	if got := len(e.Counts(t)); got != n {
-		t.Errorf("%d keys applied, want %d", got, n)
-	}
-	info := consumerInfo(t, js)
-	if info.NumAckPending != 0 || info.NumPending != 0 {
-		t.Fatalf("num_ack_pending %d, num_pending %d; want 0, 0", info.NumAckPending, info.NumPending)
-	}
+	recoverAll(t, cons, e, e.apply, committed, len(ids)-committed, idemnats.WithDoubleAck())
+	consumetest.WantOnce(t, e.Counts(t), nil, ids)
+	wantAllAcked(t, js)
 }
 
 // A message whose handler keeps failing is nak'd and redelivered, then
@@ -122,10 +74,7 @@ func TestCrashBetweenCommitAndAck(t *testing.T) {
 // message without a key are dead-lettered at once. Good messages go through.
 func TestPoisonDeadLettered(t *testing.T) {
 	t.Parallel()
-	s := natsenv.Run(t, t.TempDir(), -1)
-	_, js := natsenv.Connect(t, s.ClientURL())
-	cons := setup(t, js)
-	e := newEffects(t)
+	_, js, cons, e := newEnv(t)
 	var mu sync.Mutex
 	deliveries := map[string]uint64{} // highest NumDelivered the handler saw
 	handler := func(ctx context.Context, tx *sql.Tx, m jetstream.Msg) error {
@@ -275,10 +224,12 @@ func TestServerRestart(t *testing.T) {
 // spinning.
 func TestRunReturnsWhenClosed(t *testing.T) {
 	t.Parallel()
-	s := natsenv.Run(t, t.TempDir(), -1)
+	s, _, _, e := newEnv(t)
 	nc, js := natsenv.Connect(t, s.ClientURL())
-	cons := setup(t, js)
-	e := newEffects(t)
+	cons, err := js.Consumer(context.Background(), "ORDERS", "worker")
+	if err != nil {
+		t.Fatal(err)
+	}
 	c, err := idemnats.NewConsumer(cons, e.In, e.apply, idemnats.WithMaxWait(time.Second))
 	if err != nil {
 		t.Fatal(err)

@@ -21,18 +21,21 @@ import (
 	_ "modernc.org/sqlite"
 )
 
-// A producer retries a publish with the same id: the stream stores it once.
-// The consumer credits a wallet through the inbox and acks after the commit;
-// a redelivery would be acked as a duplicate.
-func Example() {
+// wallet is what both examples share: an embedded JetStream server (in
+// production, your cluster) with a WALLET stream and a durable consumer of
+// it, and a SQLite database holding wallet 42 and the consumer's inbox.
+type wallet struct {
+	js   jetstream.JetStream
+	cons jetstream.Consumer
+	db   *sql.DB
+	in   *inbox.Inbox
+}
+
+func newWallet(ctx context.Context) (*wallet, func()) {
 	dir, err := os.MkdirTemp("", "idemnats-example-")
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
-	ctx := context.Background()
-
-	// An embedded JetStream server; in production, your cluster.
 	ns, err := server.NewServer(&server.Options{JetStream: true, StoreDir: dir, Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
 	if err != nil {
 		log.Fatal(err)
@@ -41,22 +44,61 @@ func Example() {
 	if !ns.ReadyForConnections(10 * time.Second) {
 		log.Fatal("nats-server not ready")
 	}
-	defer ns.WaitForShutdown()
-	defer ns.Shutdown()
 	nc, err := nats.Connect(ns.ClientURL())
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
+	w := &wallet{}
+	cleanup := func() {
+		nc.Close()
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		if w.db != nil {
+			w.db.Close()
+		}
+		os.RemoveAll(dir)
+	}
+	if w.js, err = jetstream.New(nc); err != nil {
 		log.Fatal(err)
 	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "WALLET", Subjects: []string{"wallet.>"}}); err != nil {
+	if _, err := w.js.CreateStream(ctx, jetstream.StreamConfig{Name: "WALLET", Subjects: []string{"wallet.>"}}); err != nil {
 		log.Fatal(err)
 	}
+	if w.cons, err = w.js.CreateOrUpdateConsumer(ctx, "WALLET", jetstream.ConsumerConfig{Durable: "wallet-service", MaxDeliver: -1}); err != nil {
+		log.Fatal(err)
+	}
+	if w.db, err = sql.Open("sqlite", sqldialect.SQLiteDSN(filepath.Join(dir, "app.db"))); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := w.db.Exec("CREATE TABLE wallets (id INTEGER PRIMARY KEY, balance INTEGER NOT NULL); INSERT INTO wallets VALUES (42, 0)"); err != nil {
+		log.Fatal(err)
+	}
+	if w.in, err = inbox.New(w.db, sqldialect.SQLite, "wallet-service"); err != nil {
+		log.Fatal(err)
+	}
+	if err := w.in.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+	return w, cleanup
+}
 
-	pub, err := idemnats.NewPublisher(js)
+func (w *wallet) balance() int {
+	var balance int
+	if err := w.db.QueryRow("SELECT balance FROM wallets WHERE id = 42").Scan(&balance); err != nil {
+		log.Fatal(err)
+	}
+	return balance
+}
+
+// A producer retries a publish with the same id: the stream stores it once.
+// The consumer credits a wallet through the inbox and acks after the commit;
+// a redelivery would be acked as a duplicate.
+func Example() {
+	ctx := context.Background()
+	w, cleanup := newWallet(ctx)
+	defer cleanup()
+
+	pub, err := idemnats.NewPublisher(w.js)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -68,27 +110,8 @@ func Example() {
 		fmt.Printf("published seq=%d duplicate=%v\n", r.Sequence, r.Duplicate)
 	}
 
-	db, err := sql.Open("sqlite", sqldialect.SQLiteDSN(filepath.Join(dir, "app.db")))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := db.Exec("CREATE TABLE wallets (id INTEGER PRIMARY KEY, balance INTEGER NOT NULL); INSERT INTO wallets VALUES (42, 0)"); err != nil {
-		log.Fatal(err)
-	}
-	in, err := inbox.New(db, sqldialect.SQLite, "wallet-service")
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := in.Migrate(ctx); err != nil {
-		log.Fatal(err)
-	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, "WALLET", jetstream.ConsumerConfig{Durable: "wallet-service", MaxDeliver: -1})
-	if err != nil {
-		log.Fatal(err)
-	}
 	runCtx, stop := context.WithCancel(ctx)
-	c, err := idemnats.NewConsumer(cons, in, func(ctx context.Context, tx *sql.Tx, m jetstream.Msg) error {
+	c, err := idemnats.NewConsumer(w.cons, w.in, func(ctx context.Context, tx *sql.Tx, m jetstream.Msg) error {
 		_, err := tx.ExecContext(ctx, "UPDATE wallets SET balance = balance + CAST(? AS INTEGER) WHERE id = 42", string(m.Data()))
 		return err
 	}, idemnats.WithObserver(func(e idemnats.Event) {
@@ -101,11 +124,7 @@ func Example() {
 	if err := c.Run(runCtx); !errors.Is(err, context.Canceled) {
 		log.Fatal(err)
 	}
-	var balance int
-	if err := db.QueryRow("SELECT balance FROM wallets WHERE id = 42").Scan(&balance); err != nil {
-		log.Fatal(err)
-	}
-	fmt.Println("balance:", balance)
+	fmt.Println("balance:", w.balance())
 	// Output:
 	// published seq=1 duplicate=false
 	// published seq=1 duplicate=true
@@ -118,35 +137,10 @@ func Example() {
 // whose keys were new. The per-message handler (nil here) would be the
 // fallback that isolates a message the set handler cannot apply.
 func ExampleWithSetHandler() {
-	dir, err := os.MkdirTemp("", "idemnats-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
 	ctx := context.Background()
-	ns, err := server.NewServer(&server.Options{JetStream: true, StoreDir: dir, Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
-	if err != nil {
-		log.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		log.Fatal("nats-server not ready")
-	}
-	defer ns.WaitForShutdown()
-	defer ns.Shutdown()
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		log.Fatal(err)
-	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "WALLET", Subjects: []string{"wallet.>"}}); err != nil {
-		log.Fatal(err)
-	}
-	pub, err := idemnats.NewPublisher(js)
+	w, cleanup := newWallet(ctx)
+	defer cleanup()
+	pub, err := idemnats.NewPublisher(w.js)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -156,25 +150,6 @@ func ExampleWithSetHandler() {
 		}
 	}
 
-	db, err := sql.Open("sqlite", sqldialect.SQLiteDSN(filepath.Join(dir, "app.db")))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := db.Exec("CREATE TABLE wallets (id INTEGER PRIMARY KEY, balance INTEGER NOT NULL); INSERT INTO wallets VALUES (42, 0)"); err != nil {
-		log.Fatal(err)
-	}
-	in, err := inbox.New(db, sqldialect.SQLite, "wallet-service")
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := in.Migrate(ctx); err != nil {
-		log.Fatal(err)
-	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, "WALLET", jetstream.ConsumerConfig{Durable: "wallet-service", MaxDeliver: -1})
-	if err != nil {
-		log.Fatal(err)
-	}
 	creditAll := func(ctx context.Context, tx *sql.Tx, msgs []jetstream.Msg) error {
 		total := 0
 		for _, m := range msgs {
@@ -189,7 +164,7 @@ func ExampleWithSetHandler() {
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	settled := 0
-	c, err := idemnats.NewConsumer(cons, in, nil, idemnats.WithSetHandler(creditAll),
+	c, err := idemnats.NewConsumer(w.cons, w.in, nil, idemnats.WithSetHandler(creditAll),
 		idemnats.WithObserver(func(e idemnats.Event) {
 			if settled++; settled == 3 {
 				stop()
@@ -201,11 +176,7 @@ func ExampleWithSetHandler() {
 	if err := c.Run(runCtx); !errors.Is(err, context.Canceled) {
 		log.Fatal(err)
 	}
-	var balance int
-	if err := db.QueryRow("SELECT balance FROM wallets WHERE id = 42").Scan(&balance); err != nil {
-		log.Fatal(err)
-	}
-	fmt.Println("balance:", balance)
+	fmt.Println("balance:", w.balance())
 	// Output:
 	// balance: 85
 }

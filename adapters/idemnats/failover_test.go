@@ -3,9 +3,6 @@ package idemnats_test
 import (
 	"context"
 	"fmt"
-	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/consume/consumetest"
-	"github.com/idem-go/idem/internal/natsenv"
 	"slices"
 	"sync"
 	"testing"
@@ -14,7 +11,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemnats"
+	"github.com/idem-go/idem/internal/consume/consumetest"
+	"github.com/idem-go/idem/internal/natsenv"
 	"github.com/idem-go/idem/internal/testenv"
 )
 

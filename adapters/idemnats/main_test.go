@@ -4,25 +4,27 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemnats"
 	"github.com/idem-go/idem/internal/consume/consumetest"
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/natsenv"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	code := testenv.Main(m)
-	if err := goleak.Find(); code == 0 && err != nil {
-		fmt.Fprintln(os.Stderr, "goleak:", err)
-		code = 1
-	}
-	os.Exit(code)
+func TestMain(m *testing.M) { consumetest.Main(m) }
+
+// newEnv starts an embedded server with the streams of setup, connects to
+// it, and opens an inbox.
+func newEnv(t testing.TB) (*server.Server, jetstream.JetStream, jetstream.Consumer, *effects) {
+	t.Helper()
+	s := natsenv.Run(t, t.TempDir(), -1)
+	_, js := natsenv.Connect(t, s.ClientURL())
+	return s, js, setup(t, js), newEffects(t)
 }
 
 // setup creates stream ORDERS (orders.>) and DLQ (dlq.>) and a durable pull
@@ -73,6 +75,57 @@ func publish(t testing.TB, js jetstream.JetStream, subject, id, data string) {
 func start(c *idemnats.Consumer) *consumetest.Runner { return consumetest.Start(c.Run) }
 
 var waitFor = consumetest.WaitFor
+
+// publishAll publishes n messages order-<i> with data <i> and returns their
+// ids.
+func publishAll(t testing.TB, js jetstream.JetStream, n int) []string {
+	t.Helper()
+	ids := consumetest.Keys(n)
+	for i, id := range ids {
+		publish(t, js, "orders.created", id, fmt.Sprint(i))
+	}
+	return ids
+}
+
+// crash runs a Consumer on its own connection and closes that connection
+// right after the first commit, before any ack; it returns how many keys
+// committed.
+func crash(t testing.TB, s *server.Server, e *effects, h idemnats.Handler, opts ...idemnats.Option) int {
+	t.Helper()
+	nc, js := natsenv.Connect(t, s.ClientURL())
+	cons, err := js.Consumer(context.Background(), "ORDERS", "worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := idemnats.NewConsumer(cons, e.In, h, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idemnats.SetAfterCommit(c, nc.Close) // the crash: committed, never acked
+	return consumetest.Crashed(t, e.Effects, c.Run)
+}
+
+// recoverAll runs a new Consumer until dups redeliveries are acked as
+// duplicates and applied others are applied.
+func recoverAll(t testing.TB, cons jetstream.Consumer, e *effects, h idemnats.Handler, dups, applied int, opts ...idemnats.Option) {
+	t.Helper()
+	var ev events
+	c, err := idemnats.NewConsumer(cons, e.In, h, append(opts, idemnats.WithObserver(ev.Observe))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumetest.RunUntil(t, c.Run, 20*time.Second, "redeliveries acked", func() bool {
+		return ev.Count(idem.Duplicate) == dups && ev.Count(idem.Applied) == applied
+	})
+}
+
+// wantAllAcked checks that the consumer has nothing pending or unacked.
+func wantAllAcked(t testing.TB, js jetstream.JetStream) {
+	t.Helper()
+	if info := consumerInfo(t, js); info.NumAckPending != 0 || info.NumPending != 0 {
+		t.Fatalf("num_ack_pending %d, num_pending %d; want 0, 0", info.NumAckPending, info.NumPending)
+	}
+}
 
 func consumerInfo(t testing.TB, js jetstream.JetStream) *jetstream.ConsumerInfo {
 	t.Helper()

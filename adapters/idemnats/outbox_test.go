@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/idem-go/idem/internal/natsenv"
 	"testing"
 
 	"github.com/idem-go/idem/adapters/idemnats"
@@ -16,9 +15,7 @@ import (
 // A relay that dies after publishing in every other round republishes its
 // batches; the stream's duplicate window keeps one copy of each message.
 func TestOutboxPublisher(t *testing.T) {
-	s := natsenv.Run(t, t.TempDir(), -1)
-	_, js := natsenv.Connect(t, s.ClientURL())
-	setup(t, js)
+	_, js, _, _ := newEnv(t)
 	ctx := context.Background()
 	db := testenv.SQLite(t)
 	ob, _ := outbox.New(sqldialect.SQLite)

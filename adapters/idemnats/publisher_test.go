@@ -3,7 +3,6 @@ package idemnats_test
 import (
 	"context"
 	"errors"
-	"github.com/idem-go/idem/internal/natsenv"
 	"testing"
 	"time"
 
@@ -16,9 +15,7 @@ import (
 // with the original sequence.
 func TestPublishDuplicate(t *testing.T) {
 	t.Parallel()
-	s := natsenv.Run(t, t.TempDir(), -1)
-	_, js := natsenv.Connect(t, s.ClientURL())
-	setup(t, js)
+	_, js, _, _ := newEnv(t)
 	p, err := idemnats.NewPublisher(js)
 	if err != nil {
 		t.Fatal(err)
@@ -75,9 +72,7 @@ func (l *lostAck) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream
 
 func TestPublishRetryAfterLostAck(t *testing.T) {
 	t.Parallel()
-	s := natsenv.Run(t, t.TempDir(), -1)
-	_, js := natsenv.Connect(t, s.ClientURL())
-	setup(t, js)
+	_, js, _, _ := newEnv(t)
 	flaky := &lostAck{JetStream: js}
 	p, err := idemnats.NewPublisher(flaky, idemnats.WithPublishRetries(2, time.Millisecond))
 	if err != nil {

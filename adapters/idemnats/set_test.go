@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/idem-go/idem/internal/natsenv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemnats"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/consume/consumetest"
 	"github.com/idem-go/idem/internal/settest"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -36,65 +36,19 @@ func newSetRecorder(*effects) *setRecorder {
 // again. Every message reaches the set handler once and is applied once.
 func TestSetHandlerAppliesOnce(t *testing.T) {
 	t.Parallel()
-	s := natsenv.Run(t, t.TempDir(), -1)
-	_, js := natsenv.Connect(t, s.ClientURL())
-	cons := setup(t, js)
-	e := newEffects(t)
+	s, js, cons, e := newEnv(t)
 	set := newSetRecorder(e)
-	const n = 30
-	for i := range n {
-		publish(t, js, "orders.created", fmt.Sprintf("order-%d", i), fmt.Sprint(i))
-	}
+	ids := publishAll(t, js, 30)
 	// A producer retry inside the duplicate window: dropped by the stream.
 	publish(t, js, "orders.created", "order-0", "0")
-
-	nc1, js1 := natsenv.Connect(t, s.ClientURL())
-	cons1, err := js1.Consumer(context.Background(), "ORDERS", "worker")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c1, err := idemnats.NewConsumer(cons1, e.In, nil, idemnats.WithSetHandler(set.handle), idemnats.WithBatchSize(10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	idemnats.SetAfterCommit(c1, nc1.Close) // committed, never acked
-	if err := c1.Run(context.Background()); !errors.Is(err, idem.ErrClosed) {
-		t.Fatalf("Run after the connection closed = %v, want ErrClosed", err)
-	}
-	committed := len(e.Counts(t))
-	if committed == 0 {
-		t.Fatal("nothing committed before the crash")
-	}
-
-	var ev events
-	c2, err := idemnats.NewConsumer(cons, e.In, nil, idemnats.WithSetHandler(set.handle), idemnats.WithObserver(ev.Observe))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := start(c2)
-	waitFor(t, 20*time.Second, "redeliveries acked", func() bool {
-		return ev.Count(idem.Duplicate) == committed && ev.Count(idem.Applied) == n-committed
-	})
-	if err := r.Stop(t); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Run = %v, want context.Canceled", err)
-	}
-	counts := e.Counts(t)
+	committed := crash(t, s, e, nil, idemnats.WithSetHandler(set.handle), idemnats.WithBatchSize(10))
+	recoverAll(t, cons, e, nil, committed, len(ids)-committed, idemnats.WithSetHandler(set.handle))
 	seen, calls := set.Snapshot()
-	for i := range n {
-		k := fmt.Sprintf("order-%d", i)
-		if counts[k] != 1 || seen[k] != 1 {
-			t.Errorf("%s: applied %d times, given to the set handler %d times; want 1, 1", k, counts[k], seen[k])
-		}
+	consumetest.WantOnce(t, e.Counts(t), seen, ids)
+	if calls >= len(ids) {
+		t.Errorf("set handler called %d times for %d messages: not batched", calls, len(ids))
 	}
-	if len(counts) != n {
-		t.Errorf("%d keys applied, want %d", len(counts), n)
-	}
-	if calls >= n {
-		t.Errorf("set handler called %d times for %d messages: not batched", calls, n)
-	}
-	if info := consumerInfo(t, js); info.NumAckPending != 0 || info.NumPending != 0 {
-		t.Fatalf("num_ack_pending %d, num_pending %d; want 0, 0", info.NumAckPending, info.NumPending)
-	}
+	wantAllAcked(t, js)
 }
 
 // A group holding a poison message makes the set handler fail; the group is
@@ -103,10 +57,7 @@ func TestSetHandlerAppliesOnce(t *testing.T) {
 // limit, while the others commit once and are acked.
 func TestSetHandlerPoisonFallback(t *testing.T) {
 	t.Parallel()
-	s := natsenv.Run(t, t.TempDir(), -1)
-	_, js := natsenv.Connect(t, s.ClientURL())
-	cons := setup(t, js)
-	e := newEffects(t)
+	_, js, cons, e := newEnv(t)
 	set := newSetRecorder(e)
 	set.Fail = func(msgs []jetstream.Msg) error {
 		for _, m := range msgs {
@@ -171,10 +122,7 @@ func TestSetHandlerPoisonFallback(t *testing.T) {
 // limit. Once the handler works, each message is applied once.
 func TestSetHandlerNoFallback(t *testing.T) {
 	t.Parallel()
-	s := natsenv.Run(t, t.TempDir(), -1)
-	_, js := natsenv.Connect(t, s.ClientURL())
-	cons := setup(t, js)
-	e := newEffects(t)
+	_, js, cons, e := newEnv(t)
 	set := newSetRecorder(e)
 	var broken atomic.Bool
 	broken.Store(true)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,6 +18,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemwatermill"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/consume/consumetest"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/memstore"
@@ -27,17 +26,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	code := testenv.Main(m)
-	if code == 0 {
-		// Watermill's map repository starts a cleanup goroutine that nothing
-		// stops (one of the habits idem does not copy); ignore only that one.
-		if err := goleak.Find(goleak.IgnoreTopFunction(
-			"github.com/ThreeDotsLabs/watermill/message/router/middleware.(*mapExpiringKeyRepository).cleanOutLoop")); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	// Watermill's map repository starts a cleanup goroutine that nothing
+	// stops (one of the habits idem does not copy); ignore only that one.
+	consumetest.Main(m, goleak.IgnoreTopFunction(
+		"github.com/ThreeDotsLabs/watermill/message/router/middleware.(*mapExpiringKeyRepository).cleanOutLoop"))
 }
 
 // effectCounter is the business effect: an in-memory counter, or (for the

@@ -4,9 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/settest"
 )
@@ -84,6 +88,47 @@ func StoreOnly(tb testing.TB, keys []string, data string, sizes []int) time.Dura
 		tb.Fatalf("store only: %d of %d records applied", applied, len(keys))
 	}
 	return d
+}
+
+// VsStore is the speed check every broker adapter runs: per iteration, n
+// records with time-ordered ids (UUIDv7 text) and a 100-byte payload are
+// published with publish, consumed by the consumer that newRun builds
+// (over a fresh [NewEffects] inbox, with the given set handler, one
+// multi-row INSERT per batch, and the observer), and acked; then the same
+// records go straight into a fresh inbox ([StoreOnly]) in the batch sizes
+// the consumer formed. The two alternate in every iteration, so the
+// machine's load hits them alike; [Ceiling] reports both rates and their
+// ratio.
+func VsStore[M any](b *testing.B, n int, key, data func(M) string, publish func(keys []string, payload []byte),
+	newRun func(in *inbox.Inbox, set func(context.Context, *sql.Tx, []M) error, observe func(idem.DeliveryEvent[M])) func(context.Context) error) {
+	payload := make([]byte, 100)
+	var consumed, store time.Duration
+	batches := 0
+	for b.Loop() {
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = uuid.Must(uuid.NewV7()).String()
+		}
+		publish(keys, payload)
+		e := NewEffects(b)
+		var sizes Sizes
+		var settled atomic.Int64
+		done := make(chan struct{})
+		run := newRun(e.In, Record(&sizes, SetInsert(key, data)), func(idem.DeliveryEvent[M]) {
+			if settled.Add(1) == int64(n) {
+				close(done)
+			}
+		})
+		t0 := time.Now()
+		r := Start(run)
+		<-done
+		consumed += time.Since(t0)
+		r.Cancel()
+		<-r.Done
+		store += StoreOnly(b, keys, string(payload), sizes.All())
+		batches += len(sizes.All())
+	}
+	Ceiling(b, n*b.N, consumed, store, batches)
 }
 
 // Ceiling reports a consumer's rate beside its store's alone (n records

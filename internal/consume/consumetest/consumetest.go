@@ -7,15 +7,32 @@ package consumetest
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/sqldialect"
 )
+
+// Main runs the tests of m (through testenv.Main, which starts and stops
+// the servers) and then fails the binary if a goroutine outlived them,
+// ignoring those that opts name.
+func Main(m *testing.M, opts ...goleak.Option) {
+	code := testenv.Main(m)
+	if err := goleak.Find(opts...); code == 0 && err != nil {
+		fmt.Fprintln(os.Stderr, "goleak:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
 
 // Insert is the statement that records one effect: a key and its data.
 const Insert = "INSERT INTO effects (key, data)"
@@ -145,5 +162,56 @@ func (e *Events[M]) Each(f func(idem.DeliveryEvent[M])) {
 	defer e.mu.Unlock()
 	for _, ev := range e.all {
 		f(ev)
+	}
+}
+
+// Keys returns n message ids, "order-0" to "order-<n-1>".
+func Keys(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("order-%d", i)
+	}
+	return ids
+}
+
+// Crashed runs a consumer whose connection a test hook closes right after
+// its first commit and before any ack (the crash: committed, never acked),
+// checks that Run then reports idem.ErrClosed, and returns how many keys
+// committed (at least one).
+func Crashed(tb testing.TB, e *Effects, run func(context.Context) error) int {
+	tb.Helper()
+	if err := run(context.Background()); !errors.Is(err, idem.ErrClosed) {
+		tb.Fatalf("Run after the connection closed = %v, want ErrClosed", err)
+	}
+	committed := len(e.Counts(tb))
+	if committed == 0 {
+		tb.Fatal("nothing committed before the crash")
+	}
+	return committed
+}
+
+// RunUntil runs a consumer until cond holds (failing tb after d) and stops
+// it, expecting Run to end with context.Canceled.
+func RunUntil(tb testing.TB, run func(context.Context) error, d time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	r := Start(run)
+	WaitFor(tb, d, what, cond)
+	if err := r.Stop(tb); !errors.Is(err, context.Canceled) {
+		tb.Fatalf("Run = %v, want context.Canceled", err)
+	}
+}
+
+// WantOnce checks that each of keys was applied exactly once and no other
+// key was, and, when seen is not nil, that each reached the set handler
+// exactly once.
+func WantOnce(tb testing.TB, counts, seen map[string]int, keys []string) {
+	tb.Helper()
+	for _, k := range keys {
+		if counts[k] != 1 || (seen != nil && seen[k] != 1) {
+			tb.Errorf("%s: applied %d times, given to the set handler %d times; want 1 (and 1)", k, counts[k], seen[k])
+		}
+	}
+	if len(counts) != len(keys) {
+		tb.Errorf("%d keys applied (%v), want %d", len(counts), counts, len(keys))
 	}
 }
