@@ -1,6 +1,28 @@
 // Package idemkafka turns Kafka's at-least-once consumer-group delivery
 // (franz-go) into effectively-once effects in a database.
 //
+// The package has four consumers, each a type of its own with one option
+// list ([Option], validated once by its constructor):
+//
+//   - [Consumer] ([NewConsumer]): each record's key and effect commit in one
+//     database transaction through an [inbox.Inbox];
+//   - [OffsetConsumer] ([NewOffsetConsumer]): the partition's next offset
+//     commits with the effects instead of a key per record;
+//   - [KeystoreConsumer] ([NewKeystoreConsumer]): effects outside the
+//     database, through keystore.Do;
+//   - [TransactConsumer] ([NewTransactional]): effects that are records
+//     produced to Kafka, in one Kafka transaction with the offsets.
+//
+// They share one poll loop, one dead-letter format and one vocabulary with
+// idem's other broker adapters: [WithKey], [WithFingerprint],
+// [WithSetHandler], [WithBatchSize], [WithMaxAttempts], [WithBackoff],
+// [WithDeadLetter], [WithObserver] (an [Event] per record: idem.Applied,
+// idem.Duplicate, idem.Retried, idem.DeadLettered with an idem.Reason) and
+// [WithLogger]. The rules that decide a record's fate (key and fingerprint
+// checks, applied or duplicate, retry or dead-letter) are the same in every
+// adapter; the package adds Kafka's transport: polling, offset marks and
+// commits, the dead-letter topic, headers and transactions.
+//
 // A [Consumer] polls a consumer group and, for each partition of each poll,
 // applies the records' effects through an [inbox.Inbox] in one transaction
 // (inbox.ProcessBatch: one commit per batch), retries and dead-letters the
@@ -15,7 +37,7 @@
 //		_, err := tx.ExecContext(ctx, "UPDATE wallets SET balance = balance + 50 WHERE user_id = 42")
 //		return err
 //	}, []kgo.Opt{kgo.SeedBrokers(addr), kgo.ConsumerGroup("billing"), kgo.ConsumeTopics("payments")},
-//		idemkafka.WithDeadLetterTopic("payments.dlq"))
+//		idemkafka.WithDeadLetter("payments.dlq"))
 //	if err != nil { ... }
 //	defer c.Close()
 //	err = c.Run(ctx)
@@ -32,9 +54,9 @@
 // and the batch is run again record by record with the Handler, each in a
 // savepoint, so a poison record is isolated, retried and dead-lettered as
 // below while the rest commit. The Handler may be nil; a failing set handler
-// then fails the whole batch: it is retried as a whole with the
-// [WithRetries] backoff, and Run then returns an error without marking
-// anything.
+// then fails the whole batch: it is retried as a whole, up to
+// [WithMaxAttempts] runs with the [WithBackoff] delays, and Run then returns
+// an error without marking anything.
 //
 //	c, err := idemkafka.NewConsumer(in, creditOne, kopts,
 //		idemkafka.WithSetHandler(func(ctx context.Context, tx *sql.Tx, recs []*kgo.Record) error {
@@ -50,26 +72,31 @@
 // By default a record's key is its idem-id header ([HeaderID]), which
 // [Producer] stamps: every copy of one logical message carries the same id, so
 // the copies a producer sends after a timeout or a crash are applied once.
-// [WithKeyHeader] names another header, [WithKeyFunc] derives the key from the
-// record (a business id, see idem.DeriveKey), and [WithOffsetKey] uses
-// topic/partition/offset. Offset keys are compact and always present, but they
+// WithKey([HeaderKey](name)) names another header, [WithKey] with your own
+// [KeyFunc] derives the key from the record (a business id, see
+// idem.DeriveKey), and WithKey([OffsetKey]) uses topic/partition/offset. Offset keys are compact and always present, but they
 // name a position in one log, not a message: a message produced twice has two
 // offsets and is applied twice, and after the topic is recreated or its data
 // repartitioned into another topic, offsets name other messages, which are then
 // dropped as duplicates. Use them only when producers never resend and topics
 // are never rebuilt.
 //
-// A record without a key is dead-lettered with reason "missing-key" (the
-// default [DeadLetterMissing]), or stops Run with an error wrapping
-// [ErrMissingKey] ([StopOnMissing]); it is never applied without a key and
-// never skipped silently.
+// A record without a key is dead-lettered with reason idem.ReasonMissingKey
+// (idem.ReasonInvalidKey for a key that fails idem.ValidateKey; the default
+// [DeadLetterMissing]), or stops Run with an error wrapping
+// idem.ErrMissingKey ([StopOnMissing]); it is never applied without a key
+// and never skipped silently. With [WithFingerprint], a fingerprint longer
+// than idem.MaxFingerprintLen is dead-lettered with
+// idem.ReasonInvalidFingerprint, and a key that arrives again with another
+// fingerprint with idem.ReasonFingerprintMismatch.
 //
 // # Failures
 //
 // A handler error rolls back that record alone (the rest of the batch
-// commits); the record is run again alone, with jittered exponential backoff,
-// up to [WithRetries] times, then produced to the dead-letter topic
-// ([WithDeadLetterTopic]) with headers naming the error, the reason, the
+// commits); the record is run again alone, with jittered exponential backoff
+// ([WithBackoff]), up to [WithMaxAttempts] runs in all, then produced to the
+// dead-letter topic ([WithDeadLetter]) with headers naming the error, the
+// reason (idem.ReasonMaxAttempts, idem.ReasonPermanent, …), the
 // original topic, partition and offset, the attempts and the group
 // ([HeaderDLQError] and the others). An error marked with idem.Permanent skips
 // the retries. Retried records may be applied after later records of their
@@ -97,7 +124,7 @@
 //
 // # Offsets in the database
 //
-// [NewOffsetConsumer] needs no key at all: it writes each partition's next
+// An [OffsetConsumer] needs no key at all: it writes each partition's next
 // offset into a table (group_id, topic, partition_id, next_offset; "group"
 // and "partition" are reserved words in SQL) in the same transaction as the
 // effects, and seeks to it when a partition is assigned
@@ -112,7 +139,7 @@
 //
 // # Effects outside the database
 //
-// [NewKeystoreConsumer] runs each record through keystore.Do instead: the key
+// A [KeystoreConsumer] runs each record through keystore.Do instead: the key
 // is reserved in progress with a lease, the handler runs (an email, a payment
 // API call), and the key is completed only after it succeeded, or released
 // when it failed so that the retry runs it again. If the process dies after
@@ -146,12 +173,12 @@
 // aggregate key, with [HeaderID] = the message id and [HeaderOutboxSeq] = its
 // outbox sequence, and Publish returns only when every record is
 // acknowledged. A relay that dies after publishing and before marking the
-// batch sent publishes it again with the same ids; a Consumer in inbox mode
-// (keyed by [HeaderID], the default) applies each message once.
+// batch sent publishes it again with the same ids; a [Consumer] (keyed by
+// [HeaderID], the default) applies each message once.
 //
 // # Goroutines
 //
-// A Consumer owns its franz-go client. Run runs in the caller's goroutine;
+// Every consumer owns its franz-go client. Run runs in the caller's goroutine;
 // Close stops it, commits the marked offsets while leaving the group, and
 // closes the client and every goroutine it started.
 package idemkafka

@@ -29,10 +29,12 @@ type MissingKeyPolicy int
 
 const (
 	// DeadLetterMissing sends the record to the dead-letter topic with
-	// reason ReasonMissingKey and moves on (the default). Without a
+	// reason idem.ReasonMissingKey (idem.ReasonInvalidKey for an invalid
+	// key) and moves on (the default). Without a
 	// dead-letter topic it behaves like StopOnMissing.
 	DeadLetterMissing MissingKeyPolicy = iota + 1
-	// StopOnMissing makes Run return an error wrapping idem.ErrMissingKey;
+	// StopOnMissing makes Run return an error wrapping idem.ErrMissingKey
+	// (or idem.ErrInvalidKey);
 	// the record's offset is not committed, so it is seen again after a
 	// restart.
 	StopOnMissing
@@ -117,7 +119,7 @@ func invalid(format string, args ...any) error {
 // HeaderKey(HeaderID)), for example from a business id in the payload (see
 // idem.DeriveKey), or [OffsetKey]. A record for which fn fails, or returns
 // an invalid key, follows the MissingKeyPolicy. For Consumer and
-// KeystoreConsumer.
+// KeystoreConsumer: an OffsetConsumer and a TransactConsumer key nothing.
 func WithKey(fn KeyFunc) Option {
 	return shared(consume.WithKey[*kgo.Record](fn), optKey)
 }
@@ -125,8 +127,8 @@ func WithKey(fn KeyFunc) Option {
 // WithFingerprint stores fn(record) with each key (at most
 // idem.MaxFingerprintLen bytes: a digest of the payload, never the payload);
 // a redelivery of the key with another fingerprint is dead-lettered with
-// reason ReasonFingerprintMismatch, and a longer fingerprint with reason
-// ReasonInvalidFingerprint. For Consumer and KeystoreConsumer.
+// reason idem.ReasonFingerprintMismatch, and a longer fingerprint with
+// reason idem.ReasonInvalidFingerprint. For Consumer and KeystoreConsumer.
 func WithFingerprint(fn func(*kgo.Record) []byte) Option {
 	return shared(consume.WithFingerprint(fn), optFingerprint)
 }
@@ -144,7 +146,7 @@ func WithMissingKey(p MissingKeyPolicy) Option {
 }
 
 // WithMaxAttempts sets how many times a failing handler runs for one record
-// before the record is dead-lettered with reason ReasonMaxAttempts (default
+// before the record is dead-lettered with reason idem.ReasonMaxAttempts (default
 // DefaultMaxAttempts; 1 means no retry). Errors marked with idem.Permanent
 // are not retried. The retries wait the WithBackoff delays. For every
 // consumer.
@@ -152,9 +154,10 @@ func WithMaxAttempts(n int) Option {
 	return shared(consume.WithMaxAttempts[*kgo.Record](n), 0)
 }
 
-// WithBackoff sets the delays between a record's attempts: full jitter
-// between min/2 and min·2ⁿ, capped at max (default DefaultBackoffMin to
-// DefaultBackoffMax). For every consumer.
+// WithBackoff sets the delays between a record's attempts: drawn between
+// min/2 and min·2^(attempt-1), at most max (full jitter; default
+// DefaultBackoffMin to DefaultBackoffMax; 0 <= min <= max). For every
+// consumer.
 func WithBackoff(min, max time.Duration) Option {
 	return shared(consume.WithBackoff[*kgo.Record](min, max), 0)
 }
@@ -175,7 +178,7 @@ func WithDeadLetter(topic string) Option {
 }
 
 // WithBatchSize bounds the records taken per poll (default
-// DefaultBatchSize). One poll is processed before the group may rebalance,
+// DefaultBatchSize, at most 10000). One poll is processed before the group may rebalance,
 // so it must be processed well within the group's rebalance timeout. For
 // every consumer.
 func WithBatchSize(n int) Option {

@@ -40,10 +40,9 @@ const HeaderOutboxSeq = "idem-outbox-seq"
 // the batch; otherwise the relay rolls its mark back and publishes the whole
 // batch again later. A relay that dies after Publish and before its mark
 // commits does the same after the restart. Either way some records are in
-// the log twice, with the same [HeaderID]: a [Consumer] in inbox mode keys
-// records by that header by default and applies each message once. Offset
-// keys ([WithOffsetKey]) and offsets-in-database consumers
-// ([NewOffsetConsumer]) do not absorb these copies: each copy has its own
+// the log twice, with the same [HeaderID]: a [Consumer] keys records by that
+// header by default and applies each message once. Offset keys ([OffsetKey])
+// and an [OffsetConsumer] do not absorb these copies: each copy has its own
 // offset. A republished batch repeats the records that were already
 // acknowledged, so on a partition a message's second copy follows later
 // messages of its key; a consumer that deduplicates by id applies the first

@@ -317,7 +317,7 @@ func (c *TransactConsumer) Close() { c.close() }
 // scope (its consumer group, say) produces for input r: derived from r's
 // HeaderID if it has one, else from r's topic, partition and offset. Every
 // run of the handler for one input gives the same ids, so stamping them
-// (SetID) lets a downstream [Consumer] in inbox mode apply each output once
+// (SetID) lets a downstream [Consumer] apply each output once
 // although a rerun produced it again. That is the shape for a handler with
 // an effect outside Kafka, which a [TransactConsumer] cannot cover: apply
 // the effect through an inbox, and produce with these ids.
