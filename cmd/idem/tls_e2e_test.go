@@ -1,79 +1,31 @@
 package main
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"io"
 	"log"
-	"math/big"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idem-go/idem/internal/testca"
 )
 
 // testCA issues certificates for the TLS tests.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-	pool *x509.CertPool
-}
+type testCA struct{ *testca.CA }
 
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "idem test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	ca := &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pool: x509.NewCertPool()}
-	ca.pool.AddCert(cert)
-	return ca
-}
+func newTestCA(t *testing.T) *testCA { return &testCA{testca.New(t)} }
 
 // issue returns a PEM certificate and key for 127.0.0.1, usable by servers
 // and clients, with the given serial number and common name.
 func (ca *testCA) issue(t *testing.T, serial int64, cn string) (certPEM, keyPEM []byte) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+	c, k, _ := ca.Issue(t, testca.Leaf{Serial: serial, CommonName: cn, Server: true, Client: true})
+	return c, k
 }
 
 func (ca *testCA) issueFiles(t *testing.T, dir, name string, serial int64) (certPath, keyPath string) {
@@ -109,7 +61,7 @@ func newTLSUpstream(t *testing.T, ca *testCA) *httptest.Server {
 		w.WriteHeader(http.StatusCreated)
 		_ = json.NewEncoder(w).Encode(s)
 	}))
-	up.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.pool}
+	up.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool}
 	up.EnableHTTP2 = true
 	up.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes of TestServeTLSRefusals
 	up.StartTLS()
@@ -120,7 +72,7 @@ func newTLSUpstream(t *testing.T, ca *testCA) *httptest.Server {
 // h2Client trusts ca and speaks HTTP/2 over TLS.
 func h2Client(ca *testCA) *http.Client {
 	return &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: ca.pool}, ForceAttemptHTTP2: true,
+		TLSClientConfig: &tls.Config{RootCAs: ca.Pool}, ForceAttemptHTTP2: true,
 	}}
 }
 
@@ -153,7 +105,7 @@ func tlsSetup(t *testing.T) (dir string, ca *testCA, up *httptest.Server, caPath
 	ca = newTestCA(t)
 	up = newTLSUpstream(t, ca)
 	caPath = filepath.Join(dir, "ca.pem")
-	writeFile(t, caPath, string(ca.pem))
+	writeFile(t, caPath, string(ca.PEM))
 	return dir, ca, up, caPath
 }
 
