@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log"
 	"strconv"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -15,6 +16,8 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemkafka"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/keystore"
+	"github.com/idem-go/idem/keystore/memstore"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/sqldialect"
 )
@@ -115,7 +118,6 @@ func ExampleProducer_OutboxPublisher() {
 // records whose keys were new. The per-record handler given to NewConsumer
 // is the fallback that isolates a record the set handler cannot apply.
 func ExampleWithSetHandler() {
-	ctx := context.Background()
 	w := newWalletExample()
 	defer w.close()
 	w.pay("payment-7", "50")
@@ -123,11 +125,6 @@ func ExampleWithSetHandler() {
 	w.pay("payment-8", "25")
 
 	in := w.inbox("billing") // as in ExampleConsumer
-	// One record at a time: the fallback when the set handler fails.
-	credit := func(ctx context.Context, tx *sql.Tx, r *kgo.Record) error {
-		_, err := tx.ExecContext(ctx, `UPDATE wallets SET balance = balance + CAST(? AS INTEGER) WHERE user_id = 42`, string(r.Value))
-		return err
-	}
 	// The whole batch: aggregate per wallet first, then one UPDATE.
 	creditAll := func(ctx context.Context, tx *sql.Tx, recs []*kgo.Record) error {
 		total := 0
@@ -141,24 +138,80 @@ func ExampleWithSetHandler() {
 		_, err := tx.ExecContext(ctx, `UPDATE wallets SET balance = balance + ? WHERE user_id = 42`, total)
 		return err
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	c, err := idemkafka.NewConsumer(in, credit, w.kopts("billing"),
-		idemkafka.WithSetHandler(creditAll),
-		idemkafka.WithObserver(printOutcomes(3, stop)),
-	)
+	observe, run := until(3)
+	// w.credit, one record at a time, is the fallback when creditAll fails.
+	c, err := idemkafka.NewConsumer(in, w.credit, w.kopts("billing"), idemkafka.WithSetHandler(creditAll), observe)
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := c.Run(runCtx); !errors.Is(err, context.Canceled) {
-		log.Fatal(err)
-	}
-	c.Close()
+	run(c)
 	fmt.Println("balance:", w.balance())
 	// Output:
 	// offset 0: applied
 	// offset 1: duplicate
 	// offset 2: applied
 	// balance: 75
+}
+
+// An OffsetConsumer keeps each partition's next offset in the database, in
+// the transaction of the effects: no key per record. It absorbs
+// redeliveries (a restarted member seeks to the stored offset), not a
+// message produced twice, which has two offsets: here both copies of the
+// payment are credited.
+func ExampleOffsetConsumer() {
+	w := newWalletExample()
+	defer w.close()
+	w.pay("payment-7", "50")
+	w.pay("payment-7", "50") // a producer retry: another offset
+
+	observe, run := until(2)
+	c, err := idemkafka.NewOffsetConsumer(w.db, sqldialect.SQLite, w.credit, w.kopts("billing"), observe)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := c.Migrate(context.Background()); err != nil { // or apply c.SchemaSQL()
+		log.Fatal(err)
+	}
+	run(c)
+	var next int64
+	if err := w.db.QueryRow(`SELECT next_offset FROM idem_kafka_offsets WHERE group_id = 'billing'`).Scan(&next); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("balance:", w.balance(), "next offset:", next)
+	// Output:
+	// offset 0: applied
+	// offset 1: applied
+	// balance: 100 next offset: 2
+}
+
+// A KeystoreConsumer is for effects outside any database: each record runs
+// through keystore.Do, so the receipt for a payment produced twice is sent
+// once; the copy is reported as a duplicate.
+func ExampleKeystoreConsumer() {
+	w := newWalletExample()
+	defer w.close()
+	w.pay("payment-7", "50")
+	w.pay("payment-7", "50")
+
+	store, err := memstore.New() // or a shared store: sqlstore, redisstore, …
+	if err != nil {
+		log.Fatal(err)
+	}
+	send := func(_ context.Context, r *kgo.Record) error {
+		fmt.Println("receipt sent for a payment of", string(r.Value))
+		return nil
+	}
+	observe, run := until(2)
+	c, err := idemkafka.NewKeystoreConsumer(store, send, w.kopts("receipts"), observe,
+		idemkafka.WithKeystoreOptions(keystore.WithLease(time.Minute)))
+	if err != nil {
+		log.Fatal(err)
+	}
+	run(c)
+	// Output:
+	// receipt sent for a payment of 50
+	// offset 0: applied
+	// offset 1: duplicate
 }
 
 // walletExample is the scaffolding of the examples: an in-process broker
@@ -230,12 +283,31 @@ func (w *walletExample) inbox(consumer string) *inbox.Inbox {
 	return in
 }
 
+// credit adds a payment to wallet 42 inside tx.
+func (w *walletExample) credit(ctx context.Context, tx *sql.Tx, r *kgo.Record) error {
+	_, err := tx.ExecContext(ctx, `UPDATE wallets SET balance = balance + CAST(? AS INTEGER) WHERE user_id = 42`, string(r.Value))
+	return err
+}
+
 func (w *walletExample) balance() int {
 	var balance int
 	if err := w.db.QueryRow(`SELECT balance FROM wallets WHERE user_id = 42`).Scan(&balance); err != nil {
 		log.Fatal(err)
 	}
 	return balance
+}
+
+// until returns an observer option that prints each record's outcome, and a
+// run that runs a consumer until n records were reported, then closes it.
+func until(n int) (idemkafka.Option, func(runner)) {
+	ctx, stop := context.WithCancel(context.Background())
+	run := func(c runner) {
+		if err := c.Run(ctx); !errors.Is(err, context.Canceled) {
+			log.Fatal(err)
+		}
+		c.Close()
+	}
+	return idemkafka.WithObserver(printOutcomes(n, stop)), run
 }
 
 // printOutcomes prints each record's outcome and calls stop after n.
