@@ -23,18 +23,13 @@ const (
 	DeadLettered
 )
 
+var outcomeNames = [...]string{Applied: "applied", Duplicate: "duplicate", Retried: "retried", DeadLettered: "dead-lettered"}
+
 // String returns the outcome's name: "applied", "duplicate", "retried",
 // "dead-lettered".
 func (o Outcome) String() string {
-	switch o {
-	case Applied:
-		return "applied"
-	case Duplicate:
-		return "duplicate"
-	case Retried:
-		return "retried"
-	case DeadLettered:
-		return "dead-lettered"
+	if o > 0 && int(o) < len(outcomeNames) {
+		return outcomeNames[o]
 	}
 	return "Outcome(" + strconv.Itoa(int(o)) + ")"
 }

@@ -48,10 +48,23 @@ func shared(o consume.Option[amqp.Delivery]) Option {
 // [idem.ReasonInvalidKey].
 func WithKey(f func(amqp.Delivery) (string, error)) Option { return shared(consume.WithKey(f)) }
 
+// WithPrefetch sets the channel's prefetch count (basic.qos; default 200):
+// how many unacked deliveries the broker sends ahead. It must be at least
+// the batch size, or groups never fill.
+func WithPrefetch(n int) Option {
+	return consume.Check("idemamqp", n >= 1 && n <= 65535, func(c *config) { c.prefetch = n }, "prefetch %d not in [1, 65535]", n)
+}
+
 // WithFingerprint stores a digest of each delivery with its key (at most
 // [idem.MaxFingerprintLen] bytes). A key redelivered with another
 // fingerprint is dead-lettered with [idem.ReasonFingerprintMismatch].
 func WithFingerprint(f func(amqp.Delivery) []byte) Option { return shared(consume.WithFingerprint(f)) }
+
+// WithLinger sets how long a group waits for one more delivery before it is
+// processed (default 1ms; deliveries already received are taken at once).
+func WithLinger(d time.Duration) Option {
+	return consume.Check("idemamqp", d >= 0 && d <= time.Second, func(c *config) { c.linger = d }, "linger %v not in [0, 1s]", d)
+}
 
 // WithSetHandler makes the Consumer apply each group with f: the group's
 // keys are recorded with one multi-row insert and f is called once, in the
@@ -71,6 +84,16 @@ func WithFingerprint(f func(amqp.Delivery) []byte) Option { return shared(consum
 // Handler wherever such poison messages are possible.
 func WithSetHandler(f SetHandler) Option {
 	return shared(consume.WithSetHandler(consume.SetHandler[amqp.Delivery](f)))
+}
+
+// WithDeadLetter publishes deliveries that cannot be applied to exchange
+// with routingKey (publisher-confirmed), with x-idem-* headers saying why,
+// and then acks them. Without it they are rejected without requeue
+// (basic.nack requeue=false), which the broker routes to the queue's own
+// dead-letter exchange (x-dead-letter-exchange) if it has one, and drops
+// otherwise.
+func WithDeadLetter(exchange, routingKey string) Option {
+	return consume.Check("idemamqp", true, func(c *config) { c.dlxExchange, c.dlxKey, c.dlxSet = exchange, routingKey, true }, "")
 }
 
 // WithBatchSize sets the most deliveries one inbox transaction commits
@@ -100,44 +123,6 @@ func WithObserver(f func(Event)) Option { return shared(consume.WithObserver(f))
 // discarded).
 func WithLogger(l *slog.Logger) Option { return shared(consume.WithLogger[amqp.Delivery](l)) }
 
-// WithDeadLetter publishes deliveries that cannot be applied to exchange
-// with routingKey (publisher-confirmed), with x-idem-* headers saying why,
-// and then acks them. Without it they are rejected without requeue
-// (basic.nack requeue=false), which the broker routes to the queue's own
-// dead-letter exchange (x-dead-letter-exchange) if it has one, and drops
-// otherwise.
-func WithDeadLetter(exchange, routingKey string) Option {
-	return func(c *config) error {
-		c.dlxExchange, c.dlxKey, c.dlxSet = exchange, routingKey, true
-		return nil
-	}
-}
-
-// WithPrefetch sets the channel's prefetch count (basic.qos; default 200):
-// how many unacked deliveries the broker sends ahead. It must be at least
-// the batch size, or groups never fill.
-func WithPrefetch(n int) Option {
-	return func(c *config) error {
-		if n < 1 || n > 65535 {
-			return c.Invalid("prefetch %d not in [1, 65535]", n)
-		}
-		c.prefetch = n
-		return nil
-	}
-}
-
-// WithLinger sets how long a group waits for one more delivery before it is
-// processed (default 1ms; deliveries already received are taken at once).
-func WithLinger(d time.Duration) Option {
-	return func(c *config) error {
-		if d < 0 || d > time.Second {
-			return c.Invalid("linger %v not in [0, 1s]", d)
-		}
-		c.linger = d
-		return nil
-	}
-}
-
 // PublisherOption configures a [Publisher]; it is validated once, by
 // [NewPublisher].
 type PublisherOption func(*publisherConfig) error
@@ -150,10 +135,7 @@ type publisherConfig struct {
 // mode 1) unless the Publishing sets DeliveryMode; the default is
 // persistent (2), which survives a broker restart on a durable queue.
 func WithTransient() PublisherOption {
-	return func(c *publisherConfig) error {
-		c.persistent = false
-		return nil
-	}
+	return consume.Check("idemamqp", true, func(c *publisherConfig) { c.persistent = false }, "")
 }
 
 // Event reports one settled delivery to [WithObserver].

@@ -106,39 +106,22 @@ func WithLogger(l *slog.Logger) Option { return shared(consume.WithLogger[jetstr
 // (TermWithReason) and logged: they stay in a limits-retention stream, and
 // the server publishes a MSG_TERMINATED advisory.
 func WithDeadLetter(js jetstream.JetStream, subject string) Option {
-	return func(c *config) error {
-		if js == nil || subject == "" {
-			return c.Invalid("dead letter needs a JetStream and a subject")
-		}
-		c.dlqJS, c.dlqSubject = js, subject
-		return nil
-	}
+	return consume.Check("idemnats", js != nil && subject != "", func(c *config) { c.dlqJS, c.dlqSubject = js, subject },
+		"dead letter needs a JetStream and a subject")
 }
 
 // WithMaxWait sets how long one pull request waits on the server before it
 // is renewed (default 5s, at least 1s). Cancelling Run's context ends Run at
 // once whatever this is.
 func WithMaxWait(d time.Duration) Option {
-	return func(c *config) error {
-		if d < time.Second {
-			return c.Invalid("max wait %v below 1s", d)
-		}
-		c.maxWait = d
-		return nil
-	}
+	return consume.Check("idemnats", d >= time.Second, func(c *config) { c.maxWait = d }, "max wait %v below 1s", d)
 }
 
 // WithLinger sets how long a group waits for one more message before it is
 // processed (default 1ms). Messages already buffered are taken at once; the
 // linger only matters when the stream runs dry mid-group.
 func WithLinger(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 || d > time.Second {
-			return c.Invalid("linger %v not in (0, 1s]", d)
-		}
-		c.linger = d
-		return nil
-	}
+	return consume.Check("idemnats", d > 0 && d <= time.Second, func(c *config) { c.linger = d }, "linger %v not in (0, 1s]", d)
 }
 
 // WithDoubleAck makes every ack wait for the server's confirmation
@@ -147,10 +130,7 @@ func WithLinger(d time.Duration) Option {
 // consumer's AckWait and the inbox reports it as a duplicate, so a lost ack
 // costs a redelivery, never a second effect.
 func WithDoubleAck() Option {
-	return func(c *config) error {
-		c.doubleAck = true
-		return nil
-	}
+	return consume.Check("idemnats", true, func(c *config) { c.doubleAck = true }, "")
 }
 
 // PublisherOption configures a [Publisher]; it is validated once, by
@@ -170,31 +150,15 @@ type publisherConfig struct {
 // attempt was stored (default 3, 250ms). The window (stream Duplicates,
 // default 2 minutes) must be longer than all the attempts together.
 func WithPublishRetries(n int, wait time.Duration) PublisherOption {
-	return func(c *publisherConfig) error {
-		if n < 0 || wait < 0 {
-			return invalidPublisher("retries %d, wait %v", n, wait)
-		}
-		c.retries, c.wait = n, wait
-		return nil
-	}
+	return consume.Check("idemnats", n >= 0 && wait >= 0, func(c *publisherConfig) { c.retries, c.wait = n, wait },
+		"retries %d, wait %v", n, wait)
 }
 
 // WithPublishTimeout bounds each publish attempt's wait for its PubAck
 // (default 5s) within the caller's context; an attempt that runs out is
 // retried (see [WithPublishRetries]).
 func WithPublishTimeout(d time.Duration) PublisherOption {
-	return func(c *publisherConfig) error {
-		if d <= 0 {
-			return invalidPublisher("publish timeout %v", d)
-		}
-		c.timeout = d
-		return nil
-	}
-}
-
-func invalidPublisher(format string, args ...any) error {
-	c := consume.Config[struct{}]{Name: "idemnats"}
-	return c.Invalid(format, args...)
+	return consume.Check("idemnats", d > 0, func(c *publisherConfig) { c.timeout = d }, "publish timeout %v", d)
 }
 
 // Event reports one settled message to [WithObserver].

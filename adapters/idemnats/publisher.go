@@ -34,7 +34,7 @@ type Publisher struct {
 // NewPublisher returns a Publisher on js.
 func NewPublisher(js jetstream.JetStream, opts ...PublisherOption) (*Publisher, error) {
 	if js == nil {
-		return nil, invalidPublisher("nil JetStream")
+		return nil, fmt.Errorf("idemnats: nil JetStream: %w", idem.ErrInvalidOption)
 	}
 	p := &Publisher{js: js, cfg: publisherConfig{retries: 3, wait: 250 * time.Millisecond, timeout: 5 * time.Second}}
 	if err := consume.Apply("idemnats", &p.cfg, opts); err != nil {

@@ -45,19 +45,14 @@ func shared(o consume.Option[*message.Message]) Option {
 // msg.UUID (the default). A message without the field, or with an empty one,
 // fails with an error wrapping idem.ErrMissingKey, marked idem.Permanent.
 func WithKeyMetadata(name string) Option {
-	return func(c *config) error {
-		if name == "" {
-			return c.Invalid("empty metadata field name")
+	key := func(msg *message.Message) (string, error) {
+		v := msg.Metadata.Get(name)
+		if strings.TrimSpace(v) == "" {
+			return "", fmt.Errorf("idemwatermill: no %q metadata: %w", name, idem.ErrMissingKey)
 		}
-		c.Key = func(msg *message.Message) (string, error) {
-			v := msg.Metadata.Get(name)
-			if strings.TrimSpace(v) == "" {
-				return "", fmt.Errorf("idemwatermill: no %q metadata: %w", name, idem.ErrMissingKey)
-			}
-			return v, nil
-		}
-		return nil
+		return v, nil
 	}
+	return consume.Check("idemwatermill", name != "", func(c *config) { c.Key = key }, "empty metadata field name")
 }
 
 // WithKey derives keys with fn (for example idem.DeriveKey over business

@@ -1,6 +1,7 @@
 package consume
 
 import (
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -18,12 +19,34 @@ type Option[T any] func(*Config[T]) error
 func Apply[C any, O ~func(*C) error](name string, cfg *C, opts []O) error {
 	for _, o := range opts {
 		if o == nil {
-			return (&Config[struct{}]{Name: name}).Invalid("nil option")
+			return apply[C](nil, false, nil, name, "nil option", nil)
 		}
 		if err := o(cfg); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// Check is the shape of an adapter's own option: it sets a field with set
+// when ok, and otherwise fails with the problem that format and args
+// describe, prefixed with the adapter's name and wrapping
+// [idem.ErrInvalidOption].
+func Check[C any](name string, ok bool, set func(*C), format string, args ...any) func(*C) error {
+	return func(c *C) error { return apply(c, ok, set, name, format, args) }
+}
+
+// check is Check for the shared options, named after the adapter whose
+// Config they are applied to.
+func check[T any](ok bool, set func(*Config[T]), format string, args ...any) Option[T] {
+	return func(c *Config[T]) error { return apply(c, ok, set, c.Name, format, args) }
+}
+
+func apply[C any](c *C, ok bool, set func(*C), name, format string, args []any) error {
+	if !ok {
+		return fmt.Errorf("%s: %s: %w", name, fmt.Sprintf(format, args...), idem.ErrInvalidOption)
+	}
+	set(c)
 	return nil
 }
 
@@ -34,13 +57,7 @@ func Apply[C any, O ~func(*C) error](name string, cfg *C, opts []O) error {
 // [idem.ReasonMissingKey]; one whose key fails [idem.ValidateKey], with
 // [idem.ReasonInvalidKey].
 func WithKey[T any](f func(T) (string, error)) Option[T] {
-	return func(c *Config[T]) error {
-		if f == nil {
-			return c.Invalid("nil key function")
-		}
-		c.Key = f
-		return nil
-	}
+	return check(f != nil, func(c *Config[T]) { c.Key = f }, "nil key function")
 }
 
 // WithFingerprint stores f(msg), a digest of the payload of at most
@@ -49,84 +66,43 @@ func WithKey[T any](f func(T) (string, error)) Option[T] {
 // [idem.ReasonFingerprintMismatch]; an oversized fingerprint, with
 // [idem.ReasonInvalidFingerprint].
 func WithFingerprint[T any](f func(T) []byte) Option[T] {
-	return func(c *Config[T]) error {
-		if f == nil {
-			return c.Invalid("nil fingerprint function")
-		}
-		c.Fingerprint = f
-		return nil
-	}
+	return check(f != nil, func(c *Config[T]) { c.Fingerprint = f }, "nil fingerprint function")
 }
 
 // WithSetHandler applies each batch's new messages with one call of f (see
 // [SetHandler]).
 func WithSetHandler[T any](f SetHandler[T]) Option[T] {
-	return func(c *Config[T]) error {
-		if f == nil {
-			return c.Invalid("nil set handler")
-		}
-		c.Set = f
-		return nil
-	}
+	return check(f != nil, func(c *Config[T]) { c.Set = f }, "nil set handler")
 }
 
 // WithBatchSize bounds the messages one transaction commits (1 to 10000).
 func WithBatchSize[T any](n int) Option[T] {
-	return func(c *Config[T]) error {
-		if n < 1 || n > 10000 {
-			return c.Invalid("batch size %d not in [1, 10000]", n)
-		}
-		c.BatchSize = n
-		return nil
-	}
+	return check(n >= 1 && n <= 10000, func(c *Config[T]) { c.BatchSize = n }, "batch size %d not in [1, 10000]", n)
 }
 
 // WithMaxAttempts sets the attempt (1 to 1000) at which a message whose
 // handler still fails is dead-lettered with [idem.ReasonMaxAttempts]
 // instead of retried: n deliveries in all.
 func WithMaxAttempts[T any](n int) Option[T] {
-	return func(c *Config[T]) error {
-		if n < 1 || n > 1000 {
-			return c.Invalid("max attempts %d not in [1, 1000]", n)
-		}
-		c.MaxAttempts = n
-		return nil
-	}
+	return check(n >= 1 && n <= 1000, func(c *Config[T]) { c.MaxAttempts = n }, "max attempts %d not in [1, 1000]", n)
 }
 
 // WithBackoff sets the delay before a failed message is retried: drawn
 // between min/2 and min·2^(attempt-1), at most max (full jitter).
 func WithBackoff[T any](min, max time.Duration) Option[T] {
-	return func(c *Config[T]) error {
-		b := retry.Backoff{Min: min, Max: max}
-		if err := b.Validate(); err != nil {
-			return c.Invalid("%v", err)
-		}
-		c.Backoff = b
-		return nil
-	}
+	b := retry.Backoff{Min: min, Max: max}
+	err := b.Validate()
+	return check(err == nil, func(c *Config[T]) { c.Backoff = b }, "%v", err)
 }
 
 // WithObserver calls f once for every settled message, from the goroutine
 // that settled it, after the ack, retry or dead letter. f must not block.
 func WithObserver[T any](f func(idem.DeliveryEvent[T])) Option[T] {
-	return func(c *Config[T]) error {
-		if f == nil {
-			return c.Invalid("nil observer")
-		}
-		c.Observer = f
-		return nil
-	}
+	return check(f != nil, func(c *Config[T]) { c.Observer = f }, "nil observer")
 }
 
 // WithLogger logs retries, dead letters and transport errors to l (default:
 // discarded).
 func WithLogger[T any](l *slog.Logger) Option[T] {
-	return func(c *Config[T]) error {
-		if l == nil {
-			return c.Invalid("nil logger")
-		}
-		c.Logger = l
-		return nil
-	}
+	return check(l != nil, func(c *Config[T]) { c.Logger = l }, "nil logger")
 }
