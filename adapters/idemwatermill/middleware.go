@@ -152,7 +152,7 @@ func NewMiddleware(s keystore.Store, opts ...Option) (*Middleware, error) {
 // produced messages again (so a crash between completion and publishing loses
 // nothing; the publish may repeat, with the same UUIDs). A key in progress
 // elsewhere returns an error wrapping keystore.ErrInProgress (the message is
-// nacked and redelivered), unless WithDoOptions(keystore.WithWait(...)) is
+// nacked and redelivered), unless WithKeystoreOptions(keystore.WithWait(...)) is
 // given. A store that cannot answer returns its error: fail closed, nack.
 //
 // What happens if the process dies: before the handler's effect, the lease
