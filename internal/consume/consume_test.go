@@ -35,7 +35,7 @@ func msgKey(m msg) (string, error) {
 // fake is a transport over one SQLite inbox: it performs every decision
 // and remembers what it did, the way the adapters do on their brokers.
 type fake struct {
-	t      *testing.T
+	t      testing.TB
 	db     *sql.DB
 	in     *inbox.Inbox
 	cfg    Config[msg]
@@ -44,7 +44,7 @@ type fake struct {
 	events []idem.DeliveryEvent[msg]
 }
 
-func newFake(t *testing.T, h Handler[msg], opts ...Option[msg]) *fake {
+func newFake(t testing.TB, h Handler[msg], opts ...Option[msg]) *fake {
 	t.Helper()
 	db, err := sql.Open("sqlite", sqldialect.SQLiteDSN(filepath.Join(t.TempDir(), "c.db")))
 	if err != nil {
