@@ -2,7 +2,6 @@ package idemamqp
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -12,24 +11,6 @@ import (
 	"github.com/idem-go/idem/internal/consume"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
-
-// Handler applies one delivery inside the inbox transaction tx. Do all
-// database work through tx. Return an error wrapped with [idem.Permanent]
-// when a retry cannot succeed (the delivery is dead-lettered at once); any
-// other error rolls this delivery back and it is retried.
-type Handler func(ctx context.Context, tx *sql.Tx, d amqp.Delivery) error
-
-// SetHandler applies several deliveries at once inside the inbox
-// transaction tx, typically with set-based statements (one multi-row INSERT
-// or UPDATE for all of them); see [WithSetHandler]. ds holds, in delivery
-// order, exactly the deliveries of one group whose keys this transaction
-// recorded: duplicates are left out, and ds is never empty. Do all database
-// work through tx; f may run again for the same deliveries (a retried
-// transaction), only one run's effect committing. Aggregate per target row
-// before a set-based UPDATE (an UPDATE … FROM a list naming one row twice
-// changes it once). Do not ack the deliveries or keep ds after returning:
-// the Consumer acks them after the commit.
-type SetHandler func(ctx context.Context, tx *sql.Tx, ds []amqp.Delivery) error
 
 // Consumer consumes a queue through an inbox: deliveries are applied in
 // groups, one transaction each ([inbox.Inbox.ProcessBatch]), and acked only

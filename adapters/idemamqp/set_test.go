@@ -4,14 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemamqp"
-	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/consume/consumetest"
 	"github.com/idem-go/idem/internal/settest"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -66,46 +63,22 @@ func TestSetHandlerPoisonFallback(t *testing.T) {
 	tp := newTopology(t, conn, nil)
 	e := newEffects(t)
 	set := newSetRecorder()
-	set.Fail = func(ds []amqp.Delivery) error {
-		for _, d := range ds {
-			if d.MessageId == "poison" {
-				return errors.New("group holds poison")
-			}
-		}
-		return nil
-	}
-	var poisonRuns atomic.Int32
-	each := func(ctx context.Context, tx *sql.Tx, d amqp.Delivery) error {
-		if d.MessageId == "poison" {
-			poisonRuns.Add(1)
-			return errors.New("cannot parse amount")
-		}
-		return e.apply(ctx, tx, d)
-	}
+	poison := consumetest.NewPoison(messageID)
+	set.Fail = poison.Fail
+	each := poison.Handler(e.apply)
 	var ev events
 	c, err := idemamqp.NewConsumer(conn, tp.queue, e.In, each, idemamqp.WithSetHandler(set.handle), idemamqp.WithMaxAttempts(3),
 		idemamqp.WithDeadLetter(tp.dlx, ""), idemamqp.WithObserver(ev.Observe), idemamqp.WithLinger(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	publishN(t, conn, tp.queue, "good-1", "good-2", "poison", "good-3", "good-4")
+	publishN(t, conn, tp.queue, consumetest.PoisonIDs...)
 	r := start(c)
 	waitFor(t, 20*time.Second, "the dead letter", func() bool { return ev.Count(idem.DeadLettered) == 1 })
 	if err := r.Stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v", err)
 	}
-	got := e.Counts(t)
-	for _, k := range []string{"good-1", "good-2", "good-3", "good-4"} {
-		if got[k] != 1 {
-			t.Errorf("%s applied %d times, want 1", k, got[k])
-		}
-	}
-	if len(got) != 4 || ev.Count(idem.Applied) != 4 {
-		t.Errorf("effects %v, applied events %d; want the four good messages", got, ev.Count(idem.Applied))
-	}
-	if n := poisonRuns.Load(); n != 3 {
-		t.Errorf("the Handler ran %d times on the poison delivery, want 3 (one per attempt)", n)
-	}
+	poison.Check(t, e.Effects, &ev, 3)
 	if got := tp.ready(t, tp.queue); got != 0 {
 		t.Errorf("%d messages left in the queue", got)
 	}
@@ -128,19 +101,9 @@ func TestSetHandlerNoFallback(t *testing.T) {
 	tp := newTopology(t, conn, nil)
 	e := newEffects(t)
 	set := newSetRecorder()
-	var broken atomic.Bool
-	broken.Store(true)
-	set.Fail = func([]amqp.Delivery) error {
-		if broken.Load() {
-			return errors.New("set broken")
-		}
-		return nil
-	}
-	const n = 6
-	var ids []string
-	for i := range n {
-		ids = append(ids, fmt.Sprintf("order-%d", i))
-	}
+	broken := consumetest.NewBroken[amqp.Delivery]()
+	set.Fail = broken.Fail
+	ids := consumetest.Keys(6)
 	publishN(t, conn, tp.queue, ids...)
 	var ev events
 	c, err := idemamqp.NewConsumer(conn, tp.queue, e.In, nil, idemamqp.WithSetHandler(set.handle), idemamqp.WithMaxAttempts(2),
@@ -149,34 +112,18 @@ func TestSetHandlerNoFallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := start(c)
-	waitFor(t, 20*time.Second, "three rounds of redeliveries", func() bool { return ev.Count(idem.Retried) >= 3*n })
-	if got := e.Counts(t); len(got) != 0 || ev.Count(idem.Applied) != 0 || ev.Count(idem.DeadLettered) != 0 {
-		t.Fatalf("while the set handler fails: effects %v, applied %d, dead-lettered %d; want nothing",
-			got, ev.Count(idem.Applied), ev.Count(idem.DeadLettered))
-	}
-	ev.Each(func(x idemamqp.Event) {
-		var he *inbox.HandlerError
-		if !errors.As(x.Err, &he) {
-			t.Errorf("retried event error %v, want an *inbox.HandlerError", x.Err)
-		}
+	waitFor(t, 20*time.Second, "three rounds of redeliveries", func() bool { return ev.Count(idem.Retried) >= 3*len(ids) })
+	consumetest.WantNothingApplied(t, e.Effects, &ev, func(x idemamqp.Event) {
 		if x.Msg.Headers[idemamqp.HeaderAttempts] != nil {
 			t.Errorf("%s: attempt counted (%v) for a failure of the whole group", x.Key, x.Msg.Headers[idemamqp.HeaderAttempts])
 		}
 	})
 
-	broken.Store(false)
-	waitFor(t, 20*time.Second, "all applied", func() bool { return ev.Count(idem.Applied) == n })
+	broken.Fix()
+	waitFor(t, 20*time.Second, "all applied", func() bool { return ev.Count(idem.Applied) == len(ids) })
 	if err := r.Stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v", err)
 	}
-	got := e.Counts(t)
-	for _, k := range ids {
-		if got[k] != 1 {
-			t.Errorf("%s applied %d times, want 1", k, got[k])
-		}
-	}
-	if ev.Count(idem.DeadLettered) != 0 {
-		t.Errorf("%d dead-lettered, want 0", ev.Count(idem.DeadLettered))
-	}
+	consumetest.WantAllAppliedOnce(t, e.Effects, &ev, ids)
 	waitFor(t, 5*time.Second, "an empty queue", func() bool { return tp.ready(t, tp.queue) == 0 })
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
@@ -68,9 +67,6 @@ func NewConsumer(cons jetstream.Consumer, in *inbox.Inbox, handler Handler, opts
 	}
 	return c, nil
 }
-
-// pullBackoff spaces the retries of a failing pull.
-var pullBackoff = retry.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
 
 // Run pulls and processes messages until ctx is done or the connection is
 // closed. It returns ctx's error (wrapped) or, when the NATS connection is

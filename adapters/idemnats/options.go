@@ -6,6 +6,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/consume"
+	"github.com/idem-go/idem/internal/retry"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -29,6 +30,9 @@ func defaultConfig() config {
 		linger:  time.Millisecond,
 	}
 }
+
+// pullBackoff spaces the retries of a failing pull.
+var pullBackoff = retry.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
 
 // shared adapts one of the options every adapter shares.
 func shared(o consume.Option[jetstream.Msg]) Option {

@@ -4,14 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemnats"
-	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/consume/consumetest"
 	"github.com/idem-go/idem/internal/settest"
 	"github.com/nats-io/nats.go/jetstream"
@@ -59,23 +56,10 @@ func TestSetHandlerPoisonFallback(t *testing.T) {
 	t.Parallel()
 	_, js, cons, e := newEnv(t)
 	set := newSetRecorder(e)
-	set.Fail = func(msgs []jetstream.Msg) error {
-		for _, m := range msgs {
-			if m.Headers().Get(jetstream.MsgIDHeader) == "poison" {
-				return errors.New("group holds poison")
-			}
-		}
-		return nil
-	}
-	var poisonRuns atomic.Int32
-	each := func(ctx context.Context, tx *sql.Tx, m jetstream.Msg) error {
-		if m.Headers().Get(jetstream.MsgIDHeader) == "poison" {
-			poisonRuns.Add(1)
-			return errors.New("cannot parse amount")
-		}
-		return e.apply(ctx, tx, m)
-	}
-	for _, id := range []string{"good-1", "good-2", "poison", "good-3", "good-4"} {
+	poison := consumetest.NewPoison(msgID)
+	set.Fail = poison.Fail
+	each := poison.Handler(e.apply)
+	for _, id := range consumetest.PoisonIDs {
 		publish(t, js, "orders.created", id, id)
 	}
 	var ev events
@@ -91,18 +75,7 @@ func TestSetHandlerPoisonFallback(t *testing.T) {
 	if err := r.Stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v", err)
 	}
-	got := e.Counts(t)
-	for _, k := range []string{"good-1", "good-2", "good-3", "good-4"} {
-		if got[k] != 1 {
-			t.Errorf("%s applied %d times, want 1", k, got[k])
-		}
-	}
-	if len(got) != 4 || ev.Count(idem.Applied) != 4 {
-		t.Errorf("effects %v, applied events %d; want the four good messages", got, ev.Count(idem.Applied))
-	}
-	if n := poisonRuns.Load(); n != 3 {
-		t.Errorf("the Handler ran %d times on the poison message, want 3 (one per delivery)", n)
-	}
+	poison.Check(t, e.Effects, &ev, 3)
 	dlq, err := js.OrderedConsumer(context.Background(), "DLQ", jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -124,18 +97,9 @@ func TestSetHandlerNoFallback(t *testing.T) {
 	t.Parallel()
 	_, js, cons, e := newEnv(t)
 	set := newSetRecorder(e)
-	var broken atomic.Bool
-	broken.Store(true)
-	set.Fail = func([]jetstream.Msg) error {
-		if broken.Load() {
-			return errors.New("set broken")
-		}
-		return nil
-	}
-	const n = 6
-	for i := range n {
-		publish(t, js, "orders.created", fmt.Sprintf("order-%d", i), fmt.Sprint(i))
-	}
+	broken := consumetest.NewBroken[jetstream.Msg]()
+	set.Fail = broken.Fail
+	ids := publishAll(t, js, 6)
 	var ev events
 	c, err := idemnats.NewConsumer(cons, e.In, nil, idemnats.WithSetHandler(set.handle),
 		idemnats.WithMaxAttempts(2), idemnats.WithBackoff(10*time.Millisecond, 20*time.Millisecond),
@@ -144,32 +108,18 @@ func TestSetHandlerNoFallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := start(c)
-	waitFor(t, 20*time.Second, "three rounds of redeliveries", func() bool { return ev.Count(idem.Retried) >= 3*n })
+	waitFor(t, 20*time.Second, "three rounds of redeliveries", func() bool { return ev.Count(idem.Retried) >= 3*len(ids) })
 	info := consumerInfo(t, js)
-	if info.AckFloor.Consumer != 0 || len(e.Counts(t)) != 0 || ev.Count(idem.Applied) != 0 || ev.Count(idem.DeadLettered) != 0 {
-		t.Fatalf("while the set handler fails: ack floor %d, effects %v, applied %d, dead-lettered %d; want nothing",
-			info.AckFloor.Consumer, e.Counts(t), ev.Count(idem.Applied), ev.Count(idem.DeadLettered))
+	if info.AckFloor.Consumer != 0 {
+		t.Fatalf("while the set handler fails: ack floor %d, want 0", info.AckFloor.Consumer)
 	}
-	ev.Each(func(x idemnats.Event) {
-		var he *inbox.HandlerError
-		if !errors.As(x.Err, &he) {
-			t.Errorf("retried event error %v, want an *inbox.HandlerError", x.Err)
-		}
-	})
+	consumetest.WantNothingApplied(t, e.Effects, &ev, nil)
 
-	broken.Store(false)
-	waitFor(t, 20*time.Second, "all applied", func() bool { return ev.Count(idem.Applied) == n })
+	broken.Fix()
+	waitFor(t, 20*time.Second, "all applied", func() bool { return ev.Count(idem.Applied) == len(ids) })
 	waitFor(t, 5*time.Second, "acks", func() bool { return consumerInfo(t, js).NumAckPending == 0 })
 	if err := r.Stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v", err)
 	}
-	got := e.Counts(t)
-	for i := range n {
-		if k := fmt.Sprintf("order-%d", i); got[k] != 1 {
-			t.Errorf("%s applied %d times, want 1", k, got[k])
-		}
-	}
-	if ev.Count(idem.DeadLettered) != 0 {
-		t.Errorf("%d dead-lettered, want 0", ev.Count(idem.DeadLettered))
-	}
+	consumetest.WantAllAppliedOnce(t, e.Effects, &ev, ids)
 }
