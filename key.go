@@ -3,8 +3,9 @@ package idem
 import (
 	"crypto/sha1"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
+
+	"github.com/idem-go/idem/internal/uuidtext"
 )
 
 // DeriveKey returns a deterministic key for one logical operation, built from
@@ -43,17 +44,7 @@ func DeriveKey(namespace string, fields ...string) (string, error) {
 	copy(u[:], h.Sum(nil))
 	u[6] = (u[6] & 0x0f) | 0x50 // version 5
 	u[8] = (u[8] & 0x3f) | 0x80 // RFC 9562 variant
-	var buf [36]byte
-	hex.Encode(buf[0:8], u[0:4])
-	buf[8] = '-'
-	hex.Encode(buf[9:13], u[4:6])
-	buf[13] = '-'
-	hex.Encode(buf[14:18], u[6:8])
-	buf[18] = '-'
-	hex.Encode(buf[19:23], u[8:10])
-	buf[23] = '-'
-	hex.Encode(buf[24:], u[10:])
-	return string(buf[:]), nil
+	return uuidtext.Format(u), nil
 }
 
 // keyNamespace is idem's own UUID namespace, so derived keys never equal a

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idem-go/idem/internal/uuidtext"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -209,23 +210,9 @@ func hexVal(c byte) (byte, bool) {
 // elsewhere.
 func (b *buckets) param(d [16]byte) any {
 	if b.d == sqldialect.Postgres {
-		return uuidText(d)
+		return uuidtext.Format(d)
 	}
 	return d[:]
-}
-
-func uuidText(d [16]byte) string {
-	var s [36]byte
-	hex.Encode(s[0:8], d[0:4])
-	s[8] = '-'
-	hex.Encode(s[9:13], d[4:6])
-	s[13] = '-'
-	hex.Encode(s[14:18], d[6:8])
-	s[18] = '-'
-	hex.Encode(s[19:23], d[8:10])
-	s[23] = '-'
-	hex.Encode(s[24:], d[10:])
-	return string(s[:])
 }
 
 // bucketSchema is the schema of a new table in the bucketed layout: the

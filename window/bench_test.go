@@ -1,12 +1,13 @@
 package window_test
 
 import (
-	"encoding/hex"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/idem-go/idem/window"
 )
@@ -37,7 +38,6 @@ func ids() []string {
 		pool = make([]string, benchIDs)
 		var x uint64 = 0x9e3779b97f4a7c15
 		var raw [16]byte
-		var buf [36]byte
 		for i := range pool {
 			for j := range raw {
 				x ^= x << 13
@@ -45,16 +45,7 @@ func ids() []string {
 				x ^= x << 17
 				raw[j] = byte(x)
 			}
-			hex.Encode(buf[0:8], raw[0:4])
-			buf[8] = '-'
-			hex.Encode(buf[9:13], raw[4:6])
-			buf[13] = '-'
-			hex.Encode(buf[14:18], raw[6:8])
-			buf[18] = '-'
-			hex.Encode(buf[19:23], raw[8:10])
-			buf[23] = '-'
-			hex.Encode(buf[24:36], raw[10:16])
-			pool[i] = string(buf[:])
+			pool[i] = uuid.UUID(raw).String()
 		}
 	})
 	return pool

@@ -1,6 +1,7 @@
 package memstore
 
 import (
+	"context"
 	"fmt"
 	"hash/maphash"
 	"math"
@@ -239,8 +240,28 @@ func (c *core) at(ns int64) time.Time { return c.base.Add(time.Duration(ns)) }
 
 // ikey builds the internal key (scope prefix + key) in buf, which is large
 // enough for any valid scope and key, so lookups do not allocate.
-func (s *Store) ikey(buf *[2 + keystore.MaxScopeLen + idem.MaxKeyLen]byte, key string) []byte {
+func (s *Store) ikey(buf *keyBuf, key string) []byte {
 	return append(append(buf[:0], s.prefix...), key...)
+}
+
+// keyBuf holds an internal key: the scope's prefix, then the key.
+type keyBuf [2 + keystore.MaxScopeLen + idem.MaxKeyLen]byte
+
+// lock checks ctx, then locks the shard of key and returns it with the
+// internal key, written in buf. op names the call in errors. On an error
+// (ctx ended, store closed) nothing is left locked.
+func (s *Store) lock(ctx context.Context, op, key string, buf *keyBuf) (*shard, []byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("memstore: %s: %w", op, err)
+	}
+	k := s.ikey(buf, key)
+	sh := s.c.shard(k)
+	sh.mu.Lock()
+	if sh.m == nil {
+		sh.mu.Unlock()
+		return nil, nil, fmt.Errorf("memstore: %s: %w", op, idem.ErrClosed)
+	}
+	return sh, k, nil
 }
 
 func (c *core) shard(k []byte) *shard {

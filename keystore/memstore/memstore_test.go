@@ -172,40 +172,6 @@ func TestExpiredKeysReclaimedWithoutFull(t *testing.T) {
 	}
 }
 
-func TestClose(t *testing.T) {
-	ctx := context.Background()
-	s, err := memstore.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	view, err := s.Scope("other")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := s.Reserve(ctx, "k", nil, time.Minute)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatalf("second Close: %v", err)
-	}
-	if _, err := s.Reserve(ctx, "k", nil, time.Minute); !errors.Is(err, idem.ErrClosed) {
-		t.Fatalf("Reserve after Close: %v", err)
-	}
-	if _, err := view.Reserve(ctx, "k", nil, time.Minute); !errors.Is(err, idem.ErrClosed) {
-		t.Fatalf("Reserve on a view after Close: %v", err)
-	}
-	if err := s.Complete(ctx, c, nil, time.Minute); !errors.Is(err, idem.ErrClosed) {
-		t.Fatalf("Complete after Close: %v", err)
-	}
-	if err := s.Release(ctx, c); !errors.Is(err, idem.ErrClosed) {
-		t.Fatalf("Release after Close: %v", err)
-	}
-	if _, err := s.Sweep(ctx, 10); !errors.Is(err, idem.ErrClosed) {
-		t.Fatalf("Sweep after Close: %v", err)
-	}
-}
-
 func TestOptions(t *testing.T) {
 	for _, o := range []memstore.Option{memstore.WithMaxKeys(0), memstore.WithMaxResultSize(-1), memstore.WithClock(nil)} {
 		if _, err := memstore.New(o); !errors.Is(err, idem.ErrInvalidOption) {

@@ -17,18 +17,13 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 	if err := keystore.ValidateReserve(key, fp, lease); err != nil {
 		return keystore.Claim{}, err
 	}
-	if err := ctx.Err(); err != nil {
-		return keystore.Claim{}, fmt.Errorf("memstore: reserve: %w", err)
+	var buf keyBuf
+	sh, k, err := s.lock(ctx, "reserve", key, &buf)
+	if err != nil {
+		return keystore.Claim{}, err
 	}
-	c := s.c
-	var buf [2 + keystore.MaxScopeLen + idem.MaxKeyLen]byte
-	k := s.ikey(&buf, key)
-	sh := c.shard(k)
-	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.m == nil {
-		return keystore.Claim{}, fmt.Errorf("memstore: reserve: %w", idem.ErrClosed)
-	}
+	c := s.c
 	now := c.now()
 	i, ok := sh.m[string(k)]
 	var e *entry
@@ -101,18 +96,13 @@ func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, 
 	if err := keystore.ValidateComplete(cl, result, ttl, s.c.maxResult); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memstore: complete: %w", err)
+	var buf keyBuf
+	sh, k, err := s.lock(ctx, "complete", cl.Key, &buf)
+	if err != nil {
+		return err
 	}
-	c := s.c
-	var buf [2 + keystore.MaxScopeLen + idem.MaxKeyLen]byte
-	k := s.ikey(&buf, cl.Key)
-	sh := c.shard(k)
-	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.m == nil {
-		return fmt.Errorf("memstore: complete: %w", idem.ErrClosed)
-	}
+	c := s.c
 	if kfp, ok := s.recentFP(sh, cl.Token, cl.Key); ok {
 		// A claim reserved without a fingerprint shortly before: if it is
 		// still pending it is in no other tier, so the map tier is not
@@ -158,18 +148,13 @@ func (s *Store) Release(ctx context.Context, cl keystore.Claim) error {
 	if err := keystore.ValidateRelease(cl); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memstore: release: %w", err)
+	var buf keyBuf
+	sh, k, err := s.lock(ctx, "release", cl.Key, &buf)
+	if err != nil {
+		return err
 	}
-	c := s.c
-	var buf [2 + keystore.MaxScopeLen + idem.MaxKeyLen]byte
-	k := s.ikey(&buf, cl.Key)
-	sh := c.shard(k)
-	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.m == nil {
-		return fmt.Errorf("memstore: release: %w", idem.ErrClosed)
-	}
+	c := s.c
 	i, ok := sh.m[string(k)]
 	if !ok {
 		kfp := s.keyFP(sh, cl.Token, cl.Key)

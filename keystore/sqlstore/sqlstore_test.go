@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/testenv"
@@ -53,36 +52,6 @@ func TestConformance(t *testing.T) {
 			storetest.Run(t, func(t *testing.T) keystore.Store { return newStore(t, dc.open(t), dc.d) })
 		})
 	}
-}
-
-func TestClose(t *testing.T) {
-	eachDialect(t, func(t *testing.T, d sqldialect.Dialect, db *sql.DB) {
-		ctx := context.Background()
-		s := newStore(t, db, d)
-		c, err := s.Reserve(ctx, "k", nil, time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		view, err := s.Scope("other")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Close(); err != nil {
-			t.Fatalf("second Close: %v", err)
-		}
-		if _, err := s.Reserve(ctx, "k", nil, time.Minute); !errors.Is(err, idem.ErrClosed) {
-			t.Fatalf("Reserve after Close: %v", err)
-		}
-		if _, err := view.Reserve(ctx, "k", nil, time.Minute); !errors.Is(err, idem.ErrClosed) {
-			t.Fatalf("Reserve on a view after Close: %v", err)
-		}
-		if err := s.Complete(ctx, c, nil, time.Minute); !errors.Is(err, idem.ErrClosed) {
-			t.Fatalf("Complete after Close: %v", err)
-		}
-	})
 }
 
 func TestOptions(t *testing.T) {

@@ -307,3 +307,33 @@ func testCancelled(t *testing.T, s keystore.Store, _ config) {
 	noErr(t, "Release", s.Release(testCtx(t), c))
 	wantState(t, reserve(t, s, key, nil, long), keystore.Acquired)
 }
+
+// testClose: a store with a Close method (memstore, the SQL stores) refuses
+// every call after it, on its scoped views too, with idem.ErrClosed; a
+// second Close returns nil.
+func testClose(t *testing.T, s keystore.Store, _ config) {
+	cl, ok := s.(interface{ Close() error })
+	if !ok {
+		t.Skip("the store has no Close")
+	}
+	ctx := testCtx(t)
+	view, err := keystore.Scope(s, "closed-view")
+	if errors.Is(err, errors.ErrUnsupported) {
+		view = s
+	} else {
+		noErr(t, "Scope", err)
+	}
+	c := reserve(t, s, newKey("close"), nil, long)
+	noErr(t, "Close", cl.Close())
+	noErr(t, "second Close", cl.Close())
+	_, err = s.Reserve(ctx, c.Key, nil, long)
+	wantErr(t, "Reserve after Close", err, idem.ErrClosed)
+	_, err = view.Reserve(ctx, c.Key, nil, long)
+	wantErr(t, "Reserve on a view after Close", err, idem.ErrClosed)
+	wantErr(t, "Complete after Close", s.Complete(ctx, c, nil, long), idem.ErrClosed)
+	wantErr(t, "Release after Close", s.Release(ctx, c), idem.ErrClosed)
+	if sw, ok := s.(keystore.Sweeper); ok {
+		_, err = sw.Sweep(ctx, 10)
+		wantErr(t, "Sweep after Close", err, idem.ErrClosed)
+	}
+}

@@ -106,6 +106,7 @@ func Run(t *testing.T, newStore func(t *testing.T) keystore.Store, opts ...Optio
 		{"Extend", testExtend},
 		{"Inspect", testInspect},
 		{"Linearizability", testLinearizability},
+		{"Close", testClose},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
