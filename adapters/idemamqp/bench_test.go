@@ -4,11 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idem-go/idem/adapters/idemamqp"
@@ -60,57 +58,26 @@ func BenchmarkConsume(b *testing.B) {
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
 		})
 	}
-	noop := func(context.Context, *sql.Tx, amqp.Delivery) error { return nil }
-	for _, bc := range []struct {
-		name   string
-		size   int
-		effect bool
-		set    bool             // WithSetHandler(setInsert), no per-delivery handler
-		key    func(int) string // message-ids; nil: "order-<i>"
-	}{
-		{name: "inbox-batch-1-effect", size: 1, effect: true},
-		{name: "inbox-batch-500-effect", size: batch, effect: true},
-		{name: "inbox-batch-500-noop", size: batch},
-		// Key shapes: random (UUIDv4-like) and time-ordered (UUIDv7-like)
-		// message-ids, per-delivery handler and set handler.
-		{name: "inbox-batch-500-effect-random-keys", size: batch, effect: true, key: randomID},
-		{name: "inbox-batch-500-effect-ordered-keys", size: batch, effect: true, key: timeOrderedID},
-		{name: "set-batch-500-effect-random-keys", size: batch, effect: true, set: true, key: randomID},
-		{name: "set-batch-500-effect-ordered-keys", size: batch, effect: true, set: true, key: timeOrderedID},
-	} {
-		b.Run(bc.name, func(b *testing.B) {
+	for _, v := range consumetest.Variants(batch) {
+		b.Run(v.Name, func(b *testing.B) {
 			conn := dial(b)
 			tp := newTopology(b, conn, nil)
 			e := newEffects(b)
-			fillKeys(b, conn, tp.queue, b.N, bc.key)
-			handler := noop
-			if bc.effect {
-				handler = e.apply
-			}
-			var settled atomic.Int64
-			done := make(chan struct{})
-			opts := []idemamqp.Option{idemamqp.WithPrefetch(prefetch), idemamqp.WithBatchSize(bc.size),
-				idemamqp.WithObserver(func(idemamqp.Event) {
-					if settled.Add(1) == int64(b.N) {
-						close(done)
-					}
-				})}
-			if bc.set {
-				handler = nil
-				opts = append(opts, idemamqp.WithSetHandler(setInsert))
-			}
-			c, err := idemamqp.NewConsumer(conn, tp.queue, e.In, handler, opts...)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ResetTimer()
-			t0 := time.Now()
-			r := start(c)
-			<-done
-			elapsed := time.Since(t0)
-			r.Cancel()
-			<-r.Done
-			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+			fillKeys(b, conn, tp.queue, b.N, v.Key)
+			consumetest.Rate(b, func(observe func(idemamqp.Event)) func(context.Context) error {
+				handler, opts := e.apply, []idemamqp.Option{idemamqp.WithPrefetch(prefetch), idemamqp.WithBatchSize(v.Size), idemamqp.WithObserver(observe)}
+				switch {
+				case v.Set:
+					handler, opts = nil, append(opts, idemamqp.WithSetHandler(setInsert))
+				case !v.Effect:
+					handler = func(context.Context, *sql.Tx, amqp.Delivery) error { return nil }
+				}
+				c, err := idemamqp.NewConsumer(conn, tp.queue, e.In, handler, opts...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return c.Run
+			})
 		})
 	}
 }
@@ -180,10 +147,3 @@ func BenchmarkConsumeVsStore(b *testing.B) {
 		return c.Run
 	})
 }
-
-// randomID returns a random (version 4) UUID as canonical text.
-func randomID(int) string { return uuid.NewString() }
-
-// timeOrderedID returns a version 7 UUID (RFC 9562: Unix milliseconds
-// first) as canonical text: ids made later sort later.
-func timeOrderedID(int) string { return uuid.Must(uuid.NewV7()).String() }

@@ -4,11 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -75,63 +73,25 @@ func BenchmarkConsume(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
 	})
-	noop := func(context.Context, *sql.Tx, jetstream.Msg) error { return nil }
-	for _, bc := range []struct {
-		name   string
-		size   int
-		effect bool
-		runs   int
-		set    bool             // WithSetHandler(setInsert), no per-message handler
-		key    func(int) string // message ids; nil: "order-<i>"
-	}{
-		{name: "inbox-batch-1-effect", size: 1, effect: true, runs: 1},
-		{name: "inbox-batch-500-effect", size: batch, effect: true, runs: 1},
-		{name: "inbox-batch-500-noop", size: batch, runs: 1},
-		// Key shapes: random (UUIDv4-like) and time-ordered (UUIDv7-like)
-		// ids, per-message handler and set handler.
-		{name: "inbox-batch-500-effect-random-keys", size: batch, effect: true, runs: 1, key: randomID},
-		{name: "inbox-batch-500-effect-ordered-keys", size: batch, effect: true, runs: 1, key: timeOrderedID},
-		{name: "set-batch-500-effect-random-keys", size: batch, effect: true, runs: 1, set: true, key: randomID},
-		{name: "set-batch-500-effect-ordered-keys", size: batch, effect: true, runs: 1, set: true, key: timeOrderedID},
-	} {
-		size := bc.size
-		b.Run(bc.name, func(b *testing.B) {
+	for _, v := range consumetest.Variants(batch) {
+		b.Run(v.Name, func(b *testing.B) {
 			_, js, cons := benchSetup(b)
 			e := newEffects(b)
-			fillKeys(b, js, b.N, bc.key)
-			var settled atomic.Int64
-			done := make(chan struct{})
-			handler := noop
-			if bc.effect {
-				handler = e.apply
-			}
-			opts := []idemnats.Option{idemnats.WithBatchSize(size),
-				idemnats.WithObserver(func(idemnats.Event) {
-					if settled.Add(1) == int64(b.N) {
-						close(done)
-					}
-				})}
-			if bc.set {
-				handler = nil
-				opts = append(opts, idemnats.WithSetHandler(setInsert))
-			}
-			c, err := idemnats.NewConsumer(cons, e.In, handler, opts...)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ResetTimer()
-			t0 := time.Now()
-			var rs []*consumetest.Runner
-			for range bc.runs {
-				rs = append(rs, start(c))
-			}
-			<-done
-			elapsed := time.Since(t0)
-			for _, r := range rs {
-				r.Cancel()
-				<-r.Done
-			}
-			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+			fillKeys(b, js, b.N, v.Key)
+			consumetest.Rate(b, func(observe func(idemnats.Event)) func(context.Context) error {
+				handler, opts := e.apply, []idemnats.Option{idemnats.WithBatchSize(v.Size), idemnats.WithObserver(observe)}
+				switch {
+				case v.Set:
+					handler, opts = nil, append(opts, idemnats.WithSetHandler(setInsert))
+				case !v.Effect:
+					handler = func(context.Context, *sql.Tx, jetstream.Msg) error { return nil }
+				}
+				c, err := idemnats.NewConsumer(cons, e.In, handler, opts...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return c.Run
+			})
 		})
 	}
 }
@@ -207,10 +167,3 @@ func BenchmarkConsumeVsStore(b *testing.B) {
 		return c.Run
 	})
 }
-
-// randomID returns a random (version 4) UUID as canonical text.
-func randomID(int) string { return uuid.NewString() }
-
-// timeOrderedID returns a version 7 UUID (RFC 9562: Unix milliseconds
-// first) as canonical text: ids made later sort later.
-func timeOrderedID(int) string { return uuid.Must(uuid.NewV7()).String() }

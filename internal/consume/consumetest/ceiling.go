@@ -3,6 +3,7 @@ package consumetest
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -107,29 +108,78 @@ func VsStore[M any](b *testing.B, n int, key, data func(M) string, publish func(
 	for b.Loop() {
 		keys := make([]string, n)
 		for i := range keys {
-			keys[i] = uuid.Must(uuid.NewV7()).String()
+			keys[i] = TimeOrderedID(i)
 		}
 		publish(keys, payload)
 		e := NewEffects(b)
 		var sizes Sizes
-		var settled atomic.Int64
-		done := make(chan struct{})
-		run := newRun(e.In, Record(&sizes, SetInsert(key, data)), func(idem.DeliveryEvent[M]) {
-			if settled.Add(1) == int64(n) {
-				close(done)
-			}
+		consumed += untilSettled(n, func(observe func(idem.DeliveryEvent[M])) func(context.Context) error {
+			return newRun(e.In, Record(&sizes, SetInsert(key, data)), observe)
 		})
-		t0 := time.Now()
-		r := Start(run)
-		<-done
-		consumed += time.Since(t0)
-		r.Cancel()
-		<-r.Done
 		store += StoreOnly(b, keys, string(payload), sizes.All())
 		batches += len(sizes.All())
 	}
 	Ceiling(b, n*b.N, consumed, store, batches)
 }
+
+// untilSettled runs the consumer that newRun builds until its observer
+// has seen n settled messages, and returns the time that took.
+func untilSettled[M any](n int, newRun func(observe func(idem.DeliveryEvent[M])) func(context.Context) error) time.Duration {
+	var settled atomic.Int64
+	done := make(chan struct{})
+	run := newRun(func(idem.DeliveryEvent[M]) {
+		if settled.Add(1) == int64(n) {
+			close(done)
+		}
+	})
+	t0 := time.Now()
+	r := Start(run)
+	<-done
+	d := time.Since(t0)
+	r.Cancel()
+	<-r.Done
+	return d
+}
+
+// Variant is one consumer configuration of the adapters' BenchmarkConsume.
+type Variant struct {
+	Name   string
+	Size   int              // the batch size
+	Effect bool             // the handler writes an effects row (else the key only)
+	Set    bool             // a set handler (SetInsert) and no per-message handler
+	Key    func(int) string // message ids; nil: "order-<i>"
+}
+
+// Variants are the configurations every adapter's BenchmarkConsume runs:
+// one commit per message, batches with and without an effect, and the key
+// shapes (random, UUIDv4-like; time-ordered, UUIDv7-like) with a
+// per-message and a set handler.
+func Variants(batch int) []Variant {
+	return []Variant{
+		{Name: "inbox-batch-1-effect", Size: 1, Effect: true},
+		{Name: fmt.Sprintf("inbox-batch-%d-effect", batch), Size: batch, Effect: true},
+		{Name: fmt.Sprintf("inbox-batch-%d-noop", batch), Size: batch},
+		{Name: fmt.Sprintf("inbox-batch-%d-effect-random-keys", batch), Size: batch, Effect: true, Key: RandomID},
+		{Name: fmt.Sprintf("inbox-batch-%d-effect-ordered-keys", batch), Size: batch, Effect: true, Key: TimeOrderedID},
+		{Name: fmt.Sprintf("set-batch-%d-effect-random-keys", batch), Size: batch, Effect: true, Set: true, Key: RandomID},
+		{Name: fmt.Sprintf("set-batch-%d-effect-ordered-keys", batch), Size: batch, Effect: true, Set: true, Key: TimeOrderedID},
+	}
+}
+
+// Rate measures the consumer that newRun builds over b.N messages already
+// published, reporting msgs/s.
+func Rate[M any](b *testing.B, newRun func(observe func(idem.DeliveryEvent[M])) func(context.Context) error) {
+	b.ResetTimer()
+	d := untilSettled(b.N, newRun)
+	b.ReportMetric(float64(b.N)/d.Seconds(), "msgs/s")
+}
+
+// RandomID returns a random (version 4) UUID as canonical text.
+func RandomID(int) string { return uuid.NewString() }
+
+// TimeOrderedID returns a version 7 UUID (RFC 9562: Unix milliseconds
+// first) as canonical text: ids made later sort later.
+func TimeOrderedID(int) string { return uuid.Must(uuid.NewV7()).String() }
 
 // Ceiling reports a consumer's rate beside its store's alone (n records
 // each way, in total), and their ratio, as benchmark metrics and as one
