@@ -2,7 +2,6 @@ package idemamqp_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -47,11 +46,7 @@ func TestOptionsValidated(t *testing.T) {
 
 func publishN(t testing.TB, conn *amqp.Connection, queue string, ids ...string) {
 	t.Helper()
-	p, err := idemamqp.NewPublisher(conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := newPublisher(t, conn)
 	for _, id := range ids {
 		if err := p.Publish(context.Background(), "", queue, amqp.Publishing{Body: []byte("body of " + id)}, id); err != nil {
 			t.Fatal(err)
@@ -92,19 +87,13 @@ func TestPoisonDeadLettered(t *testing.T) {
 	e := newEffects(t)
 	var mu sync.Mutex
 	seen := map[string]int{} // highest attempt the handler saw
-	handler := func(ctx context.Context, tx *sql.Tx, d amqp.Delivery) error {
+	handler := e.applyAfter(func(d amqp.Delivery) error {
 		mu.Lock()
 		a, _ := d.Headers[idemamqp.HeaderAttempts].(int32)
 		seen[d.MessageId] = max(seen[d.MessageId], int(a)+1)
 		mu.Unlock()
-		switch d.MessageId {
-		case "poison":
-			return errors.New("cannot parse amount")
-		case "malformed":
-			return idem.Permanent(errors.New("schema v9 unknown"))
-		}
-		return e.apply(ctx, tx, d)
-	}
+		return consumetest.PoisonOrMalformed(d.MessageId)
+	})
 	var ev events
 	c, err := idemamqp.NewConsumer(conn, tp.queue, e.In, handler, idemamqp.WithMaxAttempts(3),
 		idemamqp.WithDeadLetter(tp.dlx, ""), idemamqp.WithObserver(ev.Observe))
@@ -172,9 +161,9 @@ func TestQueueDeadLetterExchange(t *testing.T) {
 	t.Cleanup(func() { _, _ = tp.ch.QueueDelete(q, false, false, false) })
 	e := newEffects(t)
 	var ev events
-	c, err := idemamqp.NewConsumer(conn, q, e.In, func(context.Context, *sql.Tx, amqp.Delivery) error {
+	c, err := idemamqp.NewConsumer(conn, q, e.In, e.applyAfter(func(amqp.Delivery) error {
 		return idem.Permanent(errors.New("bad"))
-	}, idemamqp.WithObserver(ev.Observe))
+	}), idemamqp.WithObserver(ev.Observe))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,11 +188,7 @@ func TestPublisherSetsMessageID(t *testing.T) {
 	t.Parallel()
 	conn := dial(t)
 	tp := newTopology(t, conn, nil)
-	p, err := idemamqp.NewPublisher(conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := newPublisher(t, conn)
 	ctx := context.Background()
 	if err := p.Publish(ctx, "", tp.queue, amqp.Publishing{Body: []byte("x")}, "evt-1"); err != nil {
 		t.Fatal(err)
@@ -219,4 +204,106 @@ func TestPublisherSetsMessageID(t *testing.T) {
 	if d.MessageId != "evt-1" || d.DeliveryMode != amqp.Persistent {
 		t.Fatalf("message-id %q delivery mode %d, want evt-1, persistent", d.MessageId, d.DeliveryMode)
 	}
+}
+
+// With a set handler and no per-delivery handler: every message is
+// published twice with one message-id (RabbitMQ does not deduplicate), and
+// the consumer's connection dies after its first commit, before the ack.
+// The restarted consumer acks the requeued and repeated deliveries as
+// duplicates; each message-id reaches the set handler once and is applied
+// once.
+func TestSetHandlerAppliesOnce(t *testing.T) {
+	t.Parallel()
+	admin := dial(t)
+	tp := newTopology(t, admin, nil)
+	e := newEffects(t)
+	set := newSetRecorder()
+	ids := consumetest.Keys(20)
+	publishN(t, admin, tp.queue, ids...)
+	publishN(t, admin, tp.queue, ids...) // producer retries with the same ids
+	committed := crash(t, tp, e, nil, 2*len(ids), idemamqp.WithSetHandler(set.handle),
+		idemamqp.WithBatchSize(10), idemamqp.WithLinger(200*time.Millisecond))
+	// Each id is delivered twice: the repeats are duplicates too.
+	recoverAll(t, tp, e, nil, len(ids)+committed, len(ids)-committed, idemamqp.WithSetHandler(set.handle))
+	seen, calls := set.Snapshot()
+	consumetest.WantOnce(t, e.Counts(t), seen, ids)
+	if calls >= len(ids) {
+		t.Errorf("set handler called %d times for %d messages: not batched", calls, len(ids))
+	}
+	waitFor(t, 5*time.Second, "an empty queue", func() bool { return tp.ready(t, tp.queue) == 0 })
+}
+
+// A group holding a poison delivery makes the set handler fail; the group is
+// run again delivery by delivery with the Handler, which isolates the poison
+// delivery: it is requeued with x-idem-attempts counted and dead-lettered at
+// the limit, while the others commit once and are acked.
+func TestSetHandlerPoisonFallback(t *testing.T) {
+	t.Parallel()
+	conn := dial(t)
+	tp := newTopology(t, conn, nil)
+	e := newEffects(t)
+	set := newSetRecorder()
+	poison := consumetest.NewPoison(messageID)
+	set.Fail = poison.Fail
+	each := poison.Handler(e.apply)
+	var ev events
+	c, err := idemamqp.NewConsumer(conn, tp.queue, e.In, each, idemamqp.WithSetHandler(set.handle), idemamqp.WithMaxAttempts(3),
+		idemamqp.WithDeadLetter(tp.dlx, ""), idemamqp.WithObserver(ev.Observe), idemamqp.WithLinger(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishN(t, conn, tp.queue, consumetest.PoisonIDs...)
+	r := start(c)
+	waitFor(t, 20*time.Second, "the dead letter", func() bool { return ev.Count(idem.DeadLettered) == 1 })
+	if err := r.Stop(t); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v", err)
+	}
+	poison.Check(t, e.Effects, &ev, 3)
+	if got := tp.ready(t, tp.queue); got != 0 {
+		t.Errorf("%d messages left in the queue", got)
+	}
+	d, ok, err := tp.ch.Get(tp.dlq, true)
+	if err != nil || !ok {
+		t.Fatalf("dead letter queue: ok=%v err=%v", ok, err)
+	}
+	if d.MessageId != "poison" || d.Headers[idemamqp.HeaderReason] != string(idem.ReasonMaxAttempts) {
+		t.Errorf("dead letter %q, headers %v", d.MessageId, d.Headers)
+	}
+}
+
+// A set handler without a per-delivery handler that fails fails the whole
+// group: nothing is applied or acked, every delivery is nacked with requeue,
+// no attempt is counted and none is dead-lettered, even past the attempt
+// limit. Once the handler works, each message is applied once.
+func TestSetHandlerNoFallback(t *testing.T) {
+	t.Parallel()
+	conn := dial(t)
+	tp := newTopology(t, conn, nil)
+	e := newEffects(t)
+	set := newSetRecorder()
+	broken := consumetest.NewBroken[amqp.Delivery]()
+	set.Fail = broken.Fail
+	ids := consumetest.Keys(6)
+	publishN(t, conn, tp.queue, ids...)
+	var ev events
+	c, err := idemamqp.NewConsumer(conn, tp.queue, e.In, nil, idemamqp.WithSetHandler(set.handle), idemamqp.WithMaxAttempts(2),
+		idemamqp.WithDeadLetter(tp.dlx, ""), idemamqp.WithObserver(ev.Observe), idemamqp.WithLinger(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := start(c)
+	waitFor(t, 20*time.Second, "three rounds of redeliveries", func() bool { return ev.Count(idem.Retried) >= 3*len(ids) })
+	consumetest.WantNothingApplied(t, e.Effects, &ev, func(x idemamqp.Event) {
+		if x.Msg.Headers[idemamqp.HeaderAttempts] != nil {
+			t.Errorf("%s: attempt counted (%v) for a failure of the whole group", x.Key, x.Msg.Headers[idemamqp.HeaderAttempts])
+		}
+	})
+
+	broken.Fix()
+	waitFor(t, 20*time.Second, "all applied", func() bool { return ev.Count(idem.Applied) == len(ids) })
+	if err := r.Stop(t); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v", err)
+	}
+	consumetest.WantAllAppliedOnce(t, e.Effects, &ev, ids)
+	waitFor(t, 5*time.Second, "an empty queue", func() bool { return tp.ready(t, tp.queue) == 0 })
 }

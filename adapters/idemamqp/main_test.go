@@ -9,6 +9,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemamqp"
 	"github.com/idem-go/idem/internal/consume/consumetest"
+	"github.com/idem-go/idem/internal/settest"
 	"github.com/idem-go/idem/internal/testenv"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -83,6 +84,35 @@ func body(d amqp.Delivery) string { return string(d.Body) }
 // apply is a handler recording the delivery's effect.
 func (e *effects) apply(ctx context.Context, tx *sql.Tx, d amqp.Delivery) error {
 	return e.Apply(ctx, tx, d.MessageId, string(d.Body))
+}
+
+// setRecorder is a set handler writing all its deliveries' effects with one
+// multi-row INSERT, and counting how often each message-id reached it.
+type setRecorder struct {
+	*settest.Recorder[amqp.Delivery]
+	handle func(context.Context, *sql.Tx, []amqp.Delivery) error
+}
+
+func newSetRecorder() *setRecorder {
+	r := settest.New(func(d amqp.Delivery) string { return d.MessageId })
+	return &setRecorder{r, r.Handler("INSERT INTO effects (key, data)", func(d amqp.Delivery) []any { return []any{d.MessageId, string(d.Body)} })}
+}
+
+// applyAfter is a handler that applies a delivery's effect once before(d)
+// returns nil, and fails with its error otherwise.
+func (e *effects) applyAfter(before func(amqp.Delivery) error) idemamqp.Handler {
+	return consumetest.ApplyAfter(e.apply, before)
+}
+
+// newPublisher opens a Publisher on conn, closed when t ends.
+func newPublisher(t testing.TB, conn *amqp.Connection) *idemamqp.Publisher {
+	t.Helper()
+	p, err := idemamqp.NewPublisher(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
 }
 
 func start(c *idemamqp.Consumer) *consumetest.Runner { return consumetest.Start(c.Run) }

@@ -1,15 +1,12 @@
 package idemamqp_test
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"testing"
 
 	"github.com/idem-go/idem/adapters/idemamqp"
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/consume/consumetest"
 	"github.com/idem-go/idem/outbox"
-	"github.com/idem-go/idem/sqldialect"
 )
 
 // A relay that dies after publishing in its first round republishes that
@@ -18,44 +15,12 @@ import (
 func TestOutboxPublisher(t *testing.T) {
 	conn := dial(t)
 	tp := newTopology(t, conn, nil)
-	ctx := context.Background()
-	db := testenv.SQLite(t)
-	ob, _ := outbox.New(sqldialect.SQLite)
-	if err := ob.Migrate(ctx, db); err != nil {
-		t.Fatal(err)
+	p := newPublisher(t, conn)
+	var msgs []outbox.Message
+	for i := range 6 {
+		msgs = append(msgs, outbox.Message{ID: fmt.Sprint("evt-", i), Topic: tp.queue, OrderingKey: "k", Payload: []byte("{}"), Headers: map[string]string{"type": "created"}})
 	}
-	tx, _ := db.BeginTx(ctx, nil)
-	for i := 0; i < 6; i++ {
-		if _, err := ob.Add(ctx, tx, outbox.Message{ID: fmt.Sprint("evt-", i), Topic: tp.queue, OrderingKey: "k", Payload: []byte("{}"), Headers: map[string]string{"type": "created"}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	p, err := idemamqp.NewPublisher(conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	pub := p.OutboxPublisher("")
-	rounds := 0
-	relay, _ := outbox.NewRelay(db, ob, outbox.PublisherFunc(func(ctx context.Context, msgs []outbox.Message) error {
-		if err := pub.Publish(ctx, msgs); err != nil {
-			return err
-		}
-		rounds++
-		if rounds == 1 {
-			return errors.New("relay died before marking")
-		}
-		return nil
-	}), outbox.WithBatch(4))
-	for {
-		n, err := relay.RunOnce(ctx)
-		if err == nil && n == 0 {
-			break
-		}
-	}
+	consumetest.Relay(t, msgs, 4, p.OutboxPublisher(""), func(round int) bool { return round == 1 })
 	seen := map[string]int{}
 	for {
 		d, ok, err := tp.ch.Get(tp.queue, true)

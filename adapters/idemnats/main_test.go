@@ -11,6 +11,7 @@ import (
 	"github.com/idem-go/idem/adapters/idemnats"
 	"github.com/idem-go/idem/internal/consume/consumetest"
 	"github.com/idem-go/idem/internal/natsenv"
+	"github.com/idem-go/idem/internal/settest"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -70,6 +71,25 @@ func publish(t testing.TB, js jetstream.JetStream, subject, id, data string) {
 	if _, err := js.PublishMsg(context.Background(), msg); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// setRecorder is a set handler writing all its messages' effects with one
+// multi-row INSERT, and counting how often each key reached it.
+type setRecorder struct {
+	*settest.Recorder[jetstream.Msg]
+	handle func(context.Context, *sql.Tx, []jetstream.Msg) error
+}
+
+func newSetRecorder(*effects) *setRecorder {
+	id := func(m jetstream.Msg) string { return m.Headers().Get(jetstream.MsgIDHeader) }
+	r := settest.New(id)
+	return &setRecorder{r, r.Handler("INSERT INTO effects (key, data)", func(m jetstream.Msg) []any { return []any{id(m), string(m.Data())} })}
+}
+
+// applyAfter is a handler that applies a message's effect once before(m)
+// returns nil, and fails with its error otherwise.
+func (e *effects) applyAfter(before func(jetstream.Msg) error) idemnats.Handler {
+	return consumetest.ApplyAfter(e.apply, before)
 }
 
 func start(c *idemnats.Consumer) *consumetest.Runner { return consumetest.Start(c.Run) }

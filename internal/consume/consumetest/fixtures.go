@@ -124,3 +124,28 @@ func WantAllAppliedOnce[M any](tb testing.TB, e *Effects, ev *Events[M], keys []
 		tb.Errorf("%d dead-lettered, want 0", ev.Count(idem.DeadLettered))
 	}
 }
+
+// ApplyAfter is a handler that runs before(m) and, when it returns nil,
+// apply: a test handler that fails where before says.
+func ApplyAfter[M any](apply func(context.Context, *sql.Tx, M) error, before func(M) error) func(context.Context, *sql.Tx, M) error {
+	return func(ctx context.Context, tx *sql.Tx, m M) error {
+		if err := before(m); err != nil {
+			return err
+		}
+		return apply(ctx, tx, m)
+	}
+}
+
+// PoisonOrMalformed is the failure of the dead-letter tests' handler for
+// the message id: "poison" always fails (retried, then dead-lettered at the
+// last attempt), "malformed" fails permanently (dead-lettered at once), the
+// others succeed.
+func PoisonOrMalformed(id string) error {
+	switch id {
+	case "poison":
+		return errors.New("cannot parse amount")
+	case "malformed":
+		return idem.Permanent(errors.New("schema v9 unknown"))
+	}
+	return nil
+}
