@@ -95,17 +95,12 @@ func TestPoisonDeadLettered(t *testing.T) {
 		return consumetest.PoisonOrMalformed(d.MessageId)
 	})
 	var ev events
-	c, err := idemamqp.NewConsumer(conn, tp.queue, e.In, handler, idemamqp.WithMaxAttempts(3),
-		idemamqp.WithDeadLetter(tp.dlx, ""), idemamqp.WithObserver(ev.Observe))
-	if err != nil {
-		t.Fatal(err)
-	}
 	publishN(t, conn, tp.queue, "good-1", "poison", "malformed")
 	if err := tp.ch.PublishWithContext(context.Background(), "", tp.queue, false, false, amqp.Publishing{Body: []byte("no id")}); err != nil {
 		t.Fatal(err)
 	}
 	publishN(t, conn, tp.queue, "good-2")
-	r := start(c)
+	r := startDLQ(t, conn, tp, e, handler, 3, &ev)
 	waitFor(t, 20*time.Second, "three dead letters", func() bool { return ev.Count(idem.DeadLettered) == 3 })
 	if err := r.Stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v", err)
@@ -247,13 +242,8 @@ func TestSetHandlerPoisonFallback(t *testing.T) {
 	set.Fail = poison.Fail
 	each := poison.Handler(e.apply)
 	var ev events
-	c, err := idemamqp.NewConsumer(conn, tp.queue, e.In, each, idemamqp.WithSetHandler(set.handle), idemamqp.WithMaxAttempts(3),
-		idemamqp.WithDeadLetter(tp.dlx, ""), idemamqp.WithObserver(ev.Observe), idemamqp.WithLinger(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
 	publishN(t, conn, tp.queue, consumetest.PoisonIDs...)
-	r := start(c)
+	r := startDLQ(t, conn, tp, e, each, 3, &ev, idemamqp.WithSetHandler(set.handle), idemamqp.WithLinger(100*time.Millisecond))
 	waitFor(t, 20*time.Second, "the dead letter", func() bool { return ev.Count(idem.DeadLettered) == 1 })
 	if err := r.Stop(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v", err)
@@ -286,12 +276,7 @@ func TestSetHandlerNoFallback(t *testing.T) {
 	ids := consumetest.Keys(6)
 	publishN(t, conn, tp.queue, ids...)
 	var ev events
-	c, err := idemamqp.NewConsumer(conn, tp.queue, e.In, nil, idemamqp.WithSetHandler(set.handle), idemamqp.WithMaxAttempts(2),
-		idemamqp.WithDeadLetter(tp.dlx, ""), idemamqp.WithObserver(ev.Observe), idemamqp.WithLinger(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := start(c)
+	r := startDLQ(t, conn, tp, e, nil, 2, &ev, idemamqp.WithSetHandler(set.handle), idemamqp.WithLinger(100*time.Millisecond))
 	waitFor(t, 20*time.Second, "three rounds of redeliveries", func() bool { return ev.Count(idem.Retried) >= 3*len(ids) })
 	consumetest.WantNothingApplied(t, e.Effects, &ev, func(x idemamqp.Event) {
 		if x.Msg.Headers[idemamqp.HeaderAttempts] != nil {

@@ -115,6 +115,18 @@ func newPublisher(t testing.TB, conn *amqp.Connection) *idemamqp.Publisher {
 	return p
 }
 
+// startDLQ starts a Consumer of tp's queue that dead-letters to tp's
+// exchange at the given attempt, reporting to ev.
+func startDLQ(t testing.TB, conn *amqp.Connection, tp *topology, e *effects, h idemamqp.Handler, attempts int, ev *events, opts ...idemamqp.Option) *consumetest.Runner {
+	t.Helper()
+	c, err := idemamqp.NewConsumer(conn, tp.queue, e.In, h, append([]idemamqp.Option{idemamqp.WithMaxAttempts(attempts),
+		idemamqp.WithDeadLetter(tp.dlx, ""), idemamqp.WithObserver(ev.Observe)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return start(c)
+}
+
 func start(c *idemamqp.Consumer) *consumetest.Runner { return consumetest.Start(c.Run) }
 
 var waitFor = consumetest.WaitFor

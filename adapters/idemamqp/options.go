@@ -86,6 +86,10 @@ func WithSetHandler(f SetHandler) Option {
 	return shared(consume.WithSetHandler(consume.SetHandler[amqp.Delivery](f)))
 }
 
+// WithBatchSize sets the most deliveries one inbox transaction commits
+// (default 100, at most the prefetch).
+func WithBatchSize(n int) Option { return shared(consume.WithBatchSize[amqp.Delivery](n)) }
+
 // WithDeadLetter publishes deliveries that cannot be applied to exchange
 // with routingKey (publisher-confirmed), with x-idem-* headers saying why,
 // and then acks them. Without it they are rejected without requeue
@@ -96,15 +100,18 @@ func WithDeadLetter(exchange, routingKey string) Option {
 	return consume.Check("idemamqp", true, func(c *config) { c.dlxExchange, c.dlxKey, c.dlxSet = exchange, routingKey, true }, "")
 }
 
-// WithBatchSize sets the most deliveries one inbox transaction commits
-// (default 100, at most the prefetch).
-func WithBatchSize(n int) Option { return shared(consume.WithBatchSize[amqp.Delivery](n)) }
-
 // WithMaxAttempts sets the attempt (counted in the x-idem-attempts header,
 // see the package doc) at which a delivery whose handler still fails is
 // dead-lettered with [idem.ReasonMaxAttempts] instead of retried (default
 // 5).
 func WithMaxAttempts(n int) Option { return shared(consume.WithMaxAttempts[amqp.Delivery](n)) }
+
+// WithTransient makes a Publisher send non-persistent messages (delivery
+// mode 1) unless the Publishing sets DeliveryMode; the default is
+// persistent (2), which survives a broker restart on a durable queue.
+func WithTransient() PublisherOption {
+	return consume.Check("idemamqp", true, func(c *publisherConfig) { c.persistent = false }, "")
+}
 
 // WithBackoff sets the pause after a failed transaction (the database, not
 // a message, at fault) before its deliveries are requeued: drawn between
@@ -115,14 +122,6 @@ func WithBackoff(min, max time.Duration) Option {
 	return shared(consume.WithBackoff[amqp.Delivery](min, max))
 }
 
-// WithObserver calls f once for every delivery the Consumer settles, from
-// Run's goroutine, after the ack, requeue or dead letter. f must not block.
-func WithObserver(f func(Event)) Option { return shared(consume.WithObserver(f)) }
-
-// WithLogger logs retries, dead letters and errors to l (default:
-// discarded).
-func WithLogger(l *slog.Logger) Option { return shared(consume.WithLogger[amqp.Delivery](l)) }
-
 // PublisherOption configures a [Publisher]; it is validated once, by
 // [NewPublisher].
 type PublisherOption func(*publisherConfig) error
@@ -131,12 +130,13 @@ type publisherConfig struct {
 	persistent bool
 }
 
-// WithTransient makes a Publisher send non-persistent messages (delivery
-// mode 1) unless the Publishing sets DeliveryMode; the default is
-// persistent (2), which survives a broker restart on a durable queue.
-func WithTransient() PublisherOption {
-	return consume.Check("idemamqp", true, func(c *publisherConfig) { c.persistent = false }, "")
-}
+// WithObserver calls f once for every delivery the Consumer settles, from
+// Run's goroutine, after the ack, requeue or dead letter. f must not block.
+func WithObserver(f func(Event)) Option { return shared(consume.WithObserver(f)) }
 
 // Event reports one settled delivery to [WithObserver].
 type Event = idem.DeliveryEvent[amqp.Delivery]
+
+// WithLogger logs retries, dead letters and errors to l (default:
+// discarded).
+func WithLogger(l *slog.Logger) Option { return shared(consume.WithLogger[amqp.Delivery](l)) }

@@ -87,18 +87,12 @@ func TestPoisonDeadLettered(t *testing.T) {
 		return consumetest.PoisonOrMalformed(id)
 	})
 	var ev events
-	c, err := idemnats.NewConsumer(cons, e.In, handler, idemnats.WithMaxAttempts(3),
-		idemnats.WithBackoff(10*time.Millisecond, 40*time.Millisecond),
-		idemnats.WithDeadLetter(js, "dlq.orders"), idemnats.WithObserver(ev.Observe), idemnats.WithMaxWait(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
 	publish(t, js, "orders.created", "good-1", "1")
 	publish(t, js, "orders.created", "poison", "x")
 	publish(t, js, "orders.created", "malformed", "y")
 	publish(t, js, "orders.created", "", "no id")
 	publish(t, js, "orders.created", "good-2", "2")
-	r := start(c)
+	r := startDLQ(t, js, cons, e, handler, 3, &ev)
 	waitFor(t, 20*time.Second, "three dead letters", func() bool { return ev.Count(idem.DeadLettered) == 3 })
 	waitFor(t, 5*time.Second, "acks", func() bool { return consumerInfo(t, js).NumAckPending == 0 })
 	if err := r.Stop(t); !errors.Is(err, context.Canceled) {
@@ -275,13 +269,7 @@ func TestSetHandlerPoisonFallback(t *testing.T) {
 		publish(t, js, "orders.created", id, id)
 	}
 	var ev events
-	c, err := idemnats.NewConsumer(cons, e.In, each, idemnats.WithSetHandler(set.handle),
-		idemnats.WithMaxAttempts(3), idemnats.WithBackoff(10*time.Millisecond, 40*time.Millisecond),
-		idemnats.WithDeadLetter(js, "dlq.orders"), idemnats.WithObserver(ev.Observe), idemnats.WithMaxWait(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := start(c)
+	r := startDLQ(t, js, cons, e, each, 3, &ev, idemnats.WithSetHandler(set.handle))
 	waitFor(t, 20*time.Second, "the dead letter", func() bool { return ev.Count(idem.DeadLettered) == 1 })
 	waitFor(t, 5*time.Second, "acks", func() bool { return consumerInfo(t, js).NumAckPending == 0 })
 	if err := r.Stop(t); !errors.Is(err, context.Canceled) {
@@ -313,13 +301,7 @@ func TestSetHandlerNoFallback(t *testing.T) {
 	set.Fail = broken.Fail
 	ids := publishAll(t, js, 6)
 	var ev events
-	c, err := idemnats.NewConsumer(cons, e.In, nil, idemnats.WithSetHandler(set.handle),
-		idemnats.WithMaxAttempts(2), idemnats.WithBackoff(10*time.Millisecond, 20*time.Millisecond),
-		idemnats.WithDeadLetter(js, "dlq.orders"), idemnats.WithObserver(ev.Observe), idemnats.WithMaxWait(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := start(c)
+	r := startDLQ(t, js, cons, e, nil, 2, &ev, idemnats.WithSetHandler(set.handle))
 	waitFor(t, 20*time.Second, "three rounds of redeliveries", func() bool { return ev.Count(idem.Retried) >= 3*len(ids) })
 	info := consumerInfo(t, js)
 	if info.AckFloor.Consumer != 0 {

@@ -92,6 +92,19 @@ func (e *effects) applyAfter(before func(jetstream.Msg) error) idemnats.Handler 
 	return consumetest.ApplyAfter(e.apply, before)
 }
 
+// startDLQ starts a Consumer that dead-letters to dlq.orders at the given
+// attempt, with short retry delays, reporting to ev.
+func startDLQ(t testing.TB, js jetstream.JetStream, cons jetstream.Consumer, e *effects, h idemnats.Handler, attempts int, ev *events, opts ...idemnats.Option) *consumetest.Runner {
+	t.Helper()
+	c, err := idemnats.NewConsumer(cons, e.In, h, append([]idemnats.Option{idemnats.WithMaxAttempts(attempts),
+		idemnats.WithBackoff(10*time.Millisecond, 40*time.Millisecond), idemnats.WithDeadLetter(js, "dlq.orders"),
+		idemnats.WithObserver(ev.Observe), idemnats.WithMaxWait(time.Second)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return start(c)
+}
+
 func start(c *idemnats.Consumer) *consumetest.Runner { return consumetest.Start(c.Run) }
 
 var waitFor = consumetest.WaitFor
