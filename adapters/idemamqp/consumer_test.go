@@ -59,9 +59,7 @@ func publishN(t testing.TB, conn *amqp.Connection, queue string, ids ...string) 
 // keys, acks them as duplicates, and the effects stay applied once.
 func TestCrashBetweenCommitAndAck(t *testing.T) {
 	t.Parallel()
-	admin := dial(t)
-	tp := newTopology(t, admin, nil)
-	e := newEffects(t)
+	admin, tp, e := newEnv(t)
 	ids := consumetest.Keys(5)
 	publishN(t, admin, tp.queue, ids...)
 	committed := crash(t, tp, e, e.apply, len(ids), idemamqp.WithBatchSize(len(ids)), idemamqp.WithLinger(200*time.Millisecond))
@@ -82,9 +80,7 @@ func TestCrashBetweenCommitAndAck(t *testing.T) {
 // delivery without a message-id are dead-lettered at once.
 func TestPoisonDeadLettered(t *testing.T) {
 	t.Parallel()
-	conn := dial(t)
-	tp := newTopology(t, conn, nil)
-	e := newEffects(t)
+	conn, tp, e := newEnv(t)
 	var mu sync.Mutex
 	seen := map[string]int{} // highest attempt the handler saw
 	handler := e.applyAfter(func(d amqp.Delivery) error {
@@ -209,9 +205,7 @@ func TestPublisherSetsMessageID(t *testing.T) {
 // once.
 func TestSetHandlerAppliesOnce(t *testing.T) {
 	t.Parallel()
-	admin := dial(t)
-	tp := newTopology(t, admin, nil)
-	e := newEffects(t)
+	admin, tp, e := newEnv(t)
 	set := newSetRecorder()
 	ids := consumetest.Keys(20)
 	publishN(t, admin, tp.queue, ids...)
@@ -234,9 +228,7 @@ func TestSetHandlerAppliesOnce(t *testing.T) {
 // the limit, while the others commit once and are acked.
 func TestSetHandlerPoisonFallback(t *testing.T) {
 	t.Parallel()
-	conn := dial(t)
-	tp := newTopology(t, conn, nil)
-	e := newEffects(t)
+	conn, tp, e := newEnv(t)
 	set := newSetRecorder()
 	poison := consumetest.NewPoison(messageID)
 	set.Fail = poison.Fail
@@ -267,9 +259,7 @@ func TestSetHandlerPoisonFallback(t *testing.T) {
 // limit. Once the handler works, each message is applied once.
 func TestSetHandlerNoFallback(t *testing.T) {
 	t.Parallel()
-	conn := dial(t)
-	tp := newTopology(t, conn, nil)
-	e := newEffects(t)
+	conn, tp, e := newEnv(t)
 	set := newSetRecorder()
 	broken := consumetest.NewBroken[amqp.Delivery]()
 	set.Fail = broken.Fail

@@ -26,6 +26,13 @@ func dial(t testing.TB) *amqp.Connection {
 	return conn
 }
 
+// newEnv dials the broker, declares a topology and opens an inbox.
+func newEnv(t testing.TB) (*amqp.Connection, *topology, *effects) {
+	t.Helper()
+	conn := dial(t)
+	return conn, newTopology(t, conn, nil), newEffects(t)
+}
+
 // topology is a work queue and a dead-letter exchange bound to a dlq
 // queue, all with unique names, deleted when t ends.
 type topology struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/consume"
@@ -205,25 +206,12 @@ func copyHeaders(h amqp.Table) amqp.Table {
 	return out
 }
 
-// attempts reads x-idem-attempts, whatever integer type it arrived as.
+// attempts reads x-idem-attempts, whatever integer type it arrived as
+// (0 when absent or not an integer).
 func attempts(h amqp.Table) int {
-	switch v := h[HeaderAttempts].(type) {
-	case int8:
-		return int(v)
-	case int16:
-		return int(v)
-	case int32:
-		return int(v)
-	case int64:
-		return int(v)
-	case int:
-		return v
-	case uint8:
-		return int(v)
-	case uint16:
-		return int(v)
-	case uint32:
-		return int(v)
+	n, err := strconv.Atoi(fmt.Sprint(h[HeaderAttempts]))
+	if err != nil || n < 0 {
+		return 0
 	}
-	return 0
+	return n
 }

@@ -22,10 +22,11 @@ import (
 )
 
 // wallet is what both examples share: an embedded JetStream server (in
-// production, your cluster) with a WALLET stream and a durable consumer of
-// it, and a SQLite database holding wallet 42 and the consumer's inbox.
+// production, your cluster) with a WALLET stream, a Publisher and a durable
+// consumer of it, and a SQLite database holding wallet 42 and the
+// consumer's inbox.
 type wallet struct {
-	js   jetstream.JetStream
+	pub  *idemnats.Publisher
 	cons jetstream.Consumer
 	db   *sql.DB
 	in   *inbox.Inbox
@@ -58,13 +59,17 @@ func newWallet(ctx context.Context) (*wallet, func()) {
 		}
 		os.RemoveAll(dir)
 	}
-	if w.js, err = jetstream.New(nc); err != nil {
+	js, err := jetstream.New(nc)
+	if err != nil {
 		log.Fatal(err)
 	}
-	if _, err := w.js.CreateStream(ctx, jetstream.StreamConfig{Name: "WALLET", Subjects: []string{"wallet.>"}}); err != nil {
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "WALLET", Subjects: []string{"wallet.>"}}); err != nil {
 		log.Fatal(err)
 	}
-	if w.cons, err = w.js.CreateOrUpdateConsumer(ctx, "WALLET", jetstream.ConsumerConfig{Durable: "wallet-service", MaxDeliver: -1}); err != nil {
+	if w.pub, err = idemnats.NewPublisher(js); err != nil {
+		log.Fatal(err)
+	}
+	if w.cons, err = js.CreateOrUpdateConsumer(ctx, "WALLET", jetstream.ConsumerConfig{Durable: "wallet-service", MaxDeliver: -1}); err != nil {
 		log.Fatal(err)
 	}
 	if w.db, err = sql.Open("sqlite", sqldialect.SQLiteDSN(filepath.Join(dir, "app.db"))); err != nil {
@@ -98,12 +103,8 @@ func Example() {
 	w, cleanup := newWallet(ctx)
 	defer cleanup()
 
-	pub, err := idemnats.NewPublisher(w.js)
-	if err != nil {
-		log.Fatal(err)
-	}
 	for range 2 { // the second send is a producer retry
-		r, err := pub.Publish(ctx, &nats.Msg{Subject: "wallet.credit", Data: []byte("50")}, "credit-7f3a")
+		r, err := w.pub.Publish(ctx, &nats.Msg{Subject: "wallet.credit", Data: []byte("50")}, "credit-7f3a")
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -140,12 +141,8 @@ func ExampleWithSetHandler() {
 	ctx := context.Background()
 	w, cleanup := newWallet(ctx)
 	defer cleanup()
-	pub, err := idemnats.NewPublisher(w.js)
-	if err != nil {
-		log.Fatal(err)
-	}
 	for id, amount := range map[string]string{"credit-1": "50", "credit-2": "25", "credit-3": "10"} {
-		if _, err := pub.Publish(ctx, &nats.Msg{Subject: "wallet.credit", Data: []byte(amount)}, id); err != nil {
+		if _, err := w.pub.Publish(ctx, &nats.Msg{Subject: "wallet.credit", Data: []byte(amount)}, id); err != nil {
 			log.Fatal(err)
 		}
 	}

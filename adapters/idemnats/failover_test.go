@@ -105,37 +105,30 @@ func TestLeaderKilled(t *testing.T) {
 		})
 	}
 
-	// The stream leader, a third of the way in.
-	waitFor(t, patience, "a third of the publishes", func() bool { return log.ackedCount() >= n/3 })
-	streamVictim := c.WaitLeader(t, patience, "stream", "", streamInfo)
-	consNow := c.WaitLeader(t, patience, "consumer", "", consInfo)
-	kill1 := time.Now()
-	streamVictim.Kill()
-	t.Logf("%.1fs: killed stream leader %s (consumer leader %s) with %d of %d published, %d applied",
-		kill1.Sub(begin).Seconds(), streamVictim.Name(), consNow.Name(), log.ackedCount(), n, log.appliedCount())
-	newLeader := c.WaitLeader(t, patience, "stream", streamVictim.Name(), streamInfo)
-	elect1 := time.Since(kill1)
-	t.Logf("stream leader %s elected %.1fs after the kill", newLeader.Name(), elect1.Seconds())
-	if err := streamVictim.Start(); err != nil {
-		t.Fatal(err)
+	// kill SIGKILLs the leader of what (info) once at of the n messages are
+	// published, waits for another leader to be elected, and restarts it.
+	kill := func(what, other string, info, otherInfo natsenv.ClusterInfo, at int) (killed time.Time, elect time.Duration) {
+		waitFor(t, patience, fmt.Sprintf("%d of the publishes", at), func() bool { return log.ackedCount() >= at })
+		victim := c.WaitLeader(t, patience, what, "", info)
+		now := c.WaitLeader(t, patience, other, "", otherInfo)
+		killed = time.Now()
+		victim.Kill()
+		t.Logf("%.1fs: killed %s leader %s (%s leader %s) with %d of %d published, %d applied",
+			killed.Sub(begin).Seconds(), what, victim.Name(), other, now.Name(), log.ackedCount(), n, log.appliedCount())
+		elected := c.WaitLeader(t, patience, what, victim.Name(), info)
+		elect = time.Since(killed)
+		t.Logf("%s leader %s elected %.1fs after the kill", what, elected.Name(), elect.Seconds())
+		if err := victim.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return killed, elect
 	}
+	// The stream leader, a third of the way in; the consumer leader, two
+	// thirds of the way in.
+	kill1, elect1 := kill("stream", "consumer", streamInfo, consInfo, n/3)
 	natsenv.WaitCurrent(t, patience, "stream after restart", streamInfo)
 	natsenv.WaitCurrent(t, patience, "consumer after restart", consInfo)
-
-	// The consumer leader, two thirds of the way in.
-	waitFor(t, patience, "two thirds of the publishes", func() bool { return log.ackedCount() >= 2*n/3 })
-	consVictim := c.WaitLeader(t, patience, "consumer", "", consInfo)
-	streamNow := c.WaitLeader(t, patience, "stream", "", streamInfo)
-	kill2 := time.Now()
-	consVictim.Kill()
-	t.Logf("%.1fs: killed consumer leader %s (stream leader %s) with %d of %d published, %d applied",
-		kill2.Sub(begin).Seconds(), consVictim.Name(), streamNow.Name(), log.ackedCount(), n, log.appliedCount())
-	newCons := c.WaitLeader(t, patience, "consumer", consVictim.Name(), consInfo)
-	elect2 := time.Since(kill2)
-	t.Logf("consumer leader %s elected %.1fs after the kill", newCons.Name(), elect2.Seconds())
-	if err := consVictim.Start(); err != nil {
-		t.Fatal(err)
-	}
+	kill2, elect2 := kill("consumer", "stream", consInfo, streamInfo, 2*n/3)
 
 	pubs.Wait()
 	close(pubErr)

@@ -60,6 +60,20 @@ func (e *effectCounter) count(t *testing.T) int {
 	return n
 }
 
+// newMiddleware is a Middleware over a fresh memstore.
+func newMiddleware(t *testing.T, opts ...idemwatermill.Option) *idemwatermill.Middleware {
+	t.Helper()
+	s, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := idemwatermill.NewMiddleware(s, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 type variant struct {
 	name string
 	// mw builds the middleware under test; eff is prepared for it.
@@ -105,15 +119,7 @@ var variants = []variant{
 	{
 		name: "idem-keystore",
 		mw: func(t *testing.T, _ *effectCounter) message.HandlerMiddleware {
-			s, err := memstore.New()
-			if err != nil {
-				t.Fatal(err)
-			}
-			m, err := idemwatermill.NewMiddleware(s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return m.Middleware
+			return newMiddleware(t).Middleware
 		},
 		want: 1,
 	},
@@ -201,15 +207,7 @@ func TestConcurrentDuplicates(t *testing.T) {
 			eff := &effectCounter{}
 			var mw message.HandlerMiddleware
 			if v.name == "idem-keystore" {
-				s, err := memstore.New()
-				if err != nil {
-					t.Fatal(err)
-				}
-				m, err := idemwatermill.NewMiddleware(s, idemwatermill.WithKeystoreOptions(keystore.WithWait(time.Millisecond, 10*time.Millisecond)))
-				if err != nil {
-					t.Fatal(err)
-				}
-				mw = m.Middleware
+				mw = newMiddleware(t, idemwatermill.WithKeystoreOptions(keystore.WithWait(time.Millisecond, 10*time.Millisecond))).Middleware
 			} else {
 				mw = v.mw(t, eff)
 			}
@@ -245,14 +243,7 @@ func TestConcurrentDuplicates(t *testing.T) {
 // nothing.
 func TestReplayProducedMessages(t *testing.T) {
 	t.Parallel()
-	s, err := memstore.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := idemwatermill.NewMiddleware(s, idemwatermill.WithKeyMetadata("order_id"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := newMiddleware(t, idemwatermill.WithKeyMetadata("order_id"))
 	var runs int
 	h := m.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		runs++

@@ -10,7 +10,6 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemwatermill"
-	"github.com/idem-go/idem/keystore/memstore"
 )
 
 // Both middlewares follow the rules every adapter shares: the outcome of
@@ -21,15 +20,7 @@ func TestOutcomes(t *testing.T) {
 	t.Parallel()
 	build := map[string]func(*testing.T, *effectCounter, ...idemwatermill.Option) message.HandlerMiddleware{
 		"keystore": func(t *testing.T, _ *effectCounter, opts ...idemwatermill.Option) message.HandlerMiddleware {
-			s, err := memstore.New()
-			if err != nil {
-				t.Fatal(err)
-			}
-			m, err := idemwatermill.NewMiddleware(s, opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return m.Middleware
+			return newMiddleware(t, opts...).Middleware
 		},
 		"inbox": func(t *testing.T, eff *effectCounter, opts ...idemwatermill.Option) message.HandlerMiddleware {
 			m, err := idemwatermill.NewInboxMiddleware(newInbox(t, eff), opts...)
