@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/option"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -76,13 +77,8 @@ func New(db Beginner, d sqldialect.Dialect, consumer string, opts ...Option) (*I
 		return nil, fmt.Errorf("inbox: consumer name: %w: %w", err, idem.ErrInvalidOption)
 	}
 	cfg := defaultConfig()
-	for _, o := range opts {
-		if o == nil {
-			return nil, invalid("nil option")
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	if err := option.Apply("inbox", &cfg, opts); err != nil {
+		return nil, err
 	}
 	if err := d.ValidateIdentifier(cfg.table); err != nil {
 		return nil, invalid("table: %v", err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/option"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -69,7 +70,7 @@ func New(d sqldialect.Dialect, opts ...Option) (*Outbox, error) {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}
 	cfg := config{table: "idem_outbox"}
-	if err := applyOptions(&cfg, opts); err != nil {
+	if err := option.Apply("outbox", &cfg, opts); err != nil {
 		return nil, err
 	}
 	if err := d.ValidateIdentifier(cfg.table); err != nil {
@@ -79,19 +80,6 @@ func New(d sqldialect.Dialect, opts ...Option) (*Outbox, error) {
 		return nil, fmt.Errorf("outbox: MySQL is not supported yet (PostgreSQL, SQLite): %w", idem.ErrInvalidOption)
 	}
 	return &Outbox{d: d, table: cfg.table, q: buildQueries(d, cfg.table)}, nil
-}
-
-// applyOptions runs opts on c; a nil option is an error.
-func applyOptions[C any, O ~func(*C) error](c *C, opts []O) error {
-	for _, opt := range opts {
-		if opt == nil {
-			return fmt.Errorf("outbox: nil option: %w", idem.ErrInvalidOption)
-		}
-		if err := opt(c); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // SchemaSQL returns the statements that create the table, for migration

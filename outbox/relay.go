@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/option"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -98,7 +99,7 @@ func NewRelay(db *sql.DB, o *Outbox, p Publisher, opts ...RelayOption) (*Relay, 
 		return nil, fmt.Errorf("outbox: NewRelay needs a database, an outbox and a publisher: %w", idem.ErrInvalidOption)
 	}
 	r := &Relay{db: db, o: o, p: p, relayConfig: relayConfig{batch: 100, poll: 200 * time.Millisecond, logger: slog.New(slog.DiscardHandler)}}
-	if err := applyOptions(&r.relayConfig, opts); err != nil {
+	if err := option.Apply("outbox", &r.relayConfig, opts); err != nil {
 		return nil, err
 	}
 	return r, nil

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/option"
 )
 
 // DefaultIdleExpiry is how long a (producer, partition) may stay silent
@@ -54,13 +55,6 @@ func WithTable(name string) Option {
 
 func newConfig(opts []Option) (config, error) {
 	c := config{idle: DefaultIdleExpiry, table: DefaultTable}
-	for _, o := range opts {
-		if o == nil {
-			return c, fmt.Errorf("sequence: nil Option: %w", idem.ErrInvalidOption)
-		}
-		if err := o(&c); err != nil {
-			return c, err
-		}
-	}
-	return c, nil
+	err := option.Apply("sequence", &c, opts)
+	return c, err
 }

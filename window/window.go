@@ -11,6 +11,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/compact"
+	"github.com/idem-go/idem/internal/option"
 )
 
 var (
@@ -90,13 +91,8 @@ func New(w time.Duration, opts ...Option) (*Dedup, error) {
 		return nil, fmt.Errorf("window: window %v must be positive: %w", w, idem.ErrInvalidOption)
 	}
 	var c config
-	for _, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("window: nil Option: %w", idem.ErrInvalidOption)
-		}
-		if err := o(&c); err != nil {
-			return nil, err
-		}
+	if err := option.Apply("window", &c, opts); err != nil {
+		return nil, err
 	}
 	d := &Dedup{w: int64(w), max: c.max, nextSeq: 1, set: compact.NewSet()}
 	k := compact.NewKey()

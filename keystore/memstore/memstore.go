@@ -11,6 +11,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/compact"
+	"github.com/idem-go/idem/internal/option"
 	"github.com/idem-go/idem/keystore"
 )
 
@@ -164,13 +165,8 @@ func (e *entry) result() []byte { return []byte(e.data[e.fpLen:]) }
 // on each insert, when the store is full, and by [Store.Sweep].
 func New(opts ...Option) (*Store, error) {
 	cfg := config{maxKeys: DefaultMaxKeys, maxResult: keystore.DefaultMaxResultSize, clock: time.Now}
-	for _, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("memstore: nil option: %w", idem.ErrInvalidOption)
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	if err := option.Apply("memstore", &cfg, opts); err != nil {
+		return nil, err
 	}
 	c := &core{seed: maphash.MakeSeed(), fpKey: compact.NewKey(), clock: cfg.clock, mono: !cfg.clockSet, maxKeys: int64(cfg.maxKeys), maxResult: cfg.maxResult}
 	c.base = c.clock()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -12,21 +11,13 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/memstore"
 	"github.com/idem-go/idem/keystore/storetest"
 )
 
-func TestMain(m *testing.M) {
-	code := testenv.Main(m)
-	// The store starts no goroutine.
-	if err := goleak.Find(); code == 0 && err != nil {
-		fmt.Fprintln(os.Stderr, "goleak:", err)
-		code = 1
-	}
-	os.Exit(code)
-}
+// The store starts no goroutine: none may be left when the tests end.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) keystore.Store {

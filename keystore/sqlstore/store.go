@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/option"
 	"github.com/idem-go/idem/internal/retry"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/sqldialect"
@@ -90,13 +91,8 @@ func New(db *sql.DB, d sqldialect.Dialect, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("sqlstore: nil *sql.DB: %w", idem.ErrInvalidOption)
 	}
 	cfg := config{table: DefaultTable, scope: keystore.DefaultScope, maxResult: keystore.DefaultMaxResultSize}
-	for _, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("sqlstore: nil option: %w", idem.ErrInvalidOption)
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	if err := option.Apply("sqlstore", &cfg, opts); err != nil {
+		return nil, err
 	}
 	if err := keystore.ValidateScope(cfg.scope); err != nil {
 		return nil, fmt.Errorf("sqlstore: %w: %w", err, idem.ErrInvalidOption)

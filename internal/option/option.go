@@ -1,0 +1,25 @@
+// Package option applies a package's functional options the one way idem's
+// constructors do: in order, once, in New, with a nil option refused.
+// Every option has the shape func(*config) error; its error wraps
+// idem.ErrInvalidOption and names its package.
+package option
+
+import (
+	"fmt"
+
+	"github.com/idem-go/idem"
+)
+
+// Apply runs opts over cfg in order and returns the first error. A nil
+// option is an error wrapping idem.ErrInvalidOption, prefixed with pkg.
+func Apply[C any, O ~func(*C) error](pkg string, cfg *C, opts []O) error {
+	for _, o := range opts {
+		if o == nil {
+			return fmt.Errorf("%s: nil option: %w", pkg, idem.ErrInvalidOption)
+		}
+		if err := o(cfg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
