@@ -93,8 +93,13 @@ var ErrNotFound = errors.New("keystore: key not found")
 
 // ValidateList checks and normalises opts for [Inspector.List]: a state of
 // 0, InProgress or Done, and a limit in [0, MaxListLimit] (0 becomes
-// [DefaultListLimit]). The error wraps idem.ErrInvalidArgument.
-func ValidateList(opts ListOptions) (ListOptions, error) {
+// [DefaultListLimit]); the error wraps idem.ErrInvalidArgument. A ctx that
+// has ended is refused too, with its error, so that no store starts a
+// listing it cannot finish.
+func ValidateList(ctx context.Context, opts ListOptions) (ListOptions, error) {
+	if err := ctx.Err(); err != nil {
+		return opts, fmt.Errorf("keystore: list: %w", err)
+	}
 	switch opts.State {
 	case 0, InProgress, Done:
 	default:

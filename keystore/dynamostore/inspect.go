@@ -89,12 +89,9 @@ func (s *Store) Inspect(ctx context.Context, key string) (keystore.KeyInfo, erro
 // read. The client must implement [Scanner] (*dynamodb.Client does); if it
 // does not, List fails with errors.ErrUnsupported.
 func (s *Store) List(ctx context.Context, opts keystore.ListOptions) ([]keystore.KeyInfo, string, error) {
-	opts, err := keystore.ValidateList(opts)
+	opts, err := keystore.ValidateList(ctx, opts)
 	if err != nil {
 		return nil, "", err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, "", fmt.Errorf("dynamostore: list: %w", err)
 	}
 	sc, ok := s.api.(Scanner)
 	if !ok {

@@ -109,12 +109,9 @@ func (s *Store) scopeSubjects(ctx context.Context) ([]string, error) {
 // key of the page. The cursor is the last key returned. A page may hold
 // fewer keys than the limit when some are delete markers or expired.
 func (s *Store) List(ctx context.Context, opts keystore.ListOptions) ([]keystore.KeyInfo, string, error) {
-	opts, err := keystore.ValidateList(opts)
+	opts, err := keystore.ValidateList(ctx, opts)
 	if err != nil {
 		return nil, "", err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, "", fmt.Errorf("natsstore: list: %w", err)
 	}
 	dctx, cancel := keystore.Detach(ctx)
 	defer cancel()

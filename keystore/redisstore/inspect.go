@@ -145,12 +145,9 @@ func globEscape(p string) string {
 // keyspace of each node, matching the scope's pattern: on a large Redis,
 // list sparingly.
 func (s *Store) List(ctx context.Context, opts keystore.ListOptions) ([]keystore.KeyInfo, string, error) {
-	opts, err := keystore.ValidateList(opts)
+	opts, err := keystore.ValidateList(ctx, opts)
 	if err != nil {
 		return nil, "", err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, "", fmt.Errorf("redisstore: list: %w", err)
 	}
 	bucket, cursor, skip, err := s.parseCursor(opts.After)
 	if err != nil {

@@ -121,12 +121,9 @@ func (s *Store) Inspect(ctx context.Context, key string) (keystore.KeyInfo, erro
 // List implements [keystore.Inspector]: one SELECT in key order (the primary
 // key's), after opts.After; the cursor is the last key returned.
 func (s *Store) List(ctx context.Context, opts keystore.ListOptions) ([]keystore.KeyInfo, string, error) {
-	opts, err := keystore.ValidateList(opts)
+	opts, err := keystore.ValidateList(ctx, opts)
 	if err != nil {
 		return nil, "", err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, "", fmt.Errorf("sqlstore: list: %w", err)
 	}
 	sqlState := 0 // the state column's value, 0: any
 	switch opts.State {

@@ -65,9 +65,9 @@ func testCancelMidCall(t *testing.T, s keystore.Store, _ config) {
 					continue
 				}
 				if i%2 == 0 {
-					checkCancelledComplete(bg, s, c, report, &stats.Mutex, &stats.completeErr)
+					checkCancelled(bg, s, c, true, report, &stats.Mutex, &stats.completeErr)
 				} else {
-					checkCancelledRelease(bg, s, c, report, &stats.Mutex, &stats.releaseErr)
+					checkCancelled(bg, s, c, false, report, &stats.Mutex, &stats.releaseErr)
 				}
 			}
 		})
@@ -83,42 +83,33 @@ func testCancelMidCall(t *testing.T, s keystore.Store, _ config) {
 	}
 }
 
-func checkCancelledComplete(bg context.Context, s keystore.Store, c keystore.Claim, report func(string, ...any), mu *sync.Mutex, n *int) {
-	err := s.Complete(cancelSoon(bg), c, []byte("r"), long)
-	r, rerr := s.Reserve(bg, c.Key, nil, long)
-	switch {
-	case rerr != nil:
-		report("Reserve(%q) after a cancelled Complete: %v", c.Key, rerr)
-	case err == nil && (r.State != keystore.Done || string(r.Result) != "r"):
-		report("Complete(%q) returned nil, yet the key is %+v", c.Key, r)
-	case err != nil && r.State != keystore.InProgress:
-		report("Complete(%q) failed with %v, yet the key is %v: the error was not the whole truth", c.Key, err, r.State)
-	case err != nil:
-		mu.Lock()
-		*n++
-		mu.Unlock()
-		if rerr := s.Release(bg, c); rerr != nil {
-			report("Release(%q) after a failed Complete: %v", c.Key, rerr)
-		}
+// checkCancelled runs Complete (complete) or Release of c under a context
+// cancelled at a random moment, and checks that its answer was true: nil
+// means the key is done (Complete) or free (Release); an error means the key
+// is still in progress under c, which then releases it. n counts the errors.
+func checkCancelled(bg context.Context, s keystore.Store, c keystore.Claim, complete bool, report func(string, ...any), mu *sync.Mutex, n *int) {
+	op, did := "Release", func(r keystore.Claim) bool { return r.State == keystore.Acquired }
+	var err error
+	if complete {
+		op, did = "Complete", func(r keystore.Claim) bool { return r.State == keystore.Done && string(r.Result) == "r" }
+		err = s.Complete(cancelSoon(bg), c, []byte("r"), long)
+	} else {
+		err = s.Release(cancelSoon(bg), c)
 	}
-}
-
-func checkCancelledRelease(bg context.Context, s keystore.Store, c keystore.Claim, report func(string, ...any), mu *sync.Mutex, n *int) {
-	err := s.Release(cancelSoon(bg), c)
 	r, rerr := s.Reserve(bg, c.Key, nil, long)
 	switch {
 	case rerr != nil:
-		report("Reserve(%q) after a cancelled Release: %v", c.Key, rerr)
-	case err == nil && r.State != keystore.Acquired:
-		report("Release(%q) returned nil, yet the key is %v", c.Key, r.State)
+		report("Reserve(%q) after a cancelled %s: %v", c.Key, op, rerr)
+	case err == nil && !did(r):
+		report("%s(%q) returned nil, yet the key is %+v", op, c.Key, r)
 	case err != nil && r.State != keystore.InProgress:
-		report("Release(%q) failed with %v, yet the key is %v: the error was not the whole truth", c.Key, err, r.State)
+		report("%s(%q) failed with %v, yet the key is %v: the error was not the whole truth", op, c.Key, err, r.State)
 	case err != nil:
 		mu.Lock()
 		*n++
 		mu.Unlock()
 		if rerr := s.Release(bg, c); rerr != nil {
-			report("second Release(%q) after a failed one: %v", c.Key, rerr)
+			report("Release(%q) after a failed %s: %v", c.Key, op, rerr)
 		}
 	}
 	if errors.Is(rerr, context.Canceled) {

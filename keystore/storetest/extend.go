@@ -77,8 +77,7 @@ func testExtend(t *testing.T, s keystore.Store, cfg config) {
 		_, err := ext.Extend(ctx, c, unit)
 		noErr(t, "Extend", err)
 		time.Sleep(unit * 5 / 2)
-		next := reserve(t, s, key, nil, long)
-		wantState(t, next, keystore.Acquired)
+		wantState(t, reserve(t, s, key, nil, long), keystore.Acquired)
 	})
 	t.Run("StaleTokenChangesNothing", func(t *testing.T) {
 		t.Parallel()
@@ -116,8 +115,7 @@ func testExtend(t *testing.T, s keystore.Store, cfg config) {
 		noErr(t, "Release", s.Release(ctx, c))
 		_, err = ext.Extend(ctx, c, long)
 		wantErr(t, "Extend after Release", err, keystore.ErrLeaseLost)
-		next := reserve(t, s, key, nil, long)
-		wantState(t, next, keystore.Acquired)
+		wantState(t, reserve(t, s, key, nil, long), keystore.Acquired)
 	})
 	t.Run("BadInput", func(t *testing.T) {
 		t.Parallel()

@@ -17,9 +17,8 @@ import (
 // page with filters), the fenced release of an operator by key and token,
 // and [keystore.Forgetter].
 func testInspect(t *testing.T, s keystore.Store, cfg config) {
-	in, ok := keystore.As[keystore.Inspector](s)
+	in, ok := optional[keystore.Inspector](t, s, "operators cannot list or inspect its keys")
 	if !ok {
-		t.Logf("%T does not implement keystore.Inspector (or wraps a store that does not): operators cannot list or inspect its keys", s)
 		return
 	}
 	ctx := testCtx(t)
@@ -146,9 +145,8 @@ func testInspect(t *testing.T, s keystore.Store, cfg config) {
 }
 
 func testForget(t *testing.T, s keystore.Store, prefix string) {
-	f, ok := keystore.As[keystore.Forgetter](s)
+	f, ok := optional[keystore.Forgetter](t, s, "operators cannot forget its keys")
 	if !ok {
-		t.Logf("%T does not implement keystore.Forgetter", s)
 		return
 	}
 	ctx := testCtx(t)
@@ -165,4 +163,14 @@ func testForget(t *testing.T, s keystore.Store, prefix string) {
 		t.Fatalf("token %d after Forget, want above %d", next.Token, c.Token)
 	}
 	wantErr(t, "Forget of an empty key", f.Forget(context.Background(), ""), idem.ErrInvalidKey)
+}
+
+// optional returns s as the optional interface T (see keystore.As), and
+// logs what its users lose when s does not implement it.
+func optional[T any](t *testing.T, s keystore.Store, without string) (T, bool) {
+	v, ok := keystore.As[T](s)
+	if !ok {
+		t.Logf("%T does not implement %T (or wraps a store that does not): %s", s, (*T)(nil), without)
+	}
+	return v, ok
 }

@@ -51,13 +51,9 @@ func (s *RefStore) FailExtend(err error) {
 
 // Reserve implements [keystore.Store.Reserve].
 func (s *RefStore) Reserve(ctx context.Context, key string, fp []byte, lease time.Duration) (keystore.Claim, error) {
-	if err := keystore.ValidateReserve(key, fp, lease); err != nil {
+	if err := s.enter(ctx, "reserve", keystore.ValidateReserve(key, fp, lease)); err != nil {
 		return keystore.Claim{}, err
 	}
-	if err := ctx.Err(); err != nil {
-		return keystore.Claim{}, fmt.Errorf("storetest: reserve: %w", err)
-	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
 	e := s.keys[key]
@@ -87,13 +83,9 @@ func (s *RefStore) held(op string, c keystore.Claim) (*refEntry, error) {
 
 // Complete implements [keystore.Store.Complete].
 func (s *RefStore) Complete(ctx context.Context, c keystore.Claim, result []byte, ttl time.Duration) error {
-	if err := keystore.ValidateComplete(c, result, ttl, keystore.DefaultMaxResultSize); err != nil {
+	if err := s.enter(ctx, "complete", keystore.ValidateComplete(c, result, ttl, keystore.DefaultMaxResultSize)); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("storetest: complete: %w", err)
-	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e := s.keys[c.Key]; e != nil && e.done && e.token == c.Token {
 		return nil // completing again keeps the first result
@@ -108,13 +100,9 @@ func (s *RefStore) Complete(ctx context.Context, c keystore.Claim, result []byte
 
 // Release implements [keystore.Store.Release].
 func (s *RefStore) Release(ctx context.Context, c keystore.Claim) error {
-	if err := keystore.ValidateRelease(c); err != nil {
+	if err := s.enter(ctx, "release", keystore.ValidateRelease(c)); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("storetest: release: %w", err)
-	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, err := s.held("release", c); err != nil {
 		return err
@@ -125,14 +113,10 @@ func (s *RefStore) Release(ctx context.Context, c keystore.Claim) error {
 
 // Extend implements [keystore.Extender].
 func (s *RefStore) Extend(ctx context.Context, c keystore.Claim, lease time.Duration) (keystore.Claim, error) {
-	if err := keystore.ValidateExtend(c, lease); err != nil {
+	if err := s.enter(ctx, "extend", keystore.ValidateExtend(c, lease)); err != nil {
 		return keystore.Claim{}, err
 	}
-	if err := ctx.Err(); err != nil {
-		return keystore.Claim{}, fmt.Errorf("storetest: extend: %w", err)
-	}
 	s.Extends.Add(1)
-	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fail != nil {
 		return keystore.Claim{}, fmt.Errorf("storetest: extend: %w", s.fail)
@@ -144,4 +128,17 @@ func (s *RefStore) Extend(ctx context.Context, c keystore.Claim, lease time.Dura
 	e.exp = time.Now().Add(keystore.CapDuration(lease))
 	c.Expires = e.exp
 	return c, nil
+}
+
+// enter returns invalid (the call's argument check), or ctx's error, or
+// locks the store: every call's first step. On an error nothing is locked.
+func (s *RefStore) enter(ctx context.Context, op string, invalid error) error {
+	if invalid != nil {
+		return invalid
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("storetest: %s: %w", op, err)
+	}
+	s.mu.Lock()
+	return nil
 }

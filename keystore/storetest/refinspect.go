@@ -28,13 +28,9 @@ func nowBefore(e *refEntry) bool { return time.Now().Before(e.exp) }
 
 // Inspect implements [keystore.Inspector].
 func (s *RefStore) Inspect(ctx context.Context, key string) (keystore.KeyInfo, error) {
-	if err := keystore.ValidateInspect(key); err != nil {
+	if err := s.enter(ctx, "inspect", keystore.ValidateInspect(key)); err != nil {
 		return keystore.KeyInfo{}, err
 	}
-	if err := ctx.Err(); err != nil {
-		return keystore.KeyInfo{}, fmt.Errorf("storetest: inspect: %w", err)
-	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.keys[key]
 	if e == nil || e.done && !nowBefore(e) {
@@ -49,12 +45,9 @@ func (s *RefStore) Inspect(ctx context.Context, key string) (keystore.KeyInfo, e
 
 // List implements [keystore.Inspector], in key order.
 func (s *RefStore) List(ctx context.Context, opts keystore.ListOptions) ([]keystore.KeyInfo, string, error) {
-	opts, err := keystore.ValidateList(opts)
+	opts, err := keystore.ValidateList(ctx, opts)
 	if err != nil {
 		return nil, "", err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, "", fmt.Errorf("storetest: list: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -88,13 +81,9 @@ func (s *RefStore) List(ctx context.Context, opts keystore.ListOptions) ([]keyst
 
 // Forget implements [keystore.Forgetter].
 func (s *RefStore) Forget(ctx context.Context, key string) error {
-	if err := keystore.ValidateInspect(key); err != nil {
+	if err := s.enter(ctx, "forget", keystore.ValidateInspect(key)); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("storetest: forget: %w", err)
-	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.keys[key]
 	switch {

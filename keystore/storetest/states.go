@@ -68,11 +68,7 @@ func testRelease(t *testing.T, s keystore.Store, _ config) {
 	}
 	wantErr(t, "Release with the released claim", s.Release(ctx, c1), keystore.ErrLeaseLost)
 	wantErr(t, "Complete with the released claim", s.Complete(ctx, c1, []byte("x"), long), keystore.ErrLeaseLost)
-	wantState(t, reserve(t, s, key, nil, long), keystore.InProgress)
-	noErr(t, "Complete", s.Complete(ctx, c2, []byte("two"), long))
-	if r := reserve(t, s, key, nil, long); string(r.Result) != "two" {
-		t.Fatalf("result %q, want %q", r.Result, "two")
-	}
+	completeHeld(t, s, c2, "two")
 }
 
 func testStaleToken(t *testing.T, s keystore.Store, _ config) {
@@ -93,11 +89,7 @@ func testStaleToken(t *testing.T, s keystore.Store, _ config) {
 	wantState(t, reserve(t, s, other.Key, nil, long), keystore.Acquired)
 
 	// Nothing was written: the real holder still completes.
-	wantState(t, reserve(t, s, key, nil, long), keystore.InProgress)
-	noErr(t, "Complete by the holder", s.Complete(ctx, c, []byte("ok"), long))
-	if r := reserve(t, s, key, nil, long); string(r.Result) != "ok" {
-		t.Fatalf("result %q, want %q", r.Result, "ok")
-	}
+	completeHeld(t, s, c, "ok")
 }
 
 // testTakeover is the "holder stops between its effect and Complete" case:
@@ -335,5 +327,16 @@ func testClose(t *testing.T, s keystore.Store, _ config) {
 	if sw, ok := s.(keystore.Sweeper); ok {
 		_, err = sw.Sweep(ctx, 10)
 		wantErr(t, "Sweep after Close", err, idem.ErrClosed)
+	}
+}
+
+// completeHeld checks that c's key is in progress, completes c with result
+// and checks that the key then answers that result.
+func completeHeld(t *testing.T, s keystore.Store, c keystore.Claim, result string) {
+	t.Helper()
+	wantState(t, reserve(t, s, c.Key, nil, long), keystore.InProgress)
+	noErr(t, "Complete by the holder", s.Complete(testCtx(t), c, []byte(result), long))
+	if r := reserve(t, s, c.Key, nil, long); r.State != keystore.Done || string(r.Result) != result {
+		t.Fatalf("after Complete: %+v, want done with %q", r, result)
 	}
 }
