@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/dbtest"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/sqldialect"
@@ -19,13 +20,7 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
-var dbs = []struct {
-	d    sqldialect.Dialect
-	open func(testing.TB) *sql.DB
-}{
-	{sqldialect.SQLite, testenv.SQLite},
-	{sqldialect.Postgres, testenv.Postgres},
-}
+var dbs = []dbtest.DB{dbtest.SQLite, dbtest.Postgres}
 
 // broker records every publication, in order, and can fail a batch after
 // "sending" it, as a relay that dies between publish and mark would.
@@ -63,8 +58,8 @@ func setup(t *testing.T, d sqldialect.Dialect, open func(testing.TB) *sql.DB) (*
 
 func TestAddCommitsWithTheBusinessTransaction(t *testing.T) {
 	for _, c := range dbs {
-		t.Run(c.d.String(), func(t *testing.T) {
-			db, o := setup(t, c.d, c.open)
+		t.Run(c.D.String(), func(t *testing.T) {
+			db, o := setup(t, c.D, c.Open)
 			ctx := context.Background()
 			for _, commit := range []bool{false, true} {
 				tx, _ := db.BeginTx(ctx, nil)
@@ -104,8 +99,8 @@ func TestAddCommitsWithTheBusinessTransaction(t *testing.T) {
 // exactly once.
 func TestRelaysCrashOrderAndDedup(t *testing.T) {
 	for _, c := range dbs {
-		t.Run(c.d.String(), func(t *testing.T) {
-			db, o := setup(t, c.d, c.open)
+		t.Run(c.D.String(), func(t *testing.T) {
+			db, o := setup(t, c.D, c.Open)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			b := &broker{failRate: 0.25, rng: rand.New(rand.NewPCG(1, 2))}
@@ -214,8 +209,8 @@ func TestRelaysCrashOrderAndDedup(t *testing.T) {
 
 func TestSweep(t *testing.T) {
 	for _, c := range dbs {
-		t.Run(c.d.String(), func(t *testing.T) {
-			db, o := setup(t, c.d, c.open)
+		t.Run(c.D.String(), func(t *testing.T) {
+			db, o := setup(t, c.D, c.Open)
 			ctx := context.Background()
 			tx, _ := db.BeginTx(ctx, nil)
 			for i := 0; i < 10; i++ {
@@ -229,7 +224,7 @@ func TestSweep(t *testing.T) {
 				t.Fatal(err)
 			}
 			back := "UPDATE idem_outbox SET sent_at = sent_at - 3600000 WHERE sent_at IS NOT NULL"
-			if c.d == sqldialect.Postgres {
+			if c.D == sqldialect.Postgres {
 				back = "UPDATE idem_outbox SET sent_at = sent_at - interval '1 hour' WHERE sent_at IS NOT NULL"
 			}
 			if _, err := db.Exec(back); err != nil {
@@ -315,10 +310,10 @@ func ids(ms []outbox.Message) []string {
 // and a handler that fails after writing both leaves neither.
 func TestConsumeTransformProduce(t *testing.T) {
 	for _, c := range dbs {
-		t.Run(c.d.String(), func(t *testing.T) {
-			db, o := setup(t, c.d, c.open)
+		t.Run(c.D.String(), func(t *testing.T) {
+			db, o := setup(t, c.D, c.Open)
 			ctx := context.Background()
-			in, _ := inbox.New(db, c.d, "stock")
+			in, _ := inbox.New(db, c.D, "stock")
 			if err := in.Migrate(ctx); err != nil {
 				t.Fatal(err)
 			}

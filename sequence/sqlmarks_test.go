@@ -14,6 +14,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/dbtest"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/sequence"
 	"github.com/idem-go/idem/sqldialect"
@@ -21,28 +22,16 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
-var sqlDialects = []struct {
-	name string
-	d    sqldialect.Dialect
-	open func(testing.TB) *sql.DB
-}{
-	{"sqlite", sqldialect.SQLite, testenv.SQLite},
-	{"postgres", sqldialect.Postgres, testenv.Postgres},
-	{"mysql", sqldialect.MySQL, testenv.MySQL},
-	// Under clientFoundRows=true a found, unchanged mark counts 1 affected
-	// row, like an insert: duplicates must still be duplicates (issue 13
-	// case 11).
-	{"mysql-clientFoundRows", sqldialect.MySQL, func(t testing.TB) *sql.DB { return testenv.MySQLWith(t, "clientFoundRows=true") }},
-}
+var sqlDialects = dbtest.All
 
 // forEachDialect runs f on a fresh database of every dialect, with the
 // marks table and an effects table created.
 func forEachDialect(t *testing.T, f func(t *testing.T, d sqldialect.Dialect, db *sql.DB)) {
 	for _, sd := range sqlDialects {
-		t.Run(sd.name, func(t *testing.T) {
+		t.Run(sd.Name, func(t *testing.T) {
 			t.Parallel()
-			db := sd.open(t)
-			m, err := sequence.NewSQLMarks(sd.d, "setup")
+			db := sd.Open(t)
+			m, err := sequence.NewSQLMarks(sd.D, "setup")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -55,7 +44,7 @@ func forEachDialect(t *testing.T, f func(t *testing.T, d sqldialect.Dialect, db 
 			if _, err := db.ExecContext(ctx, "CREATE TABLE effects (consumer VARCHAR(64) NOT NULL, producer_id BIGINT NOT NULL, seq INTEGER NOT NULL)"); err != nil {
 				t.Fatal(err)
 			}
-			f(t, sd.d, db)
+			f(t, sd.D, db)
 		})
 	}
 }

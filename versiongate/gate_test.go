@@ -11,6 +11,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/dbtest"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/sqldialect"
 	"github.com/idem-go/idem/versiongate"
@@ -18,19 +19,7 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
-var dbs = []struct {
-	name string
-	d    sqldialect.Dialect
-	open func(testing.TB) *sql.DB
-}{
-	{"sqlite", sqldialect.SQLite, testenv.SQLite},
-	{"postgres", sqldialect.Postgres, testenv.Postgres},
-	{"mysql", sqldialect.MySQL, testenv.MySQL},
-	// Under clientFoundRows=true the driver reports a found, unchanged row
-	// as 1 affected row, like an insert: a stale upsert must still report
-	// applied=false (issue 13 case 11).
-	{"mysql-clientFoundRows", sqldialect.MySQL, func(t testing.TB) *sql.DB { return testenv.MySQLWith(t, "clientFoundRows=true") }},
-}
+var dbs = dbtest.All
 
 var productView = versiongate.Table{Name: "product_view", ID: "id", Version: "version", Columns: []string{"price", "name"}}
 
@@ -57,8 +46,8 @@ func read(t *testing.T, db *sql.DB, d sqldialect.Dialect, id string) (version, p
 
 func TestGate(t *testing.T) {
 	for _, b := range dbs {
-		t.Run(b.name, func(t *testing.T) {
-			db, g := setup(t, b.d, b.open)
+		t.Run(b.Name, func(t *testing.T) {
+			db, g := setup(t, b.D, b.Open)
 			ctx := context.Background()
 			steps := []struct {
 				op      string
@@ -90,7 +79,7 @@ func TestGate(t *testing.T) {
 					t.Fatalf("step %d %s v%d: applied=%v err=%v, want %v", i, s.op, s.version, applied, err, s.applied)
 				}
 				if s.wantV > 0 {
-					if v, p := read(t, db, b.d, "p-1"); v != s.wantV || p != s.wantP {
+					if v, p := read(t, db, b.D, "p-1"); v != s.wantV || p != s.wantP {
 						t.Fatalf("step %d: stored v%d price %d, want v%d price %d", i, v, p, s.wantV, s.wantP)
 					}
 				}
@@ -103,8 +92,8 @@ func TestGate(t *testing.T) {
 // carries its own value, whatever the arrival order.
 func TestGateConcurrentOutOfOrder(t *testing.T) {
 	for _, b := range dbs {
-		t.Run(b.name, func(t *testing.T) {
-			db, g := setup(t, b.d, b.open)
+		t.Run(b.Name, func(t *testing.T) {
+			db, g := setup(t, b.D, b.Open)
 			db.SetMaxOpenConns(8)
 			versions := rand.Perm(60)
 			var wg sync.WaitGroup
@@ -120,7 +109,7 @@ func TestGateConcurrentOutOfOrder(t *testing.T) {
 						var err error
 						for attempt := 0; attempt < 20; attempt++ {
 							applied, err = g.Upsert(context.Background(), db, "p-1", v, v*100, "pen")
-							if err == nil || !b.d.Retryable(err) {
+							if err == nil || !b.D.Retryable(err) {
 								break
 							}
 						}
@@ -137,7 +126,7 @@ func TestGateConcurrentOutOfOrder(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			if v, p := read(t, db, b.d, "p-1"); v != 60 || p != 6000 {
+			if v, p := read(t, db, b.D, "p-1"); v != 60 || p != 6000 {
 				t.Fatalf("stored v%d price %d, want v60 price 6000", v, p)
 			}
 			if appliedCount < 1 || appliedCount > 60 {
@@ -233,16 +222,16 @@ func TestMemory(t *testing.T) {
 // still be right, with and without clientFoundRows.
 func TestGateMySQLAutoIncrement(t *testing.T) {
 	for _, b := range dbs {
-		if b.d != sqldialect.MySQL {
+		if b.D != sqldialect.MySQL {
 			continue
 		}
-		t.Run(b.name, func(t *testing.T) {
-			db := b.open(t)
+		t.Run(b.Name, func(t *testing.T) {
+			db := b.Open(t)
 			db.SetMaxOpenConns(1) // one session: LAST_INSERT_ID() carries over between calls
 			if _, err := db.Exec("CREATE TABLE counted (seq BIGINT AUTO_INCREMENT PRIMARY KEY, id VARCHAR(64) NOT NULL UNIQUE, version BIGINT NOT NULL, price BIGINT NOT NULL)"); err != nil {
 				t.Fatal(err)
 			}
-			g, err := versiongate.New(b.d, versiongate.Table{Name: "counted", ID: "id", Version: "version", Columns: []string{"price"}})
+			g, err := versiongate.New(b.D, versiongate.Table{Name: "counted", ID: "id", Version: "version", Columns: []string{"price"}})
 			if err != nil {
 				t.Fatal(err)
 			}

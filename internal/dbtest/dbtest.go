@@ -1,0 +1,34 @@
+// Package dbtest names the databases that idem's SQL tests run on, each
+// opened fresh per test by internal/testenv, so that every package tests
+// the same dialects and driver settings.
+package dbtest
+
+import (
+	"database/sql"
+	"testing"
+
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/sqldialect"
+)
+
+// DB is one database a test runs on.
+type DB struct {
+	Name string
+	D    sqldialect.Dialect
+	Open func(testing.TB) *sql.DB
+}
+
+// The databases. MySQLFoundRows is MariaDB under the driver's
+// clientFoundRows=true, which reports a found, unchanged row as 1 affected
+// row, like an insert: a statement that decides by the affected-row count
+// must still tell the two apart (issue 13 case 11).
+var (
+	SQLite         = DB{"sqlite", sqldialect.SQLite, testenv.SQLite}
+	Postgres       = DB{"postgres", sqldialect.Postgres, testenv.Postgres}
+	MySQL          = DB{"mysql", sqldialect.MySQL, testenv.MySQL}
+	MySQLFoundRows = DB{"mysql-clientFoundRows", sqldialect.MySQL, func(t testing.TB) *sql.DB { return testenv.MySQLWith(t, "clientFoundRows=true") }}
+)
+
+// All is every dialect, with each driver setting that changes what a
+// statement reports.
+var All = []DB{SQLite, Postgres, MySQL, MySQLFoundRows}
