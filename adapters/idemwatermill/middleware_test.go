@@ -19,10 +19,8 @@ import (
 	"github.com/idem-go/idem/adapters/idemwatermill"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/consume/consumetest"
-	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/memstore"
-	"github.com/idem-go/idem/sqldialect"
 )
 
 func TestMain(m *testing.M) {
@@ -41,8 +39,7 @@ type effectCounter struct {
 
 func (e *effectCounter) apply(msg *message.Message) error {
 	if tx, ok := idemwatermill.Tx(msg.Context()); ok {
-		_, err := tx.ExecContext(msg.Context(), `INSERT INTO effects (id) VALUES (?)`, msg.UUID)
-		return err
+		return (&consumetest.Effects{}).Apply(msg.Context(), tx, msg.UUID, "")
 	}
 	e.n.Add(1)
 	return nil
@@ -85,19 +82,9 @@ type variant struct {
 
 func newInbox(t *testing.T, eff *effectCounter) *inbox.Inbox {
 	t.Helper()
-	db := testenv.SQLite(t)
-	if _, err := db.Exec(`CREATE TABLE effects (id TEXT NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	in, err := inbox.New(db, sqldialect.SQLite, "orders-handler")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := in.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	eff.db = db
-	return in
+	e := consumetest.NewEffects(t)
+	eff.db = e.DB
+	return e.In
 }
 
 var variants = []variant{

@@ -2,7 +2,6 @@ package membench_test
 
 import (
 	"context"
-	"encoding/hex"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 
+	"github.com/idem-go/idem/internal/uuidtext"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/memstore"
 )
@@ -34,17 +34,7 @@ func uuidKey(i uint64) string {
 	for j := range 8 {
 		raw[j], raw[8+j] = byte(x>>(8*j)), byte(y>>(8*j))
 	}
-	var b [36]byte
-	hex.Encode(b[0:8], raw[0:4])
-	b[8] = '-'
-	hex.Encode(b[9:13], raw[4:6])
-	b[13] = '-'
-	hex.Encode(b[14:18], raw[6:8])
-	b[18] = '-'
-	hex.Encode(b[19:23], raw[8:10])
-	b[23] = '-'
-	hex.Encode(b[24:], raw[10:])
-	return string(b[:])
+	return uuidtext.Format(raw)
 }
 
 // dedup is one implementation under benchmark: record key as processed.
