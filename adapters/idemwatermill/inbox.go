@@ -3,11 +3,9 @@ package idemwatermill
 import (
 	"context"
 	"database/sql"
-	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/consume"
 )
@@ -34,15 +32,12 @@ type InboxMiddleware struct {
 // NewInboxMiddleware returns an InboxMiddleware over in (whose consumer name
 // scopes the keys). WithKeystoreOptions does not apply to it.
 func NewInboxMiddleware(in *inbox.Inbox, opts ...Option) (*InboxMiddleware, error) {
-	if in == nil {
-		return nil, fmt.Errorf("idemwatermill: nil inbox: %w", idem.ErrInvalidOption)
+	cfg, err := newConfig(in != nil, "inbox", opts)
+	if err == nil && len(cfg.doOpts) > 0 {
+		err = cfg.Invalid("WithKeystoreOptions applies to the keystore Middleware only")
 	}
-	cfg, err := applyOptions(opts)
 	if err != nil {
 		return nil, err
-	}
-	if len(cfg.doOpts) > 0 {
-		return nil, cfg.Invalid("WithKeystoreOptions applies to the keystore Middleware only")
 	}
 	return &InboxMiddleware{in: in, cfg: cfg}, nil
 }

@@ -30,8 +30,13 @@ type config struct {
 	doOpts []keystore.Option
 }
 
-func applyOptions(opts []Option) (config, error) {
+// newConfig checks a constructor's required argument (present, else the
+// error names what is missing) and applies its options.
+func newConfig(present bool, missing string, opts []Option) (config, error) {
 	c := config{Config: consume.Defaults[*message.Message]("idemwatermill", uuidKey)}
+	if !present {
+		return c, c.Invalid("nil %s", missing)
+	}
 	err := consume.Apply("idemwatermill", &c, opts)
 	return c, err
 }
@@ -135,10 +140,7 @@ type Middleware struct {
 // NewMiddleware returns a Middleware over s. Scope s (keystore.Scope) by
 // handler or consumer: a key is one operation of one handler.
 func NewMiddleware(s keystore.Store, opts ...Option) (*Middleware, error) {
-	if s == nil {
-		return nil, fmt.Errorf("idemwatermill: nil store: %w", idem.ErrInvalidOption)
-	}
-	cfg, err := applyOptions(opts)
+	cfg, err := newConfig(s != nil, "store", opts)
 	if err != nil {
 		return nil, err
 	}
