@@ -210,12 +210,9 @@ func (in *Inbox) runBatch(ctx context.Context, msgs []Message, set SetHandler, f
 
 // batchFast records all keys with multi-row inserts and applies the new ones.
 func (in *Inbox) batchFast(ctx context.Context, msgs []Message, set SetHandler, fn BatchHandler) ([]Result, error) {
-	if err := in.prepare(ctx); err != nil {
-		return nil, err
-	}
-	tx, err := in.db.BeginTx(ctx, nil)
+	tx, err := in.begin(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("inbox: begin: %w", err)
+		return nil, err
 	}
 	defer tx.Rollback()
 
@@ -399,12 +396,9 @@ func (in *Inbox) batchSlowSet(ctx context.Context, msgs []Message, set SetHandle
 // batchSlow runs each message inside its own savepoint: the key insert and
 // the effect roll back together when the handler fails.
 func (in *Inbox) batchSlow(ctx context.Context, msgs []Message, fn BatchHandler) ([]Result, error) {
-	if err := in.prepare(ctx); err != nil {
-		return nil, err
-	}
-	tx, err := in.db.BeginTx(ctx, nil)
+	tx, err := in.begin(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("inbox: begin: %w", err)
+		return nil, err
 	}
 	defer tx.Rollback()
 	results := make([]Result, len(msgs))

@@ -13,9 +13,7 @@ import (
 )
 
 func TestProcessBatch(t *testing.T) {
-	forEach(t, func(t *testing.T, b backend) {
-		e := setup(t, b)
-		ctx := context.Background()
+	forEachEnv(t, func(t *testing.T, e *env, ctx context.Context) {
 		boom := errors.New("bad message")
 		msgs := make([]inbox.Message, 10)
 		for i := range msgs {
@@ -77,9 +75,7 @@ func TestProcessBatch(t *testing.T) {
 }
 
 func TestProcessBatchDuplicatesWithinAndAcross(t *testing.T) {
-	forEach(t, func(t *testing.T, b backend) {
-		e := setup(t, b)
-		ctx := context.Background()
+	forEachEnv(t, func(t *testing.T, e *env, ctx context.Context) {
 		if _, err := e.in.Process(ctx, "old", e.credit(1, 1)); err != nil {
 			t.Fatal(err)
 		}
@@ -109,9 +105,7 @@ func TestProcessBatchDuplicatesWithinAndAcross(t *testing.T) {
 }
 
 func TestProcessBatchFirstOccurrenceFails(t *testing.T) {
-	forEach(t, func(t *testing.T, b backend) {
-		e := setup(t, b)
-		ctx := context.Background()
+	forEachEnv(t, func(t *testing.T, e *env, ctx context.Context) {
 		msgs := []inbox.Message{{Key: "a", Value: "fails"}, {Key: "a", Value: "ok"}}
 		res, err := e.in.ProcessBatch(ctx, msgs, func(ctx context.Context, tx *sql.Tx, m inbox.Message) error {
 			if m.Value == "fails" {
@@ -153,9 +147,7 @@ func TestProcessBatchLarge(t *testing.T) {
 }
 
 func TestProcessBatchSet(t *testing.T) {
-	forEach(t, func(t *testing.T, b backend) {
-		e := setup(t, b)
-		ctx := context.Background()
+	forEachEnv(t, func(t *testing.T, e *env, ctx context.Context) {
 		var calls int
 		var seen []string
 		// One statement for the whole batch: the sum of the fresh amounts.
@@ -226,9 +218,7 @@ func TestProcessBatchSet(t *testing.T) {
 }
 
 func TestProcessBatchSetFailure(t *testing.T) {
-	forEach(t, func(t *testing.T, b backend) {
-		e := setup(t, b)
-		ctx := context.Background()
+	forEachEnv(t, func(t *testing.T, e *env, ctx context.Context) {
 		boom := errors.New("bad message")
 		msgs := make([]inbox.Message, 6)
 		for i := range msgs {

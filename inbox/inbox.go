@@ -155,16 +155,22 @@ func (in *Inbox) createSchema(ctx context.Context) error {
 				schema = in.rowsSchema // an earlier release's table: keep its layout
 			}
 		}
-		for _, s := range schema {
-			if _, err := tx.ExecContext(ctx, s); err != nil {
-				return fmt.Errorf("inbox: migrate: %w", err)
-			}
-		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("inbox: migrate: commit: %w", err)
-		}
-		return nil
+		return execCommit(ctx, tx, "migrate", schema)
 	})
+}
+
+// execCommit runs stmts in tx and commits it; what names the step in
+// errors.
+func execCommit(ctx context.Context, tx *sql.Tx, what string, stmts []string) error {
+	for _, s := range stmts {
+		if _, err := tx.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("inbox: %s: %w", what, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("inbox: %s: commit: %w", what, err)
+	}
+	return nil
 }
 
 // Process applies fn at most once for key. It begins a transaction, records
@@ -225,13 +231,23 @@ func (in *Inbox) checkMessage(m Message) error {
 	return nil
 }
 
-func (in *Inbox) processOnce(ctx context.Context, m Message, fn Handler) (bool, error) {
+// begin prepares the Inbox's statements and table state if it must, then
+// begins a transaction.
+func (in *Inbox) begin(ctx context.Context) (*sql.Tx, error) {
 	if err := in.prepare(ctx); err != nil {
-		return false, err
+		return nil, err
 	}
 	tx, err := in.db.BeginTx(ctx, nil)
 	if err != nil {
-		return false, fmt.Errorf("inbox: begin: %w", err)
+		return nil, fmt.Errorf("inbox: begin: %w", err)
+	}
+	return tx, nil
+}
+
+func (in *Inbox) processOnce(ctx context.Context, m Message, fn Handler) (bool, error) {
+	tx, err := in.begin(ctx)
+	if err != nil {
+		return false, err
 	}
 	defer tx.Rollback() // no-op after Commit
 	inserted, err := in.insertOne(ctx, tx, m)

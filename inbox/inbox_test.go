@@ -164,10 +164,14 @@ func forEach(t *testing.T, f func(t *testing.T, b backend)) {
 	}
 }
 
+// forEachEnv runs f on a fresh env of every backend, with the default
+// options.
+func forEachEnv(t *testing.T, f func(t *testing.T, e *env, ctx context.Context)) {
+	forEach(t, func(t *testing.T, b backend) { f(t, setup(t, b), context.Background()) })
+}
+
 func TestProcessAppliesOnce(t *testing.T) {
-	forEach(t, func(t *testing.T, b backend) {
-		e := setup(t, b)
-		ctx := context.Background()
+	forEachEnv(t, func(t *testing.T, e *env, ctx context.Context) {
 		for i, want := range []bool{true, false, false} {
 			applied, err := e.in.Process(ctx, "evt-1", e.credit(1, 50))
 			if err != nil || applied != want {
@@ -185,9 +189,7 @@ func TestProcessAppliesOnce(t *testing.T) {
 }
 
 func TestHandlerErrorRecordsNothing(t *testing.T) {
-	forEach(t, func(t *testing.T, b backend) {
-		e := setup(t, b)
-		ctx := context.Background()
+	forEachEnv(t, func(t *testing.T, e *env, ctx context.Context) {
 		boom := errors.New("payment service said no")
 		failing := func(ctx context.Context, tx *sql.Tx) error {
 			if err := e.credit(1, 50)(ctx, tx); err != nil { // effect written, then failure
@@ -295,9 +297,7 @@ func TestConnectionDiesUnderHandler(t *testing.T) {
 }
 
 func TestFingerprintMismatch(t *testing.T) {
-	forEach(t, func(t *testing.T, b backend) {
-		e := setup(t, b)
-		ctx := context.Background()
+	forEachEnv(t, func(t *testing.T, e *env, ctx context.Context) {
 		m := inbox.Message{Key: "evt-1", Fingerprint: []byte("sha256:aaaa")}
 		if ok, err := e.in.ProcessMessage(ctx, m, e.credit(1, 50)); !ok || err != nil {
 			t.Fatalf("first: %v %v", ok, err)

@@ -133,15 +133,7 @@ func (in *Inbox) MigrateLayout(ctx context.Context) error {
 				`CREATE TRIGGER `+fz+` BEFORE INSERT ON `+t+` BEGIN SELECT RAISE(ABORT, 'inbox: table `+t+` was migrated to the bucketed layout: upgrade idem'); END`,
 				`INSERT INTO `+metaTableName(t)+` (name, value) VALUES ('migrated_us', CAST(`+dbNowUS(in.dialect)+` AS TEXT))`)
 		}
-		for _, s := range stmts {
-			if _, err := tx.ExecContext(ctx, s); err != nil {
-				return fmt.Errorf("inbox: migrate layout: %w", err)
-			}
-		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("inbox: migrate layout: commit: %w", err)
-		}
-		return nil
+		return execCommit(ctx, tx, "migrate layout", stmts)
 	})
 	if err != nil {
 		return err
