@@ -115,10 +115,14 @@ func ValidateList(ctx context.Context, opts ListOptions) (ListOptions, error) {
 }
 
 // ValidateInspect checks the key passed to Inspect or Forget (see
-// idem.ValidateKey; the error wraps idem.ErrInvalidKey).
-func ValidateInspect(key string) error {
+// idem.ValidateKey; the error wraps idem.ErrInvalidKey), and refuses a ctx
+// that has ended, with its error, before any I/O.
+func ValidateInspect(ctx context.Context, key string) error {
 	if err := idem.ValidateKey(key); err != nil {
 		return fmt.Errorf("keystore: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("keystore: key %q: %w", key, err)
 	}
 	return nil
 }

@@ -56,11 +56,8 @@ func (s *Store) info(key string, it item, withResult bool) (keystore.KeyInfo, bo
 // Inspect implements [keystore.Inspector] with one strongly consistent
 // GetItem. Expires is by the writer's clock, as every expiry in this store.
 func (s *Store) Inspect(ctx context.Context, key string) (keystore.KeyInfo, error) {
-	if err := keystore.ValidateInspect(key); err != nil {
+	if err := keystore.ValidateInspect(ctx, key); err != nil {
 		return keystore.KeyInfo{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return keystore.KeyInfo{}, fmt.Errorf("dynamostore: inspect: %w", err)
 	}
 	dctx, cancel := keystore.Detach(ctx)
 	defer cancel()
@@ -151,11 +148,8 @@ func (s *Store) List(ctx context.Context, opts keystore.ListOptions) ([]keystore
 // a done key is marked released, keeping its token (as Release does), so
 // that the next Reserve runs the effect again with a higher token.
 func (s *Store) Forget(ctx context.Context, key string) error {
-	if err := keystore.ValidateInspect(key); err != nil {
+	if err := keystore.ValidateInspect(ctx, key); err != nil {
 		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("dynamostore: forget: %w", err)
 	}
 	dctx, cancel := keystore.Detach(ctx)
 	defer cancel()

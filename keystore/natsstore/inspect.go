@@ -44,11 +44,8 @@ func info(key string, st stored, withResult bool) (keystore.KeyInfo, bool) {
 // latest message from the stream leader. Expires is by the server's clock
 // (the message's timestamp plus the lease or TTL).
 func (s *Store) Inspect(ctx context.Context, key string) (keystore.KeyInfo, error) {
-	if err := keystore.ValidateInspect(key); err != nil {
+	if err := keystore.ValidateInspect(ctx, key); err != nil {
 		return keystore.KeyInfo{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return keystore.KeyInfo{}, fmt.Errorf("natsstore: inspect: %w", err)
 	}
 	dctx, cancel := keystore.Detach(ctx)
 	defer cancel()
@@ -148,11 +145,8 @@ func (s *Store) List(ctx context.Context, opts keystore.ListOptions) ([]keystore
 // Forget implements [keystore.Forgetter]: a read, then a delete marker
 // fenced on the done key's revision.
 func (s *Store) Forget(ctx context.Context, key string) error {
-	if err := keystore.ValidateInspect(key); err != nil {
+	if err := keystore.ValidateInspect(ctx, key); err != nil {
 		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("natsstore: forget: %w", err)
 	}
 	dctx, cancel := keystore.Detach(ctx)
 	defer cancel()

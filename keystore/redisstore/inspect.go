@@ -91,11 +91,8 @@ func parseInfo(key, v string) (keystore.KeyInfo, bool, error) {
 // token of a done key is the one that completed it. A lapsed lease stays
 // visible for its grace (the lease again, at least a minute).
 func (s *Store) Inspect(ctx context.Context, key string) (keystore.KeyInfo, error) {
-	if err := keystore.ValidateInspect(key); err != nil {
+	if err := keystore.ValidateInspect(ctx, key); err != nil {
 		return keystore.KeyInfo{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return keystore.KeyInfo{}, fmt.Errorf("redisstore: inspect: %w", err)
 	}
 	rkey := s.RedisKey(key)
 	cmd, err := eval(ctx, s, rkey, redis.NewStringSliceCmd, inspectScript, 1, rkey, "1")
@@ -259,11 +256,8 @@ func (s *Store) inspectAll(ctx context.Context, tag string, names []string) ([]k
 
 // Forget implements [keystore.Forgetter] with one script.
 func (s *Store) Forget(ctx context.Context, key string) error {
-	if err := keystore.ValidateInspect(key); err != nil {
+	if err := keystore.ValidateInspect(ctx, key); err != nil {
 		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("redisstore: forget: %w", err)
 	}
 	rkey := s.RedisKey(key)
 	cmd, err := eval(ctx, s, rkey, redis.NewIntCmd, forgetScript, 1, rkey)

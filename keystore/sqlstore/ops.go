@@ -80,11 +80,8 @@ func info(key string, state int16, token int64, fp []byte, size int, expires int
 
 // Inspect implements [keystore.Inspector] with one SELECT.
 func (s *Store) Inspect(ctx context.Context, key string) (keystore.KeyInfo, error) {
-	if err := keystore.ValidateInspect(key); err != nil {
+	if err := keystore.ValidateInspect(ctx, key); err != nil {
 		return keystore.KeyInfo{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return keystore.KeyInfo{}, fmt.Errorf("sqlstore: inspect: %w", err)
 	}
 	dctx, cancel := keystore.Detach(ctx)
 	defer cancel()
@@ -175,7 +172,7 @@ func (s *Store) List(ctx context.Context, opts keystore.ListOptions) ([]keystore
 // unexpired row; tokens keep increasing (the sequence, or SQLite's counter
 // row, is not touched).
 func (s *Store) Forget(ctx context.Context, key string) error {
-	if err := keystore.ValidateInspect(key); err != nil {
+	if err := keystore.ValidateInspect(ctx, key); err != nil {
 		return err
 	}
 	var n int64

@@ -28,7 +28,7 @@ func nowBefore(e *refEntry) bool { return time.Now().Before(e.exp) }
 
 // Inspect implements [keystore.Inspector].
 func (s *RefStore) Inspect(ctx context.Context, key string) (keystore.KeyInfo, error) {
-	if err := s.enter(ctx, "inspect", keystore.ValidateInspect(key)); err != nil {
+	if err := s.enter(ctx, "inspect", keystore.ValidateInspect(ctx, key)); err != nil {
 		return keystore.KeyInfo{}, err
 	}
 	defer s.mu.Unlock()
@@ -81,7 +81,7 @@ func (s *RefStore) List(ctx context.Context, opts keystore.ListOptions) ([]keyst
 
 // Forget implements [keystore.Forgetter].
 func (s *RefStore) Forget(ctx context.Context, key string) error {
-	if err := s.enter(ctx, "forget", keystore.ValidateInspect(key)); err != nil {
+	if err := s.enter(ctx, "forget", keystore.ValidateInspect(ctx, key)); err != nil {
 		return err
 	}
 	defer s.mu.Unlock()
