@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/option"
 	"github.com/idem-go/idem/internal/retry"
 )
 
@@ -56,25 +57,13 @@ func WithTable(name string) Option {
 // horizon, including Sweeps by Inbox values built without this option. To
 // lower it, see [Inbox.LowerRedeliveryHorizon].
 func WithRedeliveryHorizon(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return invalid("redelivery horizon %v must be positive", d)
-		}
-		c.horizon = d
-		return nil
-	}
+	return option.Check("inbox", d > 0, func(c *config) { c.horizon = d }, "redelivery horizon %v must be positive", d)
 }
 
 // WithRetention sets how long keys are kept; [Inbox.SweepExpired] uses it.
 // It must be at least the redelivery horizon when one is set.
 func WithRetention(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return invalid("retention %v must be positive", d)
-		}
-		c.retention = d
-		return nil
-	}
+	return option.Check("inbox", d > 0, func(c *config) { c.retention = d }, "retention %v must be positive", d)
 }
 
 // WithRetry bounds the retries of a transaction that failed with a
@@ -82,13 +71,8 @@ func WithRetention(d time.Duration) Option {
 // attempts, with full-jitter exponential backoff between min and max.
 // n == 0 disables retries. Default: 10 attempts, 2 ms to 250 ms.
 func WithRetry(n int, min, max time.Duration) Option {
-	return func(c *config) error {
-		if n < 0 || min <= 0 || max < min {
-			return invalid("retry (%d, %v, %v): want n >= 0 and 0 < min <= max", n, min, max)
-		}
-		c.maxRetries, c.backoff = n, retry.Backoff{Min: min, Max: max}
-		return nil
-	}
+	set := func(c *config) { c.maxRetries, c.backoff = n, retry.Backoff{Min: min, Max: max} }
+	return option.Check("inbox", n >= 0 && min > 0 && max >= min, set, "retry (%d, %v, %v): want n >= 0 and 0 < min <= max", n, min, max)
 }
 
 // WithLayout chooses the layout of a table that Migrate creates (default:
@@ -96,13 +80,7 @@ func WithRetry(n int, min, max time.Duration) Option {
 // has only that one). An existing table keeps its layout whatever this
 // option says; [Inbox.MigrateLayout] moves a rows table to buckets.
 func WithLayout(l Layout) Option {
-	return func(c *config) error {
-		if l != LayoutBuckets && l != LayoutRows {
-			return invalid("unknown layout %v", l)
-		}
-		c.layout = l
-		return nil
-	}
+	return option.Check("inbox", l == LayoutBuckets || l == LayoutRows, func(c *config) { c.layout = l }, "unknown layout %v", l)
 }
 
 // WithBucketWidth sets the time span of one bucket table of a new table in
@@ -116,13 +94,7 @@ func WithLayout(l Layout) Option {
 // The width is stored with the table at creation; Inbox values opened later
 // use the stored one.
 func WithBucketWidth(d time.Duration) Option {
-	return func(c *config) error {
-		if d < time.Second || d%time.Second != 0 {
-			return invalid("bucket width %v must be whole seconds, at least 1s", d)
-		}
-		c.width = d
-		return nil
-	}
+	return option.Check("inbox", d >= time.Second && d%time.Second == 0, func(c *config) { c.width = d }, "bucket width %v must be whole seconds, at least 1s", d)
 }
 
 // WithKeyText keeps each key's text next to its digest in the bucketed
@@ -139,35 +111,17 @@ func WithKeyText() Option {
 // 200 million keys; 0 turns them off). Buckets beyond the budget are looked
 // up directly: slower with random keys, never less exact.
 func WithLookupFilterMemory(bytes int64) Option {
-	return func(c *config) error {
-		if bytes < 0 {
-			return invalid("lookup filter memory %d is negative", bytes)
-		}
-		c.filterBytes = bytes
-		return nil
-	}
+	return option.Check("inbox", bytes >= 0, func(c *config) { c.filterBytes = bytes }, "lookup filter memory %d is negative", bytes)
 }
 
 // WithLogger sets a logger for retries and sweeps (default: discard).
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return invalid("nil logger")
-		}
-		c.logger = l
-		return nil
-	}
+	return option.Check("inbox", l != nil, func(c *config) { c.logger = l }, "nil logger")
 }
 
 // WithHooks installs observation hooks (metrics, tracing).
 func WithHooks(h Hooks) Option {
-	return func(c *config) error {
-		if h == nil {
-			return invalid("nil hooks")
-		}
-		c.hooks = h
-		return nil
-	}
+	return option.Check("inbox", h != nil, func(c *config) { c.hooks = h }, "nil hooks")
 }
 
 // Hooks observes an Inbox without tying it to a metrics library. Methods are

@@ -22,11 +22,11 @@ const killEnv = "IDEM_KEYSTORE_KILL_CHILD"
 
 func openSQLite(t testing.TB, path string) *sqlitestore.Store {
 	s, err := sqlitestore.Open(path)
-	if err != nil {
-		t.Fatal(err)
+	if err == nil {
+		t.Cleanup(func() { s.Close() })
+		err = s.Migrate(context.Background())
 	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(context.Background()); err != nil {
+	if err != nil {
 		t.Fatal(err)
 	}
 	return s

@@ -43,13 +43,7 @@ type config struct {
 // still open, which would let their duplicates through. Without it the
 // number of live ids is bounded only by arrival rate × window.
 func WithMaxEntries(n int) Option {
-	return func(c *config) error {
-		if n <= 0 {
-			return fmt.Errorf("window: max entries %d must be positive: %w", n, idem.ErrInvalidOption)
-		}
-		c.max = n
-		return nil
-	}
+	return option.Check("window", n > 0, func(c *config) { c.max = n }, "max entries %d must be positive", n)
 }
 
 // Dedup remembers message ids for a fixed window after their first accept,

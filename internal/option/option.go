@@ -23,3 +23,17 @@ func Apply[C any, O ~func(*C) error](pkg string, cfg *C, opts []O) error {
 	}
 	return nil
 }
+
+// Check returns an option that runs set when ok holds, and otherwise fails
+// with the problem that format and args describe, prefixed with pkg and
+// wrapping idem.ErrInvalidOption. ok is decided when the option is made,
+// from the option's own arguments.
+func Check[C any](pkg string, ok bool, set func(*C), format string, args ...any) func(*C) error {
+	return func(c *C) error {
+		if !ok {
+			return fmt.Errorf("%s: %s: %w", pkg, fmt.Sprintf(format, args...), idem.ErrInvalidOption)
+		}
+		set(c)
+		return nil
+	}
+}

@@ -25,3 +25,17 @@ func TestApply(t *testing.T) {
 		t.Fatalf("failing option: %v, n = %d; want its error and nothing after it applied", err, c.n)
 	}
 }
+
+func TestCheck(t *testing.T) {
+	with := func(n int) opt {
+		return Check("pkg", n > 0, func(c *config) { c.n = n }, "n %d is not positive", n)
+	}
+	var c config
+	if err := Apply("pkg", &c, []opt{with(7)}); err != nil || c.n != 7 {
+		t.Fatalf("valid option: %v, n = %d", err, c.n)
+	}
+	err := Apply("pkg", &c, []opt{with(-1)})
+	if !errors.Is(err, idem.ErrInvalidOption) || err.Error() != "pkg: n -1 is not positive: idem: invalid option" || c.n != 7 {
+		t.Fatalf("invalid option: %v, n = %d", err, c.n)
+	}
+}

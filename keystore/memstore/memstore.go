@@ -51,37 +51,19 @@ type config struct {
 // ErrFull: a live key is never evicted, since evicting one would let its
 // effect run twice.
 func WithMaxKeys(n int) Option {
-	return func(c *config) error {
-		if n <= 0 {
-			return fmt.Errorf("memstore: max keys %d is not positive: %w", n, idem.ErrInvalidOption)
-		}
-		c.maxKeys = n
-		return nil
-	}
+	return option.Check("memstore", n > 0, func(c *config) { c.maxKeys = n }, "max keys %d is not positive", n)
 }
 
 // WithMaxResultSize sets the largest result Complete accepts, in bytes
 // (default keystore.DefaultMaxResultSize).
 func WithMaxResultSize(n int) Option {
-	return func(c *config) error {
-		if n < 0 {
-			return fmt.Errorf("memstore: max result size %d is negative: %w", n, idem.ErrInvalidOption)
-		}
-		c.maxResult = n
-		return nil
-	}
+	return option.Check("memstore", n >= 0, func(c *config) { c.maxResult = n }, "max result size %d is negative", n)
 }
 
 // WithClock replaces time.Now as the store's clock, for tests that move time
 // by hand. The clock must not go backwards.
 func WithClock(now func() time.Time) Option {
-	return func(c *config) error {
-		if now == nil {
-			return fmt.Errorf("memstore: nil clock: %w", idem.ErrInvalidOption)
-		}
-		c.clock, c.clockSet = now, true
-		return nil
-	}
+	return option.Check("memstore", now != nil, func(c *config) { c.clock, c.clockSet = now, true }, "nil clock")
 }
 
 // Store is an in-memory [keystore.Store]. See the package documentation.

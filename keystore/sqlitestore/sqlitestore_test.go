@@ -20,13 +20,13 @@ func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 func open(t *testing.T, opts ...sqlstore.Option) *sqlitestore.Store {
 	t.Helper()
 	s, err := sqlitestore.Open(filepath.Join(t.TempDir(), "keys.db"), opts...)
+	if err == nil {
+		t.Cleanup(func() { s.Close() })
+		err = s.Migrate(context.Background())
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
 	return s
 }
 

@@ -47,13 +47,7 @@ func WithScope(name string) Option {
 // WithMaxResultSize sets the largest result Complete accepts, in bytes
 // (default keystore.DefaultMaxResultSize).
 func WithMaxResultSize(n int) Option {
-	return func(c *config) error {
-		if n < 0 {
-			return fmt.Errorf("sqlstore: max result size %d is negative: %w", n, idem.ErrInvalidOption)
-		}
-		c.maxResult = n
-		return nil
-	}
+	return option.Check("sqlstore", n >= 0, func(c *config) { c.maxResult = n }, "max result size %d is negative", n)
 }
 
 // Store is a [keystore.Store] on one table, in one scope. It also
