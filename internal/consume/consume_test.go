@@ -444,6 +444,16 @@ func TestOptions(t *testing.T) {
 	if _, err := NewInbox(f.in, nil, &cfg); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Fatalf("no handler: %v", err)
 	}
+	// Check, the shape of an adapter's own option.
+	type own struct{ n int }
+	var o own
+	if err := Check("transport", false, func(c *own) { c.n = 1 }, "n %d out of range", 7)(&o); !errors.Is(err, idem.ErrInvalidOption) ||
+		err.Error() != "transport: n 7 out of range: idem: invalid option" || o.n != 0 {
+		t.Fatalf("refused option: %v, n %d", err, o.n)
+	}
+	if err := Check("transport", true, func(c *own) { c.n = 1 }, "")(&o); err != nil || o.n != 1 {
+		t.Fatalf("accepted option: %v, n %d", err, o.n)
+	}
 }
 
 // The decision rule without an inbox, as a key store transport uses it.
