@@ -98,7 +98,7 @@ func TestDoReserveError(t *testing.T) {
 		t.Error("fn ran")
 		return nil, nil
 	})
-	if !errors.Is(err, idem.ErrInvalidKey) || !errors.Is(err, idem.ErrInvalidKey) {
+	if !errors.Is(err, idem.ErrInvalidKey) {
 		t.Fatalf("Do with an empty key: %v", err)
 	}
 }

@@ -39,44 +39,33 @@ func testCancelMidCall(t *testing.T, s keystore.Store, _ config) {
 		sync.Mutex
 		reserveErr, reserveOK, completeErr, releaseErr int
 	}
-	work := make(chan int)
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Go(func() {
-			for i := range work {
-				key := fmt.Sprintf("%s-%d", prefix, i)
-				c, err := s.Reserve(cancelSoon(bg), key, nil, long)
-				if err != nil {
-					stats.Lock()
-					stats.reserveErr++
-					stats.Unlock()
-					// The caller holds no claim: the key must be free.
-					r, rerr := s.Reserve(bg, key, nil, long)
-					if rerr != nil || r.State != keystore.Acquired {
-						report("Reserve(%q) failed with %v, yet the key is %v (%v) afterwards: held for a whole lease by a claim nobody has", key, err, r.State, rerr)
-					}
-					continue
-				}
-				stats.Lock()
-				stats.reserveOK++
-				stats.Unlock()
-				if c.State != keystore.Acquired {
-					report("Reserve(%q) of a fresh key answered %v", key, c.State)
-					continue
-				}
-				if i%2 == 0 {
-					checkCancelled(bg, s, c, true, report, &stats.Mutex, &stats.completeErr)
-				} else {
-					checkCancelled(bg, s, c, false, report, &stats.Mutex, &stats.releaseErr)
-				}
+	fanOut(cancelRounds, func(i int) {
+		key := fmt.Sprintf("%s-%d", prefix, i)
+		c, err := s.Reserve(cancelSoon(bg), key, nil, long)
+		if err != nil {
+			stats.Lock()
+			stats.reserveErr++
+			stats.Unlock()
+			// The caller holds no claim: the key must be free.
+			r, rerr := s.Reserve(bg, key, nil, long)
+			if rerr != nil || r.State != keystore.Acquired {
+				report("Reserve(%q) failed with %v, yet the key is %v (%v) afterwards: held for a whole lease by a claim nobody has", key, err, r.State, rerr)
 			}
-		})
-	}
-	for i := range cancelRounds {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
+			return
+		}
+		stats.Lock()
+		stats.reserveOK++
+		stats.Unlock()
+		if c.State != keystore.Acquired {
+			report("Reserve(%q) of a fresh key answered %v", key, c.State)
+			return
+		}
+		complete, failed := i%2 == 0, &stats.releaseErr
+		if complete {
+			failed = &stats.completeErr
+		}
+		checkCancelled(bg, s, c, complete, report, &stats.Mutex, failed)
+	})
 	t.Logf("%d Reserves failed, %d succeeded; %d Completes and %d Releases failed", stats.reserveErr, stats.reserveOK, stats.completeErr, stats.releaseErr)
 	for _, p := range problems {
 		t.Error(p)
@@ -137,34 +126,23 @@ func testDoCancelled(t *testing.T, s keystore.Store, _ config) {
 	bg := testCtx(t)
 	prefix := newKey("do-cancel")
 	errs := make(chan error, cancelRounds/3)
-	work := make(chan int)
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Go(func() {
-			for i := range work {
-				key := fmt.Sprintf("%s-%d", prefix, i)
-				ran := false
-				_, _, err := keystore.Do(cancelSoon(bg), s, key, nil, func(context.Context) ([]byte, error) {
-					ran = true
-					return []byte("r"), nil
-				}, keystore.WithLease(long), keystore.WithTTL(long))
-				r, rerr := s.Reserve(bg, key, nil, long)
-				switch {
-				case rerr != nil:
-					errs <- fmt.Errorf("Reserve(%q) after a cancelled Do: %w", key, rerr)
-				case err != nil && (ran || r.State != keystore.Acquired):
-					errs <- fmt.Errorf("Do(%q) failed with %v (fn ran: %v), yet the key is %v afterwards", key, err, ran, r.State)
-				case err == nil && (!ran || r.State != keystore.Done):
-					errs <- fmt.Errorf("Do(%q) succeeded (fn ran: %v), yet the key is %v afterwards", key, ran, r.State)
-				}
-			}
-		})
-	}
-	for i := range cancelRounds / 3 {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
+	fanOut(cancelRounds/3, func(i int) {
+		key := fmt.Sprintf("%s-%d", prefix, i)
+		ran := false
+		_, _, err := keystore.Do(cancelSoon(bg), s, key, nil, func(context.Context) ([]byte, error) {
+			ran = true
+			return []byte("r"), nil
+		}, keystore.WithLease(long), keystore.WithTTL(long))
+		r, rerr := s.Reserve(bg, key, nil, long)
+		switch {
+		case rerr != nil:
+			errs <- fmt.Errorf("Reserve(%q) after a cancelled Do: %w", key, rerr)
+		case err != nil && (ran || r.State != keystore.Acquired):
+			errs <- fmt.Errorf("Do(%q) failed with %v (fn ran: %v), yet the key is %v afterwards", key, err, ran, r.State)
+		case err == nil && (!ran || r.State != keystore.Done):
+			errs <- fmt.Errorf("Do(%q) succeeded (fn ran: %v), yet the key is %v afterwards", key, ran, r.State)
+		}
+	})
 	close(errs)
 	n := 0
 	for err := range errs {
@@ -172,4 +150,22 @@ func testDoCancelled(t *testing.T, s keystore.Store, _ config) {
 			t.Error(err)
 		}
 	}
+}
+
+// fanOut runs f(0) … f(n-1) on 16 goroutines and returns when all are done.
+func fanOut(n int, f func(i int)) {
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for i := range work {
+				f(i)
+			}
+		})
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
 }
