@@ -35,7 +35,7 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 	hashed := false
 	switch {
 	case ok && e.exp > now:
-		if len(fp) > 0 && e.fpLen > 0 && string(fp) != e.fp() {
+		if idem.FingerprintsConflict([]byte(e.fp()), fp) {
 			return keystore.Claim{}, keystore.MismatchError(key)
 		}
 		if e.state == stInProgress {
