@@ -1,0 +1,58 @@
+package sqlstore_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+
+	"github.com/idem-go/idem/keystore"
+	"github.com/idem-go/idem/keystore/sqlstore"
+	"github.com/idem-go/idem/sqldialect"
+	_ "modernc.org/sqlite"
+)
+
+// A key store on a table of the application's own database (SQLite here;
+// sqldialect.Postgres with the pgx driver is the same call): a payment
+// retried with the same key runs once, and the retry gets the first
+// result.
+func ExampleNew() {
+	dir, err := os.MkdirTemp("", "sqlstore-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sql.Open("sqlite", sqldialect.SQLiteDSN(filepath.Join(dir, "app.db")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+
+	store, err := sqlstore.New(db, sqldialect.SQLite, sqlstore.WithTable("payment_keys"), sqlstore.WithScope("payments"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	if err := store.Migrate(ctx); err != nil { // or apply store.SchemaSQL() with a migration tool
+		log.Fatal(err)
+	}
+	charges := 0
+	for range 2 {
+		res, replayed, err := keystore.Do(ctx, store, "order-42", nil, func(context.Context) ([]byte, error) {
+			charges++
+			return []byte("charge ch_1"), nil
+		})
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%s replayed=%v\n", res, replayed)
+	}
+	fmt.Println("charges:", charges)
+	// Output:
+	// charge ch_1 replayed=false
+	// charge ch_1 replayed=true
+	// charges: 1
+}
