@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -16,6 +16,7 @@ import (
 
 	_ "modernc.org/sqlite"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemwatermill"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/keystore/memstore"
@@ -81,21 +82,33 @@ func ExampleMiddleware() {
 	// charged: 1
 }
 
+// tempDB opens a fresh SQLite file (in production, your database) and
+// returns it with the function that closes and removes it.
+func tempDB() (*sql.DB, func()) {
+	f, err := os.CreateTemp("", "idemwatermill-example-*.db")
+	if err != nil {
+		log.Fatal(err)
+	}
+	f.Close()
+	db, err := sql.Open("sqlite", sqldialect.SQLiteDSN(f.Name()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	return db, func() {
+		db.Close()
+		for _, suffix := range []string{"", "-wal", "-shm"} {
+			os.Remove(f.Name() + suffix)
+		}
+	}
+}
+
 // The inbox variant: the handler writes through the transaction it gets from
 // Tx(msg.Context()), so the message's key and the wallet update commit
 // together. A redelivered message changes nothing.
 func ExampleInboxMiddleware() {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "idemwatermill-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	db, err := sql.Open("sqlite", sqldialect.SQLiteDSN(filepath.Join(dir, "app.db")))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer db.Close()
+	db, cleanup := tempDB()
+	defer cleanup()
 	if _, err := db.Exec(`CREATE TABLE wallets (user_id INTEGER PRIMARY KEY, balance INTEGER NOT NULL); INSERT INTO wallets VALUES (42, 0)`); err != nil {
 		log.Fatal(err)
 	}
@@ -132,4 +145,44 @@ func ExampleInboxMiddleware() {
 	fmt.Println("balance:", balance)
 	// Output:
 	// balance: 50
+}
+
+// The observer sees what became of each message, in the outcomes and
+// reasons every idem adapter shares. A message without a key, or one the
+// handler marks idem.Permanent, fails with an error that is itself marked
+// idem.Permanent, for Watermill's PoisonQueueWithFilter(idem.IsPermanent).
+func ExampleWithObserver() {
+	observe := func(e idemwatermill.Event) {
+		fmt.Println(strings.TrimSpace(fmt.Sprintf("order %q: %s %s", e.Key, e.Outcome, e.Reason)))
+	}
+	store, err := memstore.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	dedup, err := idemwatermill.NewMiddleware(store, idemwatermill.WithKeyMetadata("order_id"), idemwatermill.WithObserver(observe))
+	if err != nil {
+		log.Fatal(err)
+	}
+	h := dedup.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		if string(msg.Payload) == "garbage" {
+			return nil, idem.Permanent(errors.New("cannot parse"))
+		}
+		return nil, nil
+	})
+	for _, m := range []struct{ order, payload string }{{"7", "ok"}, {"7", "ok"}, {"", "ok"}, {"8", "garbage"}} {
+		msg := message.NewMessage("uuid-"+m.order, []byte(m.payload))
+		if m.order != "" {
+			msg.Metadata.Set("order_id", m.order)
+		}
+		if _, err := h(msg); err != nil {
+			fmt.Println("  poison queue:", idem.IsPermanent(err))
+		}
+	}
+	// Output:
+	// order "7": applied
+	// order "7": duplicate
+	// order "": dead-lettered missing-key
+	//   poison queue: true
+	// order "8": dead-lettered permanent
+	//   poison queue: true
 }
