@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"log"
-	"os"
-	"path/filepath"
 
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/sqlstore"
@@ -19,16 +17,14 @@ import (
 // retried with the same key runs once, and the retry gets the first
 // result.
 func ExampleNew() {
-	dir, err := os.MkdirTemp("", "sqlstore-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	db, err := sql.Open("sqlite", sqldialect.SQLiteDSN(filepath.Join(dir, "app.db")))
+	// An in-memory database on one connection, for the example; a file
+	// opened with sqldialect.SQLiteDSN in an application.
+	db, err := sql.Open("sqlite", "file:sqlstore-example?mode=memory")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer db.Close()
+	db.SetMaxOpenConns(1)
 	ctx := context.Background()
 
 	store, err := sqlstore.New(db, sqldialect.SQLite, sqlstore.WithTable("payment_keys"), sqlstore.WithScope("payments"))
