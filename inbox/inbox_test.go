@@ -115,6 +115,24 @@ func (e *env) balance(id int) int64 {
 	return b
 }
 
+// redeliverAfterFailure checks that a failed delivery of key (a credit of
+// 50 to wallet 1) recorded neither its effect nor its key, then delivers it
+// twice and checks that it applied once.
+func (e *env) redeliverAfterFailure(ctx context.Context, failure, key string) {
+	e.t.Helper()
+	if e.balance(1) != 0 || e.keys() != 0 {
+		e.t.Fatalf("after %s: balance=%d keys=%d, want both 0", failure, e.balance(1), e.keys())
+	}
+	for range 2 {
+		if _, err := e.in.Process(ctx, key, e.credit(1, 50)); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	if got := e.balance(1); got != 50 {
+		e.t.Fatalf("balance = %d after two redeliveries, want 50", got)
+	}
+}
+
 func (e *env) keys() int {
 	e.t.Helper()
 	if e.bucketed {
@@ -202,18 +220,8 @@ func TestHandlerErrorRecordsNothing(t *testing.T) {
 		if applied || !errors.Is(err, boom) || !errors.As(err, &he) || he.Key != "evt-1" {
 			t.Fatalf("failing handler: applied=%v err=%v", applied, err)
 		}
-		if e.balance(1) != 0 || e.keys() != 0 {
-			t.Fatalf("after a failed handler: balance=%d keys=%d, want both 0", e.balance(1), e.keys())
-		}
-		// The redelivery is processed, exactly once.
-		for i := 0; i < 2; i++ {
-			if _, err := e.in.Process(ctx, "evt-1", e.credit(1, 50)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if got := e.balance(1); got != 50 {
-			t.Fatalf("balance = %d after the redeliveries, want 50", got)
-		}
+		// Nothing recorded; the redelivery is processed, exactly once.
+		e.redeliverAfterFailure(ctx, "a failed handler", "evt-1")
 	})
 }
 
@@ -282,17 +290,7 @@ func TestConnectionDiesUnderHandler(t *testing.T) {
 		if err == nil || applied {
 			t.Fatalf("killed connection: applied=%v err=%v, want an error", applied, err)
 		}
-		if e.balance(1) != 0 || e.keys() != 0 {
-			t.Fatalf("after the connection died: balance=%d keys=%d, want 0, 0", e.balance(1), e.keys())
-		}
-		for i := 0; i < 2; i++ {
-			if _, err := e.in.Process(ctx, "evt-1", e.credit(1, 50)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if got := e.balance(1); got != 50 {
-			t.Fatalf("balance after redelivery = %d, want 50", got)
-		}
+		e.redeliverAfterFailure(ctx, "the connection died", "evt-1")
 	})
 }
 
