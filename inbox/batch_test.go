@@ -98,9 +98,7 @@ func TestProcessBatchDuplicatesWithinAndAcross(t *testing.T) {
 				t.Errorf("message %d: err = %v", i, r.Err)
 			}
 		}
-		if got := e.balance(1); got != 21 {
-			t.Fatalf("balance %d, want 21", got)
-		}
+		e.wantBalance(1, 21)
 	})
 }
 

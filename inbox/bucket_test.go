@@ -94,9 +94,7 @@ func TestBucketBoundaryConcurrentDuplicate(t *testing.T) {
 				t.Fatalf("case %d (skew %v): applied %d times, want once", i, skew, applied.Load())
 			}
 		}
-		if got := e.balance(1); got != 40 {
-			t.Fatalf("balance %d, want 40 (4 keys, 10 each, once)", got)
-		}
+		e.wantBalance(1, 40)
 	})
 }
 
@@ -177,9 +175,7 @@ func TestBucketDuplicateOlderThanNewest(t *testing.T) {
 		if !errors.Is(res[0].Err, idem.ErrFingerprintMismatch) || res[1].Applied || !res[2].Applied {
 			t.Fatalf("batch: %+v", res)
 		}
-		if got := e.balance(1); got != 106 {
-			t.Fatalf("balance %d, want 106", got)
-		}
+		e.wantBalance(1, 106)
 	})
 }
 

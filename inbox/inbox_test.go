@@ -133,6 +133,14 @@ func (e *env) redeliverAfterFailure(ctx context.Context, failure, key string) {
 	}
 }
 
+// wantBalance fails the test unless wallet id holds want.
+func (e *env) wantBalance(id int, want int64) {
+	e.t.Helper()
+	if got := e.balance(id); got != want {
+		e.t.Fatalf("wallet %d: balance %d, want %d", id, got, want)
+	}
+}
+
 func (e *env) keys() int {
 	e.t.Helper()
 	if e.bucketed {
@@ -196,9 +204,7 @@ func TestProcessAppliesOnce(t *testing.T) {
 				t.Fatalf("delivery %d: applied=%v err=%v, want applied=%v", i, applied, err, want)
 			}
 		}
-		if got := e.balance(1); got != 50 {
-			t.Fatalf("balance = %d after three deliveries of one event, want 50", got)
-		}
+		e.wantBalance(1, 50)
 		// Keys compare byte for byte: a different case is a different key.
 		if applied, err := e.in.Process(ctx, "EVT-1", e.credit(1, 1)); err != nil || !applied {
 			t.Fatalf("EVT-1 treated as a duplicate of evt-1: applied=%v err=%v", applied, err)
@@ -308,9 +314,7 @@ func TestFingerprintMismatch(t *testing.T) {
 		if ok || !errors.Is(err, idem.ErrFingerprintMismatch) {
 			t.Fatalf("other fingerprint: applied=%v err=%v, want ErrFingerprintMismatch", ok, err)
 		}
-		if got := e.balance(1); got != 50 {
-			t.Fatalf("balance = %d, want 50", got)
-		}
+		e.wantBalance(1, 50)
 	})
 }
 
