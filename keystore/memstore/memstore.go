@@ -225,10 +225,14 @@ func (s *Store) ikey(buf *keyBuf, key string) []byte {
 // keyBuf holds an internal key: the scope's prefix, then the key.
 type keyBuf [2 + keystore.MaxScopeLen + idem.MaxKeyLen]byte
 
-// lock checks ctx, then locks the shard of key and returns it with the
-// internal key, written in buf. op names the call in errors. On an error
-// (ctx ended, store closed) nothing is left locked.
-func (s *Store) lock(ctx context.Context, op, key string, buf *keyBuf) (*shard, []byte, error) {
+// lock returns invalid (the call's argument check) or ctx's error, or locks
+// the shard of key and returns it with the internal key, written in buf. op
+// names the call in errors. On an error (bad argument, ctx ended, store
+// closed) nothing is left locked.
+func (s *Store) lock(ctx context.Context, op, key string, buf *keyBuf, invalid error) (*shard, []byte, error) {
+	if invalid != nil {
+		return nil, nil, invalid
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, nil, fmt.Errorf("memstore: %s: %w", op, err)
 	}

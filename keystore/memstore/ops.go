@@ -14,11 +14,8 @@ import (
 // Reserve implements [keystore.Store.Reserve]. It takes one shard lock and,
 // for a new key, inspects at most a few other entries of that shard.
 func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.Duration) (keystore.Claim, error) {
-	if err := keystore.ValidateReserve(key, fp, lease); err != nil {
-		return keystore.Claim{}, err
-	}
 	var buf keyBuf
-	sh, k, err := s.lock(ctx, "reserve", key, &buf)
+	sh, k, err := s.lock(ctx, "reserve", key, &buf, keystore.ValidateReserve(key, fp, lease))
 	if err != nil {
 		return keystore.Claim{}, err
 	}
@@ -93,11 +90,8 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 
 // Complete implements [keystore.Store.Complete].
 func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, ttl time.Duration) error {
-	if err := keystore.ValidateComplete(cl, result, ttl, s.c.maxResult); err != nil {
-		return err
-	}
 	var buf keyBuf
-	sh, k, err := s.lock(ctx, "complete", cl.Key, &buf)
+	sh, k, err := s.lock(ctx, "complete", cl.Key, &buf, keystore.ValidateComplete(cl, result, ttl, s.c.maxResult))
 	if err != nil {
 		return err
 	}
@@ -145,11 +139,8 @@ func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, 
 
 // Release implements [keystore.Store.Release].
 func (s *Store) Release(ctx context.Context, cl keystore.Claim) error {
-	if err := keystore.ValidateRelease(cl); err != nil {
-		return err
-	}
 	var buf keyBuf
-	sh, k, err := s.lock(ctx, "release", cl.Key, &buf)
+	sh, k, err := s.lock(ctx, "release", cl.Key, &buf, keystore.ValidateRelease(cl))
 	if err != nil {
 		return err
 	}
