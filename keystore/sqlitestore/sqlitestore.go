@@ -31,8 +31,9 @@ type Store struct {
 // Open opens (or creates) the SQLite file at path as a key store, the way
 // idem serve does: one connection in WAL mode (sqldialect.SQLiteDSN) with
 // checkpoints left to a checkpointer on a second connection, which runs
-// every 100 ms until [Store.Close]. opts are the SQL store's (table, scope,
-// result size). Open does not create the table: call Migrate once, or apply
+// every 100 ms until [Store.Close]. The program must register the
+// modernc.org/sqlite driver ("sqlite"): import _ "modernc.org/sqlite". opts
+// are the SQL store's (table, scope, result size). Open does not create the table: call Migrate once, or apply
 // SchemaSQL in your own migration tool. An empty path or a bad option
 // returns an error wrapping idem.ErrInvalidOption.
 func Open(path string, opts ...sqlstore.Option) (*Store, error) {
