@@ -11,6 +11,7 @@ import (
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/sqlitestore"
 	"github.com/idem-go/idem/keystore/sqlstore"
+	_ "modernc.org/sqlite" // the "sqlite" driver
 )
 
 // A key store on a SQLite file, opened as idem serve opens it: one
