@@ -74,7 +74,7 @@ fuzz:
 		done; \
 	done
 
-## demo: the seed scenarios on embedded SQLite.
+## demo: the inbox's worked examples on embedded SQLite.
 demo:
 	$(GO) run ./cmd/idem demo
 
