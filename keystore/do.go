@@ -102,7 +102,7 @@ func ClaimFrom(ctx context.Context) (Claim, bool) {
 //   - InProgress: an [*InProgressError] (matching ErrInProgress), or, with
 //     [WithWait], Do polls until it can return one of the two cases above
 //     (the wait is [Await]'s).
-//   - fp differs from the stored fingerprint: ErrFingerprintMismatch, fn
+//   - fp differs from the stored fingerprint: idem.ErrFingerprintMismatch, fn
 //     does not run.
 //
 // fn should send key downstream as well, as the Idempotency-Key of a Stripe

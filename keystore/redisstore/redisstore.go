@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/option"
 	"github.com/idem-go/idem/keystore"
 )
 
@@ -19,8 +20,9 @@ import (
 // otherwise.
 const DefaultPrefix = "idem:"
 
-// Option configures [New].
-type Option func(*config)
+// Option configures [New]. An option that is given a bad value makes New
+// return an error wrapping idem.ErrInvalidOption.
+type Option func(*config) error
 
 type config struct {
 	prefix      string
@@ -35,15 +37,27 @@ type config struct {
 // WithPrefix sets the prefix of every Redis key the store writes (default
 // [DefaultPrefix]). It may be empty; it must not contain '{' or '}', which
 // would change the Cluster hash tag, and is at most 64 bytes.
-func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
+func WithPrefix(p string) Option {
+	return option.Check("redisstore", len(p) <= 64 && !strings.ContainsAny(p, "{}"), func(c *config) { c.prefix = p }, "prefix %q: want at most 64 bytes without '{' or '}'", p)
+}
 
 // WithScope sets the scope of the store's keys (default
 // keystore.DefaultScope). See also [Store.Scope].
-func WithScope(name string) Option { return func(c *config) { c.scope = name } }
+func WithScope(name string) Option {
+	return func(c *config) error {
+		if err := keystore.ValidateScope(name); err != nil {
+			return fmt.Errorf("redisstore: %w: %w", err, idem.ErrInvalidOption)
+		}
+		c.scope = name
+		return nil
+	}
+}
 
 // WithMaxResultSize sets the largest result Complete accepts, in bytes
 // (default keystore.DefaultMaxResultSize).
-func WithMaxResultSize(n int) Option { return func(c *config) { c.maxResult = n } }
+func WithMaxResultSize(n int) Option {
+	return option.Check("redisstore", n >= 0, func(c *config) { c.maxResult = n }, "max result size %d is negative", n)
+}
 
 // DefaultMaxInFlight is how many round trips to Redis a store has in flight
 // at once before further calls wait and share a pipeline; see
@@ -58,7 +72,9 @@ const DefaultMaxInFlight = 4
 // defaults to 0: the autopipeliner batches already. go-redis hooks (tracing,
 // metrics) see the calls that went out together as one pipeline, through
 // their ProcessPipelineHook.
-func WithMaxInFlight(n int) Option { return func(c *config) { c.inFlight = n } }
+func WithMaxInFlight(n int) Option {
+	return option.Check("redisstore", n >= 0, func(c *config) { c.inFlight = n }, "max in flight %d is negative", n)
+}
 
 // MaxBuckets is the most hash tags a scope may spread over: the number of
 // Redis Cluster slots.
@@ -80,7 +96,9 @@ const MaxBuckets = 16384
 // change it while no key is live (docs/scale.md). 64 spreads a scope over
 // a 3- to 10-master cluster evenly enough; counters cost one small key per
 // bucket and scope.
-func WithBuckets(n int) Option { return func(c *config) { c.buckets = n } }
+func WithBuckets(n int) Option {
+	return option.Check("redisstore", n >= 1 && n <= MaxBuckets, func(c *config) { c.buckets = n }, "%d buckets: want 1 to %d", n, MaxBuckets)
+}
 
 // WithWaitReplicas makes every write wait until n replicas have
 // acknowledged it, for at most timeout: the script and a WAIT go out
@@ -107,7 +125,9 @@ func WithBuckets(n int) Option { return func(c *config) { c.buckets = n } }
 // Prefer min-replicas-to-write on the servers when every client of the
 // Redis should be held to it (docs/scale.md).
 func WithWaitReplicas(n int, timeout time.Duration) Option {
-	return func(c *config) { c.waitN, c.waitTimeout = n, timeout }
+	ok := n >= 0 && (n == 0 || timeout >= time.Millisecond)
+	return option.Check("redisstore", ok, func(c *config) { c.waitN, c.waitTimeout = n, timeout },
+		"wait for %d replicas with timeout %v: want n ≥ 0 and a timeout of at least 1ms", n, timeout)
 }
 
 // Store is a [keystore.Store] on Redis. See the package documentation.
@@ -130,27 +150,14 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Store, error) {
 	if auto {
 		cfg.inFlight = 0
 	}
-	for _, o := range opts {
-		o(&cfg)
+	if rdb == nil {
+		return nil, fmt.Errorf("redisstore: nil client: %w", idem.ErrInvalidOption)
 	}
-	switch {
-	case rdb == nil:
-		return nil, fmt.Errorf("%w: redisstore: nil client", idem.ErrInvalidOption)
-	case len(cfg.prefix) > 64 || strings.ContainsAny(cfg.prefix, "{}"):
-		return nil, fmt.Errorf("%w: redisstore: prefix %q: want at most 64 bytes without '{' or '}'", idem.ErrInvalidOption, cfg.prefix)
-	case cfg.maxResult < 0:
-		return nil, fmt.Errorf("%w: redisstore: max result size %d is negative", idem.ErrInvalidOption, cfg.maxResult)
-	case cfg.inFlight < 0:
-		return nil, fmt.Errorf("%w: redisstore: max in flight %d is negative", idem.ErrInvalidOption, cfg.inFlight)
-	case cfg.buckets < 1 || cfg.buckets > MaxBuckets:
-		return nil, fmt.Errorf("%w: redisstore: %d buckets: want 1 to %d", idem.ErrInvalidOption, cfg.buckets, MaxBuckets)
-	case cfg.waitN < 0 || (cfg.waitN > 0 && cfg.waitTimeout < time.Millisecond):
-		return nil, fmt.Errorf("%w: redisstore: wait for %d replicas with timeout %v: want n ≥ 0 and a timeout of at least 1ms", idem.ErrInvalidOption, cfg.waitN, cfg.waitTimeout)
-	case cfg.waitN > 0 && auto:
-		return nil, fmt.Errorf("%w: redisstore: WithWaitReplicas needs a client whose pipelines keep one connection, not an *AutoPipeliner", idem.ErrInvalidOption)
+	if err := option.Apply("redisstore", &cfg, opts); err != nil {
+		return nil, err
 	}
-	if err := keystore.ValidateScope(cfg.scope); err != nil {
-		return nil, fmt.Errorf("%w: redisstore: %w", idem.ErrInvalidOption, err)
+	if cfg.waitN > 0 && auto {
+		return nil, fmt.Errorf("redisstore: WithWaitReplicas needs a client whose pipelines keep one connection, not an *AutoPipeliner: %w", idem.ErrInvalidOption)
 	}
 	s := &Store{conn: &batcher{rdb: rdb, slots: cfg.inFlight}, prefix: cfg.prefix, scope: cfg.scope, buckets: cfg.buckets, maxResult: cfg.maxResult}
 	s.base = s.prefix + "{" + s.scope + "}:"

@@ -79,12 +79,12 @@ const DefaultClusterBuckets = 64
 func OpenURL(raw string, opts ...Option) (*Store, redis.UniversalClient, error) {
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
-		return nil, nil, fmt.Errorf("%w: redisstore: URL %q has no scheme", idem.ErrInvalidOption, redact(raw))
+		return nil, nil, fmt.Errorf("redisstore: URL %q has no scheme: %w", redact(raw), idem.ErrInvalidOption)
 	}
 	body, rawQuery, _ := strings.Cut(rest, "?")
 	q, err := url.ParseQuery(rawQuery)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: redisstore: query of %q: %w", idem.ErrInvalidOption, redact(raw), err)
+		return nil, nil, fmt.Errorf("redisstore: query of %q: %w: %w", redact(raw), err, idem.ErrInvalidOption)
 	}
 	var own []Option
 	cluster := scheme == "redis-cluster" || scheme == "rediss-cluster"
@@ -99,14 +99,14 @@ func OpenURL(raw string, opts ...Option) (*Store, redis.UniversalClient, error) 
 		}
 		q.Del(name)
 		if len(vs) != 1 {
-			return nil, nil, fmt.Errorf("%w: redisstore: %s given %d times", idem.ErrInvalidOption, name, len(vs))
+			return nil, nil, fmt.Errorf("redisstore: %s given %d times: %w", name, len(vs), idem.ErrInvalidOption)
 		}
 		v := vs[0]
 		switch name {
 		case "buckets", "wait_replicas":
 			n, err := strconv.Atoi(v)
 			if err != nil {
-				return nil, nil, fmt.Errorf("%w: redisstore: %s=%q is not a number", idem.ErrInvalidOption, name, v)
+				return nil, nil, fmt.Errorf("redisstore: %s=%q is not a number: %w", name, v, idem.ErrInvalidOption)
 			}
 			if name == "buckets" {
 				own = append(own, WithBuckets(n))
@@ -115,7 +115,7 @@ func OpenURL(raw string, opts ...Option) (*Store, redis.UniversalClient, error) 
 			}
 		case "wait_timeout":
 			if waitT, err = time.ParseDuration(v); err != nil {
-				return nil, nil, fmt.Errorf("%w: redisstore: wait_timeout=%q: %w", idem.ErrInvalidOption, v, err)
+				return nil, nil, fmt.Errorf("redisstore: wait_timeout=%q: %w: %w", v, err, idem.ErrInvalidOption)
 			}
 		case "prefix":
 			own = append(own, WithPrefix(v))
@@ -136,23 +136,23 @@ func OpenURL(raw string, opts ...Option) (*Store, redis.UniversalClient, error) 
 		}
 		o, err := redis.ParseURL(u)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: redisstore: %q: %w", idem.ErrInvalidOption, redact(raw), err)
+			return nil, nil, fmt.Errorf("redisstore: %q: %w: %w", redact(raw), err, idem.ErrInvalidOption)
 		}
 		rdb = redis.NewClient(o)
 	case "redis-cluster", "rediss-cluster":
 		if len(q) > 0 {
-			return nil, nil, fmt.Errorf("%w: redisstore: unknown parameters %q in a cluster URL (known: buckets, wait_replicas, wait_timeout, prefix)", idem.ErrInvalidOption, q.Encode())
+			return nil, nil, fmt.Errorf("redisstore: unknown parameters %q in a cluster URL (known: buckets, wait_replicas, wait_timeout, prefix): %w", q.Encode(), idem.ErrInvalidOption)
 		}
 		o, err := parseClusterBody(body)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: redisstore: %q: %w", idem.ErrInvalidOption, redact(raw), err)
+			return nil, nil, fmt.Errorf("redisstore: %q: %w: %w", redact(raw), err, idem.ErrInvalidOption)
 		}
 		if scheme == "rediss-cluster" {
 			o.TLSConfig = tlsConfig(o.Addrs[0])
 		}
 		rdb = redis.NewClusterClient(o)
 	default:
-		return nil, nil, fmt.Errorf("%w: redisstore: scheme %q: want redis, rediss, redis-cluster or rediss-cluster", idem.ErrInvalidOption, scheme)
+		return nil, nil, fmt.Errorf("redisstore: scheme %q: want redis, rediss, redis-cluster or rediss-cluster: %w", scheme, idem.ErrInvalidOption)
 	}
 	s, err := New(rdb, append(opts, own...)...)
 	if err != nil {
