@@ -56,14 +56,14 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	defer func() {
 		if p := recover(); p != nil {
 			finish()
-			m.took.observe(time.Since(start))
+			m.took.Observe(time.Since(start))
 			m.settle(base, claim, rec, att, true)
 			panic(p)
 		}
 	}()
 	next.ServeHTTP(rec, r)
 	finish()
-	m.took.observe(time.Since(start))
+	m.took.Observe(time.Since(start))
 	return m.settle(base, claim, rec, att, false)
 }
 
@@ -151,30 +151,12 @@ var notExecuted = map[int]bool{
 	http.StatusTooManyRequests: true, // 429
 }
 
-// estimate is a moving average of recent execution times (an EWMA with
-// weight 1/8), for the Retry-After of a 409.
-type estimate struct{ ns atomic.Int64 }
-
-func (e *estimate) observe(d time.Duration) {
-	x := max(int64(d), 1)
-	for {
-		old := e.ns.Load()
-		nw := x
-		if old != 0 {
-			nw = old + (x-old)/8
-		}
-		if e.ns.CompareAndSwap(old, nw) {
-			return
-		}
-	}
-}
-
 // retryAfter is the 409's hint, in seconds: how long executions take
 // recently, minus how long the holder has run (its lease's age), bounded by
 // the lease left and at least 1.
 func (m *Middleware) retryAfter(c keystore.Claim) int {
 	left := time.Until(c.Expires)
 	age := m.cfg.lease - left
-	hint := min(time.Duration(m.took.ns.Load())-age, left)
+	hint := min(m.took.Value()-age, left)
 	return max(1, int(math.Ceil(hint.Seconds())))
 }

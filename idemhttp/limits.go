@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/idem-go/idem/internal/option"
 )
 
 // WithBodyTimeout bounds the time a keyed request's body may take to arrive
@@ -40,7 +42,7 @@ func WithClientWriteTimeout(d time.Duration) Option {
 // with 503 "busy" and Retry-After: 1, before any store I/O, instead of
 // growing the process.
 func WithMaxBufferedBytes(n int64) Option {
-	return setIf(n > 0, invalid("max buffered bytes %d must be positive", n), func(c *config) { c.maxBuffered = n })
+	return option.Check("idemhttp", n > 0, func(c *config) { c.maxBuffered = n }, "max buffered bytes %d must be positive", n)
 }
 
 // WithStreamContentTypes replaces the media types whose responses are
@@ -178,7 +180,7 @@ func WithStoreTimeout(d time.Duration) Option {
 
 // positiveDuration is an option that sets a duration that must be positive.
 func positiveDuration(what string, d time.Duration, field func(*config) *time.Duration) Option {
-	return setIf(d > 0, invalid("%s %v must be positive", what, d), func(c *config) { *field(c) = d })
+	return option.Check("idemhttp", d > 0, func(c *config) { *field(c) = d }, "%s %v must be positive", what, d)
 }
 
 // Budget bounds the request bytes buffered at once by every [Middleware] and
@@ -202,5 +204,5 @@ func (b *Budget) Used() int64 { return b.b.used.Load() }
 // with every other Middleware given b; it replaces [WithMaxBufferedBytes].
 // b's bound must exceed the request body limit.
 func WithBudget(b *Budget) Option {
-	return setIf(b != nil, invalid("nil budget"), func(c *config) { c.budget = &b.b })
+	return option.Check("idemhttp", b != nil, func(c *config) { c.budget = &b.b }, "nil budget")
 }

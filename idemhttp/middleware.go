@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/ewma"
+	"github.com/idem-go/idem/internal/option"
 	"github.com/idem-go/idem/keystore"
 )
 
@@ -23,7 +25,7 @@ type Middleware struct {
 	store  keystore.Store
 	cfg    config
 	budget *budget
-	took   estimate
+	took   ewma.Duration
 }
 
 // New returns a Middleware that keeps keys and responses in s.
@@ -32,13 +34,8 @@ func New(s keystore.Store, opts ...Option) (*Middleware, error) {
 		return nil, invalid("nil store")
 	}
 	cfg := defaultConfig()
-	for _, o := range opts {
-		if o == nil {
-			return nil, invalid("nil option")
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	if err := option.Apply("idemhttp", &cfg, opts); err != nil {
+		return nil, err
 	}
 	b := cfg.budget
 	if b == nil {

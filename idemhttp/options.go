@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/option"
 )
 
 // Option configures a [Middleware] or [Proxy]; options are validated once, by
@@ -105,19 +106,6 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("idemhttp: "+format+": %w", append(args, idem.ErrInvalidOption)...)
 }
 
-// setIf is an option that applies set when ok and otherwise refuses the
-// value with bad (an [invalid] error), so that each option states its rule
-// in one line.
-func setIf(ok bool, bad error, set func(*config)) Option {
-	return func(c *config) error {
-		if !ok {
-			return bad
-		}
-		set(c)
-		return nil
-	}
-}
-
 // WithMethods sets the methods that use idempotency keys (default POST and
 // PATCH). Requests with other methods pass through without store I/O.
 func WithMethods(methods ...string) Option {
@@ -170,7 +158,7 @@ func WithLease(d time.Duration) Option {
 // WithWait makes a request whose key is in progress wait up to d for the
 // first request's response, and replay it, instead of answering 409.
 func WithWait(d time.Duration) Option {
-	return setIf(d >= 0, invalid("wait %v must not be negative", d), func(c *config) { c.wait = d })
+	return option.Check("idemhttp", d >= 0, func(c *config) { c.wait = d }, "wait %v must not be negative", d)
 }
 
 // WithStore5xx stores and replays 5xx responses too, as Stripe does. By
@@ -197,7 +185,7 @@ func WithFingerprintHeaders(headers ...string) Option {
 // WithMaxRequestBody sets the largest request body accepted on keyed requests
 // (default 8 MiB); larger ones get 413 before any store I/O.
 func WithMaxRequestBody(n int64) Option {
-	return setIf(n > 0, invalid("max request body %d must be positive", n), func(c *config) { c.maxRequest = n })
+	return option.Check("idemhttp", n > 0, func(c *config) { c.maxRequest = n }, "max request body %d must be positive", n)
 }
 
 // WithMaxResponseBody sets the largest response body stored for replay
@@ -205,7 +193,7 @@ func WithMaxRequestBody(n int64) Option {
 // its replay is a 410 problem response. It must not exceed the store's
 // result limit.
 func WithMaxResponseBody(n int) Option {
-	return setIf(n > 0, invalid("max response body %d must be positive", n), func(c *config) { c.maxResponse = n })
+	return option.Check("idemhttp", n > 0, func(c *config) { c.maxResponse = n }, "max response body %d must be positive", n)
 }
 
 // WithReplayHeaders replaces the allow list of response headers stored and
@@ -217,17 +205,17 @@ func WithReplayHeaders(headers ...string) Option {
 
 // WithDocsURL sets the documentation page problem types link to.
 func WithDocsURL(u string) Option {
-	return setIf(u != "", invalid("empty docs URL"), func(c *config) { c.docs = u })
+	return option.Check("idemhttp", u != "", func(c *config) { c.docs = u }, "empty docs URL")
 }
 
 // WithLogger sets a logger (default: discard).
 func WithLogger(l *slog.Logger) Option {
-	return setIf(l != nil, invalid("nil logger"), func(c *config) { c.logger = l })
+	return option.Check("idemhttp", l != nil, func(c *config) { c.logger = l }, "nil logger")
 }
 
 // WithHooks installs an observer of every keyed request's outcome.
 func WithHooks(h Hooks) Option {
-	return setIf(h != nil, invalid("nil hooks"), func(c *config) { c.hooks = h })
+	return option.Check("idemhttp", h != nil, func(c *config) { c.hooks = h }, "nil hooks")
 }
 
 // Hooks observes the middleware without tying it to a metrics library.

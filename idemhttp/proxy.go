@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/idem-go/idem/internal/option"
 	"github.com/idem-go/idem/keystore"
 )
 
@@ -155,7 +156,7 @@ func upstreamTransport() http.RoundTripper {
 // or one shared by several Proxies so that they share its connections. A
 // [Middleware] ignores it.
 func WithUpstreamTransport(rt http.RoundTripper) Option {
-	return setIf(rt != nil, invalid("nil upstream transport"), func(c *config) { c.transport = rt })
+	return option.Check("idemhttp", rt != nil, func(c *config) { c.transport = rt }, "nil upstream transport")
 }
 
 // WithForwarded replaces how a [Proxy] sets the forwarding headers of the
@@ -167,7 +168,7 @@ func WithUpstreamTransport(rt http.RoundTripper) Option {
 // removed; f decides which of the client's to keep (those of a trusted
 // proxy) and what to add. A [Middleware] ignores it.
 func WithForwarded(f func(in *http.Request, out http.Header)) Option {
-	return setIf(f != nil, invalid("nil forwarded func"), func(c *config) { c.forwarded = f })
+	return option.Check("idemhttp", f != nil, func(c *config) { c.forwarded = f }, "nil forwarded func")
 }
 
 type cancelKey struct{}

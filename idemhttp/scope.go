@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/idem-go/idem/internal/option"
 )
 
 // ErrNoPrincipal is what a scope function returns (wrapped or not) for a
@@ -89,7 +91,7 @@ func WithScopeCookie(name string) Option {
 // running the handler; an error wrapping [ErrNoPrincipal] is treated as an
 // anonymous request (see [WithAllowAnonymous]).
 func WithScopeFunc(f func(*http.Request) (string, error)) Option {
-	return setIf(f != nil, invalid("nil scope func"), func(c *config) { c.scope = f })
+	return option.Check("idemhttp", f != nil, func(c *config) { c.scope = f }, "nil scope func")
 }
 
 // WithAllowAnonymous lets keyed requests without a principal (no

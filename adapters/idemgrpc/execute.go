@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/idem-go/idem/idemhttp"
@@ -46,7 +45,7 @@ func (i *Interceptor) execute(ctx context.Context, req any, handler grpc.UnaryHa
 	if _, err := stopLease(); err != nil {
 		i.cfg.logger.WarnContext(ctx, "idemgrpc: the lease was lost while the handler ran; its context was cancelled", "err", err)
 	}
-	i.took.observe(time.Since(start))
+	i.took.Observe(time.Since(start))
 	return resp, i.settle(ctx, claim, cap, resp, herr), herr
 }
 
@@ -152,24 +151,6 @@ func (i *Interceptor) replayed(ctx context.Context, c keystore.Claim) (any, erro
 	return m, nil
 }
 
-// estimate is a moving average of recent execution times (an EWMA with
-// weight 1/8), for the pushback of an in-progress answer.
-type estimate struct{ ns atomic.Int64 }
-
-func (e *estimate) observe(d time.Duration) {
-	x := max(int64(d), 1)
-	for {
-		old := e.ns.Load()
-		nw := x
-		if old != 0 {
-			nw = old + (x-old)/8
-		}
-		if e.ns.CompareAndSwap(old, nw) {
-			return
-		}
-	}
-}
-
 // minPushback keeps retries of an in-progress key from hammering the store.
 const minPushback = 20 * time.Millisecond
 
@@ -178,7 +159,7 @@ const minPushback = 20 * time.Millisecond
 // one second (or the lease left) before any execution was measured.
 func (i *Interceptor) pushback(c keystore.Claim) time.Duration {
 	left := max(time.Until(c.Expires), minPushback)
-	took := time.Duration(i.took.ns.Load())
+	took := i.took.Value()
 	if took == 0 {
 		return min(left, time.Second)
 	}

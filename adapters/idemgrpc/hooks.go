@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/internal/option"
 )
 
 // Hooks observes the interceptor without tying it to a metrics library, as
@@ -42,5 +43,5 @@ type Outcome = idemhttp.Outcome
 
 // WithHooks installs an observer of every call's outcome.
 func WithHooks(h Hooks) Option {
-	return setIf(h != nil, invalid("nil hooks"), func(c *config) { c.hooks = h })
+	return option.Check("idemgrpc", h != nil, func(c *config) { c.hooks = h }, "nil hooks")
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/option"
 	"google.golang.org/grpc/codes"
 )
 
@@ -70,19 +71,6 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("idemgrpc: "+format+": %w", append(args, idem.ErrInvalidOption)...)
 }
 
-// setIf is an option that applies set when ok and otherwise refuses the
-// value with bad (an [invalid] error), so that each option states its rule
-// in one line.
-func setIf(ok bool, bad error, set func(*config)) Option {
-	return func(c *config) error {
-		if !ok {
-			return bad
-		}
-		set(c)
-		return nil
-	}
-}
-
 // WithMethods limits idempotency keys to the named unary methods, each a
 // full method name ("/pkg.Service/Method"). Calls of other methods pass
 // through without store I/O. By default every unary method honours a key.
@@ -113,7 +101,7 @@ func WithRequired(required bool) Option {
 // counted from completion by the store's clock. It must cover the clients'
 // retry horizon.
 func WithTTL(d time.Duration) Option {
-	return setIf(d > 0, invalid("ttl %v must be positive", d), func(c *config) { c.ttl = d })
+	return option.Check("idemgrpc", d > 0, func(c *config) { c.ttl = d }, "ttl %v must be positive", d)
 }
 
 // WithLease sets how long a call holds its key while the handler runs
@@ -124,21 +112,21 @@ func WithTTL(d time.Duration) Option {
 // context ends when the lease does; set the lease longer than the handler's
 // longest run, because once it has ended a retry may execute concurrently.
 func WithLease(d time.Duration) Option {
-	return setIf(d > 0, invalid("lease %v must be positive", d), func(c *config) { c.lease = d })
+	return option.Check("idemgrpc", d > 0, func(c *config) { c.lease = d }, "lease %v must be positive", d)
 }
 
 // WithWait makes a call whose key is in progress wait up to d for the first
 // call's response, and replay it, instead of failing at once with
 // Unavailable (reason [ReasonInProgress]).
 func WithWait(d time.Duration) Option {
-	return setIf(d >= 0, invalid("wait %v must not be negative", d), func(c *config) { c.wait = d })
+	return option.Check("idemgrpc", d >= 0, func(c *config) { c.wait = d }, "wait %v must not be negative", d)
 }
 
 // WithStoreTimeout bounds each store call (default 5s). Store calls do not
 // end with the client's cancellation: a call cancelled half-way may have
 // committed, so each one runs to its end or to this timeout.
 func WithStoreTimeout(d time.Duration) Option {
-	return setIf(d > 0, invalid("store timeout %v must be positive", d), func(c *config) { c.storeTimeout = d })
+	return option.Check("idemgrpc", d > 0, func(c *config) { c.storeTimeout = d }, "store timeout %v must be positive", d)
 }
 
 // WithReleaseCodes replaces the status codes that release the key (default
@@ -180,12 +168,12 @@ func WithReplayMetadata(keys ...string) Option {
 // delivered and never re-executed; its replay fails with FailedPrecondition
 // (reason [ReasonNotStored]). It must not exceed the store's result limit.
 func WithMaxResponseSize(n int) Option {
-	return setIf(n > 0, invalid("max response size %d must be positive", n), func(c *config) { c.maxResponse = n })
+	return option.Check("idemgrpc", n > 0, func(c *config) { c.maxResponse = n }, "max response size %d must be positive", n)
 }
 
 // WithLogger sets a logger (default: discard).
 func WithLogger(l *slog.Logger) Option {
-	return setIf(l != nil, invalid("nil logger"), func(c *config) { c.logger = l })
+	return option.Check("idemgrpc", l != nil, func(c *config) { c.logger = l }, "nil logger")
 }
 
 var perCall = map[string]bool{

@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+
+	"github.com/idem-go/idem/internal/option"
 )
 
 // ErrNoPrincipal is what a scope function returns (wrapped or not) for a
@@ -83,7 +85,7 @@ func WithScopeTLS() Option {
 // [WithAllowAnonymous]); any other error fails it with InvalidArgument
 // (reason [ReasonInvalidScope]). Either way the handler does not run.
 func WithScopeFunc(f func(ctx context.Context, fullMethod string) (string, error)) Option {
-	return setIf(f != nil, invalid("nil scope func"), func(c *config) { c.scope = f })
+	return option.Check("idemgrpc", f != nil, func(c *config) { c.scope = f }, "nil scope func")
 }
 
 // WithAllowAnonymous lets keyed calls without a principal share one

@@ -10,6 +10,8 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/internal/ewma"
+	"github.com/idem-go/idem/internal/option"
 	"github.com/idem-go/idem/keystore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -25,7 +27,7 @@ import (
 type Interceptor struct {
 	store keystore.Store
 	cfg   config
-	took  estimate
+	took  ewma.Duration
 }
 
 // New returns an Interceptor that keeps keys and responses in s. Options
@@ -36,13 +38,8 @@ func New(s keystore.Store, opts ...Option) (*Interceptor, error) {
 		return nil, invalid("nil store")
 	}
 	cfg := defaultConfig()
-	for _, o := range opts {
-		if o == nil {
-			return nil, invalid("nil option")
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	if err := option.Apply("idemgrpc", &cfg, opts); err != nil {
+		return nil, err
 	}
 	return &Interceptor{store: s, cfg: cfg}, nil
 }

@@ -15,12 +15,10 @@
 package idemhttpprom
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/internal/promconfig"
 )
@@ -33,19 +31,19 @@ type config = promconfig.Config
 
 // WithNamespace sets the first part of every metric's name (default "idem").
 func WithNamespace(ns string) Option {
-	return func(c *config) error { return c.SetNamespace("idemhttpprom", ns) }
+	return func(c *config) error { return c.SetNamespace(ns) }
 }
 
 // WithConstLabels adds labels to every metric, to tell several proxies
 // apart in one registry.
 func WithConstLabels(l prometheus.Labels) Option {
-	return func(c *config) error { return c.SetLabels("idemhttpprom", l, "outcome") }
+	return func(c *config) error { return c.SetLabels(l, "outcome") }
 }
 
 // WithBuckets sets the duration histogram's buckets in seconds (default
 // 100 µs to about 15 min in steps of 2.5×). They must be increasing.
 func WithBuckets(b []float64) Option {
-	return func(c *config) error { return c.SetBuckets("idemhttpprom", b) }
+	return func(c *config) error { return c.SetBuckets(b) }
 }
 
 // Hooks implements idemhttp.Hooks with Prometheus collectors.
@@ -61,12 +59,9 @@ var _ idemhttp.Hooks = (*Hooks)(nil)
 // idem.ErrInvalidOption; registering twice with one registry fails (the
 // registry's AlreadyRegisteredError).
 func New(reg prometheus.Registerer, opts ...Option) (*Hooks, error) {
-	cfg, err := promconfig.New(prometheus.ExponentialBuckets(0.0001, 2.5, 14), opts)
+	cfg, err := promconfig.New("idemhttpprom", reg, prometheus.ExponentialBuckets(0.0001, 2.5, 14), opts)
 	if err != nil {
 		return nil, err
-	}
-	if reg == nil {
-		return nil, fmt.Errorf("idemhttpprom: nil registerer: %w", idem.ErrInvalidOption)
 	}
 	h := &Hooks{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -79,10 +74,8 @@ func New(reg prometheus.Registerer, opts ...Option) (*Hooks, error) {
 			Buckets: cfg.Buckets,
 		}, []string{"outcome"}),
 	}
-	for _, c := range []prometheus.Collector{h.requests, h.duration} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("idemhttpprom: %w", err)
-		}
+	if err := promconfig.Register[prometheus.Collector](cfg, reg, h.requests, h.duration); err != nil {
+		return nil, err
 	}
 	return h, nil
 }

@@ -26,7 +26,6 @@ package inboxprom
 
 import (
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -66,20 +65,20 @@ type config = promconfig.Config
 
 // WithNamespace sets the first part of every metric's name (default "idem").
 func WithNamespace(ns string) Option {
-	return func(c *config) error { return c.SetNamespace("inboxprom", ns) }
+	return func(c *config) error { return c.SetNamespace(ns) }
 }
 
 // WithConstLabels adds labels to every metric, to tell several services
 // apart in one registry (inboxes are told apart by the consumer label).
 func WithConstLabels(l prometheus.Labels) Option {
-	return func(c *config) error { return c.SetLabels("inboxprom", l, "consumer", "outcome") }
+	return func(c *config) error { return c.SetLabels(l, "consumer", "outcome") }
 }
 
 // WithBuckets sets the buckets, in seconds, of the two duration histograms
 // (default 100 µs to about 15 min in steps of 2.5×). They must be
 // increasing. The batch size histogram keeps its powers of two.
 func WithBuckets(b []float64) Option {
-	return func(c *config) error { return c.SetBuckets("inboxprom", b) }
+	return func(c *config) error { return c.SetBuckets(b) }
 }
 
 // New registers the collectors with reg and returns hooks to pass to
@@ -88,12 +87,9 @@ func WithBuckets(b []float64) Option {
 // registry's AlreadyRegisteredError): share one Hooks between inboxes, the
 // consumer label tells them apart.
 func New(reg prometheus.Registerer, opts ...Option) (*Hooks, error) {
-	cfg, err := promconfig.New(prometheus.ExponentialBuckets(0.0001, 2.5, 14), opts)
+	cfg, err := promconfig.New("inboxprom", reg, prometheus.ExponentialBuckets(0.0001, 2.5, 14), opts)
 	if err != nil {
 		return nil, err
-	}
-	if reg == nil {
-		return nil, fmt.Errorf("inboxprom: nil registerer: %w", idem.ErrInvalidOption)
 	}
 	opt := func(name, help string) prometheus.Opts {
 		return prometheus.Opts{Namespace: cfg.Namespace, Subsystem: "inbox", Name: name, Help: help, ConstLabels: prometheus.Labels(cfg.Labels)}
@@ -119,10 +115,8 @@ func New(reg prometheus.Registerer, opts ...Option) (*Hooks, error) {
 		batchDur: histogram("batch_duration_seconds", "Time per ProcessBatch transaction, retries included, by consumer.",
 			cfg.Buckets, "consumer"),
 	}
-	for _, c := range []prometheus.Collector{h.messages, h.duration, h.retries, h.swept, h.batch, h.batchDur} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("inboxprom: %w", err)
-		}
+	if err := promconfig.Register[prometheus.Collector](cfg, reg, h.messages, h.duration, h.retries, h.swept, h.batch, h.batchDur); err != nil {
+		return nil, err
 	}
 	return h, nil
 }

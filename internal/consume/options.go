@@ -1,11 +1,11 @@
 package consume
 
 import (
-	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/option"
 	"github.com/idem-go/idem/internal/retry"
 )
 
@@ -14,40 +14,25 @@ import (
 type Option[T any] func(*Config[T]) error
 
 // Apply runs opts over cfg in order, the way every adapter's constructor
-// validates its options once: a nil option or a failing one is an error
-// wrapping [idem.ErrInvalidOption] named after the adapter.
+// validates its options once: it is [option.Apply], a nil option or a
+// failing one being an error wrapping [idem.ErrInvalidOption] named after
+// the adapter.
 func Apply[C any, O ~func(*C) error](name string, cfg *C, opts []O) error {
-	for _, o := range opts {
-		if o == nil {
-			return apply[C](nil, false, nil, name, "nil option", nil)
-		}
-		if err := o(cfg); err != nil {
-			return err
-		}
-	}
-	return nil
+	return option.Apply(name, cfg, opts)
 }
 
-// Check is the shape of an adapter's own option: it sets a field with set
-// when ok, and otherwise fails with the problem that format and args
-// describe, prefixed with the adapter's name and wrapping
+// Check is the shape of an adapter's own option, [option.Check]: it sets a
+// field with set when ok, and otherwise fails with the problem that format
+// and args describe, prefixed with the adapter's name and wrapping
 // [idem.ErrInvalidOption].
 func Check[C any](name string, ok bool, set func(*C), format string, args ...any) func(*C) error {
-	return func(c *C) error { return apply(c, ok, set, name, format, args) }
+	return option.Check(name, ok, set, format, args...)
 }
 
 // check is Check for the shared options, named after the adapter whose
 // Config they are applied to.
 func check[T any](ok bool, set func(*Config[T]), format string, args ...any) Option[T] {
-	return func(c *Config[T]) error { return apply(c, ok, set, c.Name, format, args) }
-}
-
-func apply[C any](c *C, ok bool, set func(*C), name, format string, args []any) error {
-	if !ok {
-		return fmt.Errorf("%s: %s: %w", name, fmt.Sprintf(format, args...), idem.ErrInvalidOption)
-	}
-	set(c)
-	return nil
+	return func(c *Config[T]) error { return option.Check(c.Name, ok, set, format, args...)(c) }
 }
 
 // WithKey derives each message's idempotency key with f. The key must be

@@ -43,20 +43,20 @@ type config = promconfig.Config
 
 // WithNamespace sets the first part of every metric's name (default "idem").
 func WithNamespace(ns string) Option {
-	return func(c *config) error { return c.SetNamespace("keystoreprom", ns) }
+	return func(c *config) error { return c.SetNamespace(ns) }
 }
 
 // WithConstLabels adds labels to every metric, to tell several stores apart
 // in one registry.
 func WithConstLabels(l prometheus.Labels) Option {
-	return func(c *config) error { return c.SetLabels("keystoreprom", l, "op", "outcome") }
+	return func(c *config) error { return c.SetLabels(l, "op", "outcome") }
 }
 
 // WithBuckets sets the latency histogram's buckets in seconds (default from
 // 50 µs to 2.5 s, covering memory, Redis and SQL stores). They must be
 // increasing.
 func WithBuckets(b []float64) Option {
-	return func(c *config) error { return c.SetBuckets("keystoreprom", b) }
+	return func(c *config) error { return c.SetBuckets(b) }
 }
 
 // Metrics is one set of key store collectors, registered by [New]. Every
@@ -82,12 +82,9 @@ type Store struct {
 // one registry fails (the registry's AlreadyRegisteredError): give each
 // Metrics its own labels ([WithConstLabels]) or share one.
 func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
-	cfg, err := promconfig.New([]float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1, 2.5}, opts)
+	cfg, err := promconfig.New("keystoreprom", reg, []float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1, 2.5}, opts)
 	if err != nil {
 		return nil, err
-	}
-	if reg == nil {
-		return nil, fmt.Errorf("keystoreprom: nil registerer: %w", idem.ErrInvalidOption)
 	}
 	opt := func(name, help string) prometheus.Opts {
 		return prometheus.Opts{Namespace: cfg.Namespace, Subsystem: "keystore", Name: name, Help: help, ConstLabels: prometheus.Labels(cfg.Labels)}
@@ -114,10 +111,8 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		m.errors.WithLabelValues(op)
 		m.duration.WithLabelValues(op)
 	}
-	for _, c := range []prometheus.Collector{m.reservations, m.takeovers, m.leaseLost, m.errors, m.duration, m.swept} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("keystoreprom: %w", err)
-		}
+	if err := promconfig.Register[prometheus.Collector](cfg, reg, m.reservations, m.takeovers, m.leaseLost, m.errors, m.duration, m.swept); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

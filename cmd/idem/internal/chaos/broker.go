@@ -5,6 +5,8 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/idem-go/idem/internal/retry"
 )
 
 // The broker is an in-process queue with at-least-once semantics, the way
@@ -25,13 +27,27 @@ import (
 //
 // It is owned by the harness's loop and is not safe for concurrent use.
 
-// Nack backoff: base << min(nacks-1, nackMaxShift), capped.
+// Nack backoff: the bound of retry.Backoff (no jitter, so that a seed's
+// schedule is reproducible) for the nack's reason, base << min(nacks-1,
+// nackMaxShift), capped at nackMaxDelay.
 const (
 	nackBaseError      = 5 * time.Millisecond
 	nackBaseGap        = 2 * time.Millisecond
 	nackBaseInProgress = 25 * time.Millisecond
 	nackMaxShift       = 6
 	nackMaxDelay       = 250 * time.Millisecond
+)
+
+// nackBackoff is the backoff starting at base, doubling nackMaxShift times
+// at most, capped at nackMaxDelay.
+func nackBackoff(base time.Duration) retry.Backoff {
+	return retry.Backoff{Min: base, Max: min(base<<nackMaxShift, nackMaxDelay)}
+}
+
+var (
+	nackErrorBackoff      = nackBackoff(nackBaseError)
+	nackGapBackoff        = nackBackoff(nackBaseGap)
+	nackInProgressBackoff = nackBackoff(nackBaseInProgress)
 )
 
 // deque is a ring buffer of entries.
@@ -210,20 +226,19 @@ func (b *broker) nack(p *proc, tag uint64, reason byte, now time.Time) {
 	if e.nacks < 255 {
 		e.nacks++
 	}
-	base := nackBaseError
+	backoff := nackErrorBackoff
 	switch reason {
 	case nackGap:
-		base = nackBaseGap
+		backoff = nackGapBackoff
 	case nackInProgress:
-		base = nackBaseInProgress
+		backoff = nackInProgressBackoff
 	}
 	if reason != nackError && b.attempts[e.msg] > 0 {
 		// Nothing was attempted: this attempt does not use up the
 		// message's share of faults.
 		b.attempts[e.msg]--
 	}
-	delay := min(base<<min(int(e.nacks)-1, nackMaxShift), nackMaxDelay)
-	heap.Push(&b.later, delayedEntry{due: now.Add(delay), e: e})
+	heap.Push(&b.later, delayedEntry{due: now.Add(backoff.Bound(int(e.nacks) - 1)), e: e})
 }
 
 // lost redelivers the copies p held when it died, in the order they were

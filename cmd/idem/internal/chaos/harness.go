@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/idem-go/idem/internal/option"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -48,13 +49,8 @@ type namespace struct {
 // ends every goroutine before it returns.
 func Run(ctx context.Context, opts ...Option) (*Report, error) {
 	cfg := defaultConfig()
-	for _, o := range opts {
-		if o == nil {
-			return nil, invalid("nil option")
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	if err := option.Apply("chaos", &cfg, opts); err != nil {
+		return nil, err
 	}
 	if len(cfg.strategies) == 0 {
 		cfg.strategies = strategyNames()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/option"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/sequence"
 	"github.com/idem-go/idem/sqldialect"
@@ -100,13 +101,8 @@ const maxBatch = 32
 // Nothing but frames may be written to w; log to stderr.
 func ServeWorker(ctx context.Context, r io.Reader, w io.Writer, opts ...workerOption) error {
 	o := workerOptions{crash: crashSelf}
-	for _, opt := range opts {
-		if opt == nil {
-			return fmt.Errorf("chaos: %w: nil worker option", idem.ErrInvalidOption)
-		}
-		if err := opt(&o); err != nil {
-			return err
-		}
+	if err := option.Apply("chaos", &o, opts); err != nil {
+		return err
 	}
 	br, bw := bufio.NewReaderSize(r, 64<<10), bufio.NewWriter(w)
 	f, err := readFrame(br)
