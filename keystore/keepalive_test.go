@@ -3,12 +3,12 @@ package keystore_test
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/dbtest"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/storetest"
 )
@@ -200,7 +200,7 @@ func TestCanExtendUnwraps(t *testing.T) {
 // The same with a real store: SQLite renews by its own clock.
 func TestDoRenewsLeaseSQLite(t *testing.T) {
 	t.Parallel()
-	s := openSQLite(t, filepath.Join(t.TempDir(), "keys.db"))
+	s := dbtest.SQLiteStore(t, "")
 	if !keystore.CanExtend(s) {
 		t.Fatal("sqlitestore does not renew leases")
 	}

@@ -12,25 +12,13 @@ import (
 
 	_ "modernc.org/sqlite" // "sqlite"
 
+	"github.com/idem-go/idem/internal/dbtest"
 	"github.com/idem-go/idem/keystore"
-	"github.com/idem-go/idem/keystore/sqlitestore"
 )
 
 // killEnv names the SQLite file a re-executed test binary holds a key in
 // until it is killed.
 const killEnv = "IDEM_KEYSTORE_KILL_CHILD"
-
-func openSQLite(t testing.TB, path string) *sqlitestore.Store {
-	s, err := sqlitestore.Open(path)
-	if err == nil {
-		t.Cleanup(func() { s.Close() })
-		err = s.Migrate(context.Background())
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 // TestDoHolderKilled SIGKILLs a process in the middle of Do's effect (the
 // test binary, re-executed) and checks that the key is free one lease later:
@@ -43,7 +31,7 @@ func TestDoHolderKilled(t *testing.T) {
 	}
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "keys.db")
-	s := openSQLite(t, path)
+	s := dbtest.SQLiteStore(t, path)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestDoHolderKilled$", "-test.count=1")
 	cmd.Env = append(os.Environ(), killEnv+"="+path)
 	out, err := cmd.StdoutPipe()
@@ -93,7 +81,7 @@ func TestDoHolderKilled(t *testing.T) {
 
 // holdUntilKilled is the child: it runs Do with an effect that never ends.
 func holdUntilKilled(t *testing.T, path string) {
-	s := openSQLite(t, path)
+	s := dbtest.SQLiteStore(t, path)
 	_, _, err := keystore.Do(context.Background(), s, "killed", nil, func(ctx context.Context) ([]byte, error) {
 		fmt.Println("acting")
 		<-ctx.Done()

@@ -1,13 +1,18 @@
 // Package dbtest names the databases that idem's SQL tests run on, each
 // opened fresh per test by internal/testenv, so that every package tests
-// the same dialects and driver settings.
+// the same dialects and driver settings, and opens the SQLite key store the
+// keystore tests share.
 package dbtest
 
 import (
+	"context"
 	"database/sql"
+	"path/filepath"
 	"testing"
 
 	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/keystore/sqlitestore"
+	"github.com/idem-go/idem/keystore/sqlstore"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -32,3 +37,23 @@ var (
 // All is every dialect, with each driver setting that changes what a
 // statement reports.
 var All = []DB{SQLite, Postgres, MySQL, MySQLFoundRows}
+
+// SQLiteStore opens the SQLite key store at path as idem serve does
+// (sqlitestore.Open) and migrates it; an empty path is a fresh file in the
+// test's temporary directory. The store is closed when the test ends. The
+// test binary must register the modernc.org/sqlite driver.
+func SQLiteStore(t testing.TB, path string, opts ...sqlstore.Option) *sqlitestore.Store {
+	t.Helper()
+	if path == "" {
+		path = filepath.Join(t.TempDir(), "keys.db")
+	}
+	s, err := sqlitestore.Open(path, opts...)
+	if err == nil {
+		t.Cleanup(func() { s.Close() })
+		err = s.Migrate(context.Background())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

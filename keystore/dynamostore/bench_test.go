@@ -3,8 +3,6 @@ package dynamostore_test
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/google/uuid"
 
-	"github.com/idem-go/idem/keystore"
+	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/keystore/dynamostore"
 )
 
@@ -61,13 +59,6 @@ func BenchmarkDynamo(b *testing.B) {
 		})
 		return err
 	}
-	reserve := func(key string) (keystore.Claim, error) {
-		c, err := s.Reserve(ctx, key, nil, time.Minute)
-		if err == nil && c.State != keystore.Acquired {
-			err = fmt.Errorf("reserve %s: %v, want acquired", key, c.State)
-		}
-		return c, err
-	}
 	for _, c := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
 			for _, v := range []struct {
@@ -76,7 +67,7 @@ func BenchmarkDynamo(b *testing.B) {
 			}{
 				{"putitem", put},
 				{"updateitem", func(key string) error { _, err := api.UpdateItem(ctx, s.ReserveInput(key)); return err }},
-				{"reserve", func(key string) error { _, err := reserve(key); return err }},
+				{"reserve", func(key string) error { _, err := testenv.ReserveNew(ctx, s, key); return err }},
 				{"put+update", func(key string) error {
 					if err := put(key); err != nil {
 						return err
@@ -84,7 +75,7 @@ func BenchmarkDynamo(b *testing.B) {
 					return update(key)
 				}},
 				{"reserve+complete", func(key string) error {
-					cl, err := reserve(key)
+					cl, err := testenv.ReserveNew(ctx, s, key)
 					if err != nil {
 						return err
 					}
@@ -93,28 +84,10 @@ func BenchmarkDynamo(b *testing.B) {
 			} {
 				s = newStore(b, api)
 				table = aws.String(s.Table())
-				b.Run(v.name, func(b *testing.B) { parallel(b, c, v.op) })
+				b.Run(v.name, func(b *testing.B) {
+					testenv.Parallel(b, c, "", func(string) error { return v.op(uuid.NewString()) })
+				})
 			}
 		})
 	}
-}
-
-// parallel runs op b.N times in total on exactly c goroutines, each call on
-// a new random UUIDv4 key.
-func parallel(b *testing.B, c int, op func(key string) error) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	b.ReportAllocs()
-	b.ResetTimer()
-	for range c {
-		wg.Go(func() {
-			for next.Add(1) <= int64(b.N) {
-				if err := op(uuid.NewString()); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/idem-go/idem/internal/natsenv"
 	"github.com/idem-go/idem/internal/testenv"
-	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/natsstore"
 )
 
@@ -45,15 +43,9 @@ func BenchmarkNATS(b *testing.B) {
 				op   func(key string) error
 			}{
 				{"kv-create", func(key string) error { _, err := kv.Create(ctx, key, []byte("1")); return err }},
-				{"reserve", func(key string) error {
-					cl, err := s.Reserve(ctx, key, nil, time.Minute)
-					if err == nil && cl.State != keystore.Acquired {
-						err = fmt.Errorf("%s: %v", key, cl.State)
-					}
-					return err
-				}},
+				{"reserve", func(key string) error { _, err := testenv.ReserveNew(ctx, s, key); return err }},
 				{"reserve+complete", func(key string) error {
-					cl, err := s.Reserve(ctx, key, nil, time.Minute)
+					cl, err := testenv.ReserveNew(ctx, s, key)
 					if err != nil {
 						return err
 					}
@@ -62,24 +54,7 @@ func BenchmarkNATS(b *testing.B) {
 			} {
 				b.Run(v.name, func(b *testing.B) {
 					prefix := "r" + strconv.FormatUint(runs.Add(1), 10) + "-"
-					var next atomic.Uint64
-					var wg sync.WaitGroup
-					b.ResetTimer()
-					for range c {
-						wg.Go(func() {
-							for {
-								i := next.Add(1)
-								if i > uint64(b.N) {
-									return
-								}
-								if err := v.op(prefix + strconv.FormatUint(i, 10)); err != nil {
-									b.Error(err)
-									return
-								}
-							}
-						})
-					}
-					wg.Wait()
+					testenv.Parallel(b, c, prefix, v.op)
 				})
 			}
 		})

@@ -38,12 +38,12 @@ func BenchmarkRedisCluster(b *testing.B) {
 				op   func(key string) error
 			}{
 				{"setnx", func(key string) error { return rdb.SetNX(ctx, prefix+key, 1, time.Minute).Err() }},
-				{"reserve", func(key string) error { _, err := reserveNew(ctx, s, key); return err }},
-				{"reserve-wait1", func(key string) error { _, err := reserveNew(ctx, w, key); return err }},
+				{"reserve", func(key string) error { _, err := testenv.ReserveNew(ctx, s, key); return err }},
+				{"reserve-wait1", func(key string) error { _, err := testenv.ReserveNew(ctx, w, key); return err }},
 			} {
 				b.Run(v.name, func(b *testing.B) {
 					key := strconv.FormatUint(runs.Add(1), 10) + ":"
-					parallel(b, c, func(i uint64) error { return v.op(key + strconv.FormatUint(i, 10)) })
+					testenv.Parallel(b, c, key, v.op)
 				})
 			}
 		})

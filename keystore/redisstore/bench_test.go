@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idem-go/idem/internal/testenv"
-	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/redisstore"
 )
 
@@ -51,7 +49,7 @@ func BenchmarkRedis(b *testing.B) {
 		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
 			run := func(b *testing.B, op func(key string) error) {
 				key := strconv.FormatUint(runs.Add(1), 10) + ":"
-				parallel(b, c, func(i uint64) error { return op(key + strconv.FormatUint(i, 10)) })
+				testenv.Parallel(b, c, key, op)
 				b.StopTimer()
 				cleanup(rdb, prefix, s, sap, unbatched) // every run starts on an empty keyspace
 			}
@@ -60,15 +58,15 @@ func BenchmarkRedis(b *testing.B) {
 				op   func(key string) error
 			}{
 				{"setnx", func(key string) error { return rdb.SetNX(ctx, prefix+key, 1, time.Minute).Err() }},
-				{"reserve", func(key string) error { _, err := reserveNew(ctx, s, key); return err }},
+				{"reserve", func(key string) error { _, err := testenv.ReserveNew(ctx, s, key); return err }},
 				{"setnx-batched", func(key string) error {
 					return batched(ctx, redis.NewBoolCmd(ctx, "set", prefix+key, 1, "px", 60000, "nx"))
 				}},
-				{"reserve-unbatched", func(key string) error { _, err := reserveNew(ctx, unbatched, key); return err }},
+				{"reserve-unbatched", func(key string) error { _, err := testenv.ReserveNew(ctx, unbatched, key); return err }},
 				{"setnx-autopipeline", func(key string) error { return ap.SetNX(ctx, prefix+key, 1, time.Minute).Err() }},
-				{"reserve-autopipeline", func(key string) error { _, err := reserveNew(ctx, sap, key); return err }},
+				{"reserve-autopipeline", func(key string) error { _, err := testenv.ReserveNew(ctx, sap, key); return err }},
 				{"reserve+complete", func(key string) error {
-					c, err := reserveNew(ctx, s, key)
+					c, err := testenv.ReserveNew(ctx, s, key)
 					if err != nil {
 						return err
 					}
@@ -79,39 +77,6 @@ func BenchmarkRedis(b *testing.B) {
 			}
 		})
 	}
-}
-
-// reserveNew reserves a key that must be new, so that every benchmarked call
-// takes the new-key path.
-func reserveNew(ctx context.Context, s keystore.Store, key string) (keystore.Claim, error) {
-	c, err := s.Reserve(ctx, key, nil, time.Minute)
-	if err == nil && c.State != keystore.Acquired {
-		err = fmt.Errorf("reserve %s: %v, want acquired", key, c.State)
-	}
-	return c, err
-}
-
-// parallel runs op b.N times in total on exactly c goroutines.
-func parallel(b *testing.B, c int, op func(i uint64) error) {
-	var next atomic.Uint64
-	var wg sync.WaitGroup
-	b.ReportAllocs()
-	b.ResetTimer()
-	for range c {
-		wg.Go(func() {
-			for {
-				i := next.Add(1)
-				if i > uint64(b.N) {
-					return
-				}
-				if err := op(i); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
 }
 
 // cleanup deletes the benchmark's keys from the shared test server.

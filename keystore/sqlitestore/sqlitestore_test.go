@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/dbtest"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/sqlitestore"
@@ -18,16 +19,7 @@ import (
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 func open(t *testing.T, opts ...sqlstore.Option) *sqlitestore.Store {
-	t.Helper()
-	s, err := sqlitestore.Open(filepath.Join(t.TempDir(), "keys.db"), opts...)
-	if err == nil {
-		t.Cleanup(func() { s.Close() })
-		err = s.Migrate(context.Background())
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return dbtest.SQLiteStore(t, "", opts...)
 }
 
 func TestConformance(t *testing.T) {
