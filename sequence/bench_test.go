@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/compact/compactbench"
 	"github.com/idem-go/idem/sequence"
 )
 
@@ -101,14 +102,6 @@ func msgID(i uint64) (id [16]byte) {
 	return id
 }
 
-// heapInUse returns the live heap after a full collection.
-func heapInUse() uint64 {
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
-
 // BenchmarkConsumerDedup compares the two ways a consumer can recognise
 // redeliveries of *dedupmsgs messages from 100 producers (messages
 // interleaved round-robin, each producer's sequence counting up): a key
@@ -148,11 +141,11 @@ func BenchmarkConsumerDedup(b *testing.B) {
 // (heapB/msg, heapB) and the time per message (ns/msg).
 func measureHeld(b *testing.B, n int, build func() any) {
 	for b.Loop() {
-		before := heapInUse()
+		before := compactbench.HeapInUse()
 		start := time.Now()
 		v := build()
 		elapsed := time.Since(start)
-		held := heapInUse() - before
+		held := compactbench.HeapInUse() - before
 		runtime.KeepAlive(v)
 		b.ReportMetric(float64(held)/float64(n), "heapB/msg")
 		b.ReportMetric(float64(elapsed.Nanoseconds())/float64(n), "ns/msg")

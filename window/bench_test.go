@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/idem-go/idem/internal/compact/compactbench"
 	"github.com/idem-go/idem/window"
 )
 
@@ -123,13 +124,6 @@ func BenchmarkSeen(b *testing.B) {
 	})
 }
 
-func heapInUse() uint64 {
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
-
 // BenchmarkMemory reports the heap held per live id at 1M ids, and the
 // time per insert while building the set.
 func BenchmarkMemory(b *testing.B) {
@@ -137,14 +131,14 @@ func BenchmarkMemory(b *testing.B) {
 	t0 := time.Unix(1_700_000_000, 0)
 	report := func(b *testing.B, before uint64, start time.Time, keep any) {
 		elapsed := time.Since(start)
-		held := heapInUse() - before
+		held := compactbench.HeapInUse() - before
 		runtime.KeepAlive(keep)
 		b.ReportMetric(float64(held)/benchIDs, "heapB/id")
 		b.ReportMetric(float64(elapsed.Nanoseconds())/benchIDs, "ns/insert")
 	}
 	b.Run("window-1M", func(b *testing.B) {
 		for b.Loop() {
-			before := heapInUse()
+			before := compactbench.HeapInUse()
 			start := time.Now()
 			d, _ := window.New(time.Hour)
 			for _, id := range all {
@@ -155,7 +149,7 @@ func BenchmarkMemory(b *testing.B) {
 	})
 	b.Run("baseline-map-1M", func(b *testing.B) {
 		for b.Loop() {
-			before := heapInUse()
+			before := compactbench.HeapInUse()
 			start := time.Now()
 			m := &mapWindow{w: time.Hour, seen: map[string]time.Time{}}
 			for _, id := range all {

@@ -45,3 +45,13 @@ func ReserveNew(ctx context.Context, s keystore.Store, key string) (keystore.Cla
 	}
 	return c, err
 }
+
+// ReserveComplete runs the whole protocol for one new key: [ReserveNew],
+// then Complete with a small result kept for an hour.
+func ReserveComplete(ctx context.Context, s keystore.Store, key string) error {
+	c, err := ReserveNew(ctx, s, key)
+	if err != nil {
+		return err
+	}
+	return s.Complete(ctx, c, []byte("ok"), time.Hour)
+}

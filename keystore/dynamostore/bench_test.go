@@ -74,13 +74,7 @@ func BenchmarkDynamo(b *testing.B) {
 					}
 					return update(key)
 				}},
-				{"reserve+complete", func(key string) error {
-					cl, err := testenv.ReserveNew(ctx, s, key)
-					if err != nil {
-						return err
-					}
-					return s.Complete(ctx, cl, []byte("ok"), time.Hour)
-				}},
+				{"reserve+complete", func(key string) error { return testenv.ReserveComplete(ctx, s, key) }},
 			} {
 				s = newStore(b, api)
 				table = aws.String(s.Table())

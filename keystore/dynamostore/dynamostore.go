@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/option"
 	"github.com/idem-go/idem/keystore"
 )
 
@@ -65,7 +66,7 @@ type config struct {
 func WithScope(name string) Option {
 	return func(c *config) error {
 		if err := keystore.ValidateScope(name); err != nil {
-			return err
+			return fmt.Errorf("dynamostore: %w: %w", err, idem.ErrInvalidOption)
 		}
 		c.scope = name
 		return nil
@@ -85,10 +86,10 @@ func WithAttributes(a Attributes) Option {
 				got[i] = def[i]
 			}
 			if len(got[i]) > maxAttrName {
-				return fmt.Errorf("attribute name %q is longer than %d bytes", got[i], maxAttrName)
+				return fmt.Errorf("dynamostore: attribute name %q is longer than %d bytes: %w", got[i], maxAttrName, idem.ErrInvalidOption)
 			}
 			if seen[got[i]] {
-				return fmt.Errorf("attribute name %q is used twice", got[i])
+				return fmt.Errorf("dynamostore: attribute name %q is used twice: %w", got[i], idem.ErrInvalidOption)
 			}
 			seen[got[i]] = true
 		}
@@ -113,38 +114,20 @@ const DefaultClockSkew = time.Second
 // clock is ahead of its own by more than d. d = 0 trusts the clocks to be
 // equal. See the package documentation.
 func WithClockSkew(d time.Duration) Option {
-	return func(c *config) error {
-		if d < 0 || d > time.Hour {
-			return fmt.Errorf("clock skew %v: want 0 to 1h", d)
-		}
-		c.skew = d
-		return nil
-	}
+	return option.Check("dynamostore", d >= 0 && d <= time.Hour, func(c *config) { c.skew = d }, "clock skew %v: want 0 to 1h", d)
 }
 
 // WithClock sets the clock the store reads for leases, results and tokens
 // (default time.Now). It is for tests that simulate skewed hosts.
 func WithClock(now func() time.Time) Option {
-	return func(c *config) error {
-		if now == nil {
-			return fmt.Errorf("nil clock")
-		}
-		c.now = now
-		return nil
-	}
+	return option.Check("dynamostore", now != nil, func(c *config) { c.now = now }, "nil clock")
 }
 
 // WithMaxResultSize sets the largest result Complete accepts, in bytes
 // (default and maximum: what fits in DynamoDB's 400 KB item beside the
 // other attributes, see [Store.MaxResultSize]).
 func WithMaxResultSize(n int) Option {
-	return func(c *config) error {
-		if n < 0 {
-			return fmt.Errorf("max result size %d is negative", n)
-		}
-		c.maxResult = n
-		return nil
-	}
+	return option.Check("dynamostore", n >= 0, func(c *config) { c.maxResult = n }, "max result size %d is negative", n)
 }
 
 // tableName is DynamoDB's rule for table names.
@@ -170,19 +153,17 @@ type Store struct {
 // sort key. Bad options return an error wrapping idem.ErrInvalidOption.
 func New(api API, table string, opts ...Option) (*Store, error) {
 	cfg := config{scope: keystore.DefaultScope, attrs: DefaultAttributes, skew: DefaultClockSkew, now: time.Now, maxResult: -1, grace: time.Hour}
-	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return nil, fmt.Errorf("%w: dynamostore: %w", idem.ErrInvalidOption, err)
-		}
+	if err := option.Apply("dynamostore", &cfg, opts); err != nil {
+		return nil, err
 	}
 	limit := maxResultFor(cfg.attrs)
 	switch {
 	case api == nil:
-		return nil, fmt.Errorf("%w: dynamostore: nil client", idem.ErrInvalidOption)
+		return nil, fmt.Errorf("dynamostore: nil client: %w", idem.ErrInvalidOption)
 	case !tableName.MatchString(table):
-		return nil, fmt.Errorf("%w: dynamostore: table name %q: want 3 to 255 of a-z A-Z 0-9 _ . -", idem.ErrInvalidOption, table)
+		return nil, fmt.Errorf("dynamostore: table name %q: want 3 to 255 of a-z A-Z 0-9 _ . -: %w", table, idem.ErrInvalidOption)
 	case cfg.maxResult > limit:
-		return nil, fmt.Errorf("%w: dynamostore: max result size %d: at most %d fits in a DynamoDB item", idem.ErrInvalidOption, cfg.maxResult, limit)
+		return nil, fmt.Errorf("dynamostore: max result size %d: at most %d fits in a DynamoDB item: %w", cfg.maxResult, limit, idem.ErrInvalidOption)
 	case cfg.maxResult < 0:
 		cfg.maxResult = limit
 	}

@@ -282,7 +282,7 @@ func (s *Store) Extend(ctx context.Context, c keystore.Claim, lease time.Duratio
 		return keystore.Claim{}, err
 	}
 	if lease <= 0 {
-		return keystore.Claim{}, fmt.Errorf("%w: lease %v is not positive", idem.ErrInvalidArgument, lease)
+		return keystore.Claim{}, fmt.Errorf("dynamostore: lease %v is not positive: %w", lease, idem.ErrInvalidArgument)
 	}
 	if err := ctx.Err(); err != nil {
 		return keystore.Claim{}, fmt.Errorf("dynamostore: extend: %w", err)

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -44,13 +43,7 @@ func BenchmarkNATS(b *testing.B) {
 			}{
 				{"kv-create", func(key string) error { _, err := kv.Create(ctx, key, []byte("1")); return err }},
 				{"reserve", func(key string) error { _, err := testenv.ReserveNew(ctx, s, key); return err }},
-				{"reserve+complete", func(key string) error {
-					cl, err := testenv.ReserveNew(ctx, s, key)
-					if err != nil {
-						return err
-					}
-					return s.Complete(ctx, cl, []byte("ok"), time.Hour)
-				}},
+				{"reserve+complete", func(key string) error { return testenv.ReserveComplete(ctx, s, key) }},
 			} {
 				b.Run(v.name, func(b *testing.B) {
 					prefix := "r" + strconv.FormatUint(runs.Add(1), 10) + "-"

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/option"
 	"github.com/idem-go/idem/keystore"
 )
 
@@ -22,8 +23,8 @@ import (
 // says otherwise.
 const DefaultBucket = "idem"
 
-// Option configures [New]. Options return an error for a bad value, which
-// New wraps with idem.ErrInvalidOption.
+// Option configures [New]. An option given a bad value makes New return an
+// error wrapping idem.ErrInvalidOption.
 type Option func(*config) error
 
 type config struct {
@@ -40,11 +41,11 @@ type config struct {
 func WithBucket(name string) Option {
 	return func(c *config) error {
 		if name == "" || len(name) > 64 {
-			return fmt.Errorf("bucket name %q: want 1 to 64 characters", name)
+			return fmt.Errorf("natsstore: bucket name %q: want 1 to 64 characters: %w", name, idem.ErrInvalidOption)
 		}
 		for _, r := range name {
 			if !(r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
-				return fmt.Errorf("bucket name %q: want only A-Z a-z 0-9 - _", name)
+				return fmt.Errorf("natsstore: bucket name %q: want only A-Z a-z 0-9 - _: %w", name, idem.ErrInvalidOption)
 			}
 		}
 		c.bucket = name
@@ -56,21 +57,18 @@ func WithBucket(name string) Option {
 // for a store that survives the loss of a server). It applies when New
 // creates the bucket, and updates an existing bucket's replica count.
 func WithReplicas(n int) Option {
-	return func(c *config) error {
-		if n < 1 || n > 5 {
-			return fmt.Errorf("replicas %d: want 1 to 5", n)
-		}
-		c.replicas = n
-		return nil
-	}
+	return option.Check("natsstore", n >= 1 && n <= 5, func(c *config) { c.replicas = n }, "replicas %d: want 1 to 5", n)
 }
 
 // WithScope sets the scope of the store's keys (default
 // keystore.DefaultScope). See also [Store.Scope].
 func WithScope(name string) Option {
 	return func(c *config) error {
+		if err := keystore.ValidateScope(name); err != nil {
+			return fmt.Errorf("natsstore: %w: %w", err, idem.ErrInvalidOption)
+		}
 		c.scope = name
-		return keystore.ValidateScope(name)
+		return nil
 	}
 }
 
@@ -79,13 +77,7 @@ func WithScope(name string) Option {
 // other fields and headers). Larger than the server's max_payload cannot
 // be stored and is refused.
 func WithMaxResultSize(n int) Option {
-	return func(c *config) error {
-		if n < 0 {
-			return fmt.Errorf("max result size %d is negative", n)
-		}
-		c.maxResult = n
-		return nil
-	}
+	return option.Check("natsstore", n >= 0, func(c *config) { c.maxResult = n }, "max result size %d is negative", n)
 }
 
 // WithTimeout bounds each request to the servers (default 5 s): a publish
@@ -93,13 +85,7 @@ func WithMaxResultSize(n int) Option {
 // message id), then the call fails. A leader election takes a few
 // seconds; calls during it fail and the caller retries.
 func WithTimeout(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 || d > keystore.CallTimeout {
-			return fmt.Errorf("timeout %v: want (0, %v]", d, keystore.CallTimeout)
-		}
-		c.timeout = d
-		return nil
-	}
+	return option.Check("natsstore", d > 0 && d <= keystore.CallTimeout, func(c *config) { c.timeout = d }, "timeout %v: want (0, %v]", d, keystore.CallTimeout)
 }
 
 // WithMemoryStorage keeps the bucket in memory instead of files (when New
@@ -133,12 +119,10 @@ const minGrace = time.Minute
 func New(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Store, error) {
 	cfg := config{bucket: DefaultBucket, replicas: 1, scope: keystore.DefaultScope, maxResult: -1, timeout: 5 * time.Second, storage: jetstream.FileStorage}
 	if js == nil {
-		return nil, fmt.Errorf("%w: natsstore: nil JetStream", idem.ErrInvalidOption)
+		return nil, fmt.Errorf("natsstore: nil JetStream: %w", idem.ErrInvalidOption)
 	}
-	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return nil, fmt.Errorf("%w: natsstore: %w", idem.ErrInvalidOption, err)
-		}
+	if err := option.Apply("natsstore", &cfg, opts); err != nil {
+		return nil, err
 	}
 	nc := js.Conn()
 	limit := int(nc.MaxPayload()) - 4096
@@ -146,7 +130,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Store, e
 	case cfg.maxResult < 0:
 		cfg.maxResult = min(keystore.DefaultMaxResultSize, limit)
 	case cfg.maxResult > limit:
-		return nil, fmt.Errorf("%w: natsstore: max result size %d exceeds the server's max_payload %d less 4 KiB", idem.ErrInvalidOption, cfg.maxResult, nc.MaxPayload())
+		return nil, fmt.Errorf("natsstore: max result size %d exceeds the server's max_payload %d less 4 KiB: %w", cfg.maxResult, nc.MaxPayload(), idem.ErrInvalidOption)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("natsstore: %w", err)

@@ -28,16 +28,16 @@ import (
 func OpenURL(ctx context.Context, raw string, opts ...Option) (*Store, *nats.Conn, error) {
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok || (scheme != "nats" && scheme != "tls") {
-		return nil, nil, fmt.Errorf("%w: natsstore: URL %q: want nats://host:port[,host:port…][?bucket=…&replicas=…]", idem.ErrInvalidOption, redact(raw))
+		return nil, nil, fmt.Errorf("natsstore: URL %q: want nats://host:port[,host:port…][?bucket=…&replicas=…]: %w", redact(raw), idem.ErrInvalidOption)
 	}
 	body, rawQuery, _ := strings.Cut(rest, "?")
 	q, err := url.ParseQuery(rawQuery)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: natsstore: query of %q: %w", idem.ErrInvalidOption, redact(raw), err)
+		return nil, nil, fmt.Errorf("natsstore: query of %q: %w: %w", redact(raw), err, idem.ErrInvalidOption)
 	}
 	for name, vs := range q {
 		if len(vs) != 1 {
-			return nil, nil, fmt.Errorf("%w: natsstore: %s given %d times", idem.ErrInvalidOption, name, len(vs))
+			return nil, nil, fmt.Errorf("natsstore: %s given %d times: %w", name, len(vs), idem.ErrInvalidOption)
 		}
 		v := vs[0]
 		switch name {
@@ -46,26 +46,26 @@ func OpenURL(ctx context.Context, raw string, opts ...Option) (*Store, *nats.Con
 		case "replicas":
 			n, err := strconv.Atoi(v)
 			if err != nil {
-				return nil, nil, fmt.Errorf("%w: natsstore: replicas=%q is not a number", idem.ErrInvalidOption, v)
+				return nil, nil, fmt.Errorf("natsstore: replicas=%q is not a number: %w", v, idem.ErrInvalidOption)
 			}
 			opts = append(opts, WithReplicas(n))
 		case "timeout":
 			d, err := time.ParseDuration(v)
 			if err != nil {
-				return nil, nil, fmt.Errorf("%w: natsstore: timeout=%q: %w", idem.ErrInvalidOption, v, err)
+				return nil, nil, fmt.Errorf("natsstore: timeout=%q: %w: %w", v, err, idem.ErrInvalidOption)
 			}
 			opts = append(opts, WithTimeout(d))
 		default:
-			return nil, nil, fmt.Errorf("%w: natsstore: unknown parameter %q (known: bucket, replicas, timeout)", idem.ErrInvalidOption, name)
+			return nil, nil, fmt.Errorf("natsstore: unknown parameter %q (known: bucket, replicas, timeout): %w", name, idem.ErrInvalidOption)
 		}
 	}
 	if body == "" {
-		return nil, nil, fmt.Errorf("%w: natsstore: URL %q has no server", idem.ErrInvalidOption, redact(raw))
+		return nil, nil, fmt.Errorf("natsstore: URL %q has no server: %w", redact(raw), idem.ErrInvalidOption)
 	}
 	var servers []string
 	for _, h := range strings.Split(body, ",") {
 		if h == "" || strings.ContainsAny(h, "/#") {
-			return nil, nil, fmt.Errorf("%w: natsstore: server %q: want [user:password@]host:port", idem.ErrInvalidOption, redact(h))
+			return nil, nil, fmt.Errorf("natsstore: server %q: want [user:password@]host:port: %w", redact(h), idem.ErrInvalidOption)
 		}
 		servers = append(servers, scheme+"://"+h)
 	}

@@ -1,6 +1,7 @@
-// Package compactbench holds what the compact-dedup benchmarks of window
-// and memstore share: random UUIDv4 keys and the Go map baseline they are
-// measured beside, in the same run.
+// Package compactbench holds what the memory benchmarks of window,
+// memstore and sequence share: random UUIDv4 keys, the live heap after a
+// full collection, and the Go map baseline they are measured beside, in the
+// same run.
 package compactbench
 
 import (
