@@ -64,9 +64,7 @@ func TestFingerprints(t *testing.T) {
 			if len(applied) != 2 || applied["a"] != 1 || applied["c"] != 1 {
 				t.Errorf("applied %v, want a and c once each", applied)
 			}
-			if a, d, dl := ta.get(idem.Applied), ta.get(idem.Duplicate), ta.get(idem.DeadLettered); a != 2 || d != 1 || dl != 2 {
-				t.Errorf("applied %d, duplicates %d, dead-lettered %d; want 2, 1, 2", a, d, dl)
-			}
+			ta.want(t, "", map[idem.Outcome]int{idem.Applied: 2, idem.Duplicate: 1, idem.DeadLettered: 2})
 			reasons := map[string]string{}
 			for _, r := range readTopic(t, f.c, "dlq", 2) {
 				reasons[string(r.Value)] = headers(r)[idemkafka.HeaderDLQReason]

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -202,6 +204,20 @@ func newTally() *tally { return &tally{} }
 func (ta *tally) option() idemkafka.Option { return idemkafka.WithObserver(ta.Observe) }
 
 func (ta *tally) get(o idem.Outcome) int { return ta.Count(o) }
+
+// want checks the count of each outcome in want; what, if not empty, says
+// which consumer or step the counts are of.
+func (ta *tally) want(t testing.TB, what string, want map[idem.Outcome]int) {
+	t.Helper()
+	if what != "" {
+		what += ": "
+	}
+	for _, o := range slices.Sorted(maps.Keys(want)) {
+		if got := ta.Count(o); got != want[o] {
+			t.Errorf("%s%d %v outcomes, want %d", what, got, o, want[o])
+		}
+	}
+}
 
 // total counts the final outcomes (not the retries).
 func (ta *tally) total() int {

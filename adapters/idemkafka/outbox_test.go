@@ -417,7 +417,5 @@ func TestTransactMixedInboxOutputIDs(t *testing.T) {
 	}
 	_ = runUntil(t, dcon, down, copies)
 	downEff.requireOnce(t, pays)
-	if a, d := down.get(idem.Applied), down.get(idem.Duplicate); a != len(pays) || d != copies-len(pays) {
-		t.Errorf("downstream: %d applied, %d duplicates; want %d, %d", a, d, len(pays), copies-len(pays))
-	}
+	down.want(t, "downstream", map[idem.Outcome]int{idem.Applied: len(pays), idem.Duplicate: copies - len(pays)})
 }

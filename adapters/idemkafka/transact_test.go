@@ -176,9 +176,7 @@ func TestTransactAbortOnHandlerError(t *testing.T) {
 	if len(dl) != 1 || header(dl[0], idemkafka.HeaderDLQReason) != string(idem.ReasonPermanent) || !poison(dl[0]) {
 		t.Fatalf("dead letters: %d, want the poison payment once with reason %q", len(dl), string(idem.ReasonPermanent))
 	}
-	if a, d := ta.get(idem.Applied), ta.get(idem.DeadLettered); a != 19 || d != 1 {
-		t.Errorf("outcomes: %d applied, %d dead-lettered; want 19, 1", a, d)
-	}
+	ta.want(t, "outcomes", map[idem.Outcome]int{idem.Applied: 19, idem.DeadLettered: 1})
 }
 
 func TestOutputID(t *testing.T) {
@@ -263,9 +261,7 @@ func TestTransactRebalanceAborts(t *testing.T) {
 		t.Errorf("read_committed: %d entries, %d duplicates, %d missing, %d keys out of order; want %d, 0, 0, 0",
 			rc.records, rc.duplicates, rc.missing, rc.outOfOrder, n)
 	}
-	if got := ta.get(idem.Applied); got != n {
-		t.Errorf("%d applied outcomes, want %d (outcomes only after a commit)", got, n)
-	}
+	ta.want(t, "outcomes only after a commit", map[idem.Outcome]int{idem.Applied: n})
 }
 
 type lockedBuffer struct {

@@ -2,6 +2,7 @@ package idemhttpprom_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,19 +22,17 @@ func TestHooks(t *testing.T) {
 	h.Request(idemhttp.OutcomeReplayed, time.Millisecond)
 	h.Request(idemhttp.OutcomeReplayed, time.Millisecond)
 	h.Request(idemhttp.OutcomeExecuted, time.Second)
-	if n := testutil.CollectAndCount(reg, "idem_http_requests_total"); n != 2 {
-		t.Fatalf("%d series", n)
+	want := `
+# HELP idem_http_requests_total Requests seen by the idempotency middleware, by outcome.
+# TYPE idem_http_requests_total counter
+idem_http_requests_total{outcome="executed"} 1
+idem_http_requests_total{outcome="replayed"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "idem_http_requests_total"); err != nil {
+		t.Fatal(err)
 	}
-	mfs, _ := reg.Gather()
-	for _, mf := range mfs {
-		if mf.GetName() != "idem_http_requests_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if m.GetLabel()[0].GetValue() == "replayed" && m.GetCounter().GetValue() != 2 {
-				t.Fatalf("replayed = %v", m.GetCounter().GetValue())
-			}
-		}
+	if n := testutil.CollectAndCount(reg, "idem_http_request_duration_seconds"); n != 2 {
+		t.Fatalf("%d duration series, want 2", n)
 	}
 	if _, err := idemhttpprom.New(reg); err == nil {
 		t.Fatal("registering twice succeeded")

@@ -79,7 +79,7 @@ func defaultCommand(ctx context.Context) *exec.Cmd {
 }
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("chaos: %w: "+format, append([]any{idem.ErrInvalidOption}, args...)...)
+	return fmt.Errorf("chaos: "+format+": %w", append(args, idem.ErrInvalidOption)...)
 }
 
 // between stores v in *dst after checking that it is in [lo, hi]; want

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/internal/testenv"
+)
+
+// The end-to-end tests run `idem serve` as separate processes (this test
+// binary re-executed as the idem command) in front of a counting upstream.
+
+const execEnv = "IDEM_TEST_EXEC_MAIN"
+
+func TestMain(m *testing.M) {
+	testenv.Child(execEnv, func() int {
+		os.Args = append([]string{"idem"}, os.Args[1:]...)
+		main()
+		return 0
+	})
+	os.Exit(testenv.Main(m))
+}
+
+// counter is a test upstream that counts executions per path.
+type counter struct {
+	mu    sync.Mutex
+	n     map[string]int
+	total atomic.Int32
+	srv   *httptest.Server
+}
+
+func newUpstream(t *testing.T) *counter {
+	c := &counter{n: map[string]int{}}
+	c.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		c.total.Add(1)
+		c.mu.Lock()
+		c.n[r.URL.Path]++
+		n := c.n[r.URL.Path]
+		c.mu.Unlock()
+		switch r.URL.Path {
+		case "/slow":
+			time.Sleep(400 * time.Millisecond)
+		case "/very-slow": // slow the first time only
+			if n > 1 {
+				break
+			}
+			select {
+			case <-time.After(3 * time.Second):
+			case <-r.Context().Done():
+				return
+			}
+		case "/fail-once":
+			if n == 1 {
+				http.Error(w, "database down", http.StatusInternalServerError)
+				return
+			}
+		case "/crash-once":
+			if n == 1 { // the upstream dies mid-request
+				conn, _, _ := http.NewResponseController(w).Hijack()
+				conn.Close()
+				return
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Location", fmt.Sprintf("/orders/%d", n))
+		w.Header().Set("Set-Cookie", "s=1")
+		w.Header().Set("X-Request-Id", fmt.Sprint(time.Now().UnixNano()))
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"n":%d,"len":%d}`, n, len(body))
+	}))
+	t.Cleanup(c.srv.Close)
+	return c
+}
+
+func (c *counter) count(path string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[path]
+}
+
+type proxyProc struct {
+	url   string
+	admin string
+	cmd   *exec.Cmd
+	out   *bytes.Buffer
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startServe runs `idem serve` and waits until it answers.
+func startServe(t *testing.T, upstream, store string, flags ...string) *proxyProc {
+	t.Helper()
+	p := &proxyProc{out: &bytes.Buffer{}}
+	listen, admin := freeAddr(t), freeAddr(t)
+	p.url, p.admin = "http://"+listen, "http://"+admin
+	args := append([]string{"serve", "--listen", listen, "--admin-listen", admin, "--upstream", upstream, "--store", store}, flags...)
+	p.cmd = exec.Command(os.Args[0], args...)
+	p.cmd.Env = append(os.Environ(), execEnv+"=1")
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Wait()
+		if t.Failed() {
+			t.Logf("idem serve output:\n%s", p.out)
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if r, err := http.Get(p.admin + "/healthz"); err == nil {
+			r.Body.Close()
+			return p
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("idem serve did not start:\n%s", p.out)
+	return nil
+}
+
+// waitFor polls cond for up to 15 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 15s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func recv(t *testing.T, c chan reply) reply {
+	t.Helper()
+	select {
+	case r := <-c:
+		return r
+	case <-time.After(20 * time.Second):
+		t.Fatal("no reply in 20s")
+		return reply{}
+	}
+}
+
+// client bounds every request, so a hung proxy fails the test instead of
+// the test binary.
+var client = &http.Client{Timeout: 20 * time.Second}
+
+type reply struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func post(t *testing.T, base, path, key, body string, hdr ...string) reply {
+	t.Helper()
+	req, _ := http.NewRequest("POST", base+path, strings.NewReader(body))
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	// Keyed requests need a principal (no anonymous scope by default); a
+	// header given with an empty value is removed.
+	req.Header.Set("Authorization", "Bearer e2e-client")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i+1] == "" {
+			req.Header.Del(hdr[i])
+			continue
+		}
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	res, err := client.Do(req)
+	if err != nil { // Errorf, not Fatalf: post runs in goroutines too
+		t.Errorf("POST %s: %v", path, err)
+		return reply{status: -1, body: err.Error()}
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return reply{res.StatusCode, res.Header, string(b)}
+}
+
+// runServeExit runs `idem serve` expecting it to refuse to start.
+func runServeExit(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], append([]string{"serve", "--listen", freeAddr(t)}, args...)...)
+	cmd.Env = append(os.Environ(), execEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
