@@ -30,7 +30,7 @@ func withFoundRows(dsn string) string {
 func TestMySQLClientFoundRows(t *testing.T) {
 	dsn := withFoundRows(testenv.MySQLDSN(t))
 	b := backend{"mysql-found-rows", sqldialect.MySQL, func(t *testing.T) (*sql.DB, *sql.DB) {
-		return openPool(t, "mysql", dsn), openPool(t, "mysql", dsn)
+		return testenv.Open(t, "mysql", dsn), testenv.Open(t, "mysql", dsn)
 	}, nil}
 	e := setup(t, b)
 	ctx := context.Background()

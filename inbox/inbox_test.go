@@ -37,12 +37,12 @@ type backend struct {
 
 func openSQLite(t *testing.T) (*sql.DB, *sql.DB) {
 	dsn := testenv.SQLiteDSN(t)
-	return openPool(t, "sqlite", dsn), openPool(t, "sqlite", dsn)
+	return testenv.Open(t, "sqlite", dsn), testenv.Open(t, "sqlite", dsn)
 }
 
 func openPostgres(t *testing.T) (*sql.DB, *sql.DB) {
 	u := testenv.PostgresURL(t)
-	return openPool(t, "pgx", u), openPool(t, "pgx", u)
+	return testenv.Open(t, "pgx", u), testenv.Open(t, "pgx", u)
 }
 
 // The default layout of new tables (buckets on SQLite and PostgreSQL) and
@@ -54,18 +54,8 @@ var backends = []backend{
 	{"postgres-rows", sqldialect.Postgres, openPostgres, []inbox.Option{inbox.WithLayout(inbox.LayoutRows)}},
 	{"mysql", sqldialect.MySQL, func(t *testing.T) (*sql.DB, *sql.DB) {
 		dsn := testenv.MySQLDSN(t)
-		return openPool(t, "mysql", dsn), openPool(t, "mysql", dsn)
+		return testenv.Open(t, "mysql", dsn), testenv.Open(t, "mysql", dsn)
 	}, nil},
-}
-
-func openPool(t *testing.T, driver, dsn string) *sql.DB {
-	t.Helper()
-	db, err := sql.Open(driver, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
 }
 
 // env is one test's database: an inbox, a wallet table to apply effects to.

@@ -32,7 +32,7 @@ func MySQLDSN(t testing.TB) string {
 // [MySQLDSN].
 func MySQL(t testing.TB) *sql.DB {
 	t.Helper()
-	return open(t, "mysql", MySQLDSN(t))
+	return Open(t, "mysql", MySQLDSN(t))
 }
 
 // MySQLWith is [MySQL] with extra go-sql-driver DSN parameters appended,
@@ -45,7 +45,7 @@ func MySQLWith(t testing.TB, params string) *sql.DB {
 	} else {
 		dsn += "?" + params
 	}
-	return open(t, "mysql", dsn)
+	return Open(t, "mysql", dsn)
 }
 
 // quiet drops the driver's own log lines ("unexpected EOF" when a test kills

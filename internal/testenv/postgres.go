@@ -35,7 +35,7 @@ func PostgresURL(t testing.TB) string {
 // [PostgresURL].
 func Postgres(t testing.TB) *sql.DB {
 	t.Helper()
-	return open(t, "pgx", PostgresURL(t))
+	return Open(t, "pgx", PostgresURL(t))
 }
 
 func startPostgres() (string, error) {

@@ -141,8 +141,8 @@ func (s *shared[T]) get(t testing.TB, what, install string, start func() (T, err
 	return s.v
 }
 
-// open opens dsn with driver, closed when t ends.
-func open(t testing.TB, driver, dsn string) *sql.DB {
+// Open opens dsn with driver; the pool is closed when t ends.
+func Open(t testing.TB, driver, dsn string) *sql.DB {
 	t.Helper()
 	db, err := sql.Open(driver, dsn)
 	if err != nil {
@@ -319,7 +319,7 @@ func Name(prefix string) string {
 // with the settings idem expects (see sqldialect.SQLiteDSN).
 func SQLite(t testing.TB) *sql.DB {
 	t.Helper()
-	return open(t, "sqlite", SQLiteDSN(t))
+	return Open(t, "sqlite", SQLiteDSN(t))
 }
 
 // SQLiteDSN returns the DSN of a fresh SQLite file in t's temp dir.

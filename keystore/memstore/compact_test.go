@@ -70,11 +70,7 @@ func TestCompactDoneKeys(t *testing.T) {
 func TestCompactFullReclaims(t *testing.T) {
 	ctx := context.Background()
 	s, clk := newClocked(t, memstore.WithMaxKeys(200))
-	for i := range 200 {
-		c, err := s.Reserve(ctx, fmt.Sprint("a", i), nil, time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for i, c := range reserveNew(t, s, "a", 200, time.Minute) {
 		ttl := time.Second
 		if i%2 == 1 {
 			ttl = time.Hour
@@ -83,18 +79,10 @@ func TestCompactFullReclaims(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.Reserve(ctx, "b", nil, time.Minute); !errors.Is(err, memstore.ErrFull) {
-		t.Fatalf("full: %v", err)
-	}
+	wantFull(t, s, "b", "full")
 	clk.add(2 * time.Second)
-	for i := range 100 {
-		if _, err := s.Reserve(ctx, fmt.Sprint("b", i), nil, time.Minute); err != nil {
-			t.Fatalf("new key %d after 100 expired: %v", i, err)
-		}
-	}
-	if _, err := s.Reserve(ctx, "c", nil, time.Minute); !errors.Is(err, memstore.ErrFull) {
-		t.Fatalf("full again: %v", err)
-	}
+	reserveNew(t, s, "b", 100, time.Minute) // the 100 expired keys' slots
+	wantFull(t, s, "c", "full again")
 	for i := 1; i < 200; i += 2 {
 		if d, _ := s.Reserve(ctx, fmt.Sprint("a", i), nil, time.Minute); d.State != keystore.Done {
 			t.Fatalf("live key a%d: %+v", i, d)

@@ -49,6 +49,29 @@ func newClocked(t *testing.T, opts ...memstore.Option) (*memstore.Store, *clock)
 	return s, clk
 }
 
+// reserveNew reserves the n new keys prefix0 … prefix(n-1) with lease and
+// returns their claims.
+func reserveNew(t *testing.T, s *memstore.Store, prefix string, n int, lease time.Duration) []keystore.Claim {
+	t.Helper()
+	claims := make([]keystore.Claim, 0, n)
+	for i := range n {
+		c, err := s.Reserve(context.Background(), fmt.Sprint(prefix, i), nil, lease)
+		if err != nil || c.State != keystore.Acquired {
+			t.Fatalf("new key %s%d: %+v %v", prefix, i, c, err)
+		}
+		claims = append(claims, c)
+	}
+	return claims
+}
+
+// wantFull checks that s refuses the new key with ErrFull.
+func wantFull(t *testing.T, s *memstore.Store, key, when string) {
+	t.Helper()
+	if _, err := s.Reserve(context.Background(), key, nil, time.Minute); !errors.Is(err, memstore.ErrFull) {
+		t.Fatalf("%s: Reserve(%q): %v, want ErrFull", when, key, err)
+	}
+}
+
 func TestInjectedClock(t *testing.T) {
 	ctx := context.Background()
 	s, clk := newClocked(t)
@@ -84,14 +107,7 @@ func TestInjectedClock(t *testing.T) {
 func TestFullNeverEvictsLiveKeys(t *testing.T) {
 	ctx := context.Background()
 	s, clk := newClocked(t, memstore.WithMaxKeys(100))
-	claims := make([]keystore.Claim, 0, 100)
-	for i := range 100 {
-		c, err := s.Reserve(ctx, fmt.Sprint("k", i), nil, time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		claims = append(claims, c)
-	}
+	claims := reserveNew(t, s, "k", 100, time.Minute)
 	_, err := s.Reserve(ctx, "one-too-many", nil, time.Minute)
 	if !errors.Is(err, memstore.ErrFull) || !errors.Is(err, keystore.ErrFull) {
 		t.Fatalf("Reserve beyond the limit: %v, want ErrFull", err)
@@ -113,18 +129,10 @@ func TestFullNeverEvictsLiveKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.Reserve(ctx, "still-full", nil, time.Minute); !errors.Is(err, memstore.ErrFull) {
-		t.Fatalf("full before expiry: %v", err)
-	}
+	wantFull(t, s, "still-full", "before expiry")
 	clk.add(2 * time.Second)
-	for i := range 50 {
-		if _, err := s.Reserve(ctx, fmt.Sprint("new", i), nil, time.Hour); err != nil {
-			t.Fatalf("new key %d after expiry: %v", i, err)
-		}
-	}
-	if _, err := s.Reserve(ctx, "beyond", nil, time.Minute); !errors.Is(err, memstore.ErrFull) {
-		t.Fatalf("full again: %v", err)
-	}
+	reserveNew(t, s, "new", 50, time.Hour)
+	wantFull(t, s, "beyond", "full again")
 	if s.Len() != 100 {
 		t.Fatalf("Len %d, want 100", s.Len())
 	}

@@ -126,15 +126,7 @@ func TestGroupCancelled(t *testing.T) {
 	wg.Add(2)
 	go func() { defer wg.Done(); errs <- s.do(ctx, insert(1, nil, &grouped)) }()
 	go func() { defer wg.Done(); errs <- s.do(context.Background(), insert(2, nil, &grouped)) }()
-	for {
-		s.grp.mu.Lock()
-		n := len(s.grp.queue)
-		s.grp.mu.Unlock()
-		if n == 2 {
-			break
-		}
-		runtime.Gosched()
-	}
+	waitQueued(s, 2)
 	cancel()
 	close(release)
 	wg.Wait()
@@ -244,15 +236,7 @@ func TestGroupPanic(t *testing.T) {
 		defer wg.Done()
 		errs <- s.do(context.Background(), insert(1, nil, &grouped))
 	}()
-	for {
-		s.grp.mu.Lock()
-		queued := len(s.grp.queue)
-		s.grp.mu.Unlock()
-		if queued == 2 {
-			break
-		}
-		runtime.Gosched()
-	}
+	waitQueued(s, 2)
 	close(release)
 	wg.Wait()
 	if !panicked.Load() {
@@ -285,11 +269,7 @@ func TestGroupPanic(t *testing.T) {
 func TestGroupWriterLockedOut(t *testing.T) {
 	dsn := testenv.SQLiteDSN(t)
 	open := func() *sql.DB {
-		db, err := sql.Open("sqlite", dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { db.Close() })
+		db := testenv.Open(t, "sqlite", dsn)
 		db.SetMaxOpenConns(1)
 		return db
 	}
@@ -343,5 +323,18 @@ func TestGroupWriterLockedOut(t *testing.T) {
 	}
 	if acquired != 8 || rows != 8 {
 		t.Fatalf("%d acquired, %d rows; want 8 and 8: one Acquired per key", acquired, rows)
+	}
+}
+
+// waitQueued returns once n operations wait in s's group queue.
+func waitQueued(s *Store, n int) {
+	for {
+		s.grp.mu.Lock()
+		queued := len(s.grp.queue)
+		s.grp.mu.Unlock()
+		if queued == n {
+			return
+		}
+		runtime.Gosched()
 	}
 }
