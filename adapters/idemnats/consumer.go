@@ -79,7 +79,12 @@ func NewConsumer(cons jetstream.Consumer, in *inbox.Inbox, handler Handler, opts
 //
 // Messages are processed in groups: the first message that arrives, and
 // every further one that arrives within the linger (see [WithLinger]), up to
-// the batch size, commit in one transaction, and are then acked one by one.
+// the batch size, commit in one transaction, and are then acked. Run keeps
+// three groups moving at once: the next one is pulled while the current
+// one's transaction runs, and the previous one's acks go out meanwhile
+// (always after its own commit, group after group). The consumer's
+// MaxAckPending (JetStream's default: 1000) should therefore be at least
+// twice the batch size, or the pull waits for the acks.
 //
 // If the process dies:
 //   - before the commit: nothing is recorded; the messages are redelivered
@@ -93,20 +98,32 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return fmt.Errorf("idemnats: %w", err)
 	}
 	defer it.Stop()
-	group := make([]jetstream.Msg, 0, c.cfg.BatchSize)
+	pullCtx, stopPull := context.WithCancel(ctx)
+	groups := c.pull(pullCtx, it)
+	defer func() {
+		stopPull()
+		for range groups { // wait for the puller to exit
+		}
+	}()
+	st := startSettler()
+	defer st.stop()
 	failures := 0
 	for {
-		m, err := it.Next(jetstream.NextContext(ctx))
+		err := st.failed()
 		if err == nil {
-			group = append(group[:0], m)
-			for len(group) < c.cfg.BatchSize {
-				m, err := it.Next(jetstream.NextMaxWait(c.cfg.linger))
-				if err != nil {
-					break // nothing more yet; an error shows again on the next blocking Next
+			select {
+			case p, ok := <-groups:
+				switch {
+				case !ok:
+					err = ctx.Err() // groups only closes once ctx is done
+				case p.err != nil:
+					err = p.err
+				default:
+					err = c.process(ctx, p.msgs, st)
 				}
-				group = append(group, m)
+			case <-ctx.Done():
+				err = ctx.Err()
 			}
-			err = c.process(ctx, group)
 		}
 		switch {
 		case err == nil:
@@ -128,14 +145,51 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 }
 
+// pulled is one group of messages, or the error that ended a pull.
+type pulled struct {
+	msgs []jetstream.Msg
+	err  error
+}
+
+// pull forms groups from it on its own goroutine and hands them over one
+// at a time, so that the next group is gathered while the current one's
+// transaction runs. The channel closes once ctx is done.
+func (c *Consumer) pull(ctx context.Context, it jetstream.MessagesContext) <-chan pulled {
+	out := make(chan pulled)
+	go func() {
+		defer close(out)
+		for {
+			var p pulled
+			var m jetstream.Msg
+			if m, p.err = it.Next(jetstream.NextContext(ctx)); p.err == nil {
+				p.msgs = append(make([]jetstream.Msg, 0, c.cfg.BatchSize), m)
+				for len(p.msgs) < c.cfg.BatchSize {
+					m, err := it.Next(jetstream.NextMaxWait(c.cfg.linger))
+					if err != nil {
+						break // nothing more yet; an error shows again on the next blocking Next
+					}
+					p.msgs = append(p.msgs, m)
+				}
+			}
+			select {
+			case out <- p:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
+
 func isClosed(err error) bool {
 	return errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, jetstream.ErrConnectionClosed)
 }
 
-// process applies one group in one transaction and settles every message.
-// It returns an error only when Run should stop or back off (the connection
-// failed): messages it could not settle are redelivered by the server.
-func (c *Consumer) process(ctx context.Context, msgs []jetstream.Msg) error {
+// process applies one group in one transaction and hands its messages to
+// st to settle. It returns an error only when Run should stop or back off
+// (the connection failed): messages it could not settle are redelivered by
+// the server.
+func (c *Consumer) process(ctx context.Context, msgs []jetstream.Msg, st *settler) error {
 	ds := make([]consume.Delivery[jetstream.Msg], 0, len(msgs))
 	metas := make([]*jetstream.MsgMetadata, 0, len(msgs))
 	for _, m := range msgs {
@@ -166,12 +220,61 @@ func (c *Consumer) process(ctx context.Context, msgs []jetstream.Msg) error {
 	case c.afterCommit != nil:
 		c.afterCommit()
 	}
-	for i := range ds {
-		if err := c.settle(ctx, &ds[i], metas[i], decs[i]); err != nil {
-			return err
+	st.do(func() error {
+		for i := range ds {
+			if err := c.settle(ctx, &ds[i], metas[i], decs[i]); err != nil {
+				return err
+			}
 		}
-	}
+		return nil
+	})
 	return nil
+}
+
+// settler settles committed groups on its own goroutine, one at a time, in
+// the order they were handed over, so that the acks of one group overlap
+// the next group's transaction. The first error of a group stops that
+// group's settling (its other messages are redelivered) and is kept for
+// [settler.failed].
+type settler struct {
+	jobs chan func() error
+	errs chan error
+	done chan struct{}
+}
+
+func startSettler() *settler {
+	s := &settler{jobs: make(chan func() error, 1), errs: make(chan error, 1), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		for job := range s.jobs {
+			if err := job(); err != nil {
+				select {
+				case s.errs <- err:
+				default: // one error is enough to stop or back off
+				}
+			}
+		}
+	}()
+	return s
+}
+
+// do queues job, waiting while the previous group is still being settled.
+func (s *settler) do(job func() error) { s.jobs <- job }
+
+// failed returns, once, the error of a group settled since the last call.
+func (s *settler) failed() error {
+	select {
+	case err := <-s.errs:
+		return err
+	default:
+		return nil
+	}
+}
+
+// stop waits until every queued group is settled.
+func (s *settler) stop() {
+	close(s.jobs)
+	<-s.done
 }
 
 // settle performs one decision: ack, nak with a delay, or dead letter.
