@@ -102,18 +102,16 @@ func (q queries) setup(ctx context.Context, db *sql.DB, partitions int, withKeys
 			return fmt.Errorf("chaos: create tables: %w", err)
 		}
 	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("chaos: setup: %w", err)
-	}
-	defer tx.Rollback()
-	for a := range accounts {
-		if _, err := tx.ExecContext(ctx, "INSERT INTO "+q.table("accounts")+" (account, balance) VALUES ("+q.d.Placeholder(1)+", 0)", a); err != nil {
-			return fmt.Errorf("chaos: create accounts: %w", err)
+	err := withTx(ctx, db, "create accounts", func(tx *sql.Tx) error {
+		for a := range accounts {
+			if _, err := tx.ExecContext(ctx, "INSERT INTO "+q.table("accounts")+" (account, balance) VALUES ("+q.d.Placeholder(1)+", 0)", a); err != nil {
+				return fmt.Errorf("chaos: create accounts: %w", err)
+			}
 		}
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("chaos: create accounts: %w", err)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	in, err := q.newInbox(db)
 	if err == nil {
@@ -149,20 +147,14 @@ func (q queries) registerProducers(ctx context.Context, db *sql.DB, partitions i
 	if err := marks.Migrate(ctx, db); err != nil {
 		return fmt.Errorf("chaos: %w", err)
 	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("chaos: register producers: %w", err)
-	}
-	defer tx.Rollback()
-	for p := range partitions {
-		if _, err := marks.Advance(ctx, tx, producerID(uint32(p)), 0, 0, 0); err != nil {
-			return fmt.Errorf("chaos: register producer %d: %w", p, err)
+	return withTx(ctx, db, "register producers", func(tx *sql.Tx) error {
+		for p := range partitions {
+			if _, err := marks.Advance(ctx, tx, producerID(uint32(p)), 0, 0, 0); err != nil {
+				return fmt.Errorf("chaos: register producer %d: %w", p, err)
+			}
 		}
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("chaos: register producers: %w", err)
-	}
-	return nil
+		return nil
+	})
 }
 
 // producerID maps a producer index to its sequence producer id.

@@ -163,17 +163,28 @@ func (w *worker) effect(ctx context.Context, tx *sql.Tx, d delivery) error {
 // inTx runs fn in a transaction, dies at pointInTx if d says so, and
 // commits.
 func (w *worker) inTx(ctx context.Context, d delivery, fn func(tx *sql.Tx) error) error {
-	tx, err := w.db.BeginTx(ctx, nil)
+	return withTx(ctx, w.db, "effect", func(tx *sql.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		w.at(d, pointInTx)
+		return nil
+	})
+}
+
+// withTx runs fn in a transaction of db and commits it; what names the
+// step in errors.
+func withTx(ctx context.Context, db *sql.DB, what string, fn func(tx *sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("chaos: begin: %w", err)
+		return fmt.Errorf("chaos: %s: begin: %w", what, err)
 	}
 	defer tx.Rollback()
 	if err := fn(tx); err != nil {
 		return err
 	}
-	w.at(d, pointInTx)
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("chaos: commit: %w", err)
+		return fmt.Errorf("chaos: %s: commit: %w", what, err)
 	}
 	return nil
 }
