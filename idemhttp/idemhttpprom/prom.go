@@ -30,21 +30,15 @@ type Option func(*config) error
 type config = promconfig.Config
 
 // WithNamespace sets the first part of every metric's name (default "idem").
-func WithNamespace(ns string) Option {
-	return func(c *config) error { return c.SetNamespace(ns) }
-}
+func WithNamespace(ns string) Option { return promconfig.Namespace(ns) }
 
 // WithConstLabels adds labels to every metric, to tell several proxies
 // apart in one registry.
-func WithConstLabels(l prometheus.Labels) Option {
-	return func(c *config) error { return c.SetLabels(l, "outcome") }
-}
+func WithConstLabels(l prometheus.Labels) Option { return promconfig.ConstLabels(l, "outcome") }
 
 // WithBuckets sets the duration histogram's buckets in seconds (default
 // 100 µs to about 15 min in steps of 2.5×). They must be increasing.
-func WithBuckets(b []float64) Option {
-	return func(c *config) error { return c.SetBuckets(b) }
-}
+func WithBuckets(b []float64) Option { return promconfig.Buckets(b) }
 
 // Hooks implements idemhttp.Hooks with Prometheus collectors.
 type Hooks struct {

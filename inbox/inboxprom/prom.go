@@ -64,22 +64,18 @@ type Option func(*config) error
 type config = promconfig.Config
 
 // WithNamespace sets the first part of every metric's name (default "idem").
-func WithNamespace(ns string) Option {
-	return func(c *config) error { return c.SetNamespace(ns) }
-}
+func WithNamespace(ns string) Option { return promconfig.Namespace(ns) }
 
 // WithConstLabels adds labels to every metric, to tell several services
 // apart in one registry (inboxes are told apart by the consumer label).
 func WithConstLabels(l prometheus.Labels) Option {
-	return func(c *config) error { return c.SetLabels(l, "consumer", "outcome") }
+	return promconfig.ConstLabels(l, "consumer", "outcome")
 }
 
 // WithBuckets sets the buckets, in seconds, of the two duration histograms
 // (default 100 µs to about 15 min in steps of 2.5×). They must be
 // increasing. The batch size histogram keeps its powers of two.
-func WithBuckets(b []float64) Option {
-	return func(c *config) error { return c.SetBuckets(b) }
-}
+func WithBuckets(b []float64) Option { return promconfig.Buckets(b) }
 
 // New registers the collectors with reg and returns hooks to pass to
 // inbox.WithHooks. A nil reg or a bad option is an error wrapping

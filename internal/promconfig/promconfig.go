@@ -51,6 +51,25 @@ func Register[C any](c Config, reg interface{ Register(C) error }, cs ...C) erro
 	return nil
 }
 
+// Namespace is each package's WithNamespace: it sets the namespace (see
+// [Config.SetNamespace]).
+func Namespace(ns string) func(*Config) error {
+	return func(c *Config) error { return c.SetNamespace(ns) }
+}
+
+// ConstLabels is each package's WithConstLabels: it sets the constant
+// labels, none of which may be one of the package's variable labels, taken
+// (see [Config.SetLabels]).
+func ConstLabels(l map[string]string, taken ...string) func(*Config) error {
+	return func(c *Config) error { return c.SetLabels(l, taken...) }
+}
+
+// Buckets is each package's WithBuckets: it sets the duration histograms'
+// buckets (see [Config.SetBuckets]).
+func Buckets(b []float64) func(*Config) error {
+	return func(c *Config) error { return c.SetBuckets(b) }
+}
+
 // SetNamespace sets the namespace if it is a metric name; the error wraps
 // idem.ErrInvalidOption.
 func (c *Config) SetNamespace(ns string) error {

@@ -26,9 +26,9 @@ func (r *registry) Register(c string) error {
 func TestNew(t *testing.T) {
 	reg := &registry{}
 	c, err := promconfig.New("p", reg, []float64{1}, []option{
-		func(c *promconfig.Config) error { return c.SetNamespace("edge") },
-		func(c *promconfig.Config) error { return c.SetLabels(map[string]string{"site": "a"}, "op") },
-		func(c *promconfig.Config) error { return c.SetBuckets([]float64{0.1, 2}) },
+		promconfig.Namespace("edge"),
+		promconfig.ConstLabels(map[string]string{"site": "a"}, "op"),
+		promconfig.Buckets([]float64{0.1, 2}),
 	})
 	if err != nil || c.Namespace != "edge" || c.Labels["site"] != "a" || len(c.Buckets) != 2 {
 		t.Fatalf("%+v %v", c, err)

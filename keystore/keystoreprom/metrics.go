@@ -42,22 +42,16 @@ type Option func(*config) error
 type config = promconfig.Config
 
 // WithNamespace sets the first part of every metric's name (default "idem").
-func WithNamespace(ns string) Option {
-	return func(c *config) error { return c.SetNamespace(ns) }
-}
+func WithNamespace(ns string) Option { return promconfig.Namespace(ns) }
 
 // WithConstLabels adds labels to every metric, to tell several stores apart
 // in one registry.
-func WithConstLabels(l prometheus.Labels) Option {
-	return func(c *config) error { return c.SetLabels(l, "op", "outcome") }
-}
+func WithConstLabels(l prometheus.Labels) Option { return promconfig.ConstLabels(l, "op", "outcome") }
 
 // WithBuckets sets the latency histogram's buckets in seconds (default from
 // 50 µs to 2.5 s, covering memory, Redis and SQL stores). They must be
 // increasing.
-func WithBuckets(b []float64) Option {
-	return func(c *config) error { return c.SetBuckets(b) }
-}
+func WithBuckets(b []float64) Option { return promconfig.Buckets(b) }
 
 // Metrics is one set of key store collectors, registered by [New]. Every
 // store it wraps, and every scoped view of those, counts into it.
