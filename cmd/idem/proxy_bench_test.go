@@ -1,6 +1,7 @@
 package main
 
 import (
+	"database/sql"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,9 +18,7 @@ import (
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/keystore"
-	"github.com/idem-go/idem/keystore/memstore"
 	"github.com/idem-go/idem/keystore/redisstore"
-	"github.com/idem-go/idem/keystore/sqlitestore"
 	"github.com/idem-go/idem/keystore/sqlstore"
 	"github.com/idem-go/idem/sqldialect"
 	"github.com/redis/go-redis/v9"
@@ -55,49 +54,18 @@ func BenchmarkProxy(b *testing.B) {
 		name string
 		open func(b *testing.B) keystore.Store
 	}{
-		{"memory", func(b *testing.B) keystore.Store {
-			s, err := memstore.New()
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { s.Close() })
-			return s
-		}},
+		{"memory", func(b *testing.B) keystore.Store { return servedStore(b, "memory") }},
 		{"sqlite-1conn", func(b *testing.B) keystore.Store {
 			db := testenv.SQLite(b)
 			db.SetMaxOpenConns(1)
-			s, err := sqlstore.New(db, sqldialect.SQLite)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := s.Migrate(b.Context()); err != nil {
-				b.Fatal(err)
-			}
-			return s
+			return migratedSQLStore(b, db)
 		}},
 		// As idem serve opens SQLite: one connection, and WAL checkpoints
 		// left to a checkpointer on a second one.
 		{"sqlite-serve", func(b *testing.B) keystore.Store {
-			s, err := sqlitestore.Open(filepath.Join(b.TempDir(), "keys.db"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { s.Close() })
-			if err := s.Migrate(b.Context()); err != nil {
-				b.Fatal(err)
-			}
-			return s
+			return servedStore(b, "sqlite:"+filepath.Join(b.TempDir(), "keys.db"))
 		}},
-		{"sqlite", func(b *testing.B) keystore.Store {
-			s, err := sqlstore.New(testenv.SQLite(b), sqldialect.SQLite)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := s.Migrate(b.Context()); err != nil {
-				b.Fatal(err)
-			}
-			return s
-		}},
+		{"sqlite", func(b *testing.B) keystore.Store { return migratedSQLStore(b, testenv.SQLite(b)) }},
 		{"redis", func(b *testing.B) keystore.Store { return benchRedisStore(b) }},
 		{"redis-unbatched", func(b *testing.B) keystore.Store { return benchRedisStore(b, redisstore.WithMaxInFlight(0)) }},
 	}
@@ -115,6 +83,7 @@ func BenchmarkProxy(b *testing.B) {
 					const hot = 1000
 					for i := range hot { // store the responses first
 						req, _ := http.NewRequest("POST", srv.URL, strings.NewReader(`{"amount":5000}`))
+						req.Header.Set("Authorization", "Bearer bench")
 						req.Header.Set("Idempotency-Key", fmt.Sprint("hot-", i))
 						res, err := client.Do(req)
 						if err != nil {
@@ -144,6 +113,7 @@ func loadProxy(b *testing.B, client *http.Client, url string, key func(int64) st
 		var mine []time.Duration
 		for pb.Next() {
 			req, _ := http.NewRequest("POST", url, strings.NewReader(`{"amount":5000}`))
+			req.Header.Set("Authorization", "Bearer bench") // the principal keys are scoped by
 			req.Header.Set("Idempotency-Key", key(n.Add(1)))
 			start := time.Now()
 			res, err := client.Do(req)
@@ -174,6 +144,33 @@ func loadProxy(b *testing.B, client *http.Client, url string, key func(int64) st
 	b.ReportMetric(float64(p99)/1e3, "p99-µs")
 	b.ReportMetric(0, "ns/op")
 	return [2]time.Duration{p50, p99}
+}
+
+// servedStore opens the store of spec the way idem serve does, with serve's
+// default response limit.
+func servedStore(b *testing.B, spec string) keystore.Store {
+	sp, err := parseStoreSpec(spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := openStore(b.Context(), sp, 1<<20+64<<10)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.close() })
+	return s
+}
+
+// migratedSQLStore is a migrated SQL key store on the SQLite database db.
+func migratedSQLStore(b *testing.B, db *sql.DB) keystore.Store {
+	s, err := sqlstore.New(db, sqldialect.SQLite)
+	if err == nil {
+		err = s.Migrate(b.Context())
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
 }
 
 // benchRedisStore opens a store on the test Redis; without options it batches
