@@ -133,6 +133,13 @@ func NotFoundError(key string) error {
 	return fmt.Errorf("keystore: key %q: %w", key, ErrNotFound)
 }
 
+// ForgetInProgressError returns the error a store's Forget returns for a
+// key whose lease is live: nothing is changed, and an operator releases it
+// with its token instead. It wraps [ErrInProgress].
+func ForgetInProgressError(key string) error {
+	return fmt.Errorf("keystore: forget %q: release it with its token: %w", key, ErrInProgress)
+}
+
 // HexFingerprint formats a stored fingerprint for [KeyInfo].
 func HexFingerprint(fp []byte) string { return hex.EncodeToString(fp) }
 

@@ -61,20 +61,18 @@ func startDynalite() (string, error) {
 	}
 	endpoint := fmt.Sprintf("http://127.0.0.1:%d", port)
 	hc := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		// Any HTTP answer (dynalite answers a bare GET with an error
-		// document) means it is serving.
+	// Any HTTP answer (dynalite answers a bare GET with an error document)
+	// means it is serving.
+	err = poll(30*time.Second, 20*time.Millisecond, func() error {
 		resp, err := hc.Get(endpoint)
 		if err == nil {
 			resp.Body.Close()
-			break
 		}
-		if time.Now().After(deadline) || s.cmd.ProcessState != nil {
-			s.stop(syscall.SIGTERM)
-			return "", fmt.Errorf("dynalite did not answer: %v; log:\n%s", err, s.logTail())
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err
+	})
+	if err != nil {
+		s.stop(syscall.SIGTERM)
+		return "", fmt.Errorf("dynalite did not answer: %v; log:\n%s", err, s.logTail())
 	}
 	onStop(func() { s.stop(syscall.SIGTERM) })
 	return endpoint, nil

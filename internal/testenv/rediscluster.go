@@ -79,17 +79,16 @@ func (r *RedisServer) Start() error {
 		return err
 	}
 	r.srv = s
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		out, err := nodeCmd(r.Addr, "ping")
-		if err == nil && out == "PONG" {
-			return nil
+	err = poll(20*time.Second, 20*time.Millisecond, func() error {
+		if out, err := nodeCmd(r.Addr, "ping"); err != nil || out != "PONG" {
+			return fmt.Errorf("PING: %v %q", err, out)
 		}
-		if time.Now().After(deadline) || s.cmd.ProcessState != nil {
-			return fmt.Errorf("redis %s did not answer: %v %q; log:\n%s", r.Addr, err, out, s.logTail())
-		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("redis %s did not answer: %v; log:\n%s", r.Addr, err, s.logTail())
 	}
+	return nil
 }
 
 // Kill kills the server with SIGKILL (no save, no goodbye to replicas or
@@ -219,10 +218,7 @@ func (c *RedisCluster) Addrs() []string {
 // every slot is served by a master that answers, with every master's
 // replica online.
 func (c *RedisCluster) WaitHealthy(d time.Duration) error {
-	deadline := time.Now().Add(d)
-	var last string
-	for time.Now().Before(deadline) {
-		ok := true
+	err := poll(d, 50*time.Millisecond, func() error {
 		for _, n := range c.Nodes {
 			n.mu.Lock()
 			up := n.srv != nil
@@ -232,33 +228,31 @@ func (c *RedisCluster) WaitHealthy(d time.Duration) error {
 			}
 			info, err := nodeCmd(n.Addr, "cluster", "info")
 			if err != nil || !strings.Contains(info, "cluster_state:ok") {
-				ok, last = false, fmt.Sprintf("%s: %v %.60q", n.Addr, err, info)
-				break
+				return fmt.Errorf("%s: %v %.60q", n.Addr, err, info)
 			}
 		}
-		if ok {
-			if _, err := c.Masters(); err == nil {
-				return nil
-			} else {
-				last = err.Error()
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
+		_, err := c.Masters()
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("redis cluster not healthy: %w", err)
 	}
-	return fmt.Errorf("redis cluster not healthy after %v: %s", d, last)
+	return nil
 }
 
 // WaitRole waits until node i reports role (master or slave) in INFO
 // replication: a replica's promotion after its master was killed.
 func (c *RedisCluster) WaitRole(i int, role string, d time.Duration) error {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if info, err := nodeCmd(c.Nodes[i].Addr, "info", "replication"); err == nil && strings.Contains(strings.ReplaceAll(info, "\r", "")+"\n", "role:"+role+"\n") {
-			return nil
+	return poll(d, 50*time.Millisecond, func() error {
+		info, err := nodeCmd(c.Nodes[i].Addr, "info", "replication")
+		if err == nil && !strings.Contains(strings.ReplaceAll(info, "\r", "")+"\n", "role:"+role+"\n") {
+			err = fmt.Errorf("not %s", role)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("node %s not %s after %v", c.Nodes[i].Addr, role, d)
+		if err != nil {
+			return fmt.Errorf("node %s: %w", c.Nodes[i].Addr, err)
+		}
+		return nil
+	})
 }
 
 // Masters returns the indexes in Nodes of the masters that serve slots,

@@ -286,23 +286,31 @@ func unprivileged(names ...string) (*syscall.Credential, error) {
 	return nil, fmt.Errorf("running as root and none of the users %v exists", names)
 }
 
-// waitDB pings db until it answers or the deadline passes.
-func waitDB(db *sql.DB, s *server, d time.Duration) error {
+// poll calls try every interval until it returns nil or d has passed; then
+// it returns try's last error. Every wait for a server to come up or to
+// settle is one poll.
+func poll(d, every time.Duration, try func() error) error {
 	deadline := time.Now().Add(d)
-	var err error
-	for time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err = db.PingContext(ctx)
-		cancel()
+	for {
+		err := try()
 		if err == nil {
 			return nil
 		}
-		if s != nil && s.cmd.ProcessState != nil {
-			break
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after %v: %w", d, err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(every)
 	}
-	if s != nil {
+}
+
+// waitDB pings db until it answers or d passes.
+func waitDB(db *sql.DB, s *server, d time.Duration) error {
+	err := poll(d, 50*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		return db.PingContext(ctx)
+	})
+	if err != nil && s != nil {
 		return fmt.Errorf("server did not answer: %v; log:\n%s", err, s.logTail())
 	}
 	return err

@@ -175,7 +175,7 @@ func (s *Store) Forget(ctx context.Context, key string) error {
 		return fmt.Errorf("dynamostore: forget: %w", err)
 	}
 	if cur.present && cur.state == stInProgress {
-		return fmt.Errorf("dynamostore: forget %q: %w (release it with its token)", key, keystore.ErrInProgress)
+		return keystore.ForgetInProgressError(key)
 	}
 	return keystore.NotFoundError(key)
 }

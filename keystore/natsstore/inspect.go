@@ -163,7 +163,7 @@ func (s *Store) Forget(ctx context.Context, key string) error {
 		case !ok || !live:
 			return keystore.NotFoundError(key)
 		case k.State == keystore.InProgress:
-			return fmt.Errorf("natsstore: forget %q: %w (release it with its token)", key, keystore.ErrInProgress)
+			return keystore.ForgetInProgressError(key)
 		}
 		h := nats.Header{"KV-Operation": []string{"DEL"}, releaseHeader: []string{id}}
 		_, err = s.publish(dctx, subject, nil, st.seq, time.Second, id, h)

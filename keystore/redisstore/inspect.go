@@ -268,7 +268,7 @@ func (s *Store) Forget(ctx context.Context, key string) error {
 	case 0:
 		return keystore.NotFoundError(key)
 	case 1:
-		return fmt.Errorf("redisstore: forget %q: %w (release it with its token)", key, keystore.ErrInProgress)
+		return keystore.ForgetInProgressError(key)
 	}
 	return nil
 }

@@ -193,7 +193,7 @@ func (s *Store) Forget(ctx context.Context, key string) error {
 	case err != nil:
 		return err // not found, or the read failed
 	case k.State == keystore.InProgress:
-		return fmt.Errorf("sqlstore: forget %q: release it with its token: %w", key, keystore.ErrInProgress)
+		return keystore.ForgetInProgressError(key)
 	}
 	return fmt.Errorf("sqlstore: forget %q: the key changed meanwhile; try again", key)
 }

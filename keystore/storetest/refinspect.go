@@ -3,7 +3,6 @@ package storetest
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"slices"
 	"time"
 
@@ -90,7 +89,7 @@ func (s *RefStore) Forget(ctx context.Context, key string) error {
 	case e == nil || e.done && !nowBefore(e):
 		return keystore.NotFoundError(key)
 	case !e.done:
-		return fmt.Errorf("storetest: forget %q: %w (release it with its token)", key, keystore.ErrInProgress)
+		return keystore.ForgetInProgressError(key)
 	}
 	delete(s.keys, key)
 	return nil
