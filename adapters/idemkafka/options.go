@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -229,10 +230,8 @@ func WithSetHandler(fn SetHandler) Option {
 // KeystoreConsumer.
 func WithKeystoreOptions(opts ...keystore.Option) Option {
 	return func(c *config) error {
-		for _, o := range opts {
-			if o == nil {
-				return invalid("nil keystore option")
-			}
+		if slices.ContainsFunc(opts, func(o keystore.Option) bool { return o == nil }) {
+			return invalid("nil keystore option")
 		}
 		c.doOpts, c.given = append(c.doOpts, opts...), c.given|optKeystore
 		return nil

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -86,10 +87,8 @@ func WithLogger(l *slog.Logger) Option { return shared(consume.WithLogger[*messa
 // in-progress holder) to keystore.Do. Middleware only.
 func WithKeystoreOptions(opts ...keystore.Option) Option {
 	return func(c *config) error {
-		for _, o := range opts {
-			if o == nil {
-				return c.Invalid("nil keystore option")
-			}
+		if slices.ContainsFunc(opts, func(o keystore.Option) bool { return o == nil }) {
+			return c.Invalid("nil keystore option")
 		}
 		c.doOpts = append(c.doOpts, opts...)
 		return nil
