@@ -8,12 +8,12 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/demo"
 	"github.com/idem-go/idem/internal/testenv"
 	"github.com/idem-go/idem/sqldialect"
 )
@@ -229,37 +229,14 @@ func TestConcurrentDeliveriesApplyOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		const n = 32
-		var applied atomic.Int32
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		errs := make(chan error, n)
-		for i := 0; i < n; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				in := e.in
-				if i%2 == 1 {
-					in = in2
-				}
-				<-start
-				ok, err := in.Process(context.Background(), "evt-race", e.credit(1, 50))
-				if err != nil {
-					errs <- err
-					return
-				}
-				if ok {
-					applied.Add(1)
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
-		close(errs)
-		for err := range errs {
+		applied, err := demo.Race(n, func(i int) (bool, error) {
+			return []*inbox.Inbox{e.in, in2}[i%2].Process(context.Background(), "evt-race", e.credit(1, 50))
+		})
+		if err != nil {
 			t.Errorf("delivery failed: %v", err)
 		}
-		if applied.Load() != 1 || e.balance(1) != 50 {
-			t.Fatalf("%d concurrent deliveries: %d reported applied, balance %d; want 1 and 50", n, applied.Load(), e.balance(1))
+		if applied != 1 || e.balance(1) != 50 {
+			t.Fatalf("%d concurrent deliveries: %d reported applied, balance %d; want 1 and 50", n, applied, e.balance(1))
 		}
 	})
 }

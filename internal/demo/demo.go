@@ -5,6 +5,7 @@ package demo
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -161,43 +162,46 @@ func race(ctx context.Context, path string, db *sql.DB, w io.Writer, r *Report) 
 	}
 	defer db2.Close()
 	const n = 32
-	var applied atomic.Int32
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	start := make(chan struct{})
-	for i := range n {
-		pool := db
-		if i%2 == 1 {
-			pool = db2
-		}
-		in, err := inbox.New(pool, sqldialect.SQLite, "race")
-		if err != nil {
+	inboxes := make([]*inbox.Inbox, 2)
+	for i, pool := range []*sql.DB{db, db2} {
+		if inboxes[i], err = inbox.New(pool, sqldialect.SQLite, "race"); err != nil {
 			return err
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			ok, err := in.Process(ctx, "evt-race", credit(3, 50))
-			if err != nil {
-				errs <- err
-				return
-			}
-			if ok {
-				applied.Add(1)
-			}
-		}()
 	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	applied, err := Race(n, func(i int) (bool, error) {
+		return inboxes[i%2].Process(ctx, "evt-race", credit(3, 50))
+	})
+	if err != nil {
 		return err
 	}
-	r.RaceDelivered, r.RaceApplied = n, int(applied.Load())
+	r.RaceDelivered, r.RaceApplied = n, applied
 	if r.RaceBalance, err = balanceOf(ctx, db, 3); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "   delivered %d times: applied %d, duplicates %d, balance = %d\n", n, r.RaceApplied, n-r.RaceApplied, r.RaceBalance)
 	return nil
+}
+
+// Race delivers one message n times at once: deliver(i) for i in [0, n),
+// each on its own goroutine, all released together. It returns how many
+// deliveries reported applied, and every delivery's error joined. It is the
+// demo's race, and the inbox tests' too.
+func Race(n int, deliver func(i int) (applied bool, err error)) (int, error) {
+	var applied atomic.Int32
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			ok, err := deliver(i)
+			if ok {
+				applied.Add(1)
+			}
+			errs[i] = err
+		})
+	}
+	close(start)
+	wg.Wait()
+	return int(applied.Load()), errors.Join(errs...)
 }

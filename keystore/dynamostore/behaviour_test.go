@@ -14,12 +14,21 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/idem-go/idem"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/dynamostore"
 	"github.com/idem-go/idem/keystore/storetest"
 )
+
+// TestConformance runs the suite on dynalite, which does not return the item
+// with a failed condition: conflicts take the store's read-after path.
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) keystore.Store {
+		c, _ := client(t, "")
+		return newStore(t, c, dynamostore.WithClockSkew(0))
+	})
+}
 
 // TestConformanceOldItem runs the suite through a proxy that returns the
 // item with a failed condition, as DynamoDB does for
