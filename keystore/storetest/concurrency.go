@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -99,10 +100,7 @@ func testDo(t *testing.T, s keystore.Store, cfg config) {
 		}
 		for i, wantReplayed := range []bool{false, true, true} {
 			res, replayed, err := keystore.Do(ctx, s, key, nil, fn)
-			noErr(t, "Do", err)
-			if string(res) != "sent" || replayed != wantReplayed {
-				t.Fatalf("Do #%d: %q replayed=%v, want %q replayed=%v", i+1, res, replayed, "sent", wantReplayed)
-			}
+			wantDo(t, fmt.Sprintf("Do #%d", i+1), res, replayed, err, "sent", wantReplayed)
 		}
 		if calls != 1 {
 			t.Fatalf("fn ran %d times, want 1", calls)
@@ -116,10 +114,7 @@ func testDo(t *testing.T, s keystore.Store, cfg config) {
 		wantErr(t, "Do with a failing fn", err, errBoom)
 		// Released: the retry runs fn at once.
 		res, replayed, err := keystore.Do(ctx, s, key, nil, func(context.Context) ([]byte, error) { return []byte("second"), nil })
-		noErr(t, "retry", err)
-		if string(res) != "second" || replayed {
-			t.Fatalf("retry: %q replayed=%v", res, replayed)
-		}
+		wantDo(t, "retry", res, replayed, err, "second", false)
 	})
 	t.Run("ReleaseOnPanic", func(t *testing.T) {
 		t.Parallel()
@@ -140,10 +135,7 @@ func testDo(t *testing.T, s keystore.Store, cfg config) {
 		ctx := testCtx(t)
 		key := newKey("do-busy")
 		held := reserve(t, s, key, nil, long)
-		_, _, err := keystore.Do(ctx, s, key, nil, func(context.Context) ([]byte, error) {
-			t.Error("fn ran while the key was in progress")
-			return nil, nil
-		})
+		_, _, err := keystore.Do(ctx, s, key, nil, mustNotRun(t))
 		wantErr(t, "Do on a held key", err, keystore.ErrInProgress)
 		var ipe *keystore.InProgressError
 		if !errors.As(err, &ipe) || ipe.Key != key || !near(ipe.Expires, held.Expires, 5*time.Millisecond) {
@@ -156,10 +148,7 @@ func testDo(t *testing.T, s keystore.Store, cfg config) {
 		reserve(t, s, key, nil, long)
 		ctx, cancel := context.WithTimeout(testCtx(t), cfg.unit)
 		defer cancel()
-		_, _, err := keystore.Do(ctx, s, key, nil, func(context.Context) ([]byte, error) {
-			t.Error("fn ran while the key was in progress")
-			return nil, nil
-		}, keystore.WithWait(time.Millisecond, 10*time.Millisecond))
+		_, _, err := keystore.Do(ctx, s, key, nil, mustNotRun(t), keystore.WithWait(time.Millisecond, 10*time.Millisecond))
 		wantErr(t, "waiting Do", err, keystore.ErrInProgress)
 		wantErr(t, "waiting Do", err, context.DeadlineExceeded)
 	})
@@ -175,10 +164,7 @@ func testDo(t *testing.T, s keystore.Store, cfg config) {
 			}
 			return []byte("mine"), nil
 		}, keystore.WithWait(5*time.Millisecond, 20*time.Millisecond))
-		noErr(t, "Do", err)
-		if string(res) != "mine" || replayed {
-			t.Fatalf("Do after takeover: %q replayed=%v", res, replayed)
-		}
+		wantDo(t, "Do after takeover", res, replayed, err, "mine", false)
 	})
 	t.Run("Mismatch", func(t *testing.T) {
 		t.Parallel()

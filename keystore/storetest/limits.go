@@ -89,10 +89,7 @@ func testHugeTTL(t *testing.T, s keystore.Store, _ config) {
 			calls++
 			return []byte("once"), nil
 		}, keystore.WithLease(math.MaxInt64), keystore.WithTTL(math.MaxInt64))
-		noErr(t, "Do with the largest lease and TTL", err)
-		if string(res) != "once" || replayed != (i > 0) {
-			t.Fatalf("Do #%d: %q replayed=%v", i+1, res, replayed)
-		}
+		wantDo(t, fmt.Sprintf("Do #%d with the largest lease and TTL", i+1), res, replayed, err, "once", i > 0)
 	}
 	if calls != 1 {
 		t.Fatalf("Do with the largest lease and TTL ran fn %d times, want 1", calls)

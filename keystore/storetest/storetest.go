@@ -170,6 +170,24 @@ func noErr(t *testing.T, what string, err error) {
 	}
 }
 
+// wantDo checks the outcome of one Do: no error, the result want, and
+// replayed as wantReplayed.
+func wantDo(t *testing.T, what string, res []byte, replayed bool, err error, want string, wantReplayed bool) {
+	t.Helper()
+	noErr(t, what, err)
+	if string(res) != want || replayed != wantReplayed {
+		t.Fatalf("%s: %q replayed=%v, want %q replayed=%v", what, res, replayed, want, wantReplayed)
+	}
+}
+
+// mustNotRun is the fn of a Do on a key another holder has in progress.
+func mustNotRun(t *testing.T) func(context.Context) ([]byte, error) {
+	return func(context.Context) ([]byte, error) {
+		t.Error("fn ran while the key was in progress")
+		return nil, nil
+	}
+}
+
 // near reports whether a and b are within d of each other.
 func near(a, b time.Time, d time.Duration) bool {
 	diff := a.Sub(b)
