@@ -37,3 +37,16 @@ func Check[C any](pkg string, ok bool, set func(*C), format string, args ...any)
 		return nil
 	}
 }
+
+// Valid is [Check] for an argument whose validation returns an error: the
+// option runs set when err is nil, and otherwise fails with err, prefixed
+// with pkg and wrapping idem.ErrInvalidOption too.
+func Valid[C any](pkg string, err error, set func(*C)) func(*C) error {
+	return func(c *C) error {
+		if err != nil {
+			return fmt.Errorf("%s: %w: %w", pkg, err, idem.ErrInvalidOption)
+		}
+		set(c)
+		return nil
+	}
+}

@@ -39,3 +39,16 @@ func TestCheck(t *testing.T) {
 		t.Fatalf("invalid option: %v, n = %d", err, c.n)
 	}
 }
+
+func TestValid(t *testing.T) {
+	bad := errors.New("bad")
+	with := func(n int, err error) opt { return Valid("pkg", err, func(c *config) { c.n = n }) }
+	var c config
+	if err := Apply("pkg", &c, []opt{with(7, nil)}); err != nil || c.n != 7 {
+		t.Fatalf("valid option: %v, n = %d", err, c.n)
+	}
+	err := Apply("pkg", &c, []opt{with(8, bad)})
+	if !errors.Is(err, idem.ErrInvalidOption) || !errors.Is(err, bad) || err.Error() != "pkg: bad: idem: invalid option" || c.n != 7 {
+		t.Fatalf("invalid option: %v, n = %d", err, c.n)
+	}
+}

@@ -64,13 +64,7 @@ type config struct {
 // WithScope sets the scope of the store's keys (default
 // keystore.DefaultScope). See also [Store.Scope].
 func WithScope(name string) Option {
-	return func(c *config) error {
-		if err := keystore.ValidateScope(name); err != nil {
-			return fmt.Errorf("dynamostore: %w: %w", err, idem.ErrInvalidOption)
-		}
-		c.scope = name
-		return nil
-	}
+	return option.Valid("dynamostore", keystore.ValidateScope(name), func(c *config) { c.scope = name })
 }
 
 // WithAttributes sets the names of the item's attributes; empty fields keep

@@ -63,13 +63,7 @@ func WithReplicas(n int) Option {
 // WithScope sets the scope of the store's keys (default
 // keystore.DefaultScope). See also [Store.Scope].
 func WithScope(name string) Option {
-	return func(c *config) error {
-		if err := keystore.ValidateScope(name); err != nil {
-			return fmt.Errorf("natsstore: %w: %w", err, idem.ErrInvalidOption)
-		}
-		c.scope = name
-		return nil
-	}
+	return option.Valid("natsstore", keystore.ValidateScope(name), func(c *config) { c.scope = name })
 }
 
 // WithMaxResultSize sets the largest result Complete accepts (default: 1
