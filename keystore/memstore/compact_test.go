@@ -20,10 +20,7 @@ import (
 func TestCompactDoneKeys(t *testing.T) {
 	ctx := context.Background()
 	s, clk := newClocked(t)
-	c, err := s.Reserve(ctx, "k", nil, time.Minute)
-	if err != nil || c.State != keystore.Acquired {
-		t.Fatal(c, err)
-	}
+	c := acquire(t, s, "k", time.Minute)
 	if err := s.Complete(ctx, c, nil, time.Hour); err != nil {
 		t.Fatal(err)
 	}

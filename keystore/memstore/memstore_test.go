@@ -55,13 +55,19 @@ func reserveNew(t *testing.T, s *memstore.Store, prefix string, n int, lease tim
 	t.Helper()
 	claims := make([]keystore.Claim, 0, n)
 	for i := range n {
-		c, err := s.Reserve(context.Background(), fmt.Sprint(prefix, i), nil, lease)
-		if err != nil || c.State != keystore.Acquired {
-			t.Fatalf("new key %s%d: %+v %v", prefix, i, c, err)
-		}
-		claims = append(claims, c)
+		claims = append(claims, acquire(t, s, fmt.Sprint(prefix, i), lease))
 	}
 	return claims
+}
+
+// acquire reserves the new key with lease and returns its claim.
+func acquire(t *testing.T, s *memstore.Store, key string, lease time.Duration) keystore.Claim {
+	t.Helper()
+	c, err := s.Reserve(context.Background(), key, nil, lease)
+	if err != nil || c.State != keystore.Acquired {
+		t.Fatalf("new key %s: %+v %v", key, c, err)
+	}
+	return c
 }
 
 // wantFull checks that s refuses the new key with ErrFull.
@@ -75,10 +81,7 @@ func wantFull(t *testing.T, s *memstore.Store, key, when string) {
 func TestInjectedClock(t *testing.T) {
 	ctx := context.Background()
 	s, clk := newClocked(t)
-	c, err := s.Reserve(ctx, "k", nil, time.Minute)
-	if err != nil || c.State != keystore.Acquired {
-		t.Fatal(c, err)
-	}
+	c := acquire(t, s, "k", time.Minute)
 	if want := clk.now().Add(time.Minute); !c.Expires.Equal(want) {
 		t.Fatalf("Expires %v, want %v", c.Expires, want)
 	}

@@ -197,15 +197,7 @@ func TestGroupFreshPoolOfOne(t *testing.T) {
 			}
 		}()
 	}
-	for {
-		fresh.grp.mu.Lock()
-		queued := len(fresh.grp.queue)
-		fresh.grp.mu.Unlock()
-		if queued == n {
-			break
-		}
-		runtime.Gosched()
-	}
+	waitQueued(fresh, n)
 	close(release)
 	wg.Wait()
 	if grouped.Load() == 0 {
