@@ -50,8 +50,10 @@ func NewConsumer(conn *amqp.Connection, queue string, in *inbox.Inbox, handler H
 // channel or connection closes (an error wrapping [idem.ErrClosed]: the
 // broker requeues every unacked delivery, and the caller must reconnect,
 // which amqp091-go does not do, and call Run again). Unacked
-// deliveries go back to the queue when Run's channel closes. Run owns no
-// goroutine that outlives it.
+// deliveries go back to the queue when Run's channel closes. While one
+// group's transaction runs, the next group is gathered on a second
+// goroutine (a prefetch of at least twice the batch size keeps it fed);
+// Run owns no goroutine that outlives it.
 //
 // If the process dies:
 //   - before the commit: nothing is recorded; the broker requeues the
@@ -83,35 +85,77 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return fmt.Errorf("idemamqp: consume %s: %w", c.queue, err)
 	}
 	s := &session{c: c, pub: pub}
-	group := make([]amqp.Delivery, 0, c.cfg.BatchSize)
-	linger := time.NewTimer(time.Hour)
-	defer linger.Stop()
+	// The next group is gathered on its own goroutine while the current
+	// one's transaction runs; Run waits for that goroutine to end.
+	done := make(chan struct{})
+	groups := c.groups(deliveries, done)
+	defer func() {
+		close(done)
+		for range groups {
+		}
+	}()
 	for {
-		var open bool
-		group = group[:0]
+		var g pending
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("idemamqp: %w", ctx.Err())
-		case d, ok := <-deliveries:
-			if !ok {
-				return closed("deliveries ended", nil)
-			}
-			group = append(group, d)
+		case g = <-groups:
 		}
-		group, open = gather(deliveries, group, c.cfg.BatchSize, c.cfg.linger, linger)
-		if err := s.process(ctx, group); err != nil {
-			if ctx.Err() != nil {
-				return fmt.Errorf("idemamqp: %w", ctx.Err())
+		if len(g.ds) > 0 {
+			if err := s.process(ctx, g.ds); err != nil {
+				if ctx.Err() != nil {
+					return fmt.Errorf("idemamqp: %w", ctx.Err())
+				}
+				if errors.Is(err, amqp.ErrClosed) {
+					return closed("channel closed", err)
+				}
+				return err
 			}
-			if errors.Is(err, amqp.ErrClosed) {
-				return closed("channel closed", err)
-			}
-			return err
 		}
-		if !open {
+		if !g.open {
 			return closed("deliveries ended", nil)
 		}
 	}
+}
+
+// pending is one gathered group; open is false once the deliveries ended.
+type pending struct {
+	ds   []amqp.Delivery
+	open bool
+}
+
+// groups gathers groups from deliveries on its own goroutine and hands
+// them over one at a time. The goroutine exits, closing the channel, after
+// the deliveries end or once done closes (within the linger).
+func (c *Consumer) groups(deliveries <-chan amqp.Delivery, done <-chan struct{}) <-chan pending {
+	out := make(chan pending)
+	go func() {
+		defer close(out)
+		linger := time.NewTimer(time.Hour)
+		defer linger.Stop()
+		for {
+			g := pending{ds: make([]amqp.Delivery, 0, c.cfg.BatchSize)}
+			select {
+			case <-done:
+				return
+			case d, ok := <-deliveries:
+				if ok {
+					g.ds = append(g.ds, d)
+					g.ds, ok = gather(deliveries, g.ds, c.cfg.BatchSize, c.cfg.linger, linger)
+				}
+				g.open = ok
+			}
+			select {
+			case out <- g:
+			case <-done:
+				return
+			}
+			if !g.open {
+				return
+			}
+		}
+	}()
+	return out
 }
 
 // closed is Run's error when the channel or connection went away.
