@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -98,26 +99,42 @@ func StoreOnly(tb testing.TB, keys []string, data string, sizes []int) time.Dura
 // multi-row INSERT per batch, and the observer), and acked; then the same
 // records go straight into a fresh inbox ([StoreOnly]) in the batch sizes
 // the consumer formed. The two alternate in every iteration, so the
-// machine's load hits them alike; [Ceiling] reports both rates and their
-// ratio.
+// machine's load hits them alike, and take turns at running first after
+// the publish; [Ceiling] reports both rates and their ratio.
 func VsStore[M any](b *testing.B, n int, key, data func(M) string, publish func(keys []string, payload []byte),
 	newRun func(in *inbox.Inbox, set func(context.Context, *sql.Tx, []M) error, observe func(idem.DeliveryEvent[M])) func(context.Context) error) {
 	payload := make([]byte, 100)
 	var consumed, store time.Duration
+	var prev []int // the batch sizes of the previous iteration's consumer
 	batches := 0
-	for b.Loop() {
+	for iter := 0; b.Loop(); iter++ {
 		keys := make([]string, n)
 		for i := range keys {
 			keys[i] = TimeOrderedID(i)
 		}
 		publish(keys, payload)
+		// Whichever side runs first after the publish pays for the
+		// broker's and the heap's leftovers of it: the two sides take
+		// turns, each from a collected heap. The store side runs the
+		// batch sizes the consumer formed (the previous iteration's when
+		// it goes first).
+		storeFirst := iter%2 == 1 && prev != nil
+		if storeFirst {
+			runtime.GC()
+			store += StoreOnly(b, keys, string(payload), prev)
+		}
 		e := NewEffects(b)
 		var sizes Sizes
+		runtime.GC()
 		consumed += untilSettled(n, func(observe func(idem.DeliveryEvent[M])) func(context.Context) error {
 			return newRun(e.In, Record(&sizes, SetInsert(key, data)), observe)
 		})
-		store += StoreOnly(b, keys, string(payload), sizes.All())
-		batches += len(sizes.All())
+		prev = sizes.All()
+		if !storeFirst {
+			runtime.GC()
+			store += StoreOnly(b, keys, string(payload), prev)
+		}
+		batches += len(prev)
 	}
 	Ceiling(b, n*b.N, consumed, store, batches)
 }
