@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,29 +19,20 @@ func testConcurrentReserve(t *testing.T, s keystore.Store, _ config) {
 	key := newKey("race")
 	const n = 64
 	var acquired, inProgress atomic.Int32
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	start := make(chan struct{})
-	for range n {
-		wg.Go(func() {
-			<-start
-			c, err := s.Reserve(ctx, key, []byte("fp"), long)
-			switch {
-			case err != nil:
-				errs <- err
-			case c.State == keystore.Acquired:
-				acquired.Add(1)
-			case c.State == keystore.InProgress:
-				inProgress.Add(1)
-			default:
-				errs <- errors.New("unexpected state " + c.State.String())
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	for _, err := range together(n, func() error {
+		c, err := s.Reserve(ctx, key, []byte("fp"), long)
+		switch {
+		case err != nil:
+			return err
+		case c.State == keystore.Acquired:
+			acquired.Add(1)
+		case c.State == keystore.InProgress:
+			inProgress.Add(1)
+		default:
+			return errors.New("unexpected state " + c.State.String())
+		}
+		return nil
+	}) {
 		t.Errorf("concurrent Reserve: %v", err)
 	}
 	if acquired.Load() != 1 || inProgress.Load() != n-1 {
@@ -57,28 +49,22 @@ func testDo(t *testing.T, s keystore.Store, cfg config) {
 		key := newKey("do-once")
 		const n = 32
 		var calls, replays atomic.Int32
-		var wg sync.WaitGroup
-		errs := make(chan error, n)
-		for range n {
-			wg.Go(func() {
-				res, replayed, err := keystore.Do(ctx, s, key, []byte("card-1"), func(ctx context.Context) ([]byte, error) {
-					calls.Add(1)
-					time.Sleep(20 * time.Millisecond) // the call to the payment provider
-					return []byte("charge-42"), nil
-				}, keystore.WithLease(long), keystore.WithWait(time.Millisecond, 20*time.Millisecond))
-				switch {
-				case err != nil:
-					errs <- err
-				case string(res) != "charge-42":
-					errs <- errors.New("wrong result " + string(res))
-				case replayed:
-					replays.Add(1)
-				}
-			})
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
+		for _, err := range together(n, func() error {
+			res, replayed, err := keystore.Do(ctx, s, key, []byte("card-1"), func(ctx context.Context) ([]byte, error) {
+				calls.Add(1)
+				time.Sleep(20 * time.Millisecond) // the call to the payment provider
+				return []byte("charge-42"), nil
+			}, keystore.WithLease(long), keystore.WithWait(time.Millisecond, 20*time.Millisecond))
+			switch {
+			case err != nil:
+				return err
+			case string(res) != "charge-42":
+				return errors.New("wrong result " + string(res))
+			case replayed:
+				replays.Add(1)
+			}
+			return nil
+		}) {
 			t.Errorf("Do: %v", err)
 		}
 		if calls.Load() != 1 || replays.Load() != n-1 {
@@ -272,4 +258,21 @@ func testSweep(t *testing.T, s keystore.Store, cfg config) {
 	if r := reserve(t, s, liveDone.Key, nil, long); string(r.Result) != "kept" {
 		t.Fatalf("live result after sweep: %+v", r)
 	}
+}
+
+// together runs f on n goroutines released at once and returns the errors
+// they returned.
+func together(n int, f func() error) []error {
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			errs[i] = f()
+		})
+	}
+	close(start)
+	wg.Wait()
+	return slices.DeleteFunc(errs, func(err error) bool { return err == nil })
 }
