@@ -157,9 +157,10 @@ func testExtend(t *testing.T, s keystore.Store, cfg config) {
 	t.Run("DoLostLeaseCancelsEffect", func(t *testing.T) { t.Parallel(); testLostLease(t, s, cfg) })
 }
 
-// slowLease is the lease of the keep-alive tests: at least 300 ms, so that
-// renewals every third of it survive a loaded machine.
-func slowLease(cfg config) time.Duration { return max(3*cfg.unit, 300*time.Millisecond) }
+// slowLease is the lease of the keep-alive tests: at least 1 s, so that
+// renewals every third of it survive a loaded machine (at 300 ms, a 2-core
+// host at load 15 delayed a renewal past the lease).
+func slowLease(cfg config) time.Duration { return max(3*cfg.unit, time.Second) }
 
 // testSlowEffect runs an effect three times longer than its lease while 4
 // other callers retry the same key every 100 ms: with renewals, the effect
