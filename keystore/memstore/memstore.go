@@ -105,7 +105,12 @@ type shard struct {
 	// fingerprint, by compact fingerprint; see pend. A key is in m, pending
 	// or done, never in two.
 	pending map[compact.FP]pend
-	recent  [recentLen]recentClaim
+	// forgotten holds the compact-tier keys deleted by [Store.Forget],
+	// with their record's expiry: the tier cannot delete a record before
+	// it expires, so such a record is ignored until it is dropped. A key
+	// in it completes into the map tier. Created on first use.
+	forgotten map[compact.FP]int64
+	recent    [recentLen]recentClaim
 	// tokens is the last token handed out in this shard. A key always maps
 	// to the same shard, so its tokens strictly increase.
 	tokens uint64
@@ -195,7 +200,7 @@ func (s *Store) Close() error {
 	for i := range s.c.shards {
 		sh := &s.c.shards[i]
 		sh.mu.Lock()
-		sh.m, sh.entries, sh.free, sh.done, sh.pending = nil, nil, nil, nil, nil
+		sh.m, sh.entries, sh.free, sh.done, sh.pending, sh.forgotten = nil, nil, nil, nil, nil, nil
 		sh.recent = [recentLen]recentClaim{}
 		sh.mu.Unlock()
 	}
@@ -276,10 +281,24 @@ func (sh *shard) remove(k string, i uint32) {
 // locked.
 func (sh *shard) dropDone(c *core, now int64) {
 	if sh.done != nil && sh.done.Len() > 0 {
-		if n := sh.done.DropThrough(now); n > 0 {
+		if n := sh.dropThrough(now); n > 0 {
 			c.count.Add(int64(-n))
 		}
 	}
+}
+
+// dropThrough drops the compact tier's keys expired at now, forgotten ones
+// included, and returns how many. Called with the shard locked.
+func (sh *shard) dropThrough(now int64) int {
+	n := sh.done.DropThrough(now)
+	if n > 0 && len(sh.forgotten) > 0 {
+		for fp, exp := range sh.forgotten {
+			if exp <= now {
+				delete(sh.forgotten, fp)
+			}
+		}
+	}
+	return n
 }
 
 // findDone looks the key with compact fingerprint fp up in the compact
@@ -290,7 +309,11 @@ func (sh *shard) findDone(c *core, fp compact.FP, now int64) (compact.Rec, bool)
 		return compact.Rec{}, false
 	}
 	sh.dropDone(c, now)
-	return sh.done.Find(fp)
+	r, ok := sh.done.Find(fp)
+	if _, gone := sh.forgotten[fp]; ok && gone {
+		return compact.Rec{}, false
+	}
+	return r, ok
 }
 
 // completeDone moves the in-progress entry e of key, at index i, into the
@@ -313,6 +336,9 @@ func (s *Store) completeDone(sh *shard, k []byte, key string, i uint32, e *entry
 // before the tier's newest (the tier expires in order). It reports whether
 // it did. Called with the shard locked.
 func (s *Store) appendDone(sh *shard, fp compact.FP, token uint64, exp int64) bool {
+	if _, gone := sh.forgotten[fp]; gone {
+		return false // its forgotten record is still in the tier
+	}
 	if sh.done == nil {
 		sh.done = compact.NewSetAux()
 	}

@@ -249,7 +249,7 @@ func (sh *shard) scan(c *core, now int64, limit int) int {
 	least := int64(math.MaxInt64)
 	if sh.done != nil {
 		// The compact tier expires in order: dropping is cheap and exact.
-		freed = sh.done.DropThrough(now)
+		freed = sh.dropThrough(now)
 		c.count.Add(int64(-freed))
 		if t, ok := sh.done.Oldest(); ok {
 			least = t

@@ -15,6 +15,10 @@ import (
 type pend struct {
 	exp   int64 // lease expiry, ns since base
 	token uint64
+	// key and prefix name the key for [Store.List]: the caller's string
+	// and the scope's, kept without a copy (32 bytes a key in progress,
+	// none once it completes into the compact tier).
+	key, prefix string
 }
 
 // recentLen is how many of a shard's latest pending claims remember their
@@ -58,7 +62,7 @@ func (s *Store) recentFP(sh *shard, token uint64, key string) (compact.FP, bool)
 // reservePending records a new pending claim. Called with the shard locked.
 func (s *Store) reservePending(sh *shard, key string, fp compact.FP, exp int64) uint64 {
 	sh.tokens++
-	sh.pending[fp] = pend{exp: exp, token: sh.tokens}
+	sh.pending[fp] = pend{exp: exp, token: sh.tokens, key: key, prefix: s.prefix}
 	sh.remember(sh.tokens, s.prefix, key, fp)
 	sh.lower(exp)
 	return sh.tokens
