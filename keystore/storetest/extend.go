@@ -13,17 +13,17 @@ import (
 	"github.com/idem-go/idem/keystore"
 )
 
-// testExtend checks [keystore.Extender]: a renewal keeps a lease alive past
+// testExtend checks [keystore.Extender], which every store must implement
+// (a store without it fails the suite): a renewal keeps a lease alive past
 // its first end; a stale token, a completed or a released key get
 // ErrLeaseLost and change nothing; bad input and an ended ctx are refused;
 // and [keystore.Do] renews while fn runs, so an effect three times longer
 // than its lease runs once among concurrent retriers.
 func testExtend(t *testing.T, s keystore.Store, cfg config) {
-	if !keystore.CanExtend(s) {
-		t.Logf("%T does not implement keystore.Extender (or wraps a store that does not): leases are not renewed while effects run", s)
-		return
+	ext, ok := keystore.As[keystore.Extender](s)
+	if !ok {
+		t.Fatalf("%T does not implement keystore.Extender (or wraps a store that does not): every store must renew leases, or an effect longer than its lease runs twice", s)
 	}
-	ext := s.(keystore.Extender)
 	ctx := testCtx(t)
 	unit := cfg.unit
 	t.Run("KeepsLeaseAlive", func(t *testing.T) {

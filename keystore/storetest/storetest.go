@@ -16,13 +16,13 @@
 // back to absent), fencing (a stale token writes nothing and gets
 // ErrLeaseLost), lease expiry and takeover with a higher token, result
 // expiry, fingerprints, input validation, 64 concurrent reservations of one
-// key, [keystore.Do], the optional [keystore.Scoper], [keystore.Sweeper] and
-// [keystore.Extender] interfaces, [keystore.Inspector] and
-// [keystore.Forgetter] (with an operator's fenced release by key and
-// token) (for Extender: fenced renewal, and Do
-// running an effect three times longer than its lease once among
-// concurrent retriers; a store without it is reported with t.Log), and
-// finally the linearizability of random concurrent
+// key, [keystore.Do], [keystore.Extender], which every store must implement
+// (fenced renewal, and Do running an effect three times longer than its
+// lease once among concurrent retriers; a store without it fails), the
+// optional [keystore.Scoper], [keystore.Sweeper], [keystore.Inspector] and
+// [keystore.Forgetter] interfaces (with an operator's fenced release by key
+// and token; a store without one is reported with t.Log), and finally the
+// linearizability of random concurrent
 // histories against a sequential model of the state machine, with
 // github.com/anishathalye/porcupine.
 //
