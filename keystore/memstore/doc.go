@@ -28,7 +28,9 @@
 // collector does not scan; the tier drops expired keys from its front, a
 // cheap step each call takes. While it is in progress such a key (reserved without a
 // fingerprint) waits in a small per-shard map by the same fingerprint,
-// with its lease expiry and token (no allocation per key), and goes from
+// with its lease expiry, token and name (the caller's key string and the
+// scope's, kept without a copy, for [Store.List]: 48 bytes a value, no
+// allocation per key), and goes from
 // there straight to the compact tier: a Reserve and an empty Complete
 // hash the key once and never touch the map tier. Filling a store that
 // way (BenchmarkCompact) took 745 to 1460 ns a key at 10M keys, 3.4 to
@@ -44,6 +46,17 @@
 // tier's newest (a shorter TTL after a longer one) goes to the map tier,
 // as do keys reserved with a request fingerprint and keys completed with
 // a result: about 160 bytes a key plus the result and fingerprint bytes.
+//
+// # Operations
+//
+// The store renews leases ([Store.Extend], so [keystore.Do] keeps a slow
+// effect's lease alive), and lets operators look at and steer keys
+// ([Store.Inspect], [Store.List], [Store.Forget]) in every tier, except
+// that List cannot name done keys of the compact tier, which keeps only
+// their fingerprints; Inspect and Forget find them by name. A forgotten
+// compact-tier key's record stays, ignored, until it expires (the tier
+// deletes in expiry order only), and counts towards [WithMaxKeys] until
+// then; the key, reserved again, completes into the map tier meanwhile.
 //
 // Leases and TTLs are measured by the store's clock, to the nanosecond:
 // time.Now by default (its monotonic reading only, so wall-clock steps do
