@@ -46,12 +46,12 @@ func TestAwaitInProgress(t *testing.T) {
 			t.Parallel()
 			s, holder := held(t)
 			ctx := context.Background()
+			start := time.Now() // before the context's deadline starts counting
 			if tc.ctxAfter > 0 {
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, tc.ctxAfter)
 				defer cancel()
 			}
-			start := time.Now()
 			c, err := keystore.Await(ctx, s, "k", []byte("fp"), time.Minute, tc.w)
 			took := time.Since(start)
 			if !errors.Is(err, keystore.ErrInProgress) || (tc.cause != nil && !errors.Is(err, tc.cause)) {
