@@ -49,9 +49,10 @@
 // failover loses the writes its replica had not received: on a 6-node
 // Cluster with replication cut for a second before kill -9 of a master,
 // 233–405 acknowledged completions came back absent and their effects ran
-// again. [WithWaitReplicas] (WAIT after each script) or min-replicas-to-write
-// on the servers close that window: 0 lost, 0 doubled, calls refused
-// instead (docs/scale.md). Pass the key downstream so that repeats are
+// again. [WithWaitReplicas] (WAIT after each script) closes that window:
+// 0 lost, 0 doubled, calls refused instead. min-replicas-to-write on the
+// servers narrows it to the second or so the master takes to notice its
+// replica is gone: 0 lost, 0–1 doubled in the same test (docs/scale.md). Pass the key downstream so that repeats are
 // absorbed. [ClusterOptions] and [OpenURL] give go-redis the settings that
 // keep a failover's outage to seconds.
 package redisstore

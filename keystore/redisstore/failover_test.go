@@ -163,12 +163,15 @@ func TestClusterFailoverLaggedWait(t *testing.T) {
 }
 
 // The same lag with min-replicas-to-write 1 on the servers: the master
-// refuses writes once its replica is gone (NOREPLICAS), so nothing
-// acknowledged is lost.
+// refuses writes once it has noticed its replica is gone (NOREPLICAS). It
+// counts good replicas about once a second, so the writes it accepted
+// before noticing are exposed: a handful at most, against hundreds without
+// the setting (TestClusterFailoverLagged). Only WAIT is exact
+// (TestClusterFailoverLaggedWait).
 func TestClusterFailoverLaggedMinReplicas(t *testing.T) {
 	r := failover{lag: time.Second, srvArgs: []string{"--min-replicas-to-write", "1", "--min-replicas-max-lag", "1"}}.run(t)
-	if r.Lost != 0 || r.Doubled != 0 {
-		t.Errorf("with min-replicas-to-write: %d lost, %d doubled; want 0", r.Lost, r.Doubled)
+	if int64(r.Lost)+int64(r.Doubled) > 5 {
+		t.Errorf("with min-replicas-to-write: %d lost, %d doubled; want at most the few writes of the detection window", r.Lost, r.Doubled)
 	}
 	if r.Refused == 0 {
 		t.Errorf("with min-replicas-to-write and a cut replica no call was refused")
