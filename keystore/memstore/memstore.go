@@ -67,10 +67,21 @@ func WithClock(now func() time.Time) Option {
 }
 
 // Store is an in-memory [keystore.Store]. See the package documentation.
+//
+// It implements every optional interface of package keystore: leases are
+// renewed (Extender) and operators can list, inspect and forget keys
+// (Inspector, Forgetter; operate.go).
 type Store struct {
 	c      *core
 	prefix string // length-prefixed scope, prepended to every key
 }
+
+var _ interface {
+	keystore.Store
+	keystore.Extender
+	keystore.Inspector
+	keystore.Forgetter
+} = (*Store)(nil)
 
 // core is the state shared by a store and its scoped views.
 type core struct {

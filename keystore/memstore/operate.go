@@ -12,12 +12,6 @@ import (
 	"github.com/idem-go/idem/keystore"
 )
 
-var (
-	_ keystore.Extender  = (*Store)(nil)
-	_ keystore.Inspector = (*Store)(nil)
-	_ keystore.Forgetter = (*Store)(nil)
-)
-
 // Extend implements [keystore.Extender]: under the key's shard lock, the
 // lease of cl, if cl's token still holds the key (live or lapsed but not
 // taken over), ends lease from now. Otherwise it returns an error wrapping
