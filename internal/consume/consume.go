@@ -16,8 +16,15 @@
 //
 // Every adapter configures the shared part with the same option vocabulary
 // ([WithKey], [WithFingerprint], [WithSetHandler], [WithBatchSize],
-// [WithMaxAttempts], [WithBackoff], [WithObserver], [WithLogger]), which
-// its own options wrap one-to-one.
+// [WithMaxAttempts], [WithBackoff], [WithObserver], [WithLogger],
+// [WithTracer]), which its own options wrap one-to-one.
+//
+// With a Tracer, [Inbox.Process] wraps each batch in an [idem.OpConsumeBatch]
+// span, whose context the inbox call gets, and each message in an
+// [idem.OpConsume] span, child of the batch's, linked to the producer's
+// trace context in the message's headers and ended by [Config.Report] with
+// the decision. The Prepare/Decide/Report path begins the same spans with
+// [Config.StartBatch] and [Config.Start].
 package consume
 
 import (
@@ -44,6 +51,8 @@ type Delivery[T any] struct {
 	Key string
 	// Fingerprint is the payload digest, once derived (nil: not checked).
 	Fingerprint []byte
+	// span is the message's open span, from [Config.Start] (nil: none).
+	span idem.Span
 }
 
 // Decision is what the transport must do with one delivery.
@@ -89,6 +98,14 @@ type Config[T any] struct {
 	// Logger receives retries and dead letters (never nil once
 	// [Defaults] has run).
 	Logger *slog.Logger
+	// Tracer, if set, traces each batch and message (see [WithTracer]).
+	Tracer idem.Tracer
+	// System names the broker on spans ([idem.AttrSystem]): "kafka",
+	// "nats", "rabbitmq", "watermill".
+	System string
+	// Headers returns a message's headers, to link its span to the
+	// producer's trace context (optional; called only with a Tracer).
+	Headers func(T) idem.Carrier
 }
 
 // Defaults returns a Config named name with key function key and idem's
@@ -164,10 +181,14 @@ func (c *Config[T]) Retry(d *Delivery[T], err error) Decision {
 	return Decision{Outcome: idem.Retried, Err: err, After: c.Backoff.Delay(max(d.Attempt, 1) - 1)}
 }
 
-// Report logs a settled delivery and calls the observer. The transport
+// Report logs a settled delivery, ends its span (if [Config.Start] began
+// one) with dec's outcome and error, and calls the observer. The transport
 // calls it once it has performed dec (acked, redelivered, dead-lettered),
 // from the goroutine that settled it.
 func (c *Config[T]) Report(d *Delivery[T], dec Decision) {
+	if d.span != nil {
+		c.end(d, dec.Outcome.String(), dec.Err)
+	}
 	switch dec.Outcome {
 	case idem.Retried:
 		c.Logger.Info(c.Name+": message failed; retrying", "key", d.Key, "attempt", d.Attempt, "in", dec.After, "err", dec.Err)

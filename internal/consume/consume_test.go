@@ -416,6 +416,7 @@ func TestOptions(t *testing.T) {
 		{"backoff negative", WithBackoff[msg](-1, time.Second)},
 		{"nil observer", WithObserver[msg](nil)},
 		{"nil logger", WithLogger[msg](nil)},
+		{"nil tracer", WithTracer[msg](nil)},
 		{"nil option", nil},
 	}
 	for _, tc := range bad {

@@ -93,11 +93,30 @@ func (r *Inbox[T]) recoverPanic(err *error) {
 // error an *inbox.HandlerError. When ctx ended, Process returns only ctx's
 // error and no decisions: the transport leaves the deliveries to the
 // broker's redelivery.
+//
+// With a Tracer, the batch's span ends before Process returns; each
+// delivery's span stays open until the transport reports its decision
+// ([Config.Report]), except when ctx ended: those end as
+// [OutcomeUnsettled].
 func (r *Inbox[T]) Process(ctx context.Context, ds []Delivery[T]) ([]Decision, error) {
+	ctx, batch := r.cfg.StartBatch(ctx, len(ds))
+	decs, err := r.process(ctx, ds, &batch)
+	batch.End(ctx, err)
+	if decs == nil && err != nil {
+		for i := range ds {
+			r.cfg.Unsettled(&ds[i], err)
+		}
+	}
+	return decs, err
+}
+
+// process is Process within the batch's span.
+func (r *Inbox[T]) process(ctx context.Context, ds []Delivery[T], batch *Batch) ([]Decision, error) {
 	decs := make([]Decision, len(ds))
 	msgs := make([]inbox.Message, 0, len(ds))
 	pos := make([]int, 0, len(ds))
 	for i := range ds {
+		r.cfg.Start(ctx, &ds[i])
 		if dec, ok := r.cfg.Prepare(&ds[i]); !ok {
 			decs[i] = dec
 			continue
@@ -128,6 +147,11 @@ func (r *Inbox[T]) Process(ctx context.Context, ds []Delivery[T]) ([]Decision, e
 		i := pos[j]
 		decs[i] = r.cfg.Decide(&ds[i], res.Applied, res.Err)
 	}
+	if batch.span != nil {
+		for _, dec := range decs {
+			batch.Count(dec)
+		}
+	}
 	return decs, nil
 }
 
@@ -136,8 +160,12 @@ func (r *Inbox[T]) Process(ctx context.Context, ds []Delivery[T]) ([]Decision, e
 // broker. d must have been through Process (its key is set). The per-message
 // handler runs it when there is one, else the set handler. The error is
 // non-nil, as for Process, when the transaction failed for a reason that is
-// not the message's (the Decision is then Retried).
+// not the message's (the Decision is then Retried). With a Tracer, the run
+// has a message span of its own ([Config.Start]; the inbox call nests under
+// it), which the transport ends by reporting the decision, or which ends
+// here as [OutcomeUnsettled] when ctx ended.
 func (r *Inbox[T]) ProcessOne(ctx context.Context, d *Delivery[T]) (Decision, error) {
+	ctx = r.cfg.Start(ctx, d)
 	m := inbox.Message{Key: d.Key, Fingerprint: d.Fingerprint, Value: d}
 	var applied bool
 	var err error
@@ -157,6 +185,7 @@ func (r *Inbox[T]) ProcessOne(ctx context.Context, d *Delivery[T]) (Decision, er
 	case err == nil, errors.As(err, &he), errors.Is(err, idem.ErrFingerprintMismatch):
 		return r.cfg.Decide(d, applied, err), nil
 	case ctx.Err() != nil:
+		r.cfg.Unsettled(d, ctx.Err())
 		return Decision{}, ctx.Err()
 	}
 	return r.cfg.Retry(d, err), err

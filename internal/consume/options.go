@@ -91,3 +91,9 @@ func WithObserver[T any](f func(idem.DeliveryEvent[T])) Option[T] {
 func WithLogger[T any](l *slog.Logger) Option[T] {
 	return check(l != nil, func(c *Config[T]) { c.Logger = l }, "nil logger")
 }
+
+// WithTracer traces batches and messages through t (see the package
+// documentation for the spans). Without it nothing is traced, at no cost.
+func WithTracer[T any](t idem.Tracer) Option[T] {
+	return check(t != nil, func(c *Config[T]) { c.Tracer = t }, "nil tracer")
+}
