@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -83,19 +84,24 @@ func adminError(w http.ResponseWriter, status int, msg string) {
 	adminJSON(w, status, map[string]string{"error": msg})
 }
 
-// fail answers err with the status its sentinel calls for.
-func (a *admin) fail(w http.ResponseWriter, r *http.Request, err error) {
-	status := http.StatusInternalServerError
+// adminStatus is the HTTP status err's sentinel calls for.
+func adminStatus(err error) int {
 	switch {
 	case errors.Is(err, errors.ErrUnsupported):
-		status = http.StatusNotImplemented
+		return http.StatusNotImplemented
 	case errors.Is(err, keystore.ErrNotFound):
-		status = http.StatusNotFound
+		return http.StatusNotFound
 	case errors.Is(err, keystore.ErrLeaseLost), errors.Is(err, keystore.ErrInProgress):
-		status = http.StatusConflict
+		return http.StatusConflict
 	case errors.Is(err, idem.ErrInvalidArgument), errors.Is(err, idem.ErrInvalidKey):
-		status = http.StatusBadRequest
+		return http.StatusBadRequest
 	}
+	return http.StatusInternalServerError
+}
+
+// fail answers err with the status its sentinel calls for.
+func (a *admin) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status := adminStatus(err)
 	if status == http.StatusInternalServerError {
 		a.log.ErrorContext(r.Context(), "admin: key store call failed", "path", r.URL.Path, "err", err)
 	}
@@ -158,12 +164,21 @@ func (a *admin) release(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := r.PathValue("key")
-	if err := releaseKey(r.Context(), a.s, key, tok); err != nil {
+	if err := operatorRelease(r.Context(), a.s, a.log, key, tok, "api"); err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	a.log.InfoContext(r.Context(), "admin: key released by an operator", "key", key, "token", tok)
 	adminJSON(w, http.StatusOK, map[string]any{"released": key, "token": tok})
+}
+
+// operatorRelease is the fenced release of the admin API and the operator
+// page (via says which), logged at Info when it frees the key.
+func operatorRelease(ctx context.Context, s keystore.Store, log *slog.Logger, key string, token uint64, via string) error {
+	if err := releaseKey(ctx, s, key, token); err != nil {
+		return err
+	}
+	log.InfoContext(ctx, "admin: key released by an operator", "key", key, "token", token, "via", via)
+	return nil
 }
 
 func (a *admin) forget(w http.ResponseWriter, r *http.Request) {

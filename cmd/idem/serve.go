@@ -61,7 +61,7 @@ for --drain, then aborts the rest, releasing their keys so that retries execute.
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address to serve the proxy on")
 	fl.StringVar(&f.admin, "admin-listen", "", "address for /metrics, /healthz and /readyz (empty: off)")
-	fl.StringVar(&f.adminTokenFile, "admin-token-file", "", "serve the key API (/admin/keys: list, show, fenced release, forget) on --admin-listen, to requests with Authorization: Bearer <this file's token> (empty: off)")
+	fl.StringVar(&f.adminTokenFile, "admin-token-file", "", "serve the key API (/admin/keys: list, show, fenced release, forget) on --admin-listen, to requests with Authorization: Bearer <this file's token>, and the operator page (/admin/ui: sign in with the token) (empty: off)")
 	fl.StringVar(&f.upstream, "upstream", "", "URL of the API to proxy to (required)")
 	fl.StringVar(&f.store, "store", "sqlite:idem.db", "key store: "+storeForms)
 	fl.DurationVar(&f.ttl, "ttl", 24*time.Hour, "how long completed responses are replayed")
@@ -212,6 +212,9 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 		if adminToken != nil {
 			mux.Handle("/admin/", adminKeys(store.Store, adminToken, log))
+			page := newAdminPage(store.Store, adminToken, g.outcomes, log)
+			mux.Handle(pagePath, page)
+			mux.Handle(pagePath+"/", page)
 		}
 		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 			pctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)

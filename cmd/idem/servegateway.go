@@ -86,6 +86,7 @@ type gateway struct {
 	transport http.RoundTripper
 	forwarded func(in *http.Request, out http.Header)
 	hooks     idemhttp.Hooks // nil: none
+	outcomes  *outcomeLog    // per route, for the operator page
 	plain     http.Handler   // pass-through: no key, no store I/O
 
 	cur  atomic.Pointer[policySet]
@@ -98,7 +99,7 @@ func newGateway(f serveFlags, log *slog.Logger, target *url.URL, s keystore.Stor
 	if err != nil {
 		return nil, err
 	}
-	g := &gateway{f: f, log: log, target: target, store: s, budget: b, transport: rt, forwarded: fwd, hooks: hooks}
+	g := &gateway{f: f, log: log, target: target, store: s, budget: b, transport: rt, forwarded: fwd, hooks: hooks, outcomes: newOutcomeLog()}
 	g.plain = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
@@ -159,7 +160,7 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (g *gateway) build(name string, routes []route) (*policySet, error) {
 	base := flagPolicy(g.f)
 	ps := &policySet{mux: http.NewServeMux(), byPattern: map[string]http.Handler{}, routes: len(routes)}
-	def, err := g.handlerFor(base)
+	def, err := g.handlerFor(base, defaultRoute)
 	if err != nil {
 		return nil, fmt.Errorf("flags: %w", err)
 	}
@@ -178,7 +179,7 @@ func (g *gateway) build(name string, routes []route) (*policySet, error) {
 			bad("max-body %d must be below --max-buffered %d", p.maxBody, g.f.maxBuffered)
 			continue
 		}
-		h, err := g.handlerFor(p)
+		h, err := g.handlerFor(p, r.pattern)
 		if err != nil {
 			bad("%v", err)
 			continue
@@ -200,7 +201,9 @@ func (g *gateway) build(name string, routes []route) (*policySet, error) {
 	return ps, nil
 }
 
-func (g *gateway) handlerFor(p policy) (http.Handler, error) {
+// handlerFor builds the handler of policy p, its outcomes recorded under
+// route.
+func (g *gateway) handlerFor(p policy, route string) (http.Handler, error) {
 	if p.passThrough {
 		return g.plain, nil
 	}
@@ -212,10 +215,7 @@ func (g *gateway) handlerFor(p policy) (http.Handler, error) {
 		idemhttp.WithAllowAnonymous(p.anonymous), idemhttp.WithBodyTimeout(g.f.bodyTimeout),
 		idemhttp.WithClientWriteTimeout(g.f.writeTimeout), idemhttp.WithBudget(g.budget),
 		idemhttp.WithStoreTimeout(g.f.storeTimeout), idemhttp.WithUpstreamTransport(g.transport),
-		idemhttp.WithForwarded(g.forwarded),
-	}
-	if g.hooks != nil {
-		opts = append(opts, idemhttp.WithHooks(g.hooks))
+		idemhttp.WithForwarded(g.forwarded), idemhttp.WithHooks(g.outcomes.hooks(route, g.hooks)),
 	}
 	if len(p.fpHeaders) > 0 {
 		opts = append(opts, idemhttp.WithFingerprintHeaders(p.fpHeaders...))
