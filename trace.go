@@ -73,4 +73,7 @@ const (
 	AttrAttempt   = "idem.attempt"     // the delivery attempt, from 1
 	AttrSystem    = "messaging.system" // the broker: kafka, nats, rabbitmq, watermill
 	AttrRoute     = "idem.route"       // the HTTP route pattern
+	AttrTakeover  = "idem.takeover"    // true on a Reserve that replaced an expired lease
+	AttrTxAttempt = "idem.tx.attempts" // transactions an inbox call ran, from 1 (more: retried after a serialization failure, deadlock or busy database)
+	AttrFailed    = "idem.failed"      // messages of a batch that failed alone (handler error, mismatch, invalid key or fingerprint)
 )
