@@ -1,15 +1,11 @@
 package window
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash"
-	"hash/crc32"
 	"io"
 	"os"
-	"path/filepath"
 
 	"github.com/idem-go/idem/internal/compact"
 )
@@ -42,8 +38,6 @@ const (
 	snapRecordLen = 12 + 8
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 // WriteSnapshot writes every live id (fingerprint, first accept, sequence
 // implied by order), the clock and the fingerprint key to w, in the format
 // above: 20 bytes an id. Calls on the Dedup wait while it writes. Ids
@@ -52,8 +46,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 func (d *Dedup) WriteSnapshot(w io.Writer) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	crc := crc32.New(castagnoli)
-	bw := bufio.NewWriterSize(io.MultiWriter(w, crc), 64<<10)
+	bw := compact.NewSnapWriter(w)
 	var b [snapHeaderLen]byte
 	h := append(b[:0], snapMagic...)
 	h = append(h, snapVersion)
@@ -62,20 +55,15 @@ func (d *Dedup) WriteSnapshot(w io.Writer) error {
 	h = binary.BigEndian.AppendUint64(h, uint64(d.latest))
 	h = binary.BigEndian.AppendUint64(h, d.nextSeq)
 	h = binary.BigEndian.AppendUint64(h, uint64(d.set.Len()))
-	_, _ = bw.Write(h)
+	bw.Write(h)
 	var r [snapRecordLen]byte
 	d.set.Each(func(fp compact.FP, rec compact.Rec) {
 		binary.BigEndian.PutUint64(r[0:], fp.Lo)
 		binary.BigEndian.PutUint32(r[8:], fp.Hi)
 		binary.BigEndian.PutUint64(r[12:], uint64(rec.T))
-		_, _ = bw.Write(r[:]) // a write error sticks in bw and is reported by Flush
+		bw.Write(r[:]) // a write error sticks in bw and is reported by Close
 	})
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("window: write snapshot: %w", err)
-	}
-	var sum [4]byte
-	binary.BigEndian.PutUint32(sum[:], crc.Sum32())
-	if _, err := w.Write(sum[:]); err != nil {
+	if err := bw.Close(); err != nil {
 		return fmt.Errorf("window: write snapshot: %w", err)
 	}
 	return nil
@@ -89,10 +77,9 @@ func (d *Dedup) WriteSnapshot(w io.Writer) error {
 // becomes the later of the Dedup's and the snapshot's, and ids whose window
 // has closed by it, under this Dedup's window, are dropped.
 func (d *Dedup) ReadSnapshot(r io.Reader) error {
-	crc := crc32.New(castagnoli)
-	br := &snapReader{r: bufio.NewReaderSize(r, 64<<10), crc: crc}
+	br := compact.NewSnapReader(r, "window", ErrCorruptSnapshot)
 	var h [snapHeaderLen]byte
-	if err := br.full(h[:], "header"); err != nil {
+	if err := br.Full(h[:], "header"); err != nil {
 		return err
 	}
 	if string(h[:4]) != snapMagic {
@@ -113,7 +100,7 @@ func (d *Dedup) ReadSnapshot(r io.Reader) error {
 	prev := int64(0)
 	var rb [snapRecordLen]byte
 	for i := range count {
-		if err := br.full(rb[:], "records"); err != nil {
+		if err := br.Full(rb[:], "records"); err != nil {
 			return fmt.Errorf("%w (record %d of %d)", err, i, count)
 		}
 		fp := compact.FP{Lo: binary.BigEndian.Uint64(rb[0:]), Hi: binary.BigEndian.Uint32(rb[8:])}
@@ -129,20 +116,8 @@ func (d *Dedup) ReadSnapshot(r io.Reader) error {
 		}
 		prev = t
 	}
-	want := crc.Sum32()
-	var sum [4]byte
-	br.crc = nil
-	if err := br.full(sum[:], "checksum"); err != nil {
+	if err := br.Finish(); err != nil {
 		return err
-	}
-	if got := binary.BigEndian.Uint32(sum[:]); got != want {
-		return fmt.Errorf("window: checksum mismatch: stored %#08x, computed %#08x: %w", got, want, ErrCorruptSnapshot)
-	}
-	if _, err := br.r.ReadByte(); err != io.EOF {
-		if err != nil {
-			return fmt.Errorf("window: read snapshot: %w", err)
-		}
-		return fmt.Errorf("window: trailing bytes after the checksum: %w", ErrCorruptSnapshot)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -152,60 +127,12 @@ func (d *Dedup) ReadSnapshot(r io.Reader) error {
 	return nil
 }
 
-type snapReader struct {
-	r   *bufio.Reader
-	crc hash.Hash32
-}
-
-func (s *snapReader) full(p []byte, what string) error {
-	if _, err := io.ReadFull(s.r, p); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return fmt.Errorf("window: truncated in the %s: %w", what, ErrCorruptSnapshot)
-		}
-		return fmt.Errorf("window: read snapshot: %w", err)
-	}
-	if s.crc != nil {
-		_, _ = s.crc.Write(p)
-	}
-	return nil
-}
-
 // SaveSnapshot writes a snapshot to path atomically: to a temporary file
 // in the same directory (mode 0600: it holds the fingerprint key), synced,
 // then renamed over path, and the directory synced. A crash at any point
 // leaves either the previous file or the new one, never a partial file.
-func (d *Dedup) SaveSnapshot(path string) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, base+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("window: save snapshot: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(f.Name())
-		}
-	}()
-	if err := d.WriteSnapshot(f); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("window: save snapshot: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("window: save snapshot: %w", err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("window: save snapshot: %w", err)
-	}
-	if df, err := os.Open(dir); err == nil {
-		_ = df.Sync() // best effort: not every file system syncs directories
-		_ = df.Close()
-	}
-	return nil
+func (d *Dedup) SaveSnapshot(path string) error {
+	return compact.SaveFile(path, "window", d.WriteSnapshot)
 }
 
 // LoadSnapshot restores the Dedup from a file written by SaveSnapshot (see

@@ -62,7 +62,6 @@ func (s *Set) migrate(n int) {
 	var fps [batch]FP
 	for n > 0 && s.grow.left > 0 {
 		k := 0
-		var touch uint16
 		for k < batch && k < n && s.grow.left > 0 {
 			c := &s.chunks[s.grow.p]
 			if s.grow.j == c.n {
@@ -73,12 +72,11 @@ func (s *Set) migrate(n int) {
 			fps[k] = FP{Lo: r.lo, Hi: r.hi}
 			ids[k] = s.id(s.grow.p, s.grow.j)
 			homes[k] = x.home(s.homeBits(fps[k]))
-			touch += x.groups[homes[k]].over
 			s.grow.j++
 			s.grow.left--
 			k++
 		}
-		x.touch += touch
+		x.touchAll(homes[:k])
 		for i := range k {
 			x.insertAt(homes[i], x.stride(stepBits(fps[i])), tagOf(fps[i]), ids[i])
 		}

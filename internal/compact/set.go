@@ -399,7 +399,6 @@ func (s *Set) rebuild(groups uint64) {
 	x := newIndex(groups)
 	const batch = 32
 	var homes [batch]uint64
-	var touch uint16
 	for p := range s.chunks {
 		c := &s.chunks[p]
 		start := 0
@@ -411,10 +410,9 @@ func (s *Set) rebuild(groups uint64) {
 			for k := j; k < end; k++ {
 				r := &c.recs[k]
 				fp := FP{Lo: r.lo, Hi: r.hi}
-				g := x.home(s.homeBits(fp))
-				homes[k-j] = g
-				touch += x.groups[g].over
+				homes[k-j] = x.home(s.homeBits(fp))
 			}
+			x.touchAll(homes[:end-j])
 			for k := j; k < end; k++ {
 				r := &c.recs[k]
 				fp := FP{Lo: r.lo, Hi: r.hi}
@@ -422,7 +420,6 @@ func (s *Set) rebuild(groups uint64) {
 			}
 		}
 	}
-	x.touch = touch // keeps the touching loads
 	s.idx = x
 	s.grow.left, s.grow.old = 0, index{} // every record is in x
 }
