@@ -3,7 +3,6 @@ package memstore
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -85,9 +84,12 @@ var _ interface {
 
 // core is the state shared by a store and its scoped views.
 type core struct {
-	shards    [numShards]shard
-	seed      maphash.Seed
-	fpKey     compact.Key // fingerprints of keys in the compact tier
+	shards [numShards]shard
+	// fpKey keys the 96-bit fingerprint of every (scope, key), which picks
+	// its shard and names it in the pending and compact tiers. A snapshot
+	// carries it, so a restored store puts every key in the shard it was
+	// in (and its tokens keep increasing there).
+	fpKey     compact.Key
 	clock     func() time.Time
 	mono      bool      // clock is time.Now: read only the monotonic clock
 	base      time.Time // times are kept as nanoseconds since base
@@ -121,9 +123,9 @@ type shard struct {
 	// it expires, so such a record is ignored until it is dropped. A key
 	// in it completes into the map tier. Created on first use.
 	forgotten map[compact.FP]int64
-	recent    [recentLen]recentClaim
 	// tokens is the last token handed out in this shard. A key always maps
-	// to the same shard, so its tokens strictly increase.
+	// to the same shard, so its tokens strictly increase. It starts at the
+	// wall clock's Unix nanoseconds (see newCore).
 	tokens uint64
 	// minExp is a lower bound of the earliest expiry in m (ns since base):
 	// while the clock is before it, nothing in the shard has expired and a
@@ -139,19 +141,13 @@ type shard struct {
 }
 
 // entry is one key. Fingerprint and result share one string so that an
-// entry is 48 bytes and its bytes one allocation.
+// entry is 40 bytes and its bytes one allocation.
 type entry struct {
 	data  string // fingerprint followed by result
 	exp   int64  // lease or result expiry, ns since base
 	token uint64
-	// kfp is the key's compact-tier fingerprint when hasKFP: Reserve
-	// computes it to look the key up there, and Complete reuses it to
-	// move the key there, so a key is hashed once.
-	kfpLo  uint64
-	kfpHi  uint32
-	fpLen  uint8 // ≤ idem.MaxFingerprintLen
-	state  uint8
-	hasKFP bool
+	fpLen uint8 // ≤ idem.MaxFingerprintLen
+	state uint8
 }
 
 func (e *entry) fp() string     { return e.data[:e.fpLen] }
@@ -166,14 +162,26 @@ func New(opts ...Option) (*Store, error) {
 	if err := option.Apply("memstore", &cfg, opts); err != nil {
 		return nil, err
 	}
-	c := &core{seed: maphash.MakeSeed(), fpKey: compact.NewKey(), clock: cfg.clock, mono: !cfg.clockSet, maxKeys: int64(cfg.maxKeys), maxResult: cfg.maxResult}
+	return &Store{c: newCore(cfg, compact.NewKey()), prefix: scopePrefix(keystore.DefaultScope)}, nil
+}
+
+// newCore returns an empty core fingerprinting keys under fpKey. Each
+// shard's tokens start after the wall clock's Unix nanoseconds: a shard
+// hands out far fewer than one token a nanosecond, so its tokens stay at
+// or below the wall clock, and a store started later (after a crash, with
+// or without a snapshot) hands out larger ones than any before it, as long
+// as the wall clock has not been set back past them.
+func newCore(cfg config, fpKey compact.Key) *core {
+	c := &core{fpKey: fpKey, clock: cfg.clock, mono: !cfg.clockSet, maxKeys: int64(cfg.maxKeys), maxResult: cfg.maxResult}
 	c.base = c.clock()
+	start := uint64(max(c.base.UnixNano(), 0))
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]uint32)
 		c.shards[i].pending = make(map[compact.FP]pend)
 		c.shards[i].minExp.Store(math.MaxInt64)
+		c.shards[i].tokens = start
 	}
-	return &Store{c: c, prefix: scopePrefix(keystore.DefaultScope)}, nil
+	return c
 }
 
 // scopePrefix is the scope's length byte and name, so keys of different
@@ -212,7 +220,6 @@ func (s *Store) Close() error {
 		sh := &s.c.shards[i]
 		sh.mu.Lock()
 		sh.m, sh.entries, sh.free, sh.done, sh.pending, sh.forgotten = nil, nil, nil, nil, nil, nil
-		sh.recent = [recentLen]recentClaim{}
 		sh.mu.Unlock()
 	}
 	s.c.count.Store(0)
@@ -242,29 +249,30 @@ func (s *Store) ikey(buf *keyBuf, key string) []byte {
 type keyBuf [2 + keystore.MaxScopeLen + idem.MaxKeyLen]byte
 
 // lock returns invalid (the call's argument check) or ctx's error, or locks
-// the shard of key and returns it with the internal key, written in buf. op
-// names the call in errors. On an error (bad argument, ctx ended, store
-// closed) nothing is left locked.
-func (s *Store) lock(ctx context.Context, op, key string, buf *keyBuf, invalid error) (*shard, []byte, error) {
+// the shard of key and returns it with the internal key, written in buf,
+// and the key's fingerprint. op names the call in errors. On an error (bad
+// argument, ctx ended, store closed) nothing is left locked.
+func (s *Store) lock(ctx context.Context, op, key string, buf *keyBuf, invalid error) (*shard, []byte, compact.FP, error) {
 	if invalid != nil {
-		return nil, nil, invalid
+		return nil, nil, compact.FP{}, invalid
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, nil, fmt.Errorf("memstore: %s: %w", op, err)
+		return nil, nil, compact.FP{}, fmt.Errorf("memstore: %s: %w", op, err)
 	}
-	k := s.ikey(buf, key)
-	sh := s.c.shard(k)
+	kfp := s.c.fpKey.Sum(s.prefix, key)
+	sh := s.c.shard(kfp)
 	sh.mu.Lock()
 	if sh.m == nil {
 		sh.mu.Unlock()
-		return nil, nil, fmt.Errorf("memstore: %s: %w", op, idem.ErrClosed)
+		return nil, nil, compact.FP{}, fmt.Errorf("memstore: %s: %w", op, idem.ErrClosed)
 	}
-	return sh, k, nil
+	return sh, s.ikey(buf, key), kfp, nil
 }
 
-func (c *core) shard(k []byte) *shard {
-	return &c.shards[maphash.Bytes(c.seed, k)%numShards]
-}
+// shard returns the shard of the key with fingerprint fp: its low 6 bits,
+// which the compact index does not use to place it (it uses the low 64 bits'
+// halves and the top byte).
+func (c *core) shard(fp compact.FP) *shard { return &c.shards[fp.Hi%numShards] }
 
 // add stores e under the internal key k, which must be absent, reusing a
 // free slot if there is one. Called with the shard locked.
@@ -327,14 +335,11 @@ func (sh *shard) findDone(c *core, fp compact.FP, now int64) (compact.Rec, bool)
 	return r, ok
 }
 
-// completeDone moves the in-progress entry e of key, at index i, into the
-// compact tier as completed with expiry exp, if it fits there (see
-// appendDone). It reports whether it did. Called with the shard locked.
-func (s *Store) completeDone(sh *shard, k []byte, key string, i uint32, e *entry, exp int64) bool {
-	fp := compact.FP{Lo: e.kfpLo, Hi: e.kfpHi}
-	if !e.hasKFP {
-		fp = s.c.fpKey.Sum(s.prefix, key)
-	}
+// completeDone moves the in-progress entry e of the key with internal key
+// k and fingerprint fp, at index i, into the compact tier as completed with
+// expiry exp, if it fits there (see appendDone). It reports whether it did.
+// Called with the shard locked.
+func (s *Store) completeDone(sh *shard, k []byte, fp compact.FP, i uint32, e *entry, exp int64) bool {
 	if !s.appendDone(sh, fp, e.token, exp) {
 		return false
 	}

@@ -18,7 +18,7 @@ import (
 // keystore.ErrLeaseLost and changes nothing.
 func (s *Store) Extend(ctx context.Context, cl keystore.Claim, lease time.Duration) (keystore.Claim, error) {
 	var buf keyBuf
-	sh, k, err := s.lock(ctx, "extend", cl.Key, &buf, keystore.ValidateExtend(cl, lease))
+	sh, k, kfp, err := s.lock(ctx, "extend", cl.Key, &buf, keystore.ValidateExtend(cl, lease))
 	if err != nil {
 		return keystore.Claim{}, err
 	}
@@ -31,7 +31,6 @@ func (s *Store) Extend(ctx context.Context, cl keystore.Claim, lease time.Durati
 		}
 		e.exp = exp
 	} else {
-		kfp := s.keyFP(sh, cl.Token, cl.Key)
 		p, in := sh.pending[kfp]
 		if !in || p.token != cl.Token {
 			return keystore.Claim{}, keystore.LeaseLostError("extend", cl.Key, cl.Token)
@@ -48,7 +47,7 @@ func (s *Store) Extend(ctx context.Context, cl keystore.Claim, lease time.Durati
 // the compact tier has token, expiry and an empty result, no fingerprint.
 func (s *Store) Inspect(ctx context.Context, key string) (keystore.KeyInfo, error) {
 	var buf keyBuf
-	sh, k, err := s.lock(ctx, "inspect", key, &buf, keystore.ValidateInspect(ctx, key))
+	sh, k, kfp, err := s.lock(ctx, "inspect", key, &buf, keystore.ValidateInspect(ctx, key))
 	if err != nil {
 		return keystore.KeyInfo{}, err
 	}
@@ -65,7 +64,6 @@ func (s *Store) Inspect(ctx context.Context, key string) (keystore.KeyInfo, erro
 		}
 		return info, nil
 	}
-	kfp := s.c.fpKey.Sum(s.prefix, key)
 	if p, in := sh.pending[kfp]; in {
 		return s.c.pendInfo(key, p), nil
 	}
@@ -136,7 +134,7 @@ func (s *Store) listShard(sh *shard, out []keystore.KeyInfo, opts keystore.ListO
 // expired.
 func (s *Store) Forget(ctx context.Context, key string) error {
 	var buf keyBuf
-	sh, k, err := s.lock(ctx, "forget", key, &buf, keystore.ValidateInspect(ctx, key))
+	sh, k, kfp, err := s.lock(ctx, "forget", key, &buf, keystore.ValidateInspect(ctx, key))
 	if err != nil {
 		return err
 	}
@@ -153,7 +151,6 @@ func (s *Store) Forget(ctx context.Context, key string) error {
 		s.c.count.Add(-1)
 		return nil
 	}
-	kfp := s.c.fpKey.Sum(s.prefix, key)
 	if _, in := sh.pending[kfp]; in {
 		return keystore.ForgetInProgressError(key)
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/compact"
 	"github.com/idem-go/idem/keystore"
 )
 
@@ -15,7 +14,7 @@ import (
 // for a new key, inspects at most a few other entries of that shard.
 func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.Duration) (keystore.Claim, error) {
 	var buf keyBuf
-	sh, k, err := s.lock(ctx, "reserve", key, &buf, keystore.ValidateReserve(key, fp, lease))
+	sh, k, kfp, err := s.lock(ctx, "reserve", key, &buf, keystore.ValidateReserve(key, fp, lease))
 	if err != nil {
 		return keystore.Claim{}, err
 	}
@@ -28,8 +27,6 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 		e = &sh.entries[i]
 	}
 	takeover := false
-	var kfp compact.FP
-	hashed := false
 	switch {
 	case ok && e.exp > now:
 		if idem.FingerprintsConflict([]byte(e.fp()), fp) {
@@ -43,7 +40,6 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 		// Expired: reuse the slot. An expired lease is taken over.
 		takeover = e.state == stInProgress
 	default:
-		kfp, hashed = c.fpKey.Sum(s.prefix, key), true
 		if p, in := sh.pending[kfp]; in {
 			if p.exp > now {
 				return keystore.Claim{Key: key, State: keystore.InProgress, Expires: c.at(p.exp)}, nil
@@ -77,8 +73,7 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 	}
 	sh.tokens++
 	exp := after(now, lease)
-	n := entry{data: string(fp), exp: exp, token: sh.tokens, fpLen: uint8(len(fp)), state: stInProgress,
-		kfpLo: kfp.Lo, kfpHi: kfp.Hi, hasKFP: hashed}
+	n := entry{data: string(fp), exp: exp, token: sh.tokens, fpLen: uint8(len(fp)), state: stInProgress}
 	if ok {
 		*e = n
 	} else {
@@ -91,29 +86,21 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 // Complete implements [keystore.Store.Complete].
 func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, ttl time.Duration) error {
 	var buf keyBuf
-	sh, k, err := s.lock(ctx, "complete", cl.Key, &buf, keystore.ValidateComplete(cl, result, ttl, s.c.maxResult))
+	sh, k, kfp, err := s.lock(ctx, "complete", cl.Key, &buf, keystore.ValidateComplete(cl, result, ttl, s.c.maxResult))
 	if err != nil {
 		return err
 	}
 	defer sh.mu.Unlock()
 	c := s.c
-	if kfp, ok := s.recentFP(sh, cl.Token, cl.Key); ok {
-		// A claim reserved without a fingerprint shortly before: if it is
-		// still pending it is in no other tier, so the map tier is not
-		// looked up.
-		if p, in := sh.pending[kfp]; in && p.token == cl.Token {
-			s.completePending(sh, k, kfp, p, result, after(c.now(), ttl))
-			return nil
-		}
+	// A key in progress without a request fingerprint is pending, in no
+	// other tier, so the map tier is not looked up.
+	if p, in := sh.pending[kfp]; in && p.token == cl.Token {
+		s.completePending(sh, k, kfp, p, result, after(c.now(), ttl))
+		return nil
 	}
 	i, ok := sh.m[string(k)]
 	if !ok {
-		kfp := s.keyFP(sh, cl.Token, cl.Key)
 		now := c.now()
-		if p, in := sh.pending[kfp]; in && p.token == cl.Token {
-			s.completePending(sh, k, kfp, p, result, after(now, ttl))
-			return nil
-		}
 		if r, found := sh.findDone(c, kfp, now); found && r.Aux == cl.Token {
 			return nil // this claim completed already
 		}
@@ -127,7 +114,7 @@ func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, 
 		return nil // this claim completed already
 	}
 	now := c.now()
-	if len(result) == 0 && e.fpLen == 0 && s.completeDone(sh, k, cl.Key, i, e, after(now, ttl)) {
+	if len(result) == 0 && e.fpLen == 0 && s.completeDone(sh, k, kfp, i, e, after(now, ttl)) {
 		return nil
 	}
 	e.exp = after(now, ttl)
@@ -140,7 +127,7 @@ func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, 
 // Release implements [keystore.Store.Release].
 func (s *Store) Release(ctx context.Context, cl keystore.Claim) error {
 	var buf keyBuf
-	sh, k, err := s.lock(ctx, "release", cl.Key, &buf, keystore.ValidateRelease(cl))
+	sh, k, kfp, err := s.lock(ctx, "release", cl.Key, &buf, keystore.ValidateRelease(cl))
 	if err != nil {
 		return err
 	}
@@ -148,7 +135,6 @@ func (s *Store) Release(ctx context.Context, cl keystore.Claim) error {
 	c := s.c
 	i, ok := sh.m[string(k)]
 	if !ok {
-		kfp := s.keyFP(sh, cl.Token, cl.Key)
 		if p, in := sh.pending[kfp]; in && p.token == cl.Token {
 			delete(sh.pending, kfp)
 			c.count.Add(-1)

@@ -21,49 +21,10 @@ type pend struct {
 	key, prefix string
 }
 
-// recentLen is how many of a shard's latest pending claims remember their
-// fingerprint, so that Complete and Release of a claim taken shortly before
-// do not hash the key again. A power of two.
-const recentLen = 8
-
-// recentClaim is a pending claim's fingerprint, found by its token (unique
-// in the shard) and checked against the claim's key and scope.
-type recentClaim struct {
-	token  uint64
-	key    string
-	prefix string
-	fp     compact.FP
-}
-
-// remember records the fingerprint of the pending claim token. Called with
-// the shard locked.
-func (sh *shard) remember(token uint64, prefix, key string, fp compact.FP) {
-	sh.recent[token&(recentLen-1)] = recentClaim{token: token, key: key, prefix: prefix, fp: fp}
-}
-
-// keyFP returns the compact fingerprint of key in s's scope, from the
-// recent claims if token is among them. Called with the shard locked.
-func (s *Store) keyFP(sh *shard, token uint64, key string) compact.FP {
-	if fp, ok := s.recentFP(sh, token, key); ok {
-		return fp
-	}
-	return s.c.fpKey.Sum(s.prefix, key)
-}
-
-// recentFP returns the fingerprint of the recent claim token of key in s's
-// scope, if it is among the recent claims. Called with the shard locked.
-func (s *Store) recentFP(sh *shard, token uint64, key string) (compact.FP, bool) {
-	if r := &sh.recent[token&(recentLen-1)]; r.token == token && r.key == key && r.prefix == s.prefix {
-		return r.fp, true
-	}
-	return compact.FP{}, false
-}
-
 // reservePending records a new pending claim. Called with the shard locked.
 func (s *Store) reservePending(sh *shard, key string, fp compact.FP, exp int64) uint64 {
 	sh.tokens++
 	sh.pending[fp] = pend{exp: exp, token: sh.tokens, key: key, prefix: s.prefix}
-	sh.remember(sh.tokens, s.prefix, key, fp)
 	sh.lower(exp)
 	return sh.tokens
 }
@@ -77,7 +38,7 @@ func (s *Store) completePending(sh *shard, k []byte, fp compact.FP, p pend, resu
 	if len(result) == 0 && s.appendDone(sh, fp, p.token, exp) {
 		return
 	}
-	sh.add(k, entry{data: string(result), exp: exp, token: p.token, state: stDone, kfpLo: fp.Lo, kfpHi: fp.Hi, hasKFP: true})
+	sh.add(k, entry{data: string(result), exp: exp, token: p.token, state: stDone})
 	sh.lower(exp)
 }
 
