@@ -17,8 +17,9 @@ const (
 	// got a decision.
 	OutcomeProcessed = "processed"
 	// OutcomeFailed ends a batch span when its transaction failed as a
-	// whole: nothing of it is known to have committed.
-	OutcomeFailed = "failed"
+	// whole: nothing of it is known to have committed. It is the inbox
+	// batch span's outcome for the same failure.
+	OutcomeFailed = "error"
 )
 
 // Start begins d's message span ([idem.OpConsume]) as a child of the span
@@ -69,8 +70,8 @@ func (c *Config[T]) end(d *Delivery[T], outcome string, err error) {
 // Batch is the span of one fetched batch ([idem.OpConsumeBatch]), from
 // [Config.StartBatch]. The zero Batch (no Tracer) does nothing.
 type Batch struct {
-	span           idem.Span
-	applied, dupes int
+	span                   idem.Span
+	applied, dupes, failed int
 }
 
 // StartBatch begins the span of a batch of n messages as a child of the
@@ -91,13 +92,16 @@ func (c *Config[T]) StartBatch(ctx context.Context, n int) (context.Context, Bat
 	return ctx, b
 }
 
-// Count adds dec to the batch's applied and duplicate counts.
+// Count adds dec to the batch's applied, duplicate or failed (retried or
+// dead-lettered) count.
 func (b *Batch) Count(dec Decision) {
 	switch dec.Outcome {
 	case idem.Applied:
 		b.applied++
 	case idem.Duplicate:
 		b.dupes++
+	default:
+		b.failed++
 	}
 }
 
@@ -110,6 +114,7 @@ func (b *Batch) End(ctx context.Context, err error) {
 	}
 	b.span.Attr(idem.AttrApplied, b.applied)
 	b.span.Attr(idem.AttrDuplicate, b.dupes)
+	b.span.Attr(idem.AttrFailed, b.failed)
 	outcome := OutcomeProcessed
 	switch {
 	case err != nil && ctx.Err() != nil:
