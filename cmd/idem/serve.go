@@ -157,7 +157,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		Help: "SIGHUP reloads of the --config file and the certificates, by what and result (ok, error: the previous one stays).",
 	}, []string{"what", "result"})
 	reg.MustRegister(reloads)
-	g, err := newGateway(f, log, target, store, tls.upstream, tls.trusted.set, hooks)
+	g, err := newGateway(f, log, target, store.Store, tls.upstream, tls.trusted.set, hooks)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
