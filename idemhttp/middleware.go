@@ -56,7 +56,7 @@ func New(s keystore.Store, opts ...Option) (*Middleware, error) {
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		o := m.serve(w, r, next)
+		o := m.serveTraced(w, r, next)
 		if m.cfg.hooks != nil {
 			m.cfg.hooks.Request(o, time.Since(start))
 		}
@@ -81,7 +81,7 @@ func (m *Middleware) storeCtx(ctx context.Context) (context.Context, context.Can
 	return context.WithTimeout(context.WithoutCancel(ctx), m.cfg.storeTimeout)
 }
 
-func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) Outcome {
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, sp idem.Span) Outcome {
 	if !m.cfg.methods[r.Method] {
 		next.ServeHTTP(w, r)
 		return OutcomePassThrough
@@ -98,6 +98,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.problem(w, http.StatusBadRequest, probInvalidKey, err.Error(), nil)
 		return OutcomeBadRequest
 	}
+	sp.Key(key)
 	// Echoed on every answer from here on (executed, replayed, problem), as
 	// Stripe does, so that a client can correlate a response with its key.
 	echo := strings.Trim(r.Header.Get(HeaderKey), " \t")

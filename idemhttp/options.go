@@ -59,6 +59,7 @@ type config struct {
 	docs         string
 	logger       *slog.Logger
 	hooks        Hooks
+	tracer       idem.Tracer // nil: no spans (trace.go)
 	storeTimeout time.Duration
 
 	allowAnonymous bool
