@@ -1,9 +1,11 @@
 package memstore_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,29 +97,92 @@ type modelKey struct {
 }
 
 // TestStoreMatchesModel runs random Reserve, Complete (empty or not, with
-// random TTLs, so keys go to the compact tier and to the map), Release and
-// clock moves against a plain map, checking states, results, expiries and
-// errors.
+// random TTLs, so keys go to the compact tier and to the map), Release,
+// clock moves and restarts against a plain map, checking states, results,
+// expiries and errors. A restart is graceful (a snapshot taken now,
+// restored) or a crash (the process dies and the store is restored from
+// the last snapshot, or from none): the model goes back to that
+// snapshot's state, and every token handed out after a restart must be
+// above every token handed out before it, in any shard. Keys live in two
+// scopes.
 func TestStoreMatchesModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		ctx := context.Background()
 		clk := &clock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
-		s, err := memstore.New(memstore.WithClock(clk.now))
+		opts := []memstore.Option{memstore.WithClock(clk.now)}
+		root, err := memstore.New(opts...)
 		if err != nil {
 			rt.Fatal(err)
 		}
+		var scoped keystore.Store
+		views := func() {
+			if scoped, err = root.Scope("tenant"); err != nil {
+				rt.Fatal(err)
+			}
+		}
+		views()
 		model := map[string]*modelKey{}
 		claims := map[string][]keystore.Claim{}
+		var saved []byte                   // the last snapshot; nil: none
+		var savedModel map[string]modelKey // the model when it was taken
+		var maxToken, floor uint64         // tokens handed out; the largest before the last restart
 		live := func(m *modelKey) bool { return m != nil && m.state != 0 && clk.now().Before(m.exp) }
+		copyModel := func() map[string]modelKey {
+			c := map[string]modelKey{}
+			for k, m := range model {
+				c[k] = *m
+			}
+			return c
+		}
 		for range rapid.IntRange(1, 200).Draw(rt, "ops") {
 			key := fmt.Sprint("k", rapid.IntRange(0, 5).Draw(rt, "key"))
+			s := keystore.Store(root)
+			if rapid.Bool().Draw(rt, "scoped") {
+				s, key = scoped, "t/"+key // the model names scoped keys apart
+			}
+			name := strings.TrimPrefix(key, "t/")
 			m := model[key]
-			switch rapid.IntRange(0, 4).Draw(rt, "op") {
+			switch rapid.IntRange(0, 6).Draw(rt, "op") {
+			case 5:
+				var buf bytes.Buffer
+				if err := root.WriteSnapshot(&buf); err != nil {
+					rt.Fatal(err)
+				}
+				saved, savedModel = buf.Bytes(), copyModel()
+				continue
+			case 6:
+				if rapid.Bool().Draw(rt, "graceful") {
+					var buf bytes.Buffer
+					if err := root.WriteSnapshot(&buf); err != nil {
+						rt.Fatal(err)
+					}
+					saved, savedModel = buf.Bytes(), copyModel()
+				}
+				// A restart takes at least a microsecond.
+				clk.add(time.Duration(rapid.IntRange(1000, 5_000_000).Draw(rt, "restart ns")))
+				if err := root.Close(); err != nil {
+					rt.Fatal(err)
+				}
+				model = map[string]*modelKey{}
+				if saved == nil {
+					root, err = memstore.New(opts...)
+				} else {
+					root, err = memstore.Restore(bytes.NewReader(saved), opts...)
+					for k, m := range savedModel {
+						model[k] = &m
+					}
+				}
+				if err != nil {
+					rt.Fatal(err)
+				}
+				views()
+				floor = maxToken
+				continue
 			case 0:
 				clk.add(time.Duration(rapid.IntRange(0, 3000).Draw(rt, "ms")) * time.Millisecond)
 			case 1, 2:
 				lease := time.Duration(rapid.IntRange(1, 2000).Draw(rt, "lease")) * time.Millisecond
-				c, err := s.Reserve(ctx, key, nil, lease)
+				c, err := s.Reserve(ctx, name, nil, lease)
 				if err != nil {
 					rt.Fatal(err)
 				}
@@ -131,9 +196,10 @@ func TestStoreMatchesModel(t *testing.T) {
 						rt.Fatalf("Reserve %s: %+v, want done %q until %v", key, c, m.result, m.exp)
 					}
 				default:
-					if c.State != keystore.Acquired || (m != nil && c.Token <= m.token) {
-						rt.Fatalf("Reserve %s: %+v, want acquired above token %v", key, c, m)
+					if c.State != keystore.Acquired || (m != nil && c.Token <= m.token) || c.Token <= floor {
+						rt.Fatalf("Reserve %s: %+v, want acquired above token %v and %d", key, c, m, floor)
 					}
+					maxToken = max(maxToken, c.Token)
 					model[key] = &modelKey{state: keystore.InProgress, token: c.Token, exp: clk.now().Add(lease)}
 					claims[key] = append(claims[key], c)
 				}

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/idem-go/idem/keystore"
@@ -47,4 +50,46 @@ func Example() {
 	// redelivery: done, result "sent"
 	// second Complete of the same claim: <nil>
 	// Complete with another token is lease lost: true
+}
+
+// A store that keeps its keys across a restart: load the last snapshot at
+// start (none on the first run), save one on shutdown.
+func ExampleLoad() {
+	ctx := context.Background()
+	path := filepath.Join(os.TempDir(), fmt.Sprintf("idem-example-%d.snap", os.Getpid()))
+	defer os.Remove(path)
+
+	open := func() *memstore.Store {
+		store, err := memstore.Load(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			store, err = memstore.New()
+		}
+		if err != nil {
+			panic(err) // a corrupt snapshot: refuse to start rather than forget keys
+		}
+		return store
+	}
+
+	store := open()
+	c, err := store.Reserve(ctx, "payment:7", nil, 30*time.Second)
+	if err != nil {
+		panic(err)
+	}
+	if err := store.Complete(ctx, c, nil, 24*time.Hour); err != nil {
+		panic(err)
+	}
+	if err := store.SaveSnapshot(path); err != nil { // on shutdown
+		panic(err)
+	}
+	store.Close()
+
+	store = open() // the next process
+	defer store.Close()
+	again, err := store.Reserve(ctx, "payment:7", nil, 30*time.Second)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("after the restart:", again.State)
+	// Output:
+	// after the restart: done
 }

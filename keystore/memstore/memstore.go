@@ -158,11 +158,18 @@ func (e *entry) result() []byte { return []byte(e.data[e.fpLen:]) }
 // expired keys are removed when they are next touched, by a bounded sample
 // on each insert, when the store is full, and by [Store.Sweep].
 func New(opts ...Option) (*Store, error) {
-	cfg := config{maxKeys: DefaultMaxKeys, maxResult: keystore.DefaultMaxResultSize, clock: time.Now}
-	if err := option.Apply("memstore", &cfg, opts); err != nil {
+	cfg, err := configure(opts)
+	if err != nil {
 		return nil, err
 	}
 	return &Store{c: newCore(cfg, compact.NewKey()), prefix: scopePrefix(keystore.DefaultScope)}, nil
+}
+
+// configure applies opts to the defaults.
+func configure(opts []Option) (config, error) {
+	cfg := config{maxKeys: DefaultMaxKeys, maxResult: keystore.DefaultMaxResultSize, clock: time.Now}
+	err := option.Apply("memstore", &cfg, opts)
+	return cfg, err
 }
 
 // newCore returns an empty core fingerprinting keys under fpKey. Each
