@@ -315,6 +315,10 @@ func (in *Inbox) insertMany(ctx context.Context, tx *sql.Tx, msgs []Message, idx
 				if in.dialect.IsUniqueViolation(err) {
 					return nil, errSlowPath
 				}
+				if isFrozen(in.dialect, err) {
+					in.isReady.Store(false)
+					return nil, fmt.Errorf("%w: %w", errLayoutChanged, err)
+				}
 				return nil, fmt.Errorf("inbox: record keys: %w", err)
 			}
 			for _, i := range chunk {

@@ -35,6 +35,9 @@ import (
 
 // bucketInsert records msgs[idx...] and returns the keys it recorded.
 func (in *Inbox) bucketInsert(ctx context.Context, tx *sql.Tx, b *buckets, msgs []Message, idx []int) (map[string]bool, error) {
+	if in.dialect == sqldialect.MySQL {
+		return in.mysqlBucketInsert(ctx, tx, b, msgs, idx)
+	}
 	starts, version := b.snapshot()
 	cur, ok := target(starts, b.current())
 	if !ok {
@@ -340,6 +343,9 @@ func (b *buckets) scanDigest(rows *sql.Rows, d *[16]byte) error {
 // bucketFingerprint reads the fingerprint recorded for m's key in any live
 // bucket (or the frozen rows table); nil when none is recorded.
 func (in *Inbox) bucketFingerprint(ctx context.Context, tx *sql.Tx, b *buckets, m Message) ([]byte, error) {
+	if in.dialect == sqldialect.MySQL {
+		return in.mysqlBucketFingerprint(ctx, tx, b, m)
+	}
 	starts, _ := b.snapshot()
 	var q strings.Builder
 	args := []any{b.param(b.digest(in.consumer, m.Key))}

@@ -83,7 +83,7 @@ func TestCrash(t *testing.T) {
 					}
 					defer db.Close()
 					in, _ := inbox.New(db, b.d, "wallet-consumer", b.opts...)
-					e := &env{t: t, d: b.d, db: db, in: in, bucketed: b.d != sqldialect.MySQL && b.opts == nil}
+					e := &env{t: t, d: b.d, db: db, in: in, bucketed: b.opts == nil}
 					if err := in.Migrate(context.Background()); err != nil {
 						t.Fatal(err)
 					}

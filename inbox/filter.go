@@ -25,7 +25,8 @@ import (
 // after a barrier that waits for every such transaction: on PostgreSQL
 // LOCK TABLE … IN SHARE MODE (it conflicts with the lock every inserter
 // holds until it ends), on SQLite taking the write lock (one writer at a
-// time: whoever held it has committed or rolled back).
+// time: whoever held it has committed or rolled back), on MySQL a locking
+// read of the whole bucket (it waits for every uncommitted row).
 
 const (
 	filterBitsPerKey = 10
@@ -148,6 +149,10 @@ func (in *Inbox) readFilter(ctx context.Context, b *buckets, s int64) (*bloom, e
 			return nil, err
 		}
 		if _, err := tx.ExecContext(ctx, `LOCK TABLE `+name+` IN SHARE MODE`); err != nil {
+			return nil, err
+		}
+	case sqldialect.MySQL:
+		if err := mysqlSealBarrier(ctx, tx, name); err != nil {
 			return nil, err
 		}
 	case sqldialect.SQLite:

@@ -88,12 +88,6 @@ func New(db Beginner, d sqldialect.Dialect, consumer string, opts ...Option) (*I
 	}
 	if cfg.layout == 0 {
 		cfg.layout = LayoutBuckets
-		if d == sqldialect.MySQL {
-			cfg.layout = LayoutRows
-		}
-	}
-	if cfg.layout == LayoutBuckets && d == sqldialect.MySQL {
-		return nil, invalid("the bucketed layout is not available on MySQL yet; use LayoutRows")
 	}
 	if cfg.width == 0 {
 		cfg.width = defaultWidth(cfg)

@@ -45,8 +45,8 @@ func openPostgres(t *testing.T) (*sql.DB, *sql.DB) {
 	return testenv.Open(t, "pgx", u), testenv.Open(t, "pgx", u)
 }
 
-// The default layout of new tables (buckets on SQLite and PostgreSQL) and
-// the rows layout of earlier releases both run the whole suite.
+// The default layout of new tables (buckets) and the rows layout of
+// earlier releases both run the whole suite.
 var backends = []backend{
 	{"sqlite", sqldialect.SQLite, openSQLite, nil},
 	{"sqlite-rows", sqldialect.SQLite, openSQLite, []inbox.Option{inbox.WithLayout(inbox.LayoutRows)}},
@@ -56,6 +56,10 @@ var backends = []backend{
 		dsn := testenv.MySQLDSN(t)
 		return testenv.Open(t, "mysql", dsn), testenv.Open(t, "mysql", dsn)
 	}, nil},
+	{"mysql-rows", sqldialect.MySQL, func(t *testing.T) (*sql.DB, *sql.DB) {
+		dsn := testenv.MySQLDSN(t)
+		return testenv.Open(t, "mysql", dsn), testenv.Open(t, "mysql", dsn)
+	}, []inbox.Option{inbox.WithLayout(inbox.LayoutRows)}},
 }
 
 // env is one test's database: an inbox, a wallet table to apply effects to.
@@ -85,7 +89,7 @@ func setup(t *testing.T, b backend, opts ...inbox.Option) *env {
 	if _, err := db.ExecContext(ctx, "INSERT INTO wallet (id, balance) VALUES (1, 0), (2, 0)"); err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, d: b.d, db: db, db2: db2, in: in, bucketed: b.d != sqldialect.MySQL && b.opts == nil}
+	return &env{t: t, d: b.d, db: db, db2: db2, in: in, bucketed: b.opts == nil}
 }
 
 // credit returns a handler that adds amount to wallet id.
@@ -146,11 +150,7 @@ func (e *env) keys() int {
 // bucketKeys counts the keys in every bucket table of table.
 func bucketKeys(t testing.TB, db *sql.DB, d sqldialect.Dialect, table string) int {
 	t.Helper()
-	q := "SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB '" + table + "_k[0-9]*'"
-	if d == sqldialect.Postgres {
-		q = "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename ~ '^" + table + "_k[0-9]+$'"
-	}
-	rows, err := db.Query(q)
+	rows, err := db.Query(bucketTablesSQL(d, table))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,6 +172,17 @@ func bucketKeys(t testing.TB, db *sql.DB, d sqldialect.Dialect, table string) in
 		total += c
 	}
 	return total
+}
+
+// bucketTablesSQL lists the bucket tables of table.
+func bucketTablesSQL(d sqldialect.Dialect, table string) string {
+	switch d {
+	case sqldialect.Postgres:
+		return "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename ~ '^" + table + "_k[0-9]+$'"
+	case sqldialect.MySQL:
+		return "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME REGEXP '^" + table + "_k[0-9]+$'"
+	}
+	return "SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB '" + table + "_k[0-9]*'"
 }
 
 func forEach(t *testing.T, f func(t *testing.T, b backend)) {

@@ -24,7 +24,7 @@ import (
 type Layout int
 
 const (
-	// LayoutBuckets (the default for new tables on PostgreSQL and SQLite)
+	// LayoutBuckets (the default for new tables)
 	// stores a 16-byte keyed digest of (consumer, key) in one table per
 	// time bucket of first arrival, <table>_k<unix start>, keyed by the
 	// digest alone, and retires keys by dropping whole buckets. A key is
@@ -34,8 +34,8 @@ const (
 	LayoutBuckets Layout = iota + 1
 	// LayoutRows is the layout of releases before issue 14: one table of
 	// (consumer, idem_key, fingerprint, processed_at) rows, retired by
-	// Sweep's row deletes. MySQL uses it; tables made by earlier releases
-	// keep it until [Inbox.MigrateLayout].
+	// Sweep's row deletes. Tables made by earlier releases keep it until
+	// [Inbox.MigrateLayout].
 	LayoutRows
 )
 
@@ -85,15 +85,18 @@ type buckets struct {
 	filters      map[int64]*bloom
 	filterBytes  int64
 	filterFailed map[int64]bool
+	// isoVar: MySQL's session variable of the isolation level
+	// (bucketmysql.go).
+	isoVar string
 }
 
 // txStmt returns q prepared for tx if it is cached for version (SQLite
-// only), else nil and remembers q for prepareMissed. The statement is
+// and MySQL), else nil and remembers q for prepareMissed. The statement is
 // bound to tx while b.mu is held, and retired statements are closed under
 // b.mu too, so a statement is never handed out closed; one already bound
 // to a transaction stays usable (database/sql counts it as a dependent).
 func (b *buckets) txStmt(ctx context.Context, tx *sql.Tx, q string, version int) *sql.Stmt {
-	if b.d != sqldialect.SQLite {
+	if b.d == sqldialect.Postgres {
 		return nil // pgx caches prepared statements itself
 	}
 	b.mu.Lock()
@@ -234,6 +237,8 @@ func bucketSchema(d sqldialect.Dialect, t string, width time.Duration) []string 
 			`CREATE TABLE IF NOT EXISTS ` + m + ` (name TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID`,
 			`INSERT INTO ` + m + ` (name, value) VALUES ('salt', x'` + hex.EncodeToString(salt) + `'), ('bucket_seconds', CAST('` + w + `' AS BLOB)) ON CONFLICT (name) DO NOTHING`,
 		}
+	case sqldialect.MySQL:
+		return mysqlBucketSchema(m, salt, w)
 	}
 	return nil
 }
@@ -248,6 +253,8 @@ func bucketTableSQL(d sqldialect.Dialect, t string, s int64) string {
 		// NULL fingerprint and key cost nothing: the null bitmap fits in
 		// the header's padding).
 		return `CREATE TABLE IF NOT EXISTS ` + n + ` (d uuid PRIMARY KEY, fingerprint bytea, idem_key text)`
+	case sqldialect.MySQL:
+		return mysqlBucketTableSQL(n)
 	default:
 		return `CREATE TABLE IF NOT EXISTS ` + n + ` (d BLOB PRIMARY KEY, fingerprint BLOB, idem_key TEXT) WITHOUT ROWID`
 	}
@@ -255,8 +262,11 @@ func bucketTableSQL(d sqldialect.Dialect, t string, s int64) string {
 
 // dbNowUS is the database clock in Unix microseconds.
 func dbNowUS(d sqldialect.Dialect) string {
-	if d == sqldialect.Postgres {
+	switch d {
+	case sqldialect.Postgres:
 		return `(extract(epoch FROM clock_timestamp()) * 1000000)::bigint`
+	case sqldialect.MySQL:
+		return mysqlNowUS
 	}
 	return `(` + sqliteNowMS + ` * 1000)`
 }
@@ -275,6 +285,8 @@ func tableExists(ctx context.Context, q querier, d sqldialect.Dialect, name stri
 		err = q.QueryRowContext(ctx, `SELECT count(*) FROM pg_class WHERE oid = to_regclass($1::text)`, name).Scan(&n)
 	case sqldialect.SQLite:
 		err = q.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?`, name).Scan(&n)
+	case sqldialect.MySQL:
+		return mysqlTableExists(ctx, q, name)
 	default:
 		return false, nil
 	}
@@ -283,9 +295,6 @@ func tableExists(ctx context.Context, q querier, d sqldialect.Dialect, name stri
 
 // loadBuckets reads the meta table of t; nil if there is none.
 func loadBuckets(ctx context.Context, q querier, d sqldialect.Dialect, t string) (*buckets, error) {
-	if d != sqldialect.Postgres && d != sqldialect.SQLite {
-		return nil, nil
-	}
 	m := metaTableName(t)
 	ok, err := tableExists(ctx, q, d, m)
 	if err != nil || !ok {
@@ -321,6 +330,11 @@ func loadBuckets(ctx context.Context, q querier, d sqldialect.Dialect, t string)
 		return nil, err
 	}
 	b.legacy.Store(legacy)
+	if d == sqldialect.MySQL {
+		if b.isoVar, err = mysqlIsolationVar(ctx, q); err != nil {
+			return nil, err
+		}
+	}
 	return b, nil
 }
 
@@ -355,6 +369,8 @@ WHERE n.nspname = `+ns+` AND c.relkind = 'r' AND starts_with(c.relname::text, $1
 	       AND (SELECT count(*) FROM pragma_index_xinfo(l.name) y WHERE y.key = 1) = 1) = 1
 	AND NOT EXISTS (SELECT 1 FROM sqlite_master tr WHERE tr.type = 'trigger' AND tr.tbl_name = m.name)
 FROM sqlite_master m WHERE m.type = 'table' AND substr(m.name, 1, length(?1)) = ?1`, prefix)
+	case sqldialect.MySQL:
+		rows, err = b.mysqlList(ctx, q, prefix)
 	}
 	if err != nil {
 		return nil, err
@@ -372,7 +388,7 @@ FROM sqlite_master m WHERE m.type = 'table' AND substr(m.name, 1, length(?1)) = 
 			continue // another table whose name starts alike
 		}
 		if !good {
-			return nil, fmt.Errorf("inbox: bucket table %s must have exactly one unique index, its primary key on (d) (uuid on PostgreSQL, BLOB with BINARY collation on SQLite), and no triggers: keys in it could be recorded twice or skipped: %w", n, ErrUnsafeTable)
+			return nil, fmt.Errorf("inbox: bucket table %s must have exactly one unique index, its primary key on (d) (uuid on PostgreSQL, BLOB with BINARY collation on SQLite, BINARY(16) in InnoDB on MySQL), and no triggers: keys in it could be recorded twice or skipped: %w", n, ErrUnsafeTable)
 		}
 		starts = append(starts, s)
 	}

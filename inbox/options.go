@@ -76,8 +76,7 @@ func WithRetry(n int, min, max time.Duration) Option {
 }
 
 // WithLayout chooses the layout of a table that Migrate creates (default:
-// [LayoutBuckets] on PostgreSQL and SQLite, [LayoutRows] on MySQL, which
-// has only that one). An existing table keeps its layout whatever this
+// [LayoutBuckets]). An existing table keeps its layout whatever this
 // option says; [Inbox.MigrateLayout] moves a rows table to buckets.
 func WithLayout(l Layout) Option {
 	return option.Check("inbox", l == LayoutBuckets || l == LayoutRows, func(c *config) { c.layout = l }, "unknown layout %v", l)

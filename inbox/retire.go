@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -43,6 +42,8 @@ func isFrozen(d sqldialect.Dialect, err error) bool {
 	case sqldialect.SQLite:
 		var e interface{ Code() int }
 		return errors.As(err, &e) && e.Code() == 1811 // SQLITE_CONSTRAINT_TRIGGER
+	case sqldialect.MySQL:
+		return sqldialect.MySQLErrorNumber(err) == mysqlFrozenErrno
 	}
 	return false
 }
@@ -64,6 +65,12 @@ func (in *Inbox) verifyBuckets(ctx context.Context, tx *sql.Tx, b *buckets) erro
 		err = tx.QueryRowContext(ctx, `SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($1::text) AND tgname = $2 AND tgenabled <> 'D'`, in.cfg.table, frozenName(in.cfg.table)).Scan(&n)
 	case sqldialect.SQLite:
 		err = tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ? AND name = ?`, in.cfg.table, frozenName(in.cfg.table)).Scan(&n)
+	case sqldialect.MySQL:
+		var ok bool
+		ok, err = mysqlTriggerExists(ctx, tx, in.cfg.table)
+		if ok {
+			n = 1
+		}
 	}
 	if err != nil {
 		return err
@@ -98,9 +105,6 @@ func (in *Inbox) verifyBuckets(ctx context.Context, tx *sql.Tx, b *buckets) erro
 // migration is complete. Calling it on a table already migrated, or on a
 // new table, does nothing.
 func (in *Inbox) MigrateLayout(ctx context.Context) error {
-	if in.dialect != sqldialect.Postgres && in.dialect != sqldialect.SQLite {
-		return fmt.Errorf("inbox: the bucketed layout is not available on %v: %w", in.dialect, idem.ErrInvalidArgument)
-	}
 	t := in.cfg.table
 	err := in.withRetry(ctx, func() error {
 		tx, err := in.db.BeginTx(ctx, nil)
@@ -118,6 +122,9 @@ func (in *Inbox) MigrateLayout(ctx context.Context) error {
 		}
 		if meta || !rows {
 			return nil
+		}
+		if in.dialect == sqldialect.MySQL {
+			return in.mysqlFreeze(ctx, tx)
 		}
 		stmts := bucketSchema(in.dialect, t, in.cfg.width)
 		fz := frozenName(t)
@@ -149,6 +156,9 @@ func (in *Inbox) MigrateLayout(ctx context.Context) error {
 // table once the migration is that old. It returns the number of tables
 // dropped.
 func (in *Inbox) retireBuckets(ctx context.Context, b *buckets, olderThan time.Duration) (int, error) {
+	if in.dialect == sqldialect.MySQL {
+		return in.mysqlRetireBuckets(ctx, b, olderThan)
+	}
 	var dropped int
 	err := in.withRetry(ctx, func() error {
 		dropped = 0

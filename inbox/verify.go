@@ -83,8 +83,14 @@ func (in *Inbox) verify(ctx context.Context) (*buckets, error) {
 	var b *buckets
 	err := in.readTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		if b, err = loadBuckets(ctx, tx, in.dialect, in.cfg.table); err != nil || b == nil {
+		if b, err = loadBuckets(ctx, tx, in.dialect, in.cfg.table); err != nil {
 			return err
+		}
+		if b == nil {
+			if in.dialect == sqldialect.MySQL {
+				return in.mysqlMidMigration(ctx, tx)
+			}
+			return nil
 		}
 		return in.verifyBuckets(ctx, tx, b)
 	})

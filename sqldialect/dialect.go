@@ -179,6 +179,11 @@ func (d Dialect) IsUniqueViolation(err error) bool {
 	return false
 }
 
+// MySQLErrorNumber returns the error number of the go-sql-driver/mysql
+// error in err's chain (1062 for a duplicate key, 1146 for a missing
+// table), or 0 when there is none.
+func MySQLErrorNumber(err error) uint16 { return mysqlErrorNumber(err) }
+
 // mysqlErrorNumber finds a *mysql.MySQLError in err's chain and returns its
 // exported Number field, or 0. It reads the field by reflection so that this
 // package does not import (and so register) the MySQL driver.
