@@ -85,7 +85,7 @@ func (in *Inbox) ProcessBatch(ctx context.Context, msgs []Message, fn BatchHandl
 	if fn == nil {
 		return nil, fmt.Errorf("inbox: nil handler: %w", idem.ErrInvalidArgument)
 	}
-	return in.processBatch(ctx, msgs, nil, fn)
+	return in.traceBatch(ctx, idem.OpInboxProcessBatch, msgs, nil, fn)
 }
 
 // ProcessBatchSet is [Inbox.ProcessBatch] for handlers that apply a whole
@@ -116,10 +116,10 @@ func (in *Inbox) ProcessBatchSet(ctx context.Context, msgs []Message, set SetHan
 	if set == nil {
 		return nil, fmt.Errorf("inbox: nil set handler: %w", idem.ErrInvalidArgument)
 	}
-	return in.processBatch(ctx, msgs, set, each)
+	return in.traceBatch(ctx, idem.OpInboxProcessBatchSet, msgs, set, each)
 }
 
-func (in *Inbox) processBatch(ctx context.Context, msgs []Message, set SetHandler, fn BatchHandler) ([]Result, error) {
+func (in *Inbox) processBatch(ctx context.Context, msgs []Message, set SetHandler, fn BatchHandler, sp *span) ([]Result, error) {
 	// A message with an unusable key or fingerprint fails alone, before any
 	// I/O: it can never be processed, and must not hold the others back.
 	var results []Result // nil while every message is valid
@@ -146,12 +146,12 @@ func (in *Inbox) processBatch(ctx context.Context, msgs []Message, set SetHandle
 		}
 	}
 	if results == nil {
-		return in.runBatch(ctx, msgs, set, fn)
+		return in.runBatch(ctx, msgs, set, fn, sp)
 	}
 	if len(valid) == 0 {
 		return results, nil
 	}
-	r, err := in.runBatch(ctx, valid, set, fn)
+	r, err := in.runBatch(ctx, valid, set, fn, sp)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +162,7 @@ func (in *Inbox) processBatch(ctx context.Context, msgs []Message, set SetHandle
 }
 
 // runBatch processes msgs, all of them valid.
-func (in *Inbox) runBatch(ctx context.Context, msgs []Message, set SetHandler, fn BatchHandler) ([]Result, error) {
+func (in *Inbox) runBatch(ctx context.Context, msgs []Message, set SetHandler, fn BatchHandler, sp *span) ([]Result, error) {
 	if len(msgs) == 0 {
 		return nil, nil
 	}
@@ -175,6 +175,7 @@ func (in *Inbox) runBatch(ctx context.Context, msgs []Message, set SetHandler, f
 	start := time.Now()
 	var results []Result
 	err := in.withRetry(ctx, func() (err error) {
+		sp.attempt()
 		results, err = in.batchFast(ctx, msgs, set, fn)
 		if errors.Is(err, errSlowPath) && fn == nil {
 			// Only a set handler without a per-message fallback gets here:

@@ -197,14 +197,17 @@ func (in *Inbox) ProcessMessage(ctx context.Context, m Message, fn Handler) (app
 	if fn == nil {
 		return false, fmt.Errorf("inbox: nil handler: %w", idem.ErrInvalidArgument)
 	}
+	ctx, sp := in.startSpan(ctx, idem.OpInboxProcess, m.Key)
 	if err := in.ready(ctx); err != nil {
 		if in.cfg.hooks != nil {
 			in.cfg.hooks.Processed(in.consumer, false, err, 0)
 		}
+		sp.endProcess(false, err)
 		return false, err
 	}
 	start := time.Now()
 	err = in.withRetry(ctx, func() (err error) {
+		sp.attempt()
 		applied, err = in.processOnce(ctx, m, fn)
 		return err
 	})
@@ -212,6 +215,7 @@ func (in *Inbox) ProcessMessage(ctx context.Context, m Message, fn Handler) (app
 	if in.cfg.hooks != nil {
 		in.cfg.hooks.Processed(in.consumer, applied, err, time.Since(start))
 	}
+	sp.endProcess(applied, err)
 	return applied, err
 }
 

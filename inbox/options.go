@@ -21,6 +21,7 @@ type config struct {
 	backoff    retry.Backoff
 	logger     *slog.Logger
 	hooks      Hooks
+	tracer     idem.Tracer   // nil: no spans (trace.go)
 	layout     Layout        // for new tables; 0: LayoutBuckets where supported
 	width      time.Duration // bucket width for new tables; 0: derived
 	keyText    bool
