@@ -7,14 +7,29 @@
 //	if err != nil { ... }
 //	err = s.Migrate(ctx) // or apply s.SchemaSQL() with your migration tool
 //
-// One table holds every scope's keys:
+// One table holds every scope's keys. New tables get [LayoutDigest]:
 //
-//	scope, idem_key        -- primary key (text, bytea / BLOB)
-//	state                  -- 1 in progress, 2 done
+//	d                      -- primary key: 16-byte digest of (scope, key)
+//	                          (uuid on PostgreSQL, BLOB WITHOUT ROWID on SQLite)
+//	expires_at             -- lease end (in progress) or result end (done); indexed
 //	token                  -- fencing token, from TABLE_token
 //	takeovers              -- expired leases taken over in a row
+//	state                  -- 1 in progress, 2 done
+//	name                   -- scope, a zero byte, the key: not indexed
 //	fingerprint, result    -- bytea / BLOB
-//	expires_at             -- lease end (in progress) or result end (done); indexed
+//
+// The digest is SHA-256 of the table's random salt (kept in TABLE_meta,
+// so every process sharing the table computes the same digests) and the
+// name, cut to 16 bytes. Every statement on a key matches the name too, so
+// a digest collision (about n²/2¹²⁹ for n keys) is never a false duplicate:
+// a Reserve that meets another key's live row under its digest fails with
+// [ErrDigestCollision]. Inspect, List, Forget and idem keys show the keys
+// as given; List pages in digest order, with the hex of the last digest as
+// its cursor.
+//
+// A table made by a release before the digest layout ([LayoutRows]: primary
+// key (scope, idem_key)) keeps working as it is; [Store.MigrateLayout]
+// moves it to the digest layout in one transaction (see docs/keystore.md).
 //
 // Every write is one statement, so it is atomic and needs no explicit
 // transaction: Reserve is an INSERT … ON CONFLICT DO UPDATE that takes the

@@ -180,7 +180,11 @@ type runner struct {
 
 // prepAll prepares the statements that grouped operations run.
 func (s *Store) prepAll(ctx context.Context) error {
-	for _, q := range []string{s.q.reserve, s.q.lookup, s.q.complete, s.q.tokenOf, s.q.release} {
+	l, err := s.current(ctx)
+	if err != nil {
+		return err
+	}
+	for _, q := range []string{l.q.reserve, l.q.lookup, l.q.complete, l.q.tokenOf, l.q.release} {
 		if _, err := s.prep(ctx, q); err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"encoding/hex"
 	"fmt"
 	"strings"
 
@@ -13,18 +14,24 @@ const (
 	stDone       = 2
 )
 
-// queries holds the SQL text of one table in one dialect. It is written
-// once with $n placeholders, which become ?n (SQLite's numbered
-// parameters) for SQLite, so both dialects bind arguments in one order.
+// queries holds the SQL text of one table in one dialect and one layout.
+// It is written once with $n placeholders, which become ?n (SQLite's
+// numbered parameters) for SQLite, so both dialects bind arguments in one
+// order.
+//
+// Every statement on one key takes the key as its first two arguments
+// (keyArgs): (scope, key) in the rows layout, (digest, name) in the digest
+// layout, where name is scope, a zero byte and the key.
 //
 // Times are stored by the database's clock: timestamptz from now() in
 // PostgreSQL, integer microseconds since the Unix epoch from julianday('now')
 // in SQLite (millisecond resolution). Both dialects return microseconds.
 type queries struct {
-	migrate []string
+	layout Layout
 	// reserve takes the key when it is absent or expired. PostgreSQL's
 	// also returns the live row otherwise; SQLite's returns nothing then,
-	// and lookup reads the live row.
+	// and lookup reads the live row. Both report whether the live row is
+	// this key's (a digest collision makes it another's).
 	reserve  string
 	lookup   string
 	complete string
@@ -35,30 +42,44 @@ type queries struct {
 	extend, inspect, list, forget string
 }
 
-// nowSQLite is SQLite's clock in microseconds since the Unix epoch.
-// julianday('now') is fixed for the duration of one statement.
-const nowSQLite = "(CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000)"
+// names are the schema objects of one table.
+type names struct {
+	table string // as given: [schema.]name
+	name  string // the table part
+	meta  string // [schema.]name_meta: the digest layout's salt
+	seq   string // [schema.]name_token: the token sequence or counter table
+}
 
-func newQueries(d sqldialect.Dialect, table string) (*queries, error) {
+func tableNames(d sqldialect.Dialect, table string) (names, error) {
 	if err := d.ValidateIdentifier(table); err != nil {
-		return nil, err
+		return names{}, err
 	}
 	schema, name := "", table
 	if i := strings.IndexByte(table, '.'); i >= 0 {
 		schema, name = table[:i+1], table[i+1:]
 	}
 	if len(name) > 48 {
-		return nil, fmt.Errorf("%w: %q: table name longer than 48 bytes leaves no room for its index and sequence names", sqldialect.ErrInvalidIdentifier, table)
+		return names{}, fmt.Errorf("%w: %q: table name longer than 48 bytes leaves no room for its index and sequence names", sqldialect.ErrInvalidIdentifier, table)
 	}
-	r := strings.NewReplacer("{SEQ}", schema+name+"_token", "{IDX}", name+"_expires_at", "{T}", table)
-	var q queries
+	return names{table: table, name: name, meta: table + "_meta", seq: schema + name + "_token"}, nil
+}
+
+// nowSQLite is SQLite's clock in microseconds since the Unix epoch.
+// julianday('now') is fixed for the duration of one statement.
+const nowSQLite = "(CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000)"
+
+// pgMicros converts a timestamptz column to microseconds since the epoch.
+func pgMicros(col string) string { return "(extract(epoch FROM " + col + ") * 1000000)::bigint" }
+
+// rowsSchema is the table of the rows layout, as releases before the digest
+// layout created it: Migrate keeps it for such a table.
+func rowsSchema(d sqldialect.Dialect, n names) []string {
+	r := strings.NewReplacer("{SEQ}", n.seq, "{IDX}", n.name+"_expires_at", "{T}", n.table)
+	var ddl []string
 	switch d {
 	case sqldialect.Postgres:
-		micros := func(col string) string { return "(extract(epoch FROM " + col + ") * 1000000)::bigint" }
-		q = queries{
-			migrate: []string{
-				`SELECT pg_advisory_xact_lock(7305104735812733)`, // serialise concurrent Migrate calls
-				`CREATE TABLE IF NOT EXISTS {T} (
+		ddl = []string{
+			`CREATE TABLE IF NOT EXISTS {T} (
 	scope       text        NOT NULL,
 	idem_key    bytea       NOT NULL,
 	state       smallint    NOT NULL,
@@ -69,39 +90,12 @@ func newQueries(d sqldialect.Dialect, table string) (*queries, error) {
 	expires_at  timestamptz NOT NULL,
 	PRIMARY KEY (scope, idem_key)
 )`,
-				`CREATE INDEX IF NOT EXISTS {IDX} ON {T} (expires_at)`,
-				`CREATE SEQUENCE IF NOT EXISTS {SEQ}`,
-			},
-			// One statement: take the key if absent or expired, else read
-			// the live row. The second branch reads the statement's snapshot;
-			// when a concurrent writer makes it miss (the row is newer than
-			// the snapshot, or was expired in it), it returns nothing and
-			// the caller runs the statement again.
-			reserve: `WITH up AS (
-	INSERT INTO {T} AS t (scope, idem_key, state, token, takeovers, fingerprint, result, expires_at)
-	VALUES ($1, $2, 1, nextval('{SEQ}'), 0, $3, NULL, now() + $4::bigint * interval '1 microsecond')
-	ON CONFLICT (scope, idem_key) DO UPDATE SET
-		state = 1, token = EXCLUDED.token,
-		takeovers = CASE WHEN t.state = 1 THEN t.takeovers + 1 ELSE 0 END,
-		fingerprint = EXCLUDED.fingerprint, result = NULL, expires_at = EXCLUDED.expires_at
-	WHERE t.expires_at <= now()
-	RETURNING state, token, takeovers, fingerprint, result, expires_at
-)
-SELECT true, state, token, takeovers, fingerprint, result, ` + micros("expires_at") + ` FROM up
-UNION ALL
-SELECT false, state, token, takeovers, fingerprint, result, ` + micros("expires_at") + ` FROM {T}
-WHERE scope = $1 AND idem_key = $2 AND expires_at > now() AND NOT EXISTS (SELECT 1 FROM up)`,
-			complete: `UPDATE {T} SET state = 2, result = $4, expires_at = now() + $5::bigint * interval '1 microsecond'
-WHERE scope = $1 AND idem_key = $2 AND token = $3 AND state = 1`,
-			sweep: `DELETE FROM {T} WHERE (scope, idem_key) IN (
-	SELECT scope, idem_key FROM {T} WHERE expires_at <= now()
-	ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
-) AND expires_at <= now()`,
+			`CREATE INDEX IF NOT EXISTS {IDX} ON {T} (expires_at)`,
+			`CREATE SEQUENCE IF NOT EXISTS {SEQ}`,
 		}
 	case sqldialect.SQLite:
-		q = queries{
-			migrate: []string{
-				`CREATE TABLE IF NOT EXISTS {T} (
+		ddl = append([]string{
+			`CREATE TABLE IF NOT EXISTS {T} (
 	scope       TEXT    NOT NULL,
 	idem_key    BLOB    NOT NULL,
 	state       INTEGER NOT NULL,
@@ -112,53 +106,202 @@ WHERE scope = $1 AND idem_key = $2 AND token = $3 AND state = 1`,
 	expires_at  INTEGER NOT NULL,
 	PRIMARY KEY (scope, idem_key)
 )`,
-				`CREATE INDEX IF NOT EXISTS {IDX} ON {T} (expires_at)`,
-				// SQLite has no sequences: one row holds the last token, and
-				// triggers advance it in the same statement that hands a token
-				// out, so Reserve stays a single statement.
-				`CREATE TABLE IF NOT EXISTS {SEQ} (id INTEGER PRIMARY KEY CHECK (id = 1), v INTEGER NOT NULL)`,
-				`INSERT OR IGNORE INTO {SEQ} (id, v) VALUES (1, 0)`,
-				`CREATE TRIGGER IF NOT EXISTS {SEQ}_insert AFTER INSERT ON {T}
+			`CREATE INDEX IF NOT EXISTS {IDX} ON {T} (expires_at)`,
+		}, sqliteCounter()...)
+	}
+	for i := range ddl {
+		ddl[i] = r.Replace(ddl[i])
+	}
+	return ddl
+}
+
+// sqliteCounter is SQLite's token counter: SQLite has no sequences, so one
+// row holds the last token, and triggers advance it in the same statement
+// that hands a token out, so Reserve stays a single statement. The
+// triggers go with the key table; the counter outlives it.
+func sqliteCounter() []string {
+	return []string{
+		`CREATE TABLE IF NOT EXISTS {SEQ} (id INTEGER PRIMARY KEY CHECK (id = 1), v INTEGER NOT NULL)`,
+		`INSERT OR IGNORE INTO {SEQ} (id, v) VALUES (1, 0)`,
+		`CREATE TRIGGER IF NOT EXISTS {SEQ}_insert AFTER INSERT ON {T}
 BEGIN UPDATE {SEQ} SET v = NEW.token WHERE id = 1 AND v < NEW.token; END`,
-				`CREATE TRIGGER IF NOT EXISTS {SEQ}_update AFTER UPDATE OF token ON {T}
+		`CREATE TRIGGER IF NOT EXISTS {SEQ}_update AFTER UPDATE OF token ON {T}
 BEGIN UPDATE {SEQ} SET v = NEW.token WHERE id = 1 AND v < NEW.token; END`,
-			},
+	}
+}
+
+// digestSchema is the digest layout: the meta table with the table's salt,
+// then the key table, its expiry index and the token sequence or counter.
+// The key table is created as table (the {NEW} of digestTable), then
+// finished by digestFinish; MigrateLayout creates it under another name and
+// renames it in between.
+func digestSchema(d sqldialect.Dialect, n names, salt []byte) []string {
+	ddl := append(digestMeta(d, n, salt), digestTable(d, n, n.table))
+	return append(ddl, digestFinish(d, n)...)
+}
+
+func digestMeta(d sqldialect.Dialect, n names, salt []byte) []string {
+	h := hex.EncodeToString(salt)
+	if d == sqldialect.Postgres {
+		return []string{
+			`CREATE TABLE IF NOT EXISTS ` + n.meta + ` (name text PRIMARY KEY, value bytea NOT NULL)`,
+			`INSERT INTO ` + n.meta + ` (name, value) VALUES ('salt', '\x` + h + `'::bytea) ON CONFLICT (name) DO NOTHING`,
+		}
+	}
+	return []string{
+		`CREATE TABLE IF NOT EXISTS ` + n.meta + ` (name TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID`,
+		`INSERT INTO ` + n.meta + ` (name, value) VALUES ('salt', x'` + h + `') ON CONFLICT (name) DO NOTHING`,
+	}
+}
+
+// digestTable creates the key table of the digest layout named table. On
+// PostgreSQL the columns are ordered for alignment and there are eight, so
+// that a row with NULLs keeps the 24-byte tuple header; d is a uuid, 16
+// bytes without a length header, as in the PK index.
+func digestTable(d sqldialect.Dialect, n names, table string) string {
+	if d == sqldialect.Postgres {
+		return `CREATE TABLE IF NOT EXISTS ` + table + ` (
+	d           uuid        NOT NULL,
+	expires_at  timestamptz NOT NULL,
+	token       bigint      NOT NULL,
+	takeovers   integer     NOT NULL DEFAULT 0,
+	state       smallint    NOT NULL,
+	name        bytea       NOT NULL,
+	fingerprint bytea,
+	result      bytea,
+	CONSTRAINT ` + n.name + `_digest PRIMARY KEY (d)
+)`
+	}
+	return `CREATE TABLE IF NOT EXISTS ` + table + ` (
+	d           BLOB    NOT NULL PRIMARY KEY,
+	expires_at  INTEGER NOT NULL,
+	token       INTEGER NOT NULL,
+	takeovers   INTEGER NOT NULL DEFAULT 0,
+	state       INTEGER NOT NULL,
+	name        BLOB    NOT NULL,
+	fingerprint BLOB,
+	result      BLOB
+) WITHOUT ROWID`
+}
+
+// digestFinish creates what goes with the key table once it has its name:
+// the expiry index and the token sequence, or SQLite's counter and its
+// triggers.
+func digestFinish(d sqldialect.Dialect, n names) []string {
+	ddl := []string{`CREATE INDEX IF NOT EXISTS {IDX} ON {T} (expires_at)`}
+	if d == sqldialect.Postgres {
+		ddl = append(ddl, `CREATE SEQUENCE IF NOT EXISTS {SEQ}`)
+	} else {
+		ddl = append(ddl, sqliteCounter()...)
+	}
+	r := strings.NewReplacer("{SEQ}", n.seq, "{IDX}", n.name+"_expiry", "{T}", n.table)
+	for i := range ddl {
+		ddl[i] = r.Replace(ddl[i])
+	}
+	return ddl
+}
+
+// newQueries returns the statements of layout l on table n.
+func newQueries(d sqldialect.Dialect, n names, l Layout) *queries {
+	// match is the WHERE clause of one key; cols its columns in a SELECT
+	// list, last the flag saying whether the row is this key's.
+	match, keyCols, same := "scope = $1 AND idem_key = $2", "scope, idem_key", "true"
+	conflict, sameT, sameX := "scope, idem_key", "", ""
+	if l == LayoutDigest {
+		match, keyCols, same = "d = $1 AND name = $2", "d, name", "name = $2"
+		conflict, sameT, sameX = "d", " AND t.name = EXCLUDED.name", " AND {T}.name = excluded.name"
+	}
+	if d == sqldialect.SQLite && l == LayoutRows {
+		same = "1"
+	}
+	setName := ""
+	if l == LayoutDigest {
+		setName = "name = EXCLUDED.name, "
+	}
+	var q queries
+	switch d {
+	case sqldialect.Postgres:
+		// One statement: take the key if absent or expired, else read the
+		// live row. The second branch reads the statement's snapshot; when
+		// a concurrent writer makes it miss (the row is newer than the
+		// snapshot, or was expired in it), it returns nothing and the
+		// caller runs the statement again. The live row is looked up by
+		// the key's index alone (the digest), so that a collision shows.
+		lookupBy := match
+		if l == LayoutDigest {
+			lookupBy = "d = $1"
+		}
+		q = queries{
+			reserve: `WITH up AS (
+	INSERT INTO {T} AS t (` + keyCols + `, state, token, takeovers, fingerprint, result, expires_at)
+	VALUES ($1, $2, 1, nextval('{SEQ}'), 0, $3, NULL, now() + $4::bigint * interval '1 microsecond')
+	ON CONFLICT (` + conflict + `) DO UPDATE SET
+		` + setName + `state = 1, token = EXCLUDED.token,
+		takeovers = CASE WHEN t.state = 1` + sameT + ` THEN t.takeovers + 1 ELSE 0 END,
+		fingerprint = EXCLUDED.fingerprint, result = NULL, expires_at = EXCLUDED.expires_at
+	WHERE t.expires_at <= now()
+	RETURNING state, token, takeovers, fingerprint, result, expires_at
+)
+SELECT true, state, token, takeovers, fingerprint, result, ` + pgMicros("expires_at") + `, true FROM up
+UNION ALL
+SELECT false, state, token, takeovers, fingerprint, result, ` + pgMicros("expires_at") + `, ` + same + ` FROM {T}
+WHERE ` + lookupBy + ` AND expires_at > now() AND NOT EXISTS (SELECT 1 FROM up)`,
+			complete: `UPDATE {T} SET state = 2, result = $4, expires_at = now() + $5::bigint * interval '1 microsecond'
+WHERE ` + match + ` AND token = $3 AND state = 1`,
+		}
+		if l == LayoutDigest {
+			q.sweep = `DELETE FROM {T} WHERE d IN (
+	SELECT d FROM {T} WHERE expires_at <= now()
+	ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
+) AND expires_at <= now()`
+		} else {
+			q.sweep = `DELETE FROM {T} WHERE (scope, idem_key) IN (
+	SELECT scope, idem_key FROM {T} WHERE expires_at <= now()
+	ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
+) AND expires_at <= now()`
+		}
+	case sqldialect.SQLite:
+		lookupBy := match
+		if l == LayoutDigest {
+			lookupBy = "d = $1 AND length($2) >= 0" // binds $2, matches by d alone
+		}
+		pick := "rowid"
+		if l == LayoutDigest {
+			pick = "d" // WITHOUT ROWID
+		}
+		if l == LayoutDigest {
+			setName = "name = excluded.name, "
+		}
+		q = queries{
 			// Take the key if absent or expired; RETURNING yields no row when
 			// the key is live, and the caller then reads it with lookup.
-			reserve: `INSERT INTO {T} (scope, idem_key, state, token, takeovers, fingerprint, result, expires_at)
+			reserve: `INSERT INTO {T} (` + keyCols + `, state, token, takeovers, fingerprint, result, expires_at)
 VALUES ($1, $2, 1, (SELECT v + 1 FROM {SEQ} WHERE id = 1), 0, $3, NULL, ` + nowSQLite + ` + $4)
-ON CONFLICT (scope, idem_key) DO UPDATE SET
-	state = 1, token = excluded.token,
-	takeovers = CASE WHEN {T}.state = 1 THEN {T}.takeovers + 1 ELSE 0 END,
+ON CONFLICT (` + conflict + `) DO UPDATE SET
+	` + setName + `state = 1, token = excluded.token,
+	takeovers = CASE WHEN {T}.state = 1` + sameX + ` THEN {T}.takeovers + 1 ELSE 0 END,
 	fingerprint = excluded.fingerprint, result = NULL, expires_at = excluded.expires_at
 WHERE {T}.expires_at <= ` + nowSQLite + `
 RETURNING token, takeovers, expires_at`,
-			lookup: `SELECT state, token, takeovers, fingerprint, result, expires_at FROM {T}
-WHERE scope = $1 AND idem_key = $2 AND expires_at > ` + nowSQLite,
+			lookup: `SELECT state, token, takeovers, fingerprint, result, expires_at, ` + same + ` FROM {T}
+WHERE ` + lookupBy + ` AND expires_at > ` + nowSQLite,
 			complete: `UPDATE {T} SET state = 2, result = $4, expires_at = ` + nowSQLite + ` + $5
-WHERE scope = $1 AND idem_key = $2 AND token = $3 AND state = 1`,
-			sweep: `DELETE FROM {T} WHERE rowid IN (
-	SELECT rowid FROM {T} WHERE expires_at <= ` + nowSQLite + ` ORDER BY expires_at LIMIT $1
+WHERE ` + match + ` AND token = $3 AND state = 1`,
+			sweep: `DELETE FROM {T} WHERE ` + pick + ` IN (
+	SELECT ` + pick + ` FROM {T} WHERE expires_at <= ` + nowSQLite + ` ORDER BY expires_at LIMIT $1
 )`,
 		}
-	default:
-		return nil, fmt.Errorf("%w: %v has no key store", sqldialect.ErrUnknownDialect, d)
 	}
-	opsQueries(d, &q)
-	q.tokenOf = `SELECT state FROM {T} WHERE scope = $1 AND idem_key = $2 AND token = $3`
-	q.release = `DELETE FROM {T} WHERE scope = $1 AND idem_key = $2 AND token = $3 AND state = 1`
-	fix := func(s string) string {
-		s = r.Replace(s)
-		if d == sqldialect.SQLite {
-			s = strings.ReplaceAll(s, "$", "?")
-		}
-		return s
-	}
-	for i := range q.migrate {
-		q.migrate[i] = fix(q.migrate[i])
-	}
+	q.layout = l
+	opsQueries(d, l, match, &q)
+	q.tokenOf = `SELECT state FROM {T} WHERE ` + match + ` AND token = $3`
+	q.release = `DELETE FROM {T} WHERE ` + match + ` AND token = $3 AND state = 1`
+	r := strings.NewReplacer("{SEQ}", n.seq, "{T}", n.table)
 	for _, p := range []*string{&q.reserve, &q.lookup, &q.complete, &q.tokenOf, &q.release, &q.sweep, &q.extend, &q.inspect, &q.list, &q.forget} {
-		*p = fix(*p)
+		*p = r.Replace(*p)
+		if d == sqldialect.SQLite {
+			*p = strings.ReplaceAll(*p, "$", "?")
+		}
 	}
-	return &q, nil
+	return &q
 }

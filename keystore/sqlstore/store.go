@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -57,9 +58,9 @@ func WithMaxResultSize(n int) Option {
 type Store struct {
 	db        *sql.DB
 	d         sqldialect.Dialect
-	q         *queries
-	st        *stmts // shared with scoped views
-	grp       *group // SQLite: group commit, shared with scoped views; nil for PostgreSQL
+	sh        *shared // the table, shared with scoped views
+	st        *stmts  // shared with scoped views
+	grp       *group  // SQLite: group commit, shared with scoped views; nil for PostgreSQL
 	scope     string
 	maxResult int
 }
@@ -91,11 +92,16 @@ func New(db *sql.DB, d sqldialect.Dialect, opts ...Option) (*Store, error) {
 	if err := keystore.ValidateScope(cfg.scope); err != nil {
 		return nil, fmt.Errorf("sqlstore: %w: %w", err, idem.ErrInvalidOption)
 	}
-	q, err := newQueries(d, cfg.table)
+	if d != sqldialect.Postgres && d != sqldialect.SQLite {
+		return nil, fmt.Errorf("sqlstore: %w: %v has no key store: %w", sqldialect.ErrUnknownDialect, d, idem.ErrInvalidOption)
+	}
+	n, err := tableNames(d, cfg.table)
 	if err != nil {
 		return nil, fmt.Errorf("sqlstore: %w: %w", err, idem.ErrInvalidOption)
 	}
-	st := &Store{db: db, d: d, q: q, st: &stmts{m: map[string]*sql.Stmt{}}, scope: cfg.scope, maxResult: cfg.maxResult}
+	sh := &shared{n: n, rows: newQueries(d, n, LayoutRows), dig: newQueries(d, n, LayoutDigest), salt: make([]byte, 16), digest: sum}
+	_, _ = rand.Read(sh.salt)
+	st := &Store{db: db, d: d, sh: sh, st: &stmts{m: map[string]*sql.Stmt{}}, scope: cfg.scope, maxResult: cfg.maxResult}
 	if d == sqldialect.SQLite {
 		st.grp = &group{}
 	}
@@ -171,14 +177,24 @@ func (s *Store) Scope(name string) (keystore.Store, error) {
 // MaxResultSize returns the largest result Complete accepts.
 func (s *Store) MaxResultSize() int { return s.maxResult }
 
-// SchemaSQL returns the statements [Store.Migrate] runs, for migration
-// tools. They are idempotent (IF NOT EXISTS).
-func (s *Store) SchemaSQL() []string { return append([]string(nil), s.q.migrate...) }
+// SchemaSQL returns the statements [Store.Migrate] runs on a database
+// without the table, for migration tools: a new table in [LayoutDigest],
+// with the salt this Store drew (a second run keeps the first salt). They
+// are idempotent (IF NOT EXISTS).
+func (s *Store) SchemaSQL() []string {
+	return append([]string(nil), digestSchema(s.d, s.sh.n, s.sh.salt)...)
+}
 
-// Migrate creates the table, its expiry index and its token sequence
-// (PostgreSQL) or one-row token counter table (SQLite) if they do not exist,
-// in one transaction. On PostgreSQL it takes a transaction-scoped advisory
-// lock, so several nodes may call it at start-up at once.
+// migrateLock serialises Migrate and MigrateLayout calls on PostgreSQL.
+const migrateLock = `SELECT pg_advisory_xact_lock(7305104735812733)`
+
+// Migrate creates the table in [LayoutDigest] if it does not exist: its
+// meta table with a random salt, the key table, its expiry index and its
+// token sequence (PostgreSQL) or one-row token counter table (SQLite), in
+// one transaction. A table made by an earlier release keeps [LayoutRows]
+// (Migrate only completes its schema; see [Store.MigrateLayout]). On
+// PostgreSQL it takes a transaction-scoped advisory lock, so several nodes
+// may call it at start-up at once.
 func (s *Store) Migrate(ctx context.Context) error {
 	err := s.retry(ctx, func() error {
 		tx, err := s.db.BeginTx(ctx, nil)
@@ -186,13 +202,25 @@ func (s *Store) Migrate(ctx context.Context) error {
 			return err
 		}
 		defer tx.Rollback()
-		for _, stmt := range s.q.migrate {
-			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+		if s.d == sqldialect.Postgres {
+			if _, err := tx.ExecContext(ctx, migrateLock); err != nil {
 				return err
 			}
 		}
+		ddl := digestSchema(s.d, s.sh.n, s.sh.salt)
+		l, err := s.detect(ctx, tx)
+		switch {
+		case err == nil && l.q.layout == LayoutRows:
+			ddl = rowsSchema(s.d, s.sh.n)
+		case err != nil && !errors.Is(err, errNoTable):
+			return err
+		}
+		if err := execAll(ctx, tx, ddl); err != nil {
+			return err
+		}
 		return tx.Commit()
 	})
+	s.sh.cur.Store(nil)
 	if err != nil {
 		return fmt.Errorf("sqlstore: migrate: %w", err)
 	}
@@ -211,6 +239,7 @@ type row struct {
 	takeovers sql.NullInt64
 	fp, res   []byte
 	expires   sql.NullInt64 // µs since the epoch
+	same      bool          // the live row is this key's, not a digest collision's
 }
 
 // Reserve implements [keystore.Store.Reserve] in one statement: an upsert
@@ -226,22 +255,30 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 	if len(fp) == 0 {
 		fp = nil // stored as NULL: not checked
 	}
-	var r row
-	err := s.retry(ctx, func() error {
-		return s.do(ctx, func(ctx context.Context, x runner) (err error) {
+	var (
+		r row
+		l *layout
+	)
+	err := s.retry(ctx, func() (err error) {
+		if l, err = s.current(ctx); err != nil {
+			return err
+		}
+		return s.changed(l, s.do(ctx, func(ctx context.Context, x runner) (err error) {
 			if s.d == sqldialect.Postgres {
-				r, err = s.reservePostgres(ctx, x, key, fp, lease)
+				r, err = s.reservePostgres(ctx, x, l, key, fp, lease)
 			} else {
-				r, err = s.reserveSQLite(ctx, x, key, fp, lease)
+				r, err = s.reserveSQLite(ctx, x, l, key, fp, lease)
 			}
 			return err
-		})
+		}))
 	})
 	if err != nil {
 		return keystore.Claim{}, fmt.Errorf("sqlstore: reserve: %w", err)
 	}
 	c := keystore.Claim{Key: key, Expires: time.UnixMicro(r.expires.Int64)}
 	switch {
+	case !r.acquired && !r.same:
+		return keystore.Claim{}, s.collision(l, key)
 	case r.acquired:
 		c.State, c.Token, c.Takeover = keystore.Acquired, uint64(r.token.Int64), r.takeovers.Int64 > 0
 	case idem.FingerprintsConflict(r.fp, fp):
@@ -257,10 +294,10 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 	return c, nil
 }
 
-func (s *Store) reservePostgres(ctx context.Context, x runner, key string, fp []byte, lease time.Duration) (row, error) {
+func (s *Store) reservePostgres(ctx context.Context, x runner, l *layout, key string, fp []byte, lease time.Duration) (row, error) {
 	var r row
-	err := x.queryRow(ctx, s.q.reserve, []any{s.scope, []byte(key), fp, micros(lease)},
-		&r.acquired, &r.state, &r.token, &r.takeovers, &r.fp, &r.res, &r.expires)
+	err := x.queryRow(ctx, l.q.reserve, s.args(l, key, fp, micros(lease)),
+		&r.acquired, &r.state, &r.token, &r.takeovers, &r.fp, &r.res, &r.expires, &r.same)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, errRace
 	}
@@ -272,19 +309,20 @@ func (s *Store) reservePostgres(ctx context.Context, x runner, key string, fp []
 // row may change in between: if the read finds no live row, the caller runs
 // both again. A read that finds one is a correct answer as of that read, and
 // the upsert wrote nothing. In a group's transaction the two are atomic.
-func (s *Store) reserveSQLite(ctx context.Context, x runner, key string, fp []byte, lease time.Duration) (row, error) {
+func (s *Store) reserveSQLite(ctx context.Context, x runner, l *layout, key string, fp []byte, lease time.Duration) (row, error) {
 	var r row
-	err := x.queryRow(ctx, s.q.reserve, []any{s.scope, []byte(key), fp, micros(lease)},
+	args := s.keyArgs(l, key)
+	err := x.queryRow(ctx, l.q.reserve, append(args, fp, micros(lease)),
 		&r.token, &r.takeovers, &r.expires)
 	if err == nil {
-		r.acquired = true
+		r.acquired, r.same = true, true
 		return r, nil
 	}
 	if !errors.Is(err, sql.ErrNoRows) {
 		return r, err
 	}
-	err = x.queryRow(ctx, s.q.lookup, []any{s.scope, []byte(key)},
-		&r.state, &r.token, &r.takeovers, &r.fp, &r.res, &r.expires)
+	err = x.queryRow(ctx, l.q.lookup, args[:2],
+		&r.state, &r.token, &r.takeovers, &r.fp, &r.res, &r.expires, &r.same)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, errRace
 	}
@@ -318,19 +356,23 @@ func (s *Store) Complete(ctx context.Context, c keystore.Claim, result []byte, t
 	// second statement tells which.
 	var lost bool
 	err := s.retry(ctx, func() error {
-		return s.do(ctx, func(ctx context.Context, x runner) error {
+		l, err := s.current(ctx)
+		if err != nil {
+			return err
+		}
+		return s.changed(l, s.do(ctx, func(ctx context.Context, x runner) error {
 			lost = false
-			n, err := x.exec(ctx, s.q.complete, s.scope, []byte(c.Key), int64(c.Token), result, micros(ttl))
+			n, err := x.exec(ctx, l.q.complete, s.args(l, c.Key, int64(c.Token), result, micros(ttl))...)
 			if err != nil || n == 1 {
 				return err
 			}
 			var state int16
-			err = x.queryRow(ctx, s.q.tokenOf, []any{s.scope, []byte(c.Key), int64(c.Token)}, &state)
+			err = x.queryRow(ctx, l.q.tokenOf, s.args(l, c.Key, int64(c.Token)), &state)
 			if errors.Is(err, sql.ErrNoRows) || (err == nil && state != stDone) {
 				lost, err = true, nil
 			}
 			return err
-		})
+		}))
 	})
 	if err != nil {
 		return fmt.Errorf("sqlstore: complete: %w", err)
@@ -348,10 +390,14 @@ func (s *Store) Release(ctx context.Context, c keystore.Claim) error {
 	}
 	var n int64
 	err := s.retry(ctx, func() error {
-		return s.do(ctx, func(ctx context.Context, x runner) (err error) {
-			n, err = x.exec(ctx, s.q.release, s.scope, []byte(c.Key), int64(c.Token))
+		l, err := s.current(ctx)
+		if err != nil {
 			return err
-		})
+		}
+		return s.changed(l, s.do(ctx, func(ctx context.Context, x runner) (err error) {
+			n, err = x.exec(ctx, l.q.release, s.args(l, c.Key, int64(c.Token))...)
+			return err
+		}))
 	})
 	if err != nil {
 		return fmt.Errorf("sqlstore: release: %w", err)
@@ -373,9 +419,13 @@ func (s *Store) Sweep(ctx context.Context, batch int) (int, error) {
 	total := 0
 	for {
 		var n int64
-		err := s.retry(ctx, func() (err error) {
-			n, err = runner{s: s}.exec(ctx, s.q.sweep, batch)
-			return err
+		err := s.retry(ctx, func() error {
+			l, err := s.current(ctx)
+			if err != nil {
+				return err
+			}
+			n, err = runner{s: s}.exec(ctx, l.q.sweep, batch)
+			return s.changed(l, err)
 		})
 		total += int(n)
 		if err != nil {
@@ -406,7 +456,7 @@ func (s *Store) retry(ctx context.Context, op func() error) error {
 			// ErrTxDone; make the cause visible to errors.Is.
 			return errors.Join(err, cerr)
 		}
-		if attempt == 49 || (!errors.Is(err, errRace) && !s.d.Retryable(err)) {
+		if attempt == 49 || (!errors.Is(err, errRace) && !errors.Is(err, errLayoutChanged) && !s.d.Retryable(err)) {
 			return err
 		}
 		if werr := conflictBackoff.Wait(ctx, attempt); werr != nil {
