@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the servers idem's tests use, from Debian's packages, when they are
-# missing: PostgreSQL, MariaDB, Redis and RabbitMQ. NATS and Kafka run
+# missing: PostgreSQL, MariaDB, Redis, RabbitMQ and Chromium (headless, for the
+# operator page's browser test). NATS and Kafka run
 # in-process. dynalite (a DynamoDB-API server, for keystore/dynamostore) comes
 # from npm, on Debian's nodejs, into /usr/local/lib/idem-dynalite, where
 # internal/testenv looks for it.
@@ -15,6 +16,8 @@ have_pg || need+=(postgresql)
 { command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || [ -x /usr/sbin/mysqld ]; } || need+=(mariadb-server)
 { command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ]; } || need+=(redis-server)
 { command -v rabbitmq-server >/dev/null 2>&1 || [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; } || need+=(rabbitmq-server)
+# Headless Chromium drives the operator page's browser test (cmd/idem, chromedp).
+{ command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; } || need+=(chromium)
 
 # dynalite: keep the version in step with DynaliteVersion in internal/testenv/dynalite.go.
 dynalite_dir=/usr/local/lib/idem-dynalite
