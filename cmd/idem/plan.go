@@ -42,6 +42,7 @@ var perKey = []struct {
 	{"inbox on SQLite, rows layout (table + sweep index)", 125.2, "disk", "earlier releases; 36-char UUID keys"},
 	{"keystore memstore (done keys, no results; compact tier)", 23.84, "RAM", "10M random keys (make bench-compact)"},
 	{"keystore redisstore (done keys, no results)", 214.2, "RAM", "Redis 7.0 used_memory, 200k UUIDv4 keys; bare SET NX PX 156.3 in the same run"},
+	{"keystore natsstore (done keys, no results; per replica)", 239.3, "disk", "JetStream stream bytes, R3 file bucket, 20k UUIDv4 keys; bare KV Create 147.0"},
 	{"Redis SET NX PX key (the bare anchor, same run)", 156.3, "RAM", "Redis 7.0 used_memory, 200k UUIDv4 keys"},
 	{windowRow, 23.19, "RAM", "sized by the window, not the horizon; 10M ids"},
 }

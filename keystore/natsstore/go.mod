@@ -3,6 +3,7 @@ module github.com/idem-go/idem/keystore/natsstore
 go 1.26.0
 
 require (
+	github.com/google/uuid v1.6.0
 	github.com/idem-go/idem v0.0.0
 	github.com/idem-go/idem/internal/natsenv v0.0.0
 	github.com/nats-io/nats.go v1.55.0
@@ -16,7 +17,6 @@ require (
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/go-sql-driver/mysql v1.10.1 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
-	github.com/google/uuid v1.6.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/pgx/v5 v5.12.0 // indirect
