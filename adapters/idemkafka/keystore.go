@@ -80,27 +80,37 @@ func (c *KeystoreConsumer) Close() { c.g.close() }
 // process runs one partition's records through keystore.Do, in order. It
 // returns nil only when every record is applied, replayed, or
 // dead-lettered.
-func (c *KeystoreConsumer) process(ctx context.Context, recs []*kgo.Record) (bool, error) {
-	for _, d := range deliveries(recs) {
-		dec, ok := c.g.cfg.Prepare(&d)
+func (c *KeystoreConsumer) process(ctx context.Context, recs []*kgo.Record) (_ bool, err error) {
+	ds := deliveries(recs)
+	ctx, batch := c.g.cfg.StartBatch(ctx, len(ds))
+	defer func() { batch.End(ctx, err) }()
+	defer c.g.cfg.unsettled(ds, &err)
+	for i := range ds {
+		d := &ds[i]
+		dec, ok := c.g.cfg.Prepare(d)
 		if ok {
-			var err error
-			if dec, err = c.apply(ctx, &d); err != nil {
+			if dec, err = c.apply(ctx, d); err != nil {
 				return false, err
 			}
+		} else {
+			c.g.cfg.Start(ctx, d)
 		}
-		if err := c.g.settle(ctx, &d, dec); err != nil {
+		if err := c.g.settle(ctx, d, dec); err != nil {
 			return false, err
 		}
+		batch.Count(dec)
 	}
 	return true, nil
 }
 
-// apply runs d through keystore.Do until it reaches a final decision. An
-// error (the store failed, ctx ended) stops the consumer: fail closed.
+// apply runs d through keystore.Do until it reaches a final decision, each
+// run under a span of its own (the key store calls and the handler nest
+// under it). An error (the store failed, ctx ended) stops the consumer:
+// fail closed.
 func (c *KeystoreConsumer) apply(ctx context.Context, d *delivery) (consume.Decision, error) {
+	sctx := c.g.cfg.Start(ctx, d)
 	for waits := 0; ; {
-		_, replayed, err := keystore.Do(ctx, c.s, d.Key, d.Fingerprint, func(ctx context.Context) ([]byte, error) {
+		_, replayed, err := keystore.Do(sctx, c.s, d.Key, d.Fingerprint, func(ctx context.Context) ([]byte, error) {
 			if err := c.h(ctx, d.Msg); err != nil {
 				return nil, &handlerError{err}
 			}
@@ -128,5 +138,6 @@ func (c *KeystoreConsumer) apply(ctx context.Context, d *delivery) (consume.Deci
 		if err := c.g.cfg.rerun(ctx, d, dec); err != nil {
 			return consume.Decision{}, err
 		}
+		sctx = c.g.cfg.Start(ctx, d)
 	}
 }

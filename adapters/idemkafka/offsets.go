@@ -211,26 +211,39 @@ func (c *OffsetConsumer) tryTx(ctx context.Context, topic string, p int32, first
 // Kafka.
 func (c *OffsetConsumer) process(ctx context.Context, recs []*kgo.Record) (mark bool, err error) {
 	topic, p := recs[0].Topic, recs[0].Partition
+	ds := deliveries(recs)
+	ctx, batch := c.g.cfg.StartBatch(ctx, len(ds))
+	defer func() { batch.End(ctx, err) }()
+	defer c.g.cfg.unsettled(ds, &err)
+	for i := range ds {
+		c.g.cfg.Start(ctx, &ds[i])
+	}
 	err = c.apply(ctx, recs)
 	var he *handlerError
 	switch {
 	case err == nil:
-		for _, d := range deliveries(recs) {
-			c.g.cfg.Report(&d, consume.Decision{Outcome: idem.Applied})
+		for i := range ds {
+			dec := consume.Decision{Outcome: idem.Applied}
+			c.g.cfg.Report(&ds[i], dec)
+			batch.Count(dec)
 		}
 		return true, nil
 	case errors.Is(err, errFenced):
+		c.g.cfg.unsettled(ds, &err) // another member applied them
 		return false, c.reseek(ctx, topic, p)
 	case !errors.As(err, &he):
 		return false, err
 	}
-	for _, r := range recs {
-		if err := c.applyOne(ctx, r); err != nil {
+	for i := range ds {
+		dec, err := c.applyOne(ctx, &ds[i])
+		if err != nil {
 			if errors.Is(err, errFenced) {
+				c.g.cfg.unsettled(ds, &err)
 				return false, c.reseek(ctx, topic, p)
 			}
 			return false, err
 		}
+		batch.Count(dec)
 	}
 	return true, nil
 }
@@ -250,38 +263,41 @@ func (c *OffsetConsumer) apply(ctx context.Context, recs []*kgo.Record) error {
 	})
 }
 
-// applyOne applies r in its own transaction, retrying handler errors, and
-// dead-letters it (then stores its offset) when its attempts are spent.
-func (c *OffsetConsumer) applyOne(ctx context.Context, r *kgo.Record) error {
-	d := delivery{Msg: r, Attempt: 1}
+// applyOne applies d's record in its own transaction, retrying handler
+// errors, and dead-letters it (then stores its offset) when its attempts
+// are spent. Each run has a span of its own.
+func (c *OffsetConsumer) applyOne(ctx context.Context, d *delivery) (consume.Decision, error) {
+	r := d.Msg
 	for {
-		err := c.apply(ctx, []*kgo.Record{r})
+		sctx := c.g.cfg.Start(ctx, d)
+		err := c.apply(sctx, []*kgo.Record{r})
 		var he *handlerError
 		switch {
 		case err == nil:
-			c.g.cfg.Report(&d, consume.Decision{Outcome: idem.Applied})
-			return nil
+			dec := consume.Decision{Outcome: idem.Applied}
+			c.g.cfg.Report(d, dec)
+			return dec, nil
 		case !errors.As(err, &he):
-			return err
+			return consume.Decision{}, err
 		}
 		if cerr := ctx.Err(); cerr != nil {
-			return cerr
+			return consume.Decision{}, cerr
 		}
-		dec := c.g.cfg.Decide(&d, true, he.err)
+		dec := c.g.cfg.Decide(d, true, he.err)
 		if dec.Outcome == idem.Retried {
-			if err := c.g.cfg.rerun(ctx, &d, dec); err != nil {
-				return err
+			if err := c.g.cfg.rerun(ctx, d, dec); err != nil {
+				return consume.Decision{}, err
 			}
 			continue
 		}
-		if err := c.g.deadLetter(ctx, &d, dec); err != nil {
-			return err
+		if err := c.g.deadLetter(ctx, d, dec); err != nil {
+			return consume.Decision{}, err
 		}
 		if err := c.inTx(ctx, r.Topic, r.Partition, r.Offset, r.Offset+1, nil); err != nil {
-			return err
+			return consume.Decision{}, err
 		}
-		c.g.cfg.Report(&d, dec)
-		return nil
+		c.g.cfg.Report(d, dec)
+		return dec, nil
 	}
 }
 

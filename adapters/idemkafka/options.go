@@ -91,6 +91,7 @@ func newConfig(opts []Option, allowed optKind, ctor string) (config, error) {
 		table:   DefaultOffsetsTable,
 	}
 	c.BatchSize, c.MaxAttempts = DefaultBatchSize, DefaultMaxAttempts
+	c.System, c.Headers = "kafka", carrier
 	c.Backoff = retry.Backoff{Min: DefaultBackoffMin, Max: DefaultBackoffMax}
 	if err := consume.Apply("idemkafka", &c, opts); err != nil {
 		return config{}, err
@@ -250,4 +251,14 @@ func WithLogger(l *slog.Logger) Option {
 // every consumer.
 func WithObserver(fn func(Event)) Option {
 	return shared(consume.WithObserver(fn), 0)
+}
+
+// WithTracer traces the consume loop through t (idemotel.NewTracer for
+// OpenTelemetry): a span per partition batch (idem.OpConsumeBatch; a
+// TransactConsumer's covers its whole poll), whose context the inbox
+// transaction runs in, and a span per record and run (idem.OpConsume),
+// child of the batch's, linked to the trace context in the record's
+// headers, ended with the record's outcome. For every consumer.
+func WithTracer(t idem.Tracer) Option {
+	return shared(consume.WithTracer[*kgo.Record](t), 0)
 }

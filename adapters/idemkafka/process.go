@@ -43,6 +43,17 @@ func runs(d *delivery, dec consume.Decision) int {
 	return d.Attempt
 }
 
+// unsettled ends the spans left open on ds when the consumer stops with
+// *err: their records are consumed again.
+func (c *config) unsettled(ds []delivery, err *error) {
+	if *err == nil {
+		return
+	}
+	for i := range ds {
+		c.Unsettled(&ds[i], *err)
+	}
+}
+
 // rerun reports dec, a Retried decision, and waits its delay before d's next
 // run, whose attempt it counts.
 func (c *config) rerun(ctx context.Context, d *delivery, dec consume.Decision) error {
@@ -59,8 +70,9 @@ func (c *config) rerun(ctx context.Context, d *delivery, dec consume.Decision) e
 // those that cannot be applied. It returns nil only when every record is
 // applied, a duplicate, or dead-lettered, so that the caller may mark the
 // last offset.
-func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) (bool, error) {
+func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) (_ bool, err error) {
 	ds := deliveries(recs)
+	defer c.g.cfg.unsettled(ds, &err)
 	decs, err := c.batch(ctx, ds)
 	if err != nil {
 		return false, err // nothing committed (or unknown): fail closed
@@ -97,6 +109,9 @@ func (c *Consumer) batch(ctx context.Context, ds []delivery) ([]consume.Decision
 		case idem.IsPermanent(err) || attempt >= c.g.cfg.MaxAttempts:
 			return nil, fmt.Errorf("idemkafka: %s and %d more: set handler failed after %d attempts and there is no per-record handler to isolate the record: %w",
 				where(ds[0].Msg), len(ds)-1, attempt, err)
+		}
+		for i := range ds {
+			c.g.cfg.Unsettled(&ds[i], err) // run again, under new spans
 		}
 		c.g.cfg.Logger.Info("idemkafka: set handler failed, retrying the batch", "records", where(ds[0].Msg), "count", len(ds), "attempt", attempt, "err", err)
 		if err := c.g.cfg.Backoff.Wait(ctx, attempt-1); err != nil {

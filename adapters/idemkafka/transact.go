@@ -178,8 +178,10 @@ func (c *TransactConsumer) TransactionalID() string { return c.txnID }
 //     is consumed again.
 func (c *TransactConsumer) Run(ctx context.Context) error { return c.run(ctx) }
 
-// transact runs one poll as one transaction.
-func (c *TransactConsumer) transact(ctx context.Context, fetches kgo.Fetches) error {
+// transact runs one poll as one transaction, traced as one batch.
+func (c *TransactConsumer) transact(ctx context.Context, fetches kgo.Fetches) (err error) {
+	ctx, batch := c.cfg.StartBatch(ctx, fetches.NumRecords())
+	defer func() { batch.End(ctx, err) }()
 	if err := c.s.Begin(); err != nil {
 		return c.wrap("begin transaction", err)
 	}
@@ -198,7 +200,11 @@ func (c *TransactConsumer) transact(ctx context.Context, fetches kgo.Fetches) er
 		}
 	}
 	settled := make([]settledRecord, 0, fetches.NumRecords()) // reported once committed
-	var err error
+	defer func() {
+		for i := range settled {
+			c.cfg.Unsettled(&settled[i].d, err) // not committed: consumed again
+		}
+	}()
 	fetches.EachRecord(func(r *kgo.Record) {
 		if err != nil {
 			return
@@ -239,13 +245,20 @@ func (c *TransactConsumer) transact(ctx context.Context, fetches kgo.Fetches) er
 	if !committed {
 		c.cfg.Logger.Info("idemkafka: transaction aborted by a rebalance; the batch is consumed again",
 			"txn", c.txnID, "records", fetches.NumRecords())
+		for i := range settled {
+			c.cfg.Unsettled(&settled[i].d, errAborted)
+		}
 		return nil
 	}
 	for i := range settled {
 		c.cfg.Report(&settled[i].d, settled[i].dec)
+		batch.Count(settled[i].dec)
 	}
 	return nil
 }
+
+// errAborted ends the spans of a transaction that a rebalance aborted.
+var errAborted = errors.New("idemkafka: transaction aborted by a rebalance")
 
 // settledRecord is a record's final decision, reported once its
 // transaction committed.
@@ -257,10 +270,15 @@ type settledRecord struct {
 // handle runs the handler for r with retries and returns the records to
 // produce: the handler's, or r's dead-letter copy. An error aborts the
 // transaction.
-func (c *TransactConsumer) handle(ctx context.Context, r *kgo.Record) ([]*kgo.Record, settledRecord, error) {
+func (c *TransactConsumer) handle(ctx context.Context, r *kgo.Record) (_ []*kgo.Record, _ settledRecord, err error) {
 	d := delivery{Msg: r, Attempt: 1}
+	defer func() {
+		if err != nil {
+			c.cfg.Unsettled(&d, err)
+		}
+	}()
 	for {
-		recs, err := c.h(ctx, r)
+		recs, err := c.h(c.cfg.Start(ctx, &d), r)
 		if err == nil {
 			err = c.checkTopics(recs)
 		}

@@ -149,3 +149,28 @@ func PoisonOrMalformed(id string) error {
 	}
 	return nil
 }
+
+// The keys of the adapters' tracing tests: TracedKeys lists what they
+// publish, TracedKey twice (the second copy must end as a duplicate) and
+// FailingKey once, whose first runs fail ([FailFirst]).
+const (
+	TracedKey  = "order-traced-1"
+	FailingKey = "order-fails-1"
+)
+
+// TracedKeys are the keys the tracing tests publish, in order.
+var TracedKeys = []string{TracedKey, TracedKey, FailingKey}
+
+// FailFirst returns a check for [ApplyAfter] that fails the first n runs
+// of the message whose key(m) is FailingKey, and passes every other. An
+// inbox runs a failing handler twice in one batch (the batch, then the
+// message alone), so n = 2 makes the first delivery fail.
+func FailFirst[M any](key func(M) string, n int32) func(M) error {
+	var runs atomic.Int32
+	return func(m M) error {
+		if key(m) == FailingKey && runs.Add(1) <= n {
+			return errors.New("ledger timeout")
+		}
+		return nil
+	}
+}

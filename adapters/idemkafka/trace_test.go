@@ -1,0 +1,89 @@
+package idemkafka_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/adapters/idemkafka"
+	"github.com/idem-go/idem/idemotel"
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/consume/consumetest"
+	"github.com/idem-go/idem/internal/consume/spantest"
+	"github.com/idem-go/idem/keystore/memstore"
+	"github.com/idem-go/idem/sqldialect"
+)
+
+// produceTraced writes records carrying the producer's trace context
+// (traceparent), one per consumetest.TracedKeys.
+func produceTraced(t *testing.T, f *fixture, traceparent string) {
+	t.Helper()
+	p := newProducer(t, client(t, f.c))
+	for _, id := range consumetest.TracedKeys {
+		r := &kgo.Record{Topic: "orders", Key: []byte(id), Value: []byte(id),
+			Headers: []kgo.RecordHeader{{Key: "traceparent", Value: []byte(traceparent)}}}
+		if err := p.Produce(context.Background(), id, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func recordValue(r *kgo.Record) string { return string(r.Value) }
+
+// wantTraced checks rec's spans after a traced run: under names where the
+// record's own work nests.
+func wantTraced(t *testing.T, rec *spantest.Recorder, producer trace.SpanContext, ta *tally, w spantest.Want) {
+	t.Helper()
+	ta.want(t, "", map[idem.Outcome]int{idem.Applied: 2, idem.Duplicate: 1})
+	w.Producer, w.Applied, w.Failing, w.System = producer, consumetest.TracedKey, consumetest.FailingKey, "kafka"
+	rec.Check(t, w)
+}
+
+// The inbox consumer: each record's span links to its producer, the inbox
+// transaction nests under the partition batch's span, the copy ends
+// duplicate, the handler error retried, and no span holds a key.
+func TestTraceConsumer(t *testing.T) {
+	t.Parallel()
+	rec := spantest.New(t)
+	producer, tp := rec.Producer("orders publish")
+	f := newFixture(t, 1)
+	produceTraced(t, f, tp)
+	in, err := inbox.New(f.db, sqldialect.SQLite, "g", inbox.WithTracer(rec.Tracer))
+	if err == nil {
+		err = in.Migrate(context.Background())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := consumetest.ApplyAfter(f.eff.handler("1"), consumetest.FailFirst(recordValue, 2))
+	ta := newTally()
+	con, err := idemkafka.NewConsumer(in, h, groupOpts(f.c, "g", "orders"), idemkafka.WithTracer(rec.Tracer), ta.option(), fastRetries(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = runUntil(t, con, ta, 3)
+	wantTraced(t, rec, producer, ta, spantest.Want{Under: "idem.inbox."})
+}
+
+// The key store consumer: the same spans, the key store's calls (wrapped
+// by idemotel) under the record's span.
+func TestTraceKeystoreConsumer(t *testing.T) {
+	t.Parallel()
+	rec := spantest.New(t)
+	producer, tp := rec.Producer("orders publish")
+	f := newFixture(t, 1)
+	produceTraced(t, f, tp)
+	mem, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mem.Close() })
+	fail := consumetest.FailFirst(recordValue, 1)
+	h := func(_ context.Context, r *kgo.Record) error { return fail(r) }
+	ta := newTally()
+	_ = runUntil(t, f.keystoreConsumer(idemotel.WrapStore(mem, rec.Tracer), h, idemkafka.WithTracer(rec.Tracer), ta.option(), fastRetries(3)), ta, 3)
+	wantTraced(t, rec, producer, ta, spantest.Want{Under: "idem.keystore.", UnderMessage: true})
+}

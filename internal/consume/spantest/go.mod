@@ -1,0 +1,29 @@
+module github.com/idem-go/idem/internal/consume/spantest
+
+go 1.26.0
+
+require (
+	github.com/idem-go/idem v0.0.0
+	github.com/idem-go/idem/idemotel v0.0.0
+	go.opentelemetry.io/otel v1.47.0
+	go.opentelemetry.io/otel/sdk v1.47.0
+	go.opentelemetry.io/otel/trace v1.47.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/go-logr/logr v1.4.4 // indirect
+	github.com/go-logr/stdr v1.2.2 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/otel/log v1.47.0 // indirect
+	go.opentelemetry.io/otel/metric v1.47.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+)
+
+// Inside the repository go.work resolves these; the replaces keep
+// GOWORK=off builds (and go mod tidy) working.
+replace (
+	github.com/idem-go/idem => ../../..
+	github.com/idem-go/idem/idemotel => ../../../idemotel
+)
