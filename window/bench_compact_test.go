@@ -24,7 +24,8 @@ import (
 // Each iteration builds the structure from empty (growth included) and
 // reports heapB/key (live heap after runtime.GC, minus the heap before) and
 // ns/insert. The map gets the UUID's 16 raw bytes, the Dedup its 36-byte
-// string, as each would be used. BenchmarkCompactSteady
+// string, as each would be used; "window-batch" adds the same ids with
+// AddBatch, 100 at a time. BenchmarkCompactSteady
 // measures the steady state.
 func BenchmarkCompact(b *testing.B) {
 	for n, name := range benchSizes() {
@@ -38,6 +39,24 @@ func BenchmarkCompact(b *testing.B) {
 				for i, s := range strs {
 					if dup, _, err := d.Add("orders", s, t0.Add(time.Duration(i))); dup || err != nil {
 						b.Fatal("duplicate or error", err)
+					}
+				}
+				compactbench.Report(b, n, before, start, "ns/insert")
+				runtime.KeepAlive(d)
+			}
+		})
+		b.Run(name+"/window-batch", func(b *testing.B) {
+			var out []window.Result
+			for b.Loop() {
+				before := compactbench.HeapInUse()
+				start := time.Now()
+				d, _ := window.New(time.Hour)
+				for i := 0; i < n; i += benchBatch {
+					out = d.AddBatch("orders", strs[i:min(i+benchBatch, n)], t0.Add(time.Duration(i)), out[:0])
+					for _, r := range out {
+						if r.Dup || r.Err != nil {
+							b.Fatal("duplicate or error", r.Err)
+						}
 					}
 				}
 				compactbench.Report(b, n, before, start, "ns/insert")
@@ -76,6 +95,23 @@ func BenchmarkCompactSteady(b *testing.B) {
 				}
 			}
 		})
+		b.Run(name+"/window-steady-batch", func(b *testing.B) {
+			d, _ := window.New(time.Duration(n))
+			for i, s := range strs {
+				d.Add("orders", s, t0.Add(time.Duration(i)))
+			}
+			fresh, _ := compactbench.UUIDs(b.N)
+			var out []window.Result
+			b.ResetTimer()
+			for i := 0; i < b.N; i += benchBatch {
+				out = d.AddBatch("orders", fresh[i:min(i+benchBatch, b.N)], t0.Add(time.Duration(n+i)), out[:0])
+				for _, r := range out {
+					if r.Dup || r.Err != nil {
+						b.Fatal("duplicate or error", r.Err)
+					}
+				}
+			}
+		})
 		b.Run(name+"/map-steady", func(b *testing.B) {
 			m := make(map[[16]byte]int64, n)
 			ring := make([][16]byte, n)
@@ -101,6 +137,10 @@ func BenchmarkCompactSteady(b *testing.B) {
 		})
 	}
 }
+
+// benchBatch is the batch size of the AddBatch benchmarks: a JetStream
+// pull consumer's usual fetch.
+const benchBatch = 100
 
 func benchSizes() map[int]string {
 	sizes := map[int]string{1_000_000: "ids=1M"}

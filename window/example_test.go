@@ -81,3 +81,26 @@ func ExampleDedup_Add() {
 	// b refused: full, retry later
 	// a true 1
 }
+
+// A consumer that fetches messages in batches answers each batch with one
+// call: ids repeated inside the batch, or seen before, are duplicates.
+func ExampleDedup_AddBatch() {
+	d, err := window.New(2 * time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	d.Seen("ORDERS", "order-1", now)
+	batch := []string{"order-1", "order-2", "order-3", "order-2"}
+	for i, r := range d.AddBatch("ORDERS", batch, now.Add(time.Second), nil) {
+		if r.Err != nil {
+			log.Fatal(r.Err) // not recorded: leave the message unacknowledged
+		}
+		fmt.Printf("%s duplicate=%-5v seq=%d\n", batch[i], r.Dup, r.Original)
+	}
+	// Output:
+	// order-1 duplicate=true  seq=1
+	// order-2 duplicate=false seq=2
+	// order-3 duplicate=false seq=3
+	// order-2 duplicate=true  seq=2
+}

@@ -135,8 +135,8 @@ func (d *Dedup) Seen(scope, id string, now time.Time) (dup bool, original uint64
 // and id exceed MaxKeyLen. In both cases nothing is recorded and original is
 // 0. A duplicate is never an error, even when the Dedup is full.
 func (d *Dedup) Add(scope, id string, now time.Time) (dup bool, original uint64, err error) {
-	if len(scope)+len(id) > MaxKeyLen {
-		return false, 0, fmt.Errorf("window: %d bytes, limit %d: %w", len(scope)+len(id), MaxKeyLen, ErrTooLong)
+	if err := tooLong(scope, id); err != nil {
+		return false, 0, err
 	}
 	k := d.key.Load()
 	fp := k.Sum(scope, id)
@@ -148,6 +148,70 @@ func (d *Dedup) Add(scope, id string, now time.Time) (dup bool, original uint64,
 		fp = k2.Sum(scope, id)
 	}
 	d.advance(nowNs)
+	return d.insert(fp)
+}
+
+// Result is one id's answer from [Dedup.AddBatch]: what [Dedup.Add] would
+// have returned for it.
+type Result struct {
+	Dup      bool
+	Original uint64 // the original's sequence if Dup, else the id's own; 0 on error
+	Err      error  // ErrFull or ErrTooLong; nothing was recorded
+}
+
+// AddBatch is Add for each of ids in order, in scope, all at now, with
+// one Result per id appended to out (pass out[:0] to reuse its memory)
+// and returned. An id repeated within the batch is a duplicate of its
+// first occurrence. Each group of up to 16 ids is fingerprinted before the
+// lock is taken and then answered under one lock, after loading all their
+// index groups at once (compact.Set.Touch), so their cache misses overlap
+// instead of costing one after another: where a consumer receives
+// messages in batches (a JetStream fetch, an SQS receive of 10), this is
+// the faster call.
+func (d *Dedup) AddBatch(scope string, ids []string, now time.Time, out []Result) []Result {
+	nowNs := now.UnixNano()
+	var fps [compact.TouchBatch]compact.FP
+	for len(ids) > 0 {
+		batch := ids[:min(len(ids), len(fps))]
+		ids = ids[len(batch):]
+		k := d.key.Load()
+		sum := func(k *compact.Key) {
+			for i, id := range batch {
+				if tooLong(scope, id) == nil {
+					fps[i] = k.Sum(scope, id)
+				}
+			}
+		}
+		sum(k)
+		d.mu.Lock()
+		if k2 := d.key.Load(); k2 != k { // a restore changed the key meanwhile
+			sum(k2)
+		}
+		d.advance(nowNs)
+		d.set.Touch(fps[:len(batch)])
+		for i, id := range batch {
+			var r Result
+			if r.Err = tooLong(scope, id); r.Err == nil {
+				r.Dup, r.Original, r.Err = d.insert(fps[i])
+			}
+			out = append(out, r)
+		}
+		d.mu.Unlock()
+	}
+	return out
+}
+
+func tooLong(scope, id string) error {
+	if len(scope)+len(id) > MaxKeyLen {
+		return fmt.Errorf("window: %d bytes, limit %d: %w", len(scope)+len(id), MaxKeyLen, ErrTooLong)
+	}
+	return nil
+}
+
+// insert answers for the id with fingerprint fp at the latest now: its
+// original's sequence if it is live, else records it. Called with d.mu
+// held, after advance.
+func (d *Dedup) insert(fp compact.FP) (dup bool, original uint64, err error) {
 	if r, ok := d.set.Find(fp); ok {
 		return true, r.Seq, nil
 	}

@@ -166,6 +166,34 @@ func (s *Set) Find(fp FP) (Rec, bool) {
 	return Rec{}, false
 }
 
+// Touch loads the index groups where the fingerprints fps would be found
+// (their home groups, in the old index too while it grows) without
+// changing anything, so that Finds and Appends of them that follow hit the
+// cache: the loads are independent, so the CPU has their cache misses in
+// flight at once instead of one after another. Pass a few dozen at most:
+// beyond what the cache holds, the first ones are evicted again.
+func (s *Set) Touch(fps []FP) {
+	var homes [TouchBatch]uint64
+	for len(fps) > 0 {
+		n := min(len(fps), TouchBatch)
+		for i, fp := range fps[:n] {
+			homes[i] = s.idx.home(s.homeBits(fp))
+		}
+		s.idx.touchAll(homes[:n])
+		if s.grow.left > 0 {
+			for i, fp := range fps[:n] {
+				homes[i] = s.grow.old.home(s.homeBits(fp))
+			}
+			s.grow.old.touchAll(homes[:n])
+		}
+		fps = fps[n:]
+	}
+}
+
+// TouchBatch is how many fingerprints [Set.Touch] loads at once: about as
+// many cache misses as a core keeps in flight.
+const TouchBatch = 16
+
 // findIn looks fp up in x, which is s.idx or the old index of a growth.
 func (s *Set) findIn(x *index, fp FP) (Rec, bool) {
 	tag := tagOf(fp)
