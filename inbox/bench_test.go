@@ -120,6 +120,19 @@ func (bd *benchDB) creditMany(ctx context.Context, tx *sql.Tx, ids []int) error 
 		n[id]++
 	}
 	var q strings.Builder
+	if bd.d == sqldialect.MySQL {
+		// No UPDATE … FROM: a join with a derived table of the counts.
+		args := make([]any, 0, 2*len(n))
+		for id, c := range n {
+			if len(args) > 0 {
+				q.WriteString(" UNION ALL ")
+			}
+			q.WriteString("SELECT ? AS id, ? AS n")
+			args = append(args, id, c)
+		}
+		_, err := tx.ExecContext(ctx, "UPDATE wallet JOIN ("+q.String()+") v ON wallet.id = v.id SET wallet.balance = wallet.balance + v.n", args...)
+		return err
+	}
 	q.WriteString("WITH v(id, n) AS (VALUES ")
 	args := make([]any, 0, 2*len(n))
 	for id, c := range n {

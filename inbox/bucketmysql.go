@@ -1,12 +1,14 @@
 package inbox
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -245,6 +247,12 @@ func (in *Inbox) mysqlBucketInsert(ctx context.Context, tx *sql.Tx, b *buckets, 
 		if len(fresh) == 0 {
 			continue
 		}
+		// In digest order: time-ordered keys then append at the B-tree's
+		// right edge, and InnoDB, seeing ascending inserts, splits pages
+		// at the insert point and leaves them full (in batch order, keys
+		// of one millisecond land in random order and each split leaves
+		// a half-empty page behind).
+		slices.SortFunc(fresh, func(x, y int) int { return bytes.Compare(ds[x][:], ds[y][:]) })
 		row := func(j int) []any {
 			m := msgs[chunk[j]]
 			var k any

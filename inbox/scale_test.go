@@ -83,6 +83,8 @@ func openScale(t *testing.T, d sqldialect.Dialect, kind string, width time.Durat
 		t.Cleanup(func() { db.Close() })
 	case sqldialect.Postgres:
 		db = testenv.Postgres(t)
+	case sqldialect.MySQL:
+		db = openScaleMariaDB(t)
 	}
 	opts := []inbox.Option{inbox.WithBucketWidth(width)}
 	if strings.HasSuffix(kind, "-rows") {
@@ -148,11 +150,7 @@ func (s *scaleSide) tables(t *testing.T) []string {
 	if strings.HasSuffix(s.kind, "-rows") {
 		return []string{"idem_inbox"}
 	}
-	q := "SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB 'idem_inbox_k[0-9]*'"
-	if s.d == sqldialect.Postgres {
-		q = "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename ~ '^idem_inbox_k[0-9]+$'"
-	}
-	return queryStrings(t, s.db, q)
+	return queryStrings(t, s.db, bucketTablesSQL(s.d, "idem_inbox"))
 }
 
 func queryStrings(t *testing.T, db *sql.DB, q string, args ...any) []string {
@@ -180,9 +178,12 @@ func bytesOf(t *testing.T, db *sql.DB, d sqldialect.Dialect, names []string) int
 	for _, n := range names {
 		var b int64
 		var err error
-		if d == sqldialect.Postgres {
+		switch d {
+		case sqldialect.Postgres:
 			err = db.QueryRow("SELECT pg_total_relation_size('" + n + "')").Scan(&b)
-		} else {
+		case sqldialect.MySQL:
+			b, err = mariadbBytes(db, n)
+		default:
 			err = db.QueryRow("SELECT COALESCE(SUM(pgsize), 0) FROM dbstat WHERE name = ?", n).Scan(&b)
 		}
 		if err != nil {
@@ -217,13 +218,10 @@ func TestScaleCurve(t *testing.T) {
 	total := envInt("IDEM_SCALE_KEYS", 20_000)
 	step := envInt("IDEM_SCALE_STEP", total/4)
 	width := time.Duration(envInt("IDEM_SCALE_BUCKET_SECONDS", 1)) * time.Second
-	engines := strings.Split(os.Getenv("IDEM_SCALE_ENGINES"), ",")
-	if engines[0] == "" {
-		engines = []string{"sqlite", "postgres"}
-	}
+	engines := scaleEngines()
 	report := scaleReport(t)
 	for _, e := range engines {
-		d := map[string]sqldialect.Dialect{"sqlite": sqldialect.SQLite, "postgres": sqldialect.Postgres}[e]
+		d := scaleDialects[e]
 		t.Run(e, func(t *testing.T) {
 			kinds := strings.Split(os.Getenv("IDEM_SCALE_SIDES"), ",")
 			if kinds[0] == "" {
@@ -247,7 +245,7 @@ func TestScaleCurve(t *testing.T) {
 					rate := float64(step) / took[i].Seconds()
 					tabs := s.tables(t)
 					var bpk float64
-					if d == sqldialect.Postgres || done+step >= total || os.Getenv("IDEM_SCALE_CSV") != "" {
+					if d != sqldialect.SQLite || done+step >= total || os.Getenv("IDEM_SCALE_CSV") != "" {
 						names := tabs
 						if d == sqldialect.SQLite && strings.HasSuffix(s.kind, "-rows") {
 							names = append(names, "idem_inbox_processed_at")
@@ -286,6 +284,9 @@ func TestScaleCurve(t *testing.T) {
 				bare := float64(bytesOf(t, db, d, []string{"bare"})) / float64(sides[0].n)
 				report(fmt.Sprintf("%s,bare-uuid,%d,0,1,%.1f", e, sides[0].n, bare))
 			}
+			if d == sqldialect.MySQL {
+				report(fmt.Sprintf("%s,bare-binary16,%d,0,1,%.1f", e, sides[0].n, mariadbBare(t, sides[0].db, sides[0].n)))
+			}
 		})
 	}
 }
@@ -308,12 +309,8 @@ func TestScaleCurve(t *testing.T) {
 func TestScaleRetire(t *testing.T) {
 	n := envInt("IDEM_SCALE_RETIRE", 20_000)
 	report := scaleReport(t)
-	engines := strings.Split(os.Getenv("IDEM_SCALE_ENGINES"), ",")
-	if engines[0] == "" {
-		engines = []string{"sqlite", "postgres"}
-	}
-	for _, e := range engines {
-		d := map[string]sqldialect.Dialect{"sqlite": sqldialect.SQLite, "postgres": sqldialect.Postgres}[e]
+	for _, e := range scaleEngines() {
+		d := scaleDialects[e]
 		t.Run(e, func(t *testing.T) {
 			for _, layout := range []inbox.Layout{inbox.LayoutRows, inbox.LayoutBuckets} {
 				r := newRetireRun(t, d, layout, n)
@@ -379,6 +376,8 @@ func newRetireRun(t *testing.T, d sqldialect.Dialect, layout inbox.Layout, n int
 	case sqldialect.Postgres:
 		r.db = testenv.Postgres(t)
 		r.db.SetMaxOpenConns(1) // the session's settings below
+	case sqldialect.MySQL:
+		r.db = openScaleMariaDB(t)
 	}
 	in, err := inbox.New(r.db, d, "retire", inbox.WithLayout(layout), inbox.WithBucketWidth(2*time.Second))
 	if err != nil {
@@ -400,8 +399,11 @@ func newRetireRun(t *testing.T, d sqldialect.Dialect, layout inbox.Layout, n int
 	if layout == inbox.LayoutRows {
 		// Backdate every key (setup, not measured).
 		q := "UPDATE idem_inbox SET processed_at = processed_at - 172800000"
-		if d == sqldialect.Postgres {
+		switch d {
+		case sqldialect.Postgres:
 			q = "UPDATE idem_inbox SET processed_at = processed_at - interval '2 days'"
+		case sqldialect.MySQL:
+			q = "UPDATE idem_inbox SET processed_at = processed_at - INTERVAL 2 DAY"
 		}
 		if _, err := r.db.Exec(q); err != nil {
 			t.Fatal(err)
@@ -440,8 +442,17 @@ func newRetireRun(t *testing.T, d sqldialect.Dialect, layout inbox.Layout, n int
 	return r
 }
 
-// wal returns a WAL position in bytes.
+// wal returns a WAL position in bytes (MariaDB: the redo log bytes
+// written, Innodb_os_log_written; the server runs without a binlog).
 func (r *retireRun) wal(t *testing.T) int64 {
+	if r.d == sqldialect.MySQL {
+		var name string
+		var b int64
+		if err := r.db.QueryRow("SHOW GLOBAL STATUS LIKE 'Innodb_os_log_written'").Scan(&name, &b); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
 	if r.d == sqldialect.Postgres {
 		var b int64
 		if err := r.db.QueryRow("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").Scan(&b); err != nil {
@@ -460,11 +471,7 @@ func (r *retireRun) tables(t *testing.T) []string {
 	if r.layout == inbox.LayoutRows {
 		return []string{"idem_inbox"}
 	}
-	q := "SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB 'idem_inbox_k[0-9]*'"
-	if r.d == sqldialect.Postgres {
-		q = "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename ~ '^idem_inbox_k[0-9]+$'"
-	}
-	return queryStrings(t, r.db, q)
+	return queryStrings(t, r.db, bucketTablesSQL(r.d, "idem_inbox"))
 }
 
 func (r *retireRun) count(t *testing.T) int {
@@ -480,8 +487,12 @@ func (r *retireRun) count(t *testing.T) int {
 }
 
 // density is the average leaf density (%) of the primary keys left,
-// weighted by leaf pages (PostgreSQL pgstatindex, SQLite dbstat).
+// weighted by leaf pages (PostgreSQL pgstatindex, SQLite dbstat; MariaDB
+// is not measured: 0).
 func (r *retireRun) density(t *testing.T) float64 {
+	if r.d == sqldialect.MySQL {
+		return 0
+	}
 	if r.d == sqldialect.SQLite {
 		var dens float64
 		q := "SELECT 100.0 * SUM(pgsize - unused) / SUM(pgsize) FROM dbstat WHERE pagetype = 'leaf' AND name IN ('" + strings.Join(r.tables(t), "','") + "')"

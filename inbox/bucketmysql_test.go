@@ -1,0 +1,149 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/sqldialect"
+)
+
+// Tests of what is MySQL's own in the bucketed layout (bucketmysql.go);
+// the layout's shared tests (bucket_test.go) run on MySQL too.
+
+func mysqlBackend(t *testing.T) backend {
+	for _, b := range backends {
+		if b.d == sqldialect.MySQL && b.opts == nil {
+			return b
+		}
+	}
+	t.Fatal("no mysql backend")
+	return backend{}
+}
+
+// TestBucketMySQLIsolation: without gap locks (READ COMMITTED, READ
+// UNCOMMITTED) two deliveries straddling a bucket boundary could both
+// commit, so the layout refuses those levels before recording anything;
+// REPEATABLE READ (the default) and SERIALIZABLE work.
+func TestBucketMySQLIsolation(t *testing.T) {
+	e := setup(t, mysqlBackend(t))
+	ctx := context.Background()
+	for _, level := range []string{"READ COMMITTED", "READ UNCOMMITTED", "SERIALIZABLE"} {
+		conn, err := e.db2.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.ExecContext(ctx, "SET SESSION TRANSACTION ISOLATION LEVEL "+level); err != nil {
+			t.Fatal(err)
+		}
+		in, _ := inbox.New(conn, e.d, "wallet-consumer")
+		ok, err := in.Process(ctx, "k", e.credit(1, 1))
+		if level != "SERIALIZABLE" {
+			if !errors.Is(err, inbox.ErrUnsafeTable) || !strings.Contains(err.Error(), "REPEATABLE READ") || ok {
+				t.Fatalf("%s: applied=%v err=%v; want a refusal", level, ok, err)
+			}
+			if e.balance(1) != 0 || e.keys() != 0 {
+				t.Fatalf("%s: something was recorded", level)
+			}
+		} else {
+			if !ok || err != nil {
+				t.Fatalf("%s: applied=%v err=%v", level, ok, err)
+			}
+			if ok, err := in.Process(ctx, "k", e.credit(1, 1)); ok || err != nil {
+				t.Fatalf("%s duplicate: applied=%v err=%v", level, ok, err)
+			}
+		}
+		conn.Close()
+	}
+	e.wantBalance(1, 1)
+}
+
+// TestBucketMySQLFreezeResumed: MySQL commits each DDL statement alone,
+// so MigrateLayout freezes the rows table before the meta table appears.
+// A process that dies in between leaves the table frozen without buckets:
+// deliveries fail (nothing is applied, nothing is acknowledged) and
+// MigrateLayout run again completes the migration, after which the keys
+// of the rows table are still duplicates.
+func TestBucketMySQLFreezeResumed(t *testing.T) {
+	b := mysqlBackend(t)
+	e := setup(t, b, inbox.WithLayout(inbox.LayoutRows))
+	ctx := context.Background()
+	if ok, err := e.in.Process(ctx, "before", e.credit(1, 1)); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	// The first step alone, as mysqlFreeze runs it (its error number).
+	if _, err := e.db.Exec("CREATE TRIGGER idem_inbox_frozen BEFORE INSERT ON idem_inbox FOR EACH ROW SIGNAL SQLSTATE '45000' SET MYSQL_ERRNO = 31401, MESSAGE_TEXT = 'frozen'"); err != nil {
+		t.Fatal(err)
+	}
+	quick, _ := inbox.New(e.db2, e.d, "wallet-consumer", inbox.WithRetry(2, time.Millisecond, 2*time.Millisecond))
+	if ok, err := quick.Process(ctx, "during", e.credit(1, 10)); ok || err == nil {
+		t.Fatalf("delivery into a half-migrated table: applied=%v err=%v", ok, err)
+	}
+	if ok, err := e.in.Process(ctx, "during", e.credit(1, 10)); ok || err == nil {
+		t.Fatalf("delivery by an Inbox that had the rows layout: applied=%v err=%v", ok, err)
+	}
+	mig, _ := inbox.New(e.db, e.d, "wallet-consumer")
+	if err := mig.MigrateLayout(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range []*inbox.Inbox{quick, e.in} {
+		if ok, err := in.Process(ctx, "before", e.credit(1, 100)); ok || err != nil {
+			t.Fatalf("pre-migration key after the migration: applied=%v err=%v", ok, err)
+		}
+		if _, err := in.Process(ctx, "during", e.credit(1, 10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.wantBalance(1, 11)
+}
+
+// TestBucketMySQLDropWaitsForOpenTransaction: DROP TABLE needs the
+// bucket's metadata lock, which a delivery that looked the bucket up holds
+// until it ends. Sweep waits a bounded time and fails without touching the
+// delivery, which commits; the next Sweep drops the bucket.
+func TestBucketMySQLDropWaitsForOpenTransaction(t *testing.T) {
+	e := setup(t, mysqlBackend(t), inbox.WithBucketWidth(time.Second))
+	ctx := context.Background()
+	waitNextBucket(time.Second)
+	if ok, err := e.in.Process(ctx, "old", e.credit(1, 1)); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	time.Sleep(3200 * time.Millisecond) // past the bucket, the sweep age (1 s) and the skew margin (2 s)
+	other, _ := inbox.New(e.db2, e.d, "wallet-consumer", inbox.WithLookupFilterMemory(0))
+	entered, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error)
+	go func() {
+		ok, err := other.Process(ctx, "held", func(ctx context.Context, tx *sql.Tx) error {
+			close(entered)
+			<-release
+			return e.credit(1, 10)(ctx, tx)
+		})
+		if err == nil && !ok {
+			err = errors.New("not applied")
+		}
+		done <- err
+	}()
+	<-entered // its probe read the old bucket: it holds the bucket's metadata lock
+	start := time.Now()
+	if _, err := e.in.Sweep(ctx, time.Second, 100); err == nil || !strings.Contains(err.Error(), "drop") {
+		t.Fatalf("Sweep while an open transaction holds the bucket: %v; want its drop to time out", err)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Fatalf("Sweep waited %v", d)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("the delivery holding the bucket: %v", err)
+	}
+	if n, err := e.in.Sweep(ctx, time.Second, 100); err != nil || n == 0 {
+		t.Fatalf("second Sweep: dropped %d, err %v", n, err)
+	}
+	if ok, err := other.Process(ctx, "held", e.credit(1, 10)); ok || err != nil {
+		t.Fatalf("held key after the sweep: applied=%v err=%v", ok, err)
+	}
+	e.wantBalance(1, 11)
+}
