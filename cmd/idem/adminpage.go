@@ -56,16 +56,17 @@ type adminPage struct {
 	s        keystore.Store
 	log      *slog.Logger
 	outcomes *outcomeLog
+	held     *heldKeys         // nil: ages and routes unknown
 	bearer   [sha256.Size]byte // SHA-256 of the token
 	key      []byte            // signs sessions and CSRF tokens
 	now      func() time.Time
 	mux      *http.ServeMux
 }
 
-func newAdminPage(s keystore.Store, token []byte, outcomes *outcomeLog, log *slog.Logger) *adminPage {
+func newAdminPage(s keystore.Store, token []byte, outcomes *outcomeLog, held *heldKeys, log *slog.Logger) *adminPage {
 	m := hmac.New(sha256.New, token)
 	m.Write([]byte("idem serve operator page session key v1"))
-	p := &adminPage{s: s, log: log, outcomes: outcomes, bearer: sha256.Sum256(token), key: m.Sum(nil), now: time.Now, mux: http.NewServeMux()}
+	p := &adminPage{s: s, log: log, outcomes: outcomes, held: held, bearer: sha256.Sum256(token), key: m.Sum(nil), now: time.Now, mux: http.NewServeMux()}
 	p.mux.HandleFunc("GET "+pagePath+"/style.css", p.style)
 	p.mux.HandleFunc("GET "+pagePath, p.authed(p.page))
 	p.mux.HandleFunc("POST "+pagePath+"/login", p.login)
@@ -231,6 +232,7 @@ type pageData struct {
 
 type pageKey struct {
 	Key, Expires, Left string
+	Route, Age         string // "" unless this process holds the key
 	Token              uint64
 	Lapsed             bool
 }
@@ -255,6 +257,11 @@ func (p *adminPage) show(w http.ResponseWriter, r *http.Request, s session, stat
 			pk.Left = "lapsed " + humanDuration(now.Sub(k.Expires)) + " ago: the holder is gone"
 		} else {
 			pk.Left = humanDuration(k.Expires.Sub(now))
+		}
+		if p.held != nil {
+			if h, ok := p.held.lookup(k.Key, k.Token); ok {
+				pk.Route, pk.Age = h.route, humanDuration(now.Sub(h.since))
+			}
 		}
 		d.Keys = append(d.Keys, pk)
 	}

@@ -162,9 +162,10 @@ func TestOperatorPageBrowser(t *testing.T) {
 	if n := text("#notice"); !strings.Contains(n, "Wrong token") || !absent("#keys") {
 		t.Fatalf("after a wrong token: notice %q, keys shown %v", n, !absent("#keys"))
 	}
-	// The right token: the page lists the stuck key and both routes.
+	// The right token: the page lists the stuck key (its route the
+	// flags', "default") and both routes' outcomes.
 	status("sign in", 200, chromedp.SendKeys(chromedp.ID("token"), testAdminToken), chromedp.Click(chromedp.ID("login")))
-	if keys := text("#keys"); !strings.Contains(keys, stuck.Key) || !strings.Contains(keys, strconv.FormatUint(stuck.Token, 10)) {
+	if keys := text("#keys"); !strings.Contains(keys, stuck.Key) || !strings.Contains(keys, strconv.FormatUint(stuck.Token, 10)) || !strings.Contains(keys, defaultRoute) {
 		t.Fatalf("the page does not list %s (token %d):\n%s", stuck.Key, stuck.Token, keys)
 	}
 	routes := text("#routes")

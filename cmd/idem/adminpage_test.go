@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"html"
 	"io"
@@ -115,7 +116,7 @@ func held(t *testing.T, s keystore.Store, key, after string) {
 }
 
 func newPageServer(t *testing.T, s keystore.Store, tlsOn bool) (*adminPage, *httptest.Server) {
-	p := newAdminPage(s, []byte(testAdminToken), newOutcomeLog(), slog.New(slog.DiscardHandler))
+	p := newAdminPage(s, []byte(testAdminToken), newOutcomeLog(), newHeldKeys(), slog.New(slog.DiscardHandler))
 	var srv *httptest.Server
 	if tlsOn {
 		srv = httptest.NewTLSServer(p)
@@ -240,7 +241,7 @@ func TestAdminPageSessions(t *testing.T) {
 	pc.login(testAdminToken)
 	good := pc.cookie.Value
 
-	otherToken := newAdminPage(s, []byte(testAdminToken+"-rotated"), newOutcomeLog(), slog.New(slog.DiscardHandler))
+	otherToken := newAdminPage(s, []byte(testAdminToken+"-rotated"), newOutcomeLog(), nil, slog.New(slog.DiscardHandler))
 	id, mac, _ := strings.Cut(good, ".")
 	flip := []byte(mac)
 	flip[0] ^= 'A' ^ 'B'
@@ -399,3 +400,79 @@ type countingHooks struct {
 
 func (h *countingHooks) Request(idemhttp.Outcome, time.Duration) { h.mu.Lock(); h.c++; h.mu.Unlock() }
 func (h *countingHooks) n() int                                  { h.mu.Lock(); defer h.mu.Unlock(); return h.c }
+
+// TestHeldKeys: the page knows a key's age and route from the acquiring
+// Reserve to the Complete or Release of that claim, never for another
+// claim of the key, and renews leases only when the wrapped store does.
+func TestHeldKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ref := storetest.NewRefStore()
+	h := newHeldKeys()
+	orders, payments := h.wrap(ref, "POST /orders"), h.wrap(ref, "POST /payments")
+	if !keystore.CanExtend(orders) || keystore.CanExtend(h.wrap(bareStore{ref}, "x")) {
+		t.Fatal("the wrapper's Extend does not follow the wrapped store's")
+	}
+	a, _ := orders.Reserve(ctx, "a", nil, time.Hour)
+	if k, ok := h.lookup("a", a.Token); !ok || k.route != "POST /orders" {
+		t.Fatalf("after Reserve: %+v %v", k, ok)
+	}
+	if _, ok := h.lookup("a", a.Token+1); ok {
+		t.Fatal("found under another token")
+	}
+	if _, err := orders.(keystore.Extender).Extend(ctx, a, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if orders.Complete(ctx, a, []byte("r"), time.Hour) != nil {
+		t.Fatal("Complete")
+	}
+	if _, ok := h.lookup("a", a.Token); ok {
+		t.Fatal("still held after Complete")
+	}
+	b, _ := orders.Reserve(ctx, "b", nil, time.Hour)
+	_ = orders.Release(ctx, b)
+	if _, ok := h.lookup("b", b.Token); ok {
+		t.Fatal("still held after Release")
+	}
+	// A lapsed lease taken over on another route: the new claim is the one
+	// shown, and the old holder's late (refused) Complete does not drop it.
+	old, _ := orders.Reserve(ctx, "c", nil, time.Millisecond)
+	time.Sleep(10 * time.Millisecond)
+	cur, _ := payments.Reserve(ctx, "c", nil, time.Hour)
+	if !cur.Takeover {
+		t.Fatalf("no takeover: %+v", cur)
+	}
+	if err := orders.Complete(ctx, old, nil, time.Hour); !errors.Is(err, keystore.ErrLeaseLost) {
+		t.Fatalf("stale Complete: %v", err)
+	}
+	if k, ok := h.lookup("c", cur.Token); !ok || k.route != "POST /payments" {
+		t.Fatalf("after the takeover: %+v %v", k, ok)
+	}
+	// Bounded.
+	for i := range maxHeld + 10 {
+		h.add(fmt.Sprint("k", i), 1, "r")
+	}
+	if n := len(h.m); n != maxHeld {
+		t.Fatalf("%d keys held, want at most %d", n, maxHeld)
+	}
+}
+
+// TestAdminPageHeld: a key this process reserved shows its route and age;
+// one reserved elsewhere says so.
+func TestAdminPageHeld(t *testing.T) {
+	t.Parallel()
+	s := storetest.NewRefStore()
+	p, srv := newPageServer(t, s, false)
+	if _, err := p.held.wrap(s, "POST /orders").Reserve(context.Background(), "mine", nil, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	stuckKey(t, s, "theirs")
+	pc := newPageClient(t, srv)
+	pc.bearer = testAdminToken
+	_, body := pc.do("GET", pagePath, nil)
+	mine := regexp.MustCompile(`<code>mine</code></td>\s*<td><code>POST /orders</code></td><td class="num">[0-9.]+[µm]?s</td>`)
+	theirs := regexp.MustCompile(`<code>theirs</code></td>\s*<td class="other" colspan="2">another process</td>`)
+	if !mine.MatchString(body) || !theirs.MatchString(body) {
+		t.Fatalf("rows lack the route and age, or the other-process note:\n%s", body)
+	}
+}

@@ -161,6 +161,9 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	if adminToken != nil {
+		g.held = newHeldKeys() // the operator page shows the age and route of the keys this process holds
+	}
 	ps, err := g.build(f.config, routes)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -212,7 +215,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 		if adminToken != nil {
 			mux.Handle("/admin/", adminKeys(store.Store, adminToken, log))
-			page := newAdminPage(store.Store, adminToken, g.outcomes, log)
+			page := newAdminPage(store.Store, adminToken, g.outcomes, g.held, log)
 			mux.Handle(pagePath, page)
 			mux.Handle(pagePath+"/", page)
 		}

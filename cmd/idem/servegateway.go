@@ -87,6 +87,7 @@ type gateway struct {
 	forwarded func(in *http.Request, out http.Header)
 	hooks     idemhttp.Hooks // nil: none
 	outcomes  *outcomeLog    // per route, for the operator page
+	held      *heldKeys      // nil unless the operator page is on
 	plain     http.Handler   // pass-through: no key, no store I/O
 
 	cur  atomic.Pointer[policySet]
@@ -226,7 +227,11 @@ func (g *gateway) handlerFor(p policy, route string) (http.Handler, error) {
 	if p.scopeCookie != "" {
 		opts = append(opts, idemhttp.WithScopeCookie(p.scopeCookie))
 	}
-	return idemhttp.NewProxy(g.target, g.store, opts...)
+	store := g.store
+	if g.held != nil {
+		store = g.held.wrap(store, route)
+	}
+	return idemhttp.NewProxy(g.target, store, opts...)
 }
 
 // use makes ps the current set; requests already running keep theirs.
