@@ -5,7 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/idem-go/idem/keystore"
@@ -29,9 +32,9 @@ type storeSpec struct {
 var errStoreSpec = errors.New("invalid --store")
 
 // storeForms lists what --store accepts, for error messages and help.
-const storeForms = "memory, sqlite:PATH, postgres://…, redis://… (rediss://), redis-cluster://host:port,host:port… (rediss-cluster://), nats://host:port,… or dynamodb://TABLE?region=…"
+const storeForms = "memory, memory:SNAPSHOT-PATH, sqlite:PATH, postgres://…, redis://… (rediss://), redis-cluster://host:port,host:port… (rediss-cluster://), nats://host:port,… or dynamodb://TABLE?region=…"
 
-// parseStoreSpec accepts memory, sqlite:PATH, postgres://… (or
+// parseStoreSpec accepts memory, memory:PATH (a snapshot file), sqlite:PATH, postgres://… (or
 // postgresql://), redis://… (rediss://), redis-cluster://… (rediss-cluster://),
 // nats://… (tls://) and dynamodb://TABLE?…. The network forms are parsed
 // here, so that a bad URL is refused before anything is opened.
@@ -39,6 +42,12 @@ func parseStoreSpec(s string) (storeSpec, error) {
 	switch {
 	case s == "memory":
 		return storeSpec{kind: "memory"}, nil
+	case strings.HasPrefix(s, "memory:"):
+		p := strings.TrimPrefix(s, "memory:")
+		if p == "" || strings.ContainsRune(p, 0) {
+			return storeSpec{}, fmt.Errorf("%w %q: want memory:PATH, the snapshot file", errStoreSpec, s)
+		}
+		return storeSpec{kind: "memory", arg: p}, nil
 	case strings.HasPrefix(s, "sqlite:"):
 		p := strings.TrimPrefix(s, "sqlite:")
 		if p == "" || strings.ContainsAny(p, "?#\x00") {
@@ -87,6 +96,9 @@ type openedStore struct {
 func openStore(ctx context.Context, spec storeSpec, maxResult int) (*openedStore, error) {
 	switch spec.kind {
 	case "memory":
+		if spec.arg != "" {
+			return openMemorySnapshot(spec.arg, maxResult)
+		}
 		s, err := memstore.New(memstore.WithMaxResultSize(maxResult))
 		if err != nil {
 			return nil, err
@@ -169,4 +181,49 @@ func checkStore(ctx context.Context, s *openedStore, timeout time.Duration) erro
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return s.ping(ctx)
+}
+
+// memorySnapshotEvery is how often a memory:PATH store saves its snapshot
+// besides on close: a crash loses at most this much (its keys' effects can
+// run again after the restart, as with a plain memory store).
+const memorySnapshotEvery = 30 * time.Second
+
+// openMemorySnapshot opens a memory store restored from the snapshot at
+// path (empty if there is none yet; a damaged one is refused), which saves
+// it there every memorySnapshotEvery and when closed. Save errors are
+// logged to stderr; close returns the last one.
+func openMemorySnapshot(path string, maxResult int) (*openedStore, error) {
+	s, err := memstore.Load(path, memstore.WithMaxResultSize(maxResult))
+	if errors.Is(err, fs.ErrNotExist) {
+		s, err = memstore.New(memstore.WithMaxResultSize(maxResult))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("memory store: %w (move the file away to start empty)", err)
+	}
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	save := func() error {
+		err := s.SaveSnapshot(path)
+		if err != nil {
+			slog.Error("memory store: snapshot not saved", "path", path, "err", err)
+		}
+		return err
+	}
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(memorySnapshotEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				_ = save()
+			}
+		}
+	}()
+	return &openedStore{Store: s, ping: func(context.Context) error { return nil }, close: sync.OnceValue(func() error {
+		close(stop)
+		<-stopped
+		return errors.Join(save(), s.Close())
+	})}, nil
 }
