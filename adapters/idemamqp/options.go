@@ -30,6 +30,7 @@ func defaultConfig() config {
 		linger:   time.Millisecond,
 	}
 	c.Backoff = retry.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
+	c.System, c.Headers = "rabbitmq", carrier
 	return c
 }
 
@@ -140,3 +141,11 @@ type Event = idem.DeliveryEvent[amqp.Delivery]
 // WithLogger logs retries, dead letters and errors to l (default:
 // discarded).
 func WithLogger(l *slog.Logger) Option { return shared(consume.WithLogger[amqp.Delivery](l)) }
+
+// WithTracer traces the consume loop through t (idemotel.NewTracer for
+// OpenTelemetry): a span per group (idem.OpConsumeBatch), whose context the
+// inbox transaction runs in, and a span per delivery (idem.OpConsume),
+// child of the group's, linked to the trace context in the delivery's
+// string headers, ended with its outcome once it is acked, requeued or
+// dead-lettered.
+func WithTracer(t idem.Tracer) Option { return shared(consume.WithTracer[amqp.Delivery](t)) }

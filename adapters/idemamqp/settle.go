@@ -69,11 +69,11 @@ func (s *session) process(ctx context.Context, group []amqp.Delivery) error {
 		pause := c.cfg.Backoff.Delay(s.failures - 1)
 		c.cfg.Logger.Warn("idemamqp: batch failed; requeueing", "deliveries", len(ds), "err", err, "after", pause)
 		if err := retry.Sleep(ctx, pause); err != nil {
-			return err
+			return s.unsettled(ds, err)
 		}
 		for i := range ds {
 			if err := s.settle(ctx, &ds[i], decs[i], false); err != nil {
-				return err
+				return s.unsettled(ds[i:], err)
 			}
 		}
 		return nil
@@ -90,7 +90,7 @@ func (s *session) process(ctx context.Context, group []amqp.Delivery) error {
 		// One frame acks the group: every earlier delivery on this
 		// channel is already settled.
 		if err := group[len(group)-1].Ack(true); err != nil {
-			return fmt.Errorf("idemamqp: ack: %w", err)
+			return s.unsettled(ds, fmt.Errorf("idemamqp: ack: %w", err))
 		}
 		for i := range ds {
 			c.cfg.Report(&ds[i], decs[i])
@@ -99,10 +99,19 @@ func (s *session) process(ctx context.Context, group []amqp.Delivery) error {
 	}
 	for i := range ds {
 		if err := s.settle(ctx, &ds[i], decs[i], true); err != nil {
-			return err
+			return s.unsettled(ds[i:], err)
 		}
 	}
 	return nil
+}
+
+// unsettled ends the spans of ds, left unsettled when Run stops with err
+// (the broker requeues them when the channel closes), and returns err.
+func (s *session) unsettled(ds []consume.Delivery[amqp.Delivery], err error) error {
+	for i := range ds {
+		s.c.cfg.Unsettled(&ds[i], err)
+	}
+	return err
 }
 
 // settle performs one decision after the commit: ack, requeue (counted:

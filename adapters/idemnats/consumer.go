@@ -196,7 +196,9 @@ func (c *Consumer) process(ctx context.Context, msgs []jetstream.Msg, st *settle
 		meta, err := m.Metadata()
 		if err != nil {
 			d := consume.Delivery[jetstream.Msg]{Msg: m, Attempt: 1}
+			c.cfg.Start(ctx, &d)
 			if err := c.deadLetter(ctx, &d, nil, consume.Decision{Outcome: idem.DeadLettered, Reason: ReasonNoMetadata, Err: err}); err != nil {
+				c.cfg.Unsettled(&d, err)
 				return err
 			}
 			continue
@@ -223,6 +225,9 @@ func (c *Consumer) process(ctx context.Context, msgs []jetstream.Msg, st *settle
 	st.do(func() error {
 		for i := range ds {
 			if err := c.settle(ctx, &ds[i], metas[i], decs[i]); err != nil {
+				for j := i; j < len(ds); j++ {
+					c.cfg.Unsettled(&ds[j], err) // redelivered by the server
+				}
 				return err
 			}
 		}

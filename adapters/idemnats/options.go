@@ -24,11 +24,13 @@ type config struct {
 }
 
 func defaultConfig() config {
-	return config{
+	c := config{
 		Config:  consume.Defaults[jetstream.Msg]("idemnats", MsgIDKey),
 		maxWait: 5 * time.Second,
 		linger:  time.Millisecond,
 	}
+	c.System, c.Headers = "nats", carrier
+	return c
 }
 
 // pullBackoff spaces the retries of a failing pull.
@@ -99,6 +101,14 @@ func WithObserver(f func(Event)) Option { return shared(consume.WithObserver(f))
 // WithLogger logs retries, dead letters and transient errors to l (default:
 // discarded).
 func WithLogger(l *slog.Logger) Option { return shared(consume.WithLogger[jetstream.Msg](l)) }
+
+// WithTracer traces the consume loop through t (idemotel.NewTracer for
+// OpenTelemetry): a span per pulled group (idem.OpConsumeBatch), whose
+// context the inbox transaction runs in, and a span per message
+// (idem.OpConsume), child of the group's, linked to the trace context in
+// the message's headers, ended with its outcome once it is acked, nak'd or
+// dead-lettered.
+func WithTracer(t idem.Tracer) Option { return shared(consume.WithTracer[jetstream.Msg](t)) }
 
 // WithDeadLetter republishes messages that cannot be applied to subject
 // through js (which must reach a stream that captures it), with the
