@@ -33,11 +33,13 @@ lint:
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 2s -timeout 60m $(PKGS)
 
-## bench-compact: compact in-memory dedup (window, memstore) beside a Go map
-## at 1M and 10M random ids, three interleaved rounds (docs/benchmarks.md).
+## bench-compact: compact in-memory dedup (window, memstore, the index alone)
+## beside a Go map at 1M and 10M random ids, three interleaved rounds
+## (docs/benchmarks.md).
 bench-compact:
 	@for i in 1 2 3; do \
 		IDEM_BENCH_10M=1 $(GO) test -p 1 -run '^$$' -bench '^BenchmarkCompact$$' -benchtime 1x -timeout 60m ./window ./keystore/memstore || exit 1; \
+		IDEM_BENCH_10M=1 $(GO) test -run '^$$' -bench '^BenchmarkSetFill$$' -benchtime 1x -timeout 60m ./internal/compact || exit 1; \
 		IDEM_BENCH_10M=1 $(GO) test -run '^$$' -bench '^BenchmarkCompactSteady$$' -benchtime 1000000x -timeout 60m ./window || exit 1; \
 	done
 	IDEM_BENCH_10M=1 $(GO) test -run '^$$' -bench '^BenchmarkCompactGC$$' -benchtime 1x -timeout 60m ./window

@@ -1,6 +1,7 @@
 package window_test
 
 import (
+	"context"
 	"math"
 	"os"
 	"runtime"
@@ -11,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idem-go/idem/internal/compact/compactbench"
+	"github.com/idem-go/idem/keystore/memstore"
 	"github.com/idem-go/idem/window"
 )
 
@@ -154,7 +156,8 @@ func benchSizes() map[int]string {
 // without keeping the ids anywhere else, runs a loop allocating pointerful
 // garbage until 20 GC cycles have passed, and reports their p99 pause
 // (runtime/metrics /gc/pauses:seconds) and the GC's CPU time per cycle.
-// "none" holds nothing; "map-string" is a map[string]int64 of the UUID
+// "none" holds nothing; "memstore" is a memory key store whose keys were
+// completed with empty results (the compact tier); "map-string" is a map[string]int64 of the UUID
 // strings, the pointerful shape the pre-issue-16 stores had.
 func BenchmarkCompactGC(b *testing.B) {
 	t0 := time.Unix(1_700_000_000, 0)
@@ -172,6 +175,26 @@ func BenchmarkCompactGC(b *testing.B) {
 				}
 				reportGC(b)
 				runtime.KeepAlive(d)
+			}
+		})
+		b.Run(name+"/memstore", func(b *testing.B) {
+			ctx := context.Background()
+			for b.Loop() {
+				s, err := memstore.New(memstore.WithMaxKeys(n))
+				if err != nil {
+					b.Fatal(err)
+				}
+				for range n {
+					c, err := s.Reserve(ctx, uuid.NewString(), nil, time.Minute)
+					if err == nil {
+						err = s.Complete(ctx, c, nil, time.Hour)
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				reportGC(b)
+				s.Close()
 			}
 		})
 		b.Run(name+"/map", func(b *testing.B) {
