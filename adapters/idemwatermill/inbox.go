@@ -61,8 +61,8 @@ func (m *InboxMiddleware) Middleware(h message.HandlerFunc) message.HandlerFunc 
 		orig := msg.Context()
 		defer msg.SetContext(orig)
 		var produced []*message.Message
-		err := m.cfg.handle(msg, func(d *consume.Delivery[*message.Message]) (bool, error) {
-			return m.in.ProcessMessage(orig, inbox.Message{Key: d.Key, Fingerprint: d.Fingerprint}, func(ctx context.Context, tx *sql.Tx) error {
+		err := m.cfg.handle(msg, func(ctx context.Context, d *consume.Delivery[*message.Message]) (bool, error) {
+			return m.in.ProcessMessage(ctx, inbox.Message{Key: d.Key, Fingerprint: d.Fingerprint}, func(ctx context.Context, tx *sql.Tx) error {
 				msg.SetContext(context.WithValue(ctx, txKey{}, tx))
 				out, err := h(msg)
 				produced = out

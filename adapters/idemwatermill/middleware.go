@@ -35,6 +35,7 @@ type config struct {
 // error names what is missing) and applies its options.
 func newConfig(present bool, missing string, opts []Option) (config, error) {
 	c := config{Config: consume.Defaults[*message.Message]("idemwatermill", uuidKey)}
+	c.System, c.Headers = "watermill", carrier
 	if !present {
 		return c, c.Invalid("nil %s", missing)
 	}
@@ -83,6 +84,13 @@ func WithObserver(fn func(Event)) Option { return shared(consume.WithObserver(fn
 // WithLogger logs failed and unusable messages to l (default: discarded).
 func WithLogger(l *slog.Logger) Option { return shared(consume.WithLogger[*message.Message](l)) }
 
+// WithTracer traces each handled message through t (idemotel.NewTracer for
+// OpenTelemetry): a span (idem.OpConsume) child of the span in
+// msg.Context(), linked to the trace context in the message's metadata,
+// ended with its outcome. The inbox transaction or the key store calls, and
+// the handler (through msg.Context()), run under it.
+func WithTracer(t idem.Tracer) Option { return shared(consume.WithTracer[*message.Message](t)) }
+
 // WithKeystoreOptions passes options (lease, TTL, waiting for an
 // in-progress holder) to keystore.Do. Middleware only.
 func WithKeystoreOptions(opts ...keystore.Option) Option {
@@ -108,11 +116,12 @@ func uuidKey(msg *message.Message) (string, error) {
 // a fingerprint mismatch, an error marked idem.Permanent) fails with an
 // error marked idem.Permanent and naming its reason, for a poison queue; any
 // other failure is returned as it is, and the router nacks it.
-func (c *config) handle(msg *message.Message, run func(d *consume.Delivery[*message.Message]) (applied bool, err error)) error {
+func (c *config) handle(msg *message.Message, run func(ctx context.Context, d *consume.Delivery[*message.Message]) (applied bool, err error)) error {
 	d := consume.Delivery[*message.Message]{Msg: msg, Attempt: 1}
+	ctx := c.Start(msg.Context(), &d)
 	dec, ok := c.Prepare(&d)
 	if ok {
-		applied, err := run(&d)
+		applied, err := run(ctx, &d)
 		dec = c.Decide(&d, applied, err)
 	}
 	c.Report(&d, dec)
@@ -148,8 +157,10 @@ func NewMiddleware(s keystore.Store, opts ...Option) (*Middleware, error) {
 
 // Middleware is the message.HandlerMiddleware: router.AddMiddleware(m.Middleware).
 //
-// Outcomes: a new key runs h; its produced messages are stored as the key's
-// result and returned. A completed key does not run h and returns the stored
+// Outcomes: a new key runs h, with msg.Context() set to keystore.Do's
+// effect context (cancelled if the key's lease is lost; restored when h
+// returns); its produced messages are stored as the key's result and
+// returned. A completed key does not run h and returns the stored
 // produced messages again (so a crash between completion and publishing loses
 // nothing; the publish may repeat, with the same UUIDs). A key in progress
 // elsewhere returns an error wrapping keystore.ErrInProgress (the message is
@@ -164,8 +175,11 @@ func NewMiddleware(s keystore.Store, opts ...Option) (*Middleware, error) {
 func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		var out []*message.Message
-		err := m.cfg.handle(msg, func(d *consume.Delivery[*message.Message]) (bool, error) {
-			res, replayed, err := keystore.Do(msg.Context(), m.s, d.Key, d.Fingerprint, func(ctx context.Context) ([]byte, error) {
+		orig := msg.Context()
+		defer msg.SetContext(orig)
+		err := m.cfg.handle(msg, func(ctx context.Context, d *consume.Delivery[*message.Message]) (bool, error) {
+			res, replayed, err := keystore.Do(ctx, m.s, d.Key, d.Fingerprint, func(ctx context.Context) ([]byte, error) {
+				msg.SetContext(ctx)
 				produced, err := h(msg)
 				if err != nil {
 					return nil, err
