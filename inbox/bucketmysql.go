@@ -115,23 +115,33 @@ func mysqlIsolationVar(ctx context.Context, q querier) (string, error) {
 	return "transaction_isolation", nil
 }
 
-// mysqlListSQL lists the tables whose name starts with ? (bound twice)
-// in the schema ? (nil: the connection's), with whether each one is a
-// trustworthy bucket: InnoDB, exactly one unique index, its primary key on
-// (d) alone, BINARY(16), no column prefix, and no trigger.
+// mysqlListSQL lists the tables whose name is LIKE ? in the schema ?
+// (nil: the connection's), with whether each one is a trustworthy bucket:
+// InnoDB, exactly one unique index, its primary key on (d) alone,
+// BINARY(16), no column prefix, and no trigger. Each information_schema
+// table is read once, filtered by constants (correlated subqueries would
+// open every bucket once per bucket).
 const mysqlListSQL = `SELECT t.TABLE_NAME,
-	t.ENGINE = 'InnoDB'
-	AND (SELECT COUNT(DISTINCT s.INDEX_NAME) FROM information_schema.STATISTICS s WHERE s.TABLE_SCHEMA = t.TABLE_SCHEMA AND s.TABLE_NAME = t.TABLE_NAME AND s.NON_UNIQUE = 0) = 1
-	AND (SELECT COUNT(*) FROM information_schema.STATISTICS s WHERE s.TABLE_SCHEMA = t.TABLE_SCHEMA AND s.TABLE_NAME = t.TABLE_NAME AND s.INDEX_NAME = 'PRIMARY') = 1
-	AND (SELECT COUNT(*) FROM information_schema.STATISTICS s JOIN information_schema.COLUMNS c ON c.TABLE_SCHEMA = s.TABLE_SCHEMA AND c.TABLE_NAME = s.TABLE_NAME AND c.COLUMN_NAME = s.COLUMN_NAME
-	     WHERE s.TABLE_SCHEMA = t.TABLE_SCHEMA AND s.TABLE_NAME = t.TABLE_NAME AND s.INDEX_NAME = 'PRIMARY' AND s.COLUMN_NAME = 'd' AND s.SUB_PART IS NULL AND LOWER(c.COLUMN_TYPE) = 'binary(16)') = 1
-	AND NOT EXISTS (SELECT 1 FROM information_schema.TRIGGERS tr WHERE tr.EVENT_OBJECT_SCHEMA = t.TABLE_SCHEMA AND tr.EVENT_OBJECT_TABLE = t.TABLE_NAME)
-FROM information_schema.TABLES t
-WHERE t.TABLE_SCHEMA = COALESCE(?, DATABASE()) AND t.TABLE_TYPE = 'BASE TABLE' AND LEFT(t.TABLE_NAME, CHAR_LENGTH(?)) = ?`
+	t.ENGINE = 'InnoDB' AND COALESCE(s.uniq, 0) = 1 AND COALESCE(s.pk, 0) = 1 AND COALESCE(s.pkd, 0) = 1
+	AND COALESCE(c.typ, '') = 'binary(16)' AND tr.n IS NULL
+FROM (SELECT TABLE_NAME, ENGINE FROM information_schema.TABLES
+      WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_TYPE = 'BASE TABLE' AND TABLE_NAME LIKE ?) t
+LEFT JOIN (SELECT TABLE_NAME, COUNT(DISTINCT INDEX_NAME) AS uniq, SUM(INDEX_NAME = 'PRIMARY') AS pk,
+             SUM(INDEX_NAME = 'PRIMARY' AND COLUMN_NAME = 'd' AND SUB_PART IS NULL) AS pkd
+           FROM information_schema.STATISTICS
+           WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME LIKE ? AND NON_UNIQUE = 0 GROUP BY TABLE_NAME) s
+  ON s.TABLE_NAME = t.TABLE_NAME
+LEFT JOIN (SELECT TABLE_NAME, LOWER(COLUMN_TYPE) AS typ FROM information_schema.COLUMNS
+           WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME LIKE ? AND COLUMN_NAME = 'd') c
+  ON c.TABLE_NAME = t.TABLE_NAME
+LEFT JOIN (SELECT EVENT_OBJECT_TABLE, COUNT(*) AS n FROM information_schema.TRIGGERS
+           WHERE EVENT_OBJECT_SCHEMA = COALESCE(?, DATABASE()) AND EVENT_OBJECT_TABLE LIKE ? GROUP BY EVENT_OBJECT_TABLE) tr
+  ON tr.EVENT_OBJECT_TABLE = t.TABLE_NAME`
 
 func (b *buckets) mysqlList(ctx context.Context, q querier, prefix string) (*sql.Rows, error) {
 	schema, _ := mysqlSchemaArg(b.table)
-	return q.QueryContext(ctx, mysqlListSQL, schema, prefix, prefix)
+	like := strings.ReplaceAll(prefix, "_", `\_`) + "%" // list checks each name exactly
+	return q.QueryContext(ctx, mysqlListSQL, schema, like, schema, like, schema, like, schema, like)
 }
 
 // memo returns the statement cached under ck for version, building it
