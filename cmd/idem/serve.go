@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/idemhttp/idemhttpprom"
+	"github.com/idem-go/idem/idemotel"
 	"github.com/idem-go/idem/keystore/keystoreprom"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -39,6 +40,7 @@ type serveFlags struct {
 	upstreamCA                string
 	upstreamCert, upstreamKey string
 	h2c                       bool
+	otlp                      otlpFlags // tracing (tracing.go)
 }
 
 func newServe() *cobra.Command {
@@ -79,6 +81,7 @@ for --drain, then aborts the rest, releasing their keys so that retries execute.
 	fl.IntVar(&f.maxResponse, "max-response", 1<<20, "largest response stored for replay, bytes")
 	addLimitFlags(fl, &f)
 	addGatewayFlags(fl, &f)
+	addTracingFlags(fl, &f.otlp)
 	return cmd
 }
 
@@ -152,6 +155,12 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 			return fmt.Errorf("serve: %w", err)
 		}
 	}
+	tracer, stopTracing, err := startTracing(f.otlp, log)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	defer stopTracing() // before the store closes: flushes the last spans
+	store.Store = idemotel.WrapStore(store.Store, tracer)
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idem_serve_reloads_total",
 		Help: "SIGHUP reloads of the --config file and the certificates, by what and result (ok, error: the previous one stays).",
@@ -161,6 +170,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	g.tracer = tracer
 	if adminToken != nil {
 		g.held = newHeldKeys() // the operator page shows the age and route of the keys this process holds
 	}

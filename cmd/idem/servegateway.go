@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/keystore"
 )
@@ -89,6 +90,7 @@ type gateway struct {
 	outcomes  *outcomeLog    // per route, for the operator page
 	held      *heldKeys      // nil unless the operator page is on
 	plain     http.Handler   // pass-through: no key, no store I/O
+	tracer    idem.Tracer    // nil: no spans (tracing.go)
 
 	cur  atomic.Pointer[policySet]
 	mu   sync.Mutex
@@ -218,6 +220,7 @@ func (g *gateway) handlerFor(p policy, route string) (http.Handler, error) {
 		idemhttp.WithStoreTimeout(g.f.storeTimeout), idemhttp.WithUpstreamTransport(g.transport),
 		idemhttp.WithForwarded(g.forwarded), idemhttp.WithHooks(g.outcomes.hooks(route, g.hooks)),
 	}
+	opts = append(opts, g.traceOptions(route)...)
 	if len(p.fpHeaders) > 0 {
 		opts = append(opts, idemhttp.WithFingerprintHeaders(p.fpHeaders...))
 	}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/idemotel"
+)
+
+// otlpReceiver is an OTLP/HTTP trace endpoint that keeps what it is sent.
+type otlpReceiver struct {
+	mu    sync.Mutex
+	raw   [][]byte
+	spans []*tracepb.Span
+	res   []string // service.name of each resource
+	srv   *httptest.Server
+}
+
+func newOTLPReceiver(t *testing.T) *otlpReceiver {
+	o := &otlpReceiver{}
+	o.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		var req coltracepb.ExportTraceServiceRequest
+		if err == nil {
+			err = proto.Unmarshal(body, &req)
+		}
+		if r.URL.Path != "/v1/traces" || err != nil {
+			t.Errorf("OTLP receiver: %s %s: %v", r.Method, r.URL.Path, err)
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		o.mu.Lock()
+		o.raw = append(o.raw, body)
+		for _, rs := range req.ResourceSpans {
+			for _, kv := range rs.GetResource().GetAttributes() {
+				if kv.Key == "service.name" {
+					o.res = append(o.res, kv.GetValue().GetStringValue())
+				}
+			}
+			for _, ss := range rs.ScopeSpans {
+				o.spans = append(o.spans, ss.Spans...)
+			}
+		}
+		o.mu.Unlock()
+		out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		_, _ = w.Write(out)
+	}))
+	t.Cleanup(o.srv.Close)
+	return o
+}
+
+func strAttr(s *tracepb.Span, key string) string {
+	for _, kv := range s.Attributes {
+		if kv.Key == key {
+			return kv.GetValue().GetStringValue()
+		}
+	}
+	return ""
+}
+
+// idem serve --otlp-endpoint exports a span per keyed request, with the
+// store calls under it, and flushes them on SIGTERM: the batch delay is a
+// minute, so only the flush on exit can have sent them. No span carries
+// the client's key.
+func TestServeExportsSpans(t *testing.T) {
+	rcv := newOTLPReceiver(t)
+	up := newUpstream(t)
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "60000")
+	p := startServe(t, up.srv.URL, "memory", "--otlp-endpoint", strings.TrimPrefix(rcv.srv.URL, "http://"), "--otlp-insecure")
+	const key = "e2e-secret-key-5f1d"
+	first := post(t, p.url, "/orders", key, `{"card":"4242"}`)
+	second := post(t, p.url, "/orders", key, `{"card":"4242"}`)
+	if first.status != http.StatusCreated || second.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("statuses %d, %d (replayed %q)", first.status, second.status, second.header.Get("Idempotent-Replayed"))
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("idem serve exited with %v:\n%s", err, p.out)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("idem serve did not exit on SIGTERM")
+	}
+
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	byID := map[string]*tracepb.Span{}
+	var reqs []*tracepb.Span
+	for _, s := range rcv.spans {
+		byID[string(s.SpanId)] = s
+		if s.Name == idem.OpHTTPRequest {
+			reqs = append(reqs, s)
+		}
+	}
+	if len(reqs) != 2 {
+		t.Fatalf("%d request spans exported, want 2 (of %d spans)", len(reqs), len(rcv.spans))
+	}
+	for i, want := range []string{"executed", "replayed"} {
+		if got := strAttr(reqs[i], idem.AttrOutcome); got != want {
+			t.Errorf("request %d: outcome %q, want %q", i, got, want)
+		}
+		if got := strAttr(reqs[i], idem.AttrRoute); got != "default" {
+			t.Errorf("request %d: route %q", i, got)
+		}
+		if got := strAttr(reqs[i], idem.AttrKeyHash); got != idemotel.KeyHash(key) {
+			t.Errorf("request %d: key hash %q, want %q", i, got, idemotel.KeyHash(key))
+		}
+		if reqs[i].Kind != tracepb.Span_SPAN_KIND_SERVER {
+			t.Errorf("request %d: kind %v", i, reqs[i].Kind)
+		}
+	}
+	var under []string
+	for _, s := range rcv.spans {
+		if par, ok := byID[string(s.ParentSpanId)]; ok && par == reqs[0] {
+			under = append(under, s.Name+":"+strAttr(s, idem.AttrOutcome))
+		}
+	}
+	if got := strings.Join(under, ","); got != "idem.keystore.reserve:reserved,idem.keystore.complete:completed" {
+		t.Errorf("under the executed request: %q", got)
+	}
+	if len(rcv.res) == 0 || rcv.res[0] != "idem-serve" {
+		t.Errorf("service.name %v", rcv.res)
+	}
+	for _, b := range rcv.raw {
+		for _, secret := range []string{key, "4242", "e2e-client"} {
+			if bytes.Contains(b, []byte(secret)) {
+				t.Errorf("the exported spans hold %q", secret)
+			}
+		}
+	}
+}
+
+func TestServeOTLPEndpointRefused(t *testing.T) {
+	out, err := runServeExit(t, "--upstream", "http://127.0.0.1:1", "--store", "memory", "--otlp-endpoint", "no-port")
+	if err == nil || !strings.Contains(out, "--otlp-endpoint") {
+		t.Fatalf("err %v, output:\n%s", err, out)
+	}
+}
