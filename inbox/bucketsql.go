@@ -79,6 +79,18 @@ func (in *Inbox) bucketInsert(ctx context.Context, tx *sql.Tx, b *buckets, msgs 
 	if err != nil {
 		return nil, err
 	}
+	if b.runs != nil {
+		inRuns, err := in.runsRecorded(ctx, tx, b, ds)
+		if err != nil {
+			return nil, err
+		}
+		for d := range inRuns {
+			if recorded == nil {
+				recorded = map[[16]byte]bool{}
+			}
+			recorded[d] = true
+		}
+	}
 	if len(recorded) > 0 {
 		keep, kept := idx[:0:0], ds[:0:0]
 		for j, i := range idx {
@@ -116,6 +128,9 @@ func (in *Inbox) bucketInsert(ctx context.Context, tx *sql.Tx, b *buckets, msgs 
 		if err := b.eachDigest(rows, func(d [16]byte) { inserted[keyOf[d]] = true }); err != nil {
 			return nil, in.bucketStatementError(ctx, err)
 		}
+	}
+	if b.runs != nil {
+		b.runs.noteInserted(cur, len(inserted))
 	}
 	return inserted, nil
 }
@@ -358,6 +373,9 @@ func (in *Inbox) bucketFingerprint(ctx context.Context, tx *sql.Tx, b *buckets, 
 		if in.dialect == sqldialect.SQLite {
 			q.WriteString("1") // ?1
 		}
+	}
+	for _, r := range b.runTables() { // SQLite runs: synced by bucketInsert in this transaction
+		q.WriteString(" UNION ALL SELECT fingerprint AS f FROM " + r + " WHERE d = ?1")
 	}
 	if b.legacy.Load() {
 		if len(starts) > 0 {

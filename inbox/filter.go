@@ -100,6 +100,9 @@ func (in *Inbox) buildFilters(ctx context.Context, b *buckets) error {
 		}
 		b.mu.Lock()
 		used, failed := b.filterBytes, b.filterFailed[s]
+		if b.runs != nil {
+			used += b.runs.bytes.Load() // one budget for both kinds
+		}
 		b.mu.Unlock()
 		if failed || used >= in.cfg.filterBytes {
 			continue
@@ -157,7 +160,7 @@ func (in *Inbox) readFilter(ctx context.Context, b *buckets, s int64) (*bloom, e
 		}
 	case sqldialect.SQLite:
 		// A write (of nothing) takes the write lock, or waits for it.
-		if _, err := tx.ExecContext(ctx, `UPDATE `+b.meta+` SET value = value WHERE name = 'bucket_seconds'`); err != nil {
+		if _, err := tx.ExecContext(ctx, `UPDATE `+b.meta+` SET value = value WHERE name = 'salt'`); err != nil {
 			return nil, err
 		}
 	}

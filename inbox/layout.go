@@ -88,6 +88,8 @@ type buckets struct {
 	// isoVar: MySQL's session variable of the isolation level
 	// (bucketmysql.go).
 	isoVar string
+	// runs: SQLite tables whose buckets hold runs (runs.go); nil otherwise.
+	runs *runState
 }
 
 // txStmt returns q prepared for tx if it is cached for version (SQLite
@@ -233,9 +235,10 @@ func bucketSchema(d sqldialect.Dialect, t string, width time.Duration) []string 
 			`INSERT INTO ` + m + ` (name, value) VALUES ('salt', '\x` + hex.EncodeToString(salt) + `'::bytea), ('bucket_seconds', convert_to('` + w + `', 'UTF8')) ON CONFLICT (name) DO NOTHING`,
 		}
 	case sqldialect.SQLite:
+		// Buckets of runs (runs.go): the width under runWidthMeta.
 		return []string{
 			`CREATE TABLE IF NOT EXISTS ` + m + ` (name TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID`,
-			`INSERT INTO ` + m + ` (name, value) VALUES ('salt', x'` + hex.EncodeToString(salt) + `'), ('bucket_seconds', CAST('` + w + `' AS BLOB)) ON CONFLICT (name) DO NOTHING`,
+			`INSERT INTO ` + m + ` (name, value) VALUES ('salt', x'` + hex.EncodeToString(salt) + `'), ('` + runWidthMeta + `', CAST('` + w + `' AS BLOB)), ('` + runsMeta + `', CAST('0' AS BLOB)) ON CONFLICT (name) DO NOTHING`,
 		}
 	case sqldialect.MySQL:
 		return mysqlBucketSchema(m, salt, w)
@@ -315,8 +318,12 @@ func loadBuckets(ctx context.Context, q querier, d sqldialect.Dialect, t string)
 		switch name {
 		case "salt":
 			b.salt = v
-		case "bucket_seconds":
+		case "bucket_seconds", runWidthMeta:
 			b.width, _ = strconv.ParseInt(string(v), 10, 64)
+		case runsMeta:
+			if d == sqldialect.SQLite {
+				b.runs = newRunState()
+			}
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -506,6 +513,11 @@ func (in *Inbox) ensureBuckets(ctx context.Context) error {
 	if time.Since(time.Unix(0, b.syncedNS.Load())) > clockSyncEvery {
 		if err := in.readTx(ctx, func(tx *sql.Tx) error { return b.syncClock(ctx, tx) }); err != nil {
 			return fmt.Errorf("inbox: read the database clock: %w", err)
+		}
+	}
+	if b.runs != nil {
+		if err := in.maintainRuns(ctx, b); err != nil {
+			return err
 		}
 	}
 	cur := b.current()

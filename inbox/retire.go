@@ -190,6 +190,9 @@ func (in *Inbox) retireBuckets(ctx context.Context, b *buckets, olderThan time.D
 			if _, err := tx.ExecContext(ctx, `DROP TABLE IF EXISTS `+bucketName(in.cfg.table, s)); err != nil {
 				return fmt.Errorf("inbox: sweep: drop %s: %w", bucketName(in.cfg.table, s), err)
 			}
+			if err := in.dropRuns(ctx, tx, b, s); err != nil {
+				return fmt.Errorf("inbox: sweep: drop the runs of %s: %w", bucketName(in.cfg.table, s), err)
+			}
 			dropped++
 		}
 		if b.legacy.Load() {
