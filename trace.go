@@ -57,6 +57,7 @@ const (
 	OpKeystoreRelease      = "idem.keystore.release"
 	OpKeystoreExtend       = "idem.keystore.extend"
 	OpHTTPRequest          = "idem.http.request"
+	OpGRPCCall             = "idem.grpc.call"     // one keyed unary call (idemgrpc)
 	OpConsume              = "idem.consume"       // one broker message, from delivery to acknowledgement
 	OpConsumeBatch         = "idem.consume.batch" // one fetched batch of messages
 )

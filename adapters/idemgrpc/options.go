@@ -43,6 +43,7 @@ type config struct {
 	maxResponse    int
 	logger         *slog.Logger
 	hooks          Hooks
+	tracer         idem.Tracer
 }
 
 func defaultConfig() config {
@@ -174,6 +175,16 @@ func WithMaxResponseSize(n int) Option {
 // WithLogger sets a logger (default: discard).
 func WithLogger(l *slog.Logger) Option {
 	return option.Check("idemgrpc", l != nil, func(c *config) { c.logger = l }, "nil logger")
+}
+
+// WithTracer traces every keyed call through t (idemotel.NewTracer for
+// OpenTelemetry): a span (idem.OpGRPCCall) child of the span in the call's
+// context, with the full method (idem.AttrRoute) and the key's hash, ended
+// with the call's [Outcome] name and the error returned to the client. The
+// key store calls and the handler run under it. Calls that pass through (no
+// key, method not configured) are not traced.
+func WithTracer(t idem.Tracer) Option {
+	return option.Check("idemgrpc", t != nil, func(c *config) { c.tracer = t }, "nil tracer")
 }
 
 var perCall = map[string]bool{

@@ -172,7 +172,7 @@ func TestOptionsRefused(t *testing.T) {
 	for _, o := range []idemgrpc.Option{
 		idemgrpc.WithMethods(), idemgrpc.WithMethods("Charge"), idemgrpc.WithTTL(0), idemgrpc.WithLease(-1),
 		idemgrpc.WithWait(-1), idemgrpc.WithStoreTimeout(0), idemgrpc.WithReleaseCodes(codes.OK),
-		idemgrpc.WithReplayMetadata("grpc-status"), idemgrpc.WithMaxResponseSize(0), idemgrpc.WithLogger(nil),
+		idemgrpc.WithReplayMetadata("grpc-status"), idemgrpc.WithMaxResponseSize(0), idemgrpc.WithLogger(nil), idemgrpc.WithTracer(nil),
 		idemgrpc.WithHooks(nil), idemgrpc.WithScopeFunc(nil), nil,
 	} {
 		if _, err := idemgrpc.New(newMem(t), o); !isInvalidOption(err) {

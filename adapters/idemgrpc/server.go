@@ -89,10 +89,27 @@ func (i *Interceptor) serve(ctx context.Context, req any, info *grpc.UnaryServer
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	key, err := KeyFromMetadata(md)
-	switch {
-	case errors.Is(err, idem.ErrMissingKey) && !i.cfg.required:
+	if errors.Is(err, idem.ErrMissingKey) && !i.cfg.required {
 		resp, err := handler(ctx, req)
 		return resp, idemhttp.OutcomePassThrough, err
+	}
+	if i.cfg.tracer == nil {
+		return i.keyed(ctx, req, info, handler, key, err)
+	}
+	ctx, span := i.cfg.tracer.Start(ctx, idem.OpGRPCCall)
+	span.Attr(idem.AttrRoute, info.FullMethod)
+	if err == nil {
+		span.Key(key)
+	}
+	resp, o, err := i.keyed(ctx, req, info, handler, key, err)
+	span.End(string(o), err)
+	return resp, o, err
+}
+
+// keyed is serve for a call that carries a key, or lacks a required one
+// (keyErr).
+func (i *Interceptor) keyed(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler, key string, keyErr error) (any, Outcome, error) {
+	switch err := keyErr; {
 	case errors.Is(err, idem.ErrMissingKey):
 		return nil, idemhttp.OutcomeBadRequest, failure(codes.InvalidArgument, ReasonMissingKey, info.FullMethod+" requires an "+MetadataKey+" metadata entry")
 	case err != nil:
