@@ -36,7 +36,7 @@ func BenchmarkCompact(b *testing.B) {
 		b.Run(name+"/window", func(b *testing.B) {
 			for b.Loop() {
 				before := compactbench.HeapInUse()
-				start := time.Now()
+				start := compactbench.Start()
 				d, _ := window.New(time.Hour)
 				for i, s := range strs {
 					if dup, _, err := d.Add("orders", s, t0.Add(time.Duration(i))); dup || err != nil {
@@ -51,7 +51,7 @@ func BenchmarkCompact(b *testing.B) {
 			var out []window.Result
 			for b.Loop() {
 				before := compactbench.HeapInUse()
-				start := time.Now()
+				start := compactbench.Start()
 				d, _ := window.New(time.Hour)
 				for i := 0; i < n; i += benchBatch {
 					out = d.AddBatch("orders", strs[i:min(i+benchBatch, n)], t0.Add(time.Duration(i)), out[:0])
@@ -91,6 +91,8 @@ func BenchmarkCompactSteady(b *testing.B) {
 			}
 			fresh, _ := compactbench.UUIDs(b.N)
 			b.ResetTimer()
+			start := compactbench.Start()
+			defer compactbench.ReportTime(b, b.N, start, "ns/insert")
 			for i := range b.N {
 				if dup, _, err := d.Add("orders", fresh[i], t0.Add(time.Duration(n+i))); dup || err != nil {
 					b.Fatal("duplicate or error", err)
@@ -105,6 +107,8 @@ func BenchmarkCompactSteady(b *testing.B) {
 			fresh, _ := compactbench.UUIDs(b.N)
 			var out []window.Result
 			b.ResetTimer()
+			start := compactbench.Start()
+			defer compactbench.ReportTime(b, b.N, start, "ns/insert")
 			for i := 0; i < b.N; i += benchBatch {
 				out = d.AddBatch("orders", fresh[i:min(i+benchBatch, b.N)], t0.Add(time.Duration(n+i)), out[:0])
 				for _, r := range out {
@@ -126,6 +130,8 @@ func BenchmarkCompactSteady(b *testing.B) {
 				fresh[i] = uuid.New()
 			}
 			b.ResetTimer()
+			start := compactbench.Start()
+			defer compactbench.ReportTime(b, b.N, start, "ns/insert")
 			for i := range b.N {
 				k := fresh[i]
 				if _, ok := m[k]; ok {

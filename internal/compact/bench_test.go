@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"testing"
+
+	"github.com/idem-go/idem/internal/compact/compactbench"
 )
 
 // BenchmarkSetFill fills a Set with n random fingerprints (Find, then
@@ -27,6 +29,7 @@ func BenchmarkSetFill(b *testing.B) {
 		binary.LittleEndian.PutUint32(raws[i][8:], fps[i].Hi)
 	}
 	set := func(b *testing.B) {
+		start := compactbench.Start()
 		for b.Loop() {
 			s := NewSet()
 			for i, fp := range fps {
@@ -38,9 +41,10 @@ func BenchmarkSetFill(b *testing.B) {
 				}
 			}
 		}
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/insert")
+		compactbench.ReportTime(b, b.N*n, start, "ns/insert")
 	}
 	mp := func(b *testing.B) {
+		start := compactbench.Start()
 		for b.Loop() {
 			m := map[[16]byte]int64{}
 			for i, k := range raws {
@@ -50,7 +54,7 @@ func BenchmarkSetFill(b *testing.B) {
 				m[k] = int64(i)
 			}
 		}
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/insert")
+		compactbench.ReportTime(b, b.N*n, start, "ns/insert")
 	}
 	for round := range 2 {
 		if round%2 == 0 {

@@ -34,7 +34,7 @@ func BenchmarkCompact(b *testing.B) {
 		fill := func(b *testing.B, result []byte) {
 			for b.Loop() {
 				before := compactbench.HeapInUse()
-				start := time.Now()
+				start := compactbench.Start()
 				s, err := memstore.New(memstore.WithMaxKeys(2 * n))
 				if err != nil {
 					b.Fatal(err)
