@@ -8,7 +8,8 @@
 // number of keys ([WithMaxKeys]) and none has expired, Reserve returns
 // [ErrFull] instead of forgetting a key whose effect could then run twice.
 //
-// Keys are spread over 64 shards by a seeded hash, each with its own mutex;
+// Keys are spread over 64 shards by their keyed fingerprint (below), each
+// with its own mutex;
 // a call takes one shard lock, and no operation takes a global lock. Expired
 // keys are reclaimed without a background goroutine: a key found expired
 // is replaced on access; an insert into a shard that may hold expired keys
@@ -63,9 +64,24 @@
 // not move them; read once per Reserve or Complete) or the function given
 // to [WithClock]. Fencing tokens come from a counter per
 // shard: a key always lives in the same shard, so its tokens strictly
-// increase across Release and expiry.
+// increase across Release and expiry. The counters start at the wall
+// clock's Unix nanoseconds, and a shard hands out far fewer than one token
+// a nanosecond, so a store started later hands out larger tokens than any
+// before it, restored from a snapshot or not, unless the wall clock was
+// set back.
+//
+// # Crashes and snapshots
 //
 // Everything lives in the process: a crash forgets every key, in progress
-// or done, so a redelivery after a restart runs the effect again. Use
-// sqlitestore, sqlstore or redisstore when keys must outlive the process.
+// or done, so a redelivery after a restart runs the effect again, unless
+// the process saved a snapshot ([Store.SaveSnapshot]: every tier and
+// scope, leases, results, the fingerprint key and the token counters;
+// versioned, CRC-32C checksummed, written to a temporary file and renamed
+// into place, 32 bytes a compact-tier key) and starts from it ([Load],
+// which refuses a damaged file with [ErrCorruptSnapshot]). Keys keep their
+// wall-clock expiry across the restart, and each key lands in the shard it
+// was in, since the fingerprint key that picks it is restored. What
+// changed after the last snapshot is lost. `idem serve --store
+// memory:PATH` saves every 30 seconds and on shutdown. Use sqlitestore,
+// sqlstore or redisstore when no completed key may be lost.
 package memstore
