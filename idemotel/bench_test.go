@@ -22,7 +22,7 @@ import (
 type discard struct{}
 
 func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
-func (discard) Shutdown(context.Context) error                            { return nil }
+func (discard) Shutdown(context.Context) error                             { return nil }
 
 // tracers are the three sides the benchmarks compare: no tracer at all,
 // NewTracer on OpenTelemetry's no-op provider (every span non-recording),
