@@ -270,6 +270,18 @@ func (rd *restorer) bytes(n int, what string) (string, error) {
 	return string(p), err
 }
 
+// str reads a string after its length, a uint8 (w 1) or uint16 (w 2).
+func (rd *restorer) str(w int, what string) (string, error) {
+	if err := rd.br.Full(rd.b[:w], what); err != nil {
+		return "", err
+	}
+	n := int(rd.b[0])
+	if w == 2 {
+		n = int(binary.BigEndian.Uint16(rd.b[:2]))
+	}
+	return rd.bytes(n, what)
+}
+
 // shard reads shard number i into sh.
 func (rd *restorer) shard(sh *shard, i int) error {
 	c := rd.c
@@ -344,17 +356,11 @@ func (rd *restorer) pending(sh *shard, i int) error {
 		if err != nil {
 			return err
 		}
-		if err := rd.br.Full(rd.b[:1], "pending keys"); err != nil {
-			return err
-		}
-		prefix, err := rd.bytes(int(rd.b[0]), "pending keys")
+		prefix, err := rd.str(1, "pending keys")
 		if err != nil {
 			return err
 		}
-		if err := rd.br.Full(rd.b[:2], "pending keys"); err != nil {
-			return err
-		}
-		key, err := rd.bytes(int(binary.BigEndian.Uint16(rd.b[:2])), "pending keys")
+		key, err := rd.str(2, "pending keys")
 		if err != nil {
 			return err
 		}
@@ -392,10 +398,7 @@ func (rd *restorer) entries(sh *shard, i int) error {
 		return err
 	}
 	for j := range n {
-		if err := rd.br.Full(rd.b[:2], "entries"); err != nil {
-			return err
-		}
-		ik, err := rd.bytes(int(binary.BigEndian.Uint16(rd.b[:2])), "entries")
+		ik, err := rd.str(2, "entries")
 		if err != nil {
 			return err
 		}

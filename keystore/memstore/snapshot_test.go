@@ -287,3 +287,56 @@ func TestSnapshotDuringWrites(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// FuzzRestore feeds Restore arbitrary bytes, seeded with a valid snapshot:
+// it must refuse them with an error or return a store whose own snapshot
+// restores again, never panic.
+func FuzzRestore(f *testing.F) {
+	s, clk := newClockedF(f)
+	ctx := context.Background()
+	for i, result := range []string{"", "r", ""} {
+		c, err := s.Reserve(ctx, fmt.Sprint("k", i), nil, time.Minute)
+		if err != nil {
+			f.Fatal(err)
+		}
+		if i < 2 {
+			if err := s.Complete(ctx, c, []byte(result), time.Hour); err != nil {
+				f.Fatal(err)
+			}
+		}
+	}
+	var buf bytes.Buffer
+	if err := s.WriteSnapshot(&buf); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(buf.Bytes())
+	f.Add([]byte("IDMS\x01"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := memstore.Restore(bytes.NewReader(b), memstore.WithClock(clk.now))
+		if err != nil {
+			return
+		}
+		defer r.Close()
+		var again bytes.Buffer
+		if err := r.WriteSnapshot(&again); err != nil {
+			t.Fatal(err)
+		}
+		r2, err := memstore.Restore(&again, memstore.WithClock(clk.now))
+		if err != nil {
+			t.Fatalf("a restored store's snapshot is refused: %v", err)
+		}
+		if r2.Len() != r.Len() {
+			t.Fatalf("restored %d keys, then %d", r.Len(), r2.Len())
+		}
+		r2.Close()
+	})
+}
+
+func newClockedF(f *testing.F) (*memstore.Store, *clock) {
+	clk := &clock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	s, err := memstore.New(memstore.WithClock(clk.now))
+	if err != nil {
+		f.Fatal(err)
+	}
+	return s, clk
+}
