@@ -139,6 +139,9 @@ func TestServeAdminKeys(t *testing.T) {
 	if code, _ := adminCall(t, "GET", off.admin, "/admin/keys", testAdminToken); code != http.StatusNotFound {
 		t.Fatalf("admin API without --admin-token-file: %d, want 404 (off)", code)
 	}
+	if code, _ := adminCall(t, "GET", off.admin, pagePath, ""); code != http.StatusNotFound {
+		t.Fatalf("operator page without --admin-token-file: %d, want 404 (off)", code)
+	}
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokenFile, []byte(testAdminToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
