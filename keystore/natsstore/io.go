@@ -25,6 +25,9 @@ func (s *Store) publish(ctx context.Context, subject string, data []byte, expect
 	}
 	var err error
 	for try := 0; try < 2; try++ {
+		if refuse := s.refusePublish; refuse != nil && refuse(subject) {
+			return 0, errConflict
+		}
 		rctx, cancel := context.WithTimeout(ctx, s.timeout)
 		var ack *jetstream.PubAck
 		ack, err = s.js.PublishMsg(rctx, &nats.Msg{Subject: subject, Data: data, Header: h},

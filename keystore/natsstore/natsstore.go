@@ -94,6 +94,9 @@ type Store struct {
 	nc        *nats.Conn
 	js        jetstream.JetStream
 	stream    string // KV_BUCKET
+	// refusePublish, set by tests only, makes a publish to subject fail as
+	// a fenced write refused by the server, without sending it.
+	refusePublish func(subject string) bool
 	apiPrefix string // $JS.API.
 	subjects  string // $KV.BUCKET.SCOPE.
 	scope     string
@@ -297,7 +300,8 @@ func (s *Store) Complete(ctx context.Context, c keystore.Claim, result []byte, t
 	}
 	ttl = roundUpSecond(keystore.CapDuration(ttl))
 	id := callID("c")
-	for attempt := 0; ; attempt++ {
+	var u unsettled
+	for renewals := 0; ; {
 		_, err = s.publish(dctx, subject, encodeDone(c.Token, ttl, fp, result), expect, ttl, id, nil)
 		if err == nil {
 			return nil
@@ -312,11 +316,45 @@ func (s *Store) Complete(ctx context.Context, c keystore.Claim, result []byte, t
 		if ok && !st.marker && st.rec.done && st.rec.token == c.Token {
 			return nil // completed by this claim: this call's first try, or an earlier call
 		}
-		if !ok || !st.heldBy(c.Token) || st.seq == expect || attempt == 3 {
+		if !ok || !st.heldBy(c.Token) {
+			return keystore.LeaseLostError("complete", c.Key, c.Token)
+		}
+		if st.seq == expect {
+			// Refused, yet the lease is unchanged and still the claim's:
+			// a write to the key is still in flight on the stream (this
+			// call's own first try, whose ack timed out). The lease is not
+			// lost: send the same message again (the server deduplicates
+			// it by id) until the key settles.
+			if err := u.wait(s.timeout); err != nil {
+				return fmt.Errorf("natsstore: complete %q: %w", c.Key, err)
+			}
+			continue
+		}
+		if renewals++; renewals > 3 {
 			return keystore.LeaseLostError("complete", c.Key, c.Token)
 		}
 		expect = st.seq // still the claim's lease, renewed meanwhile
 	}
+}
+
+// errUnsettled: a fenced write kept being refused while the key still
+// held the revision it was fenced on, for longer than the store's request
+// timeout. The write may still land; the lease was not lost.
+var errUnsettled = errors.New("natsstore: a write to the key is still in flight on the stream; the outcome is unknown")
+
+// unsettled bounds how long a fenced write is sent again while the key is
+// unchanged: one request timeout from the first refusal.
+type unsettled struct{ since time.Time }
+
+func (u *unsettled) wait(timeout time.Duration) error {
+	if u.since.IsZero() {
+		u.since = time.Now()
+	}
+	if time.Since(u.since) > timeout {
+		return fmt.Errorf("refused for %v: %w", timeout, errUnsettled)
+	}
+	time.Sleep(50 * time.Millisecond)
+	return nil
 }
 
 // settled reads subject's latest message after a publish fenced on
@@ -369,7 +407,8 @@ func (s *Store) Release(ctx context.Context, c keystore.Claim) error {
 	h := nats.Header{"KV-Operation": []string{"DEL"}, releaseHeader: []string{id}}
 	subject := s.Subject(c.Key)
 	expect := c.Token
-	for attempt := 0; ; attempt++ {
+	var u unsettled
+	for attempt := 0; ; {
 		_, err := s.publish(dctx, subject, nil, expect, time.Second, id, h)
 		if errors.Is(err, errConflict) {
 			st, ok, gerr := s.settled(dctx, subject, expect)
@@ -379,7 +418,15 @@ func (s *Store) Release(ctx context.Context, c keystore.Claim) error {
 			if ok && st.marker && st.release == id {
 				return nil // this call's first try landed (its ack was lost)
 			}
-			if ok && st.heldBy(c.Token) && st.seq != expect && attempt < 3 {
+			if ok && st.heldBy(c.Token) && st.seq == expect {
+				// Unchanged and still held: a write is in flight (see
+				// Complete). Send the same message again.
+				if err := u.wait(s.timeout); err != nil {
+					return fmt.Errorf("natsstore: release %q: %w", c.Key, err)
+				}
+				continue
+			}
+			if attempt++; ok && st.heldBy(c.Token) && attempt <= 3 {
 				expect = st.seq // the claim's lease, renewed: fence on the renewal
 				continue
 			}
