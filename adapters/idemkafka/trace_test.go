@@ -87,3 +87,44 @@ func TestTraceKeystoreConsumer(t *testing.T) {
 	_ = runUntil(t, f.keystoreConsumer(idemotel.WrapStore(mem, rec.Tracer), h, idemkafka.WithTracer(rec.Tracer), ta.option(), fastRetries(3)), ta, 3)
 	wantTraced(t, rec, producer, ta, spantest.Want{Under: "idem.keystore.", UnderMessage: true})
 }
+
+// The consumers that key nothing: the offsets consumer (one transaction
+// per batch, then record by record once a handler fails) and the
+// transactional one (a poll is one Kafka transaction).
+func TestTraceKeyless(t *testing.T) {
+	t.Parallel()
+	t.Run("offsets", func(t *testing.T) {
+		t.Parallel()
+		rec := spantest.New(t)
+		producer, tp := rec.Producer("orders publish")
+		f := newFixture(t, 1)
+		produceTraced(t, f, tp)
+		ta := newTally()
+		// The first run fails the batch's transaction, the second the
+		// record's own: retried.
+		h := consumetest.ApplyAfter(f.eff.handler("1"), consumetest.FailFirst(recordValue, 2))
+		_ = runUntil(t, f.offsetConsumer(h, idemkafka.WithTracer(rec.Tracer), ta.option(), fastRetries(3)), ta, 3)
+		rec.CheckKeyless(t, producer, "kafka")
+	})
+	t.Run("transactional", func(t *testing.T) {
+		t.Parallel()
+		rec := spantest.New(t)
+		producer, tp := rec.Producer("orders publish")
+		f := &fixture{t: t, c: txnCluster(t, "orders", "ledger")}
+		produceTraced(t, f, tp)
+		fail := consumetest.FailFirst(recordValue, 1)
+		h := func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+			if err := fail(r); err != nil {
+				return nil, err
+			}
+			return []*kgo.Record{{Topic: "ledger", Key: r.Key, Value: r.Value}}, nil
+		}
+		ta := newTally()
+		con, err := idemkafka.NewTransactional("inst-0", h, groupOpts(f.c, "g", "orders"), idemkafka.WithTracer(rec.Tracer), ta.option(), fastRetries(3))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = runUntil(t, con, ta, 3)
+		rec.CheckKeyless(t, producer, "kafka")
+	})
+}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemotel"
+	"github.com/idem-go/idem/internal/consume"
 )
 
 // Recorder is an idemotel Tracer over an SDK provider that exports every
@@ -140,6 +141,51 @@ func (r *Recorder) Check(tb testing.TB, w Want) {
 		if k != "" {
 			noText(tb, spans, k)
 		}
+	}
+}
+
+// CheckKeyless fails tb unless the spans ended so far show a consumer that
+// keys nothing (Kafka's OffsetConsumer and TransactConsumer) at work:
+// every message span links to producer, is a child of a batch span, carries
+// system and no key hash, and ends applied or, at least once, retried with
+// an error status (or unsettled, when a failed batch runs again record by
+// record under new spans).
+func (r *Recorder) CheckKeyless(tb testing.TB, producer trace.SpanContext, system string) {
+	tb.Helper()
+	spans := r.Spans()
+	byID := map[trace.SpanID]tracetest.SpanStub{}
+	for _, s := range spans {
+		byID[s.SpanContext.SpanID()] = s
+	}
+	n := map[string]int{}
+	for _, s := range spans {
+		if s.Name != idem.OpConsume {
+			continue
+		}
+		o, _ := attr(s, idem.AttrOutcome)
+		n[o.AsString()]++
+		wantLinked(tb, s, producer)
+		if b := byID[s.Parent.SpanID()]; b.Name != idem.OpConsumeBatch {
+			tb.Errorf("a message span's parent is %q, want %s", b.Name, idem.OpConsumeBatch)
+		}
+		if v, _ := attr(s, idem.AttrSystem); v.AsString() != system {
+			tb.Errorf("message span: %s = %q, want %q", idem.AttrSystem, v.AsString(), system)
+		}
+		if h, ok := attr(s, idem.AttrKeyHash); ok {
+			tb.Errorf("message span of a consumer that keys nothing has %s = %s", idem.AttrKeyHash, h.AsString())
+		}
+		if o.AsString() == "retried" && s.Status.Code != codes.Error {
+			tb.Errorf("a retried span has status %v, want Error", s.Status)
+		}
+	}
+	other := 0
+	for o, k := range n {
+		if o != "applied" && o != "retried" && o != consume.OutcomeUnsettled {
+			other += k
+		}
+	}
+	if n["applied"] == 0 || n["retried"] == 0 || other != 0 {
+		tb.Errorf("message spans ended %v; want applied and retried (and unsettled: a batch run again record by record)", n)
 	}
 }
 
