@@ -70,7 +70,7 @@ func TestOperatorPageBrowser(t *testing.T) {
 		t.Fatal("cannot write the config")
 	}
 	db := "sqlite:" + filepath.Join(dir, "idem.db")
-	p := startServe(t, up.URL, db, "--admin-token-file", tokenFile, "--config", cfg, "--lease", "1s")
+	p := startServe(t, up.URL, db, "--admin-token-file", tokenFile, "--config", cfg, "--lease", "2s")
 
 	// Outcomes on two routes: executions, replays, a mismatch.
 	for i, r := range []struct{ path, key, body string }{
@@ -81,7 +81,7 @@ func TestOperatorPageBrowser(t *testing.T) {
 			t.Fatalf("request %d: %d %s", i, rep.status, rep.body)
 		}
 	}
-	// A key held by a request the upstream never answers: its 1 s lease
+	// A key held by a request the upstream never answers: its 2 s lease
 	// is renewed while the proxy waits.
 	hctx, stopHang := context.WithCancel(context.Background())
 	defer stopHang()
@@ -116,9 +116,9 @@ func TestOperatorPageBrowser(t *testing.T) {
 		}
 	}
 	// The proxy renews the lease while the upstream works: the key is
-	// held, under the same token, three leases on.
-	time.Sleep(3 * time.Second)
-	stillHeld("three leases of a live holder")
+	// held, under the same token, two and a half leases on.
+	time.Sleep(5 * time.Second)
+	stillHeld("two and a half leases of a live holder")
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox,
 		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1200, 900))
