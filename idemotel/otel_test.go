@@ -182,7 +182,7 @@ func TestSpanKinds(t *testing.T) {
 	r := newRecorder(t)
 	want := map[string]trace.SpanKind{
 		idem.OpConsume: trace.SpanKindConsumer, idem.OpConsumeBatch: trace.SpanKindConsumer,
-		idem.OpHTTPRequest: trace.SpanKindServer, idem.OpKeystoreReserve: trace.SpanKindClient,
+		idem.OpHTTPRequest: trace.SpanKindServer, idem.OpGRPCCall: trace.SpanKindServer, idem.OpKeystoreReserve: trace.SpanKindClient,
 		idem.OpKeystoreComplete: trace.SpanKindClient, idem.OpKeystoreRelease: trace.SpanKindClient,
 		idem.OpKeystoreExtend: trace.SpanKindClient, idem.OpInboxProcess: trace.SpanKindInternal,
 		idem.OpInboxProcessBatch: trace.SpanKindInternal, idem.OpInboxProcessBatchSet: trace.SpanKindInternal,

@@ -49,9 +49,10 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 
 // NewTracer returns an [idem.Tracer] that starts OpenTelemetry spans. Span
 // kinds: consumer for idem.OpConsume and idem.OpConsumeBatch, server for
-// idem.OpHTTPRequest, client for the key store calls (a call to another
-// server), internal for the inbox's transactions (the database driver's
-// own instrumentation, if any, adds the client spans under them).
+// idem.OpHTTPRequest and idem.OpGRPCCall, client for the key store calls
+// (a call to another server), internal for the inbox's transactions (the
+// database driver's own instrumentation, if any, adds the client spans
+// under them).
 func NewTracer(opts ...Option) (idem.Tracer, error) {
 	cfg := config{}
 	if err := option.Apply("idemotel", &cfg, opts); err != nil {
@@ -83,7 +84,7 @@ func kindOf(op string) []trace.SpanStartOption {
 	switch {
 	case op == idem.OpConsume || op == idem.OpConsumeBatch:
 		return kindConsumer
-	case op == idem.OpHTTPRequest:
+	case op == idem.OpHTTPRequest || op == idem.OpGRPCCall:
 		return kindServer
 	case strings.HasPrefix(op, "idem.keystore."):
 		return kindClient
