@@ -61,7 +61,8 @@ var errSlowPath = errors.New("inbox: batch needs the per-message path")
 // messages commit.
 //
 // The fast path records every key with one multi-row insert and runs the
-// handlers in the same transaction. If any handler fails (or, on MySQL, any
+// handlers in the same transaction. If any handler fails (or, on MySQL's
+// rows layout, any
 // key is already present: the plain multi-row INSERT fails with 1062),
 // that transaction is rolled back whole and the batch
 // is run again with a savepoint around each message's key and effect, so a

@@ -147,23 +147,35 @@ func (b *buckets) mysqlList(ctx context.Context, q querier, prefix string) (*sql
 // memo returns the statement cached under ck for version, building it
 // once.
 func (b *buckets) memo(ck string, version int, build func() string) string {
-	b.mu.Lock()
-	if b.version == version {
-		if s, ok := b.sql[ck]; ok {
-			b.mu.Unlock()
-			return s
-		}
+	if s, ok := b.cachedSQL(ck, version); ok {
+		return s
 	}
-	b.mu.Unlock()
-	s := build()
+	return b.storeSQL(ck, version, build())
+}
+
+// cachedSQL returns the statement cached under ck, if it was built for
+// version.
+func (b *buckets) cachedSQL(ck string, version int) (string, bool) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.version != version {
+		return "", false
+	}
+	s, ok := b.sql[ck]
+	return s, ok
+}
+
+// storeSQL caches s under ck if the list is still at version, and returns
+// it.
+func (b *buckets) storeSQL(ck string, version int, s string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.version == version {
 		if b.sql == nil {
 			b.sql = map[string]string{}
 		}
 		b.sql[ck] = s
 	}
-	b.mu.Unlock()
 	return s
 }
 
@@ -305,13 +317,7 @@ func (in *Inbox) mysqlBucketInsert(ctx context.Context, tx *sql.Tx, b *buckets, 
 // mysqlProbe runs the probe statement and returns the digests and keys it
 // found; it refuses an isolation level without gap locks.
 func (in *Inbox) mysqlProbe(ctx context.Context, tx *sql.Tx, b *buckets, q string, version int, args []any) (map[[16]byte]bool, map[string]bool, error) {
-	var rows *sql.Rows
-	var err error
-	if st := b.txStmt(ctx, tx, q, version); st != nil {
-		rows, err = st.QueryContext(ctx, args...)
-	} else {
-		rows, err = tx.QueryContext(ctx, q, args...)
-	}
+	rows, err := b.txQuery(ctx, tx, q, version, args)
 	if err != nil {
 		return nil, nil, in.bucketStatementError(ctx, err)
 	}
@@ -348,6 +354,14 @@ func (in *Inbox) mysqlProbe(ctx context.Context, tx *sql.Tx, b *buckets, q strin
 		return nil, nil, fmt.Errorf("inbox: the bucketed layout needs REPEATABLE READ (the default) or SERIALIZABLE transactions on MySQL (this session's level is %s): use the rows layout, or the default isolation: %w", iso, ErrUnsafeTable)
 	}
 	return found, keys, nil
+}
+
+// txQuery runs q in tx, prepared when cached for version (txStmt).
+func (b *buckets) txQuery(ctx context.Context, tx *sql.Tx, q string, version int, args []any) (*sql.Rows, error) {
+	if st := b.txStmt(ctx, tx, q, version); st != nil {
+		return st.QueryContext(ctx, args...)
+	}
+	return tx.QueryContext(ctx, q, args...)
 }
 
 func (in *Inbox) mysqlExec(ctx context.Context, tx *sql.Tx, b *buckets, q string, version int, args []any) error {
@@ -480,40 +494,18 @@ func (in *Inbox) mysqlRetireBuckets(ctx context.Context, b *buckets, olderThan t
 	err := in.withRetry(ctx, func() error {
 		drop = drop[:0]
 		return in.readTx(ctx, func(tx *sql.Tx) error {
-			var us sql.NullInt64
-			if err := tx.QueryRowContext(ctx, `SELECT MAX(horizon_us) FROM `+in.q.horizonTable).Scan(&us); err != nil {
-				return fmt.Errorf("inbox: sweep: read the redelivery horizons from %s (apply SchemaSQL or call Migrate): %w", in.q.horizonTable, err)
-			}
-			if h := time.Duration(us.Int64) * time.Microsecond; olderThan < h {
-				return fmt.Errorf("inbox: asked to delete keys older than %v, the largest horizon recorded in %s (bucket tables hold every consumer's keys) is %v: %w", olderThan, in.q.horizonTable, h, ErrHorizon)
-			}
-			var nowUS int64
-			if err := tx.QueryRowContext(ctx, `SELECT `+mysqlNowUS).Scan(&nowUS); err != nil {
-				return fmt.Errorf("inbox: sweep: %w", err)
-			}
-			starts, err := b.list(ctx, tx)
+			expired, limit, err := in.expiredBuckets(ctx, tx, b, olderThan)
 			if err != nil {
-				return fmt.Errorf("inbox: sweep: %w", err)
+				return err
 			}
-			limit := nowUS - (olderThan + skewMargin).Microseconds()
-			for _, s := range starts {
-				if (s+b.width)*1e6 > limit {
-					break // ascending: the rest are younger
-				}
+			for _, s := range expired {
 				drop = append(drop, bucketName(in.cfg.table, s))
 			}
-			if !b.legacy.Load() {
-				return nil
-			}
-			var v []byte
-			err = tx.QueryRowContext(ctx, `SELECT value FROM `+b.meta+` WHERE name = 'migrated_us'`).Scan(&v)
-			if err != nil && !errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("inbox: sweep: %w", err)
-			}
-			if m, perr := strconv.ParseInt(string(v), 10, 64); perr == nil && m <= limit {
+			old, err := in.legacyExpired(ctx, tx, b, limit)
+			if old {
 				drop = append(drop, in.cfg.table)
 			}
-			return nil
+			return err
 		})
 	})
 	if err != nil || len(drop) == 0 {

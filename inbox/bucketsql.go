@@ -115,13 +115,7 @@ func (in *Inbox) bucketInsert(ctx context.Context, tx *sql.Tx, b *buckets, msgs 
 		// Not through the Inbox's statement cache: the text changes with
 		// the bucket list, and stale statements would fill it. buckets
 		// keeps its own, per list version.
-		var rows *sql.Rows
-		var err error
-		if st := b.txStmt(ctx, tx, q, version); st != nil {
-			rows, err = st.QueryContext(ctx, args...)
-		} else {
-			rows, err = tx.QueryContext(ctx, q, args...)
-		}
+		rows, err := b.txQuery(ctx, tx, q, version, args)
 		if err != nil {
 			return nil, in.bucketStatementError(ctx, err)
 		}
@@ -265,14 +259,9 @@ func (in *Inbox) lockDigests(ctx context.Context, tx *sql.Tx, ds [][16]byte) err
 // version (filters are added with a new version).
 func (b *buckets) insertSQL(keyText bool, cur int64, probe []int64, version, n int) string {
 	ck := "i" + strconv.Itoa(n) + "/" + strconv.FormatInt(cur, 10) + "/" + strconv.FormatBool(keyText)
-	b.mu.Lock()
-	if b.version == version {
-		if s, ok := b.sql[ck]; ok {
-			b.mu.Unlock()
-			return s
-		}
+	if s, ok := b.cachedSQL(ck, version); ok {
+		return s
 	}
-	b.mu.Unlock()
 	// Plain ? on SQLite: numbered ?NNN parameters cost a name lookup each
 	// on every bind (a third of the statement's CPU at 100 rows).
 	ph := func(i int) string {
@@ -312,16 +301,7 @@ func (b *buckets) insertSQL(keyText bool, cur int64, probe []int64, version, n i
 	if b.d == sqldialect.Postgres {
 		q.WriteString("::text")
 	}
-	s := q.String()
-	b.mu.Lock()
-	if b.version == version {
-		if b.sql == nil {
-			b.sql = map[string]string{}
-		}
-		b.sql[ck] = s
-	}
-	b.mu.Unlock()
-	return s
+	return b.storeSQL(ck, version, q.String())
 }
 
 func (b *buckets) scanDigest(rows *sql.Rows, d *[16]byte) error {

@@ -2,7 +2,9 @@
 // dedup record and business effect commit in one database transaction.
 //
 // For each delivery, [Inbox.Process] begins a transaction and inserts the
-// (consumer, key) row: PostgreSQL and SQLite with INSERT ... ON CONFLICT
+// key (the rows layout of earlier releases is described here; the bucketed
+// layout of new tables records a digest, see [LayoutBuckets]): PostgreSQL
+// and SQLite with INSERT ... ON CONFLICT
 // (consumer, idem_key) DO NOTHING and the affected-row count (one row: new;
 // zero: recorded); MySQL with a plain INSERT, whose duplicate-key error 1062
 // means "recorded" (MySQL rolls back that statement only, not the
@@ -55,11 +57,10 @@
 //
 // # Retention
 //
-// Keys grow without bound unless swept. New tables on SQLite and PostgreSQL
-// have the bucketed layout ([LayoutBuckets]): a 16-byte keyed digest per
+// Keys grow without bound unless swept. New tables have the bucketed layout ([LayoutBuckets]): a 16-byte keyed digest per
 // key, in one table per time bucket of first arrival, looked up in every
 // live bucket; [Inbox.Sweep] drops whole buckets, whatever they hold. On
-// the rows layout of earlier releases (and MySQL), Sweep deletes rows older
+// the rows layout of earlier releases, Sweep deletes rows older
 // than a retention in bounded batches along the (consumer, processed_at)
 // index; [Inbox.MigrateLayout] moves such a table to buckets with
 // deliveries running. The retention must be at least the duplicate horizon: the broker's

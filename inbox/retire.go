@@ -149,6 +149,62 @@ func (in *Inbox) MigrateLayout(ctx context.Context) error {
 	return in.prepare(ctx)
 }
 
+// checkTableHorizon returns ErrHorizon when olderThan is below the largest
+// horizon any consumer of the table recorded (a bucket holds every
+// consumer's keys).
+func (in *Inbox) checkTableHorizon(ctx context.Context, tx *sql.Tx, olderThan time.Duration) error {
+	var us sql.NullInt64
+	if err := tx.QueryRowContext(ctx, `SELECT MAX(horizon_us) FROM `+in.q.horizonTable).Scan(&us); err != nil {
+		return fmt.Errorf("inbox: sweep: read the redelivery horizons from %s (apply SchemaSQL or call Migrate): %w", in.q.horizonTable, err)
+	}
+	if h := time.Duration(us.Int64) * time.Microsecond; olderThan < h {
+		return fmt.Errorf("inbox: asked to delete keys older than %v, the largest horizon recorded in %s (bucket tables hold every consumer's keys) is %v: %w", olderThan, in.q.horizonTable, h, ErrHorizon)
+	}
+	return nil
+}
+
+// expiredBuckets checks olderThan against the recorded horizons
+// (checkTableHorizon) and lists, inside tx, the buckets whose newest
+// possible key is older than olderThan (plus skewMargin) by the database's
+// clock, oldest first; it returns that limit in Unix µs.
+func (in *Inbox) expiredBuckets(ctx context.Context, tx *sql.Tx, b *buckets, olderThan time.Duration) ([]int64, int64, error) {
+	if err := in.checkTableHorizon(ctx, tx, olderThan); err != nil {
+		return nil, 0, err
+	}
+	var nowUS int64
+	if err := tx.QueryRowContext(ctx, `SELECT `+dbNowUS(in.dialect)).Scan(&nowUS); err != nil {
+		return nil, 0, fmt.Errorf("inbox: sweep: %w", err)
+	}
+	starts, err := b.list(ctx, tx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("inbox: sweep: %w", err)
+	}
+	limit := nowUS - (olderThan + skewMargin).Microseconds()
+	var expired []int64
+	for _, s := range starts {
+		if (s+b.width)*1e6 > limit {
+			break // ascending: the rest are younger
+		}
+		expired = append(expired, s)
+	}
+	return expired, limit, nil
+}
+
+// legacyExpired reports whether a migrated rows table exists and its
+// migration is older than limit (Unix µs).
+func (in *Inbox) legacyExpired(ctx context.Context, tx *sql.Tx, b *buckets, limit int64) (bool, error) {
+	if !b.legacy.Load() {
+		return false, nil
+	}
+	var v []byte
+	err := tx.QueryRowContext(ctx, `SELECT value FROM `+b.meta+` WHERE name = 'migrated_us'`).Scan(&v)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return false, fmt.Errorf("inbox: sweep: %w", err)
+	}
+	m, perr := strconv.ParseInt(string(v), 10, 64)
+	return perr == nil && m <= limit, nil
+}
+
 // retireBuckets is Sweep for the bucketed layout: in one transaction that
 // reads the largest horizon recorded by any consumer of the table (a
 // bucket holds every consumer's keys), it drops each bucket whose newest
@@ -167,26 +223,11 @@ func (in *Inbox) retireBuckets(ctx context.Context, b *buckets, olderThan time.D
 			return fmt.Errorf("inbox: sweep: begin: %w", err)
 		}
 		defer tx.Rollback()
-		var us sql.NullInt64
-		if err := tx.QueryRowContext(ctx, `SELECT MAX(horizon_us) FROM `+in.q.horizonTable).Scan(&us); err != nil {
-			return fmt.Errorf("inbox: sweep: read the redelivery horizons from %s (apply SchemaSQL or call Migrate): %w", in.q.horizonTable, err)
-		}
-		if h := time.Duration(us.Int64) * time.Microsecond; olderThan < h {
-			return fmt.Errorf("inbox: asked to delete keys older than %v, the largest horizon recorded in %s (bucket tables hold every consumer's keys) is %v: %w", olderThan, in.q.horizonTable, h, ErrHorizon)
-		}
-		var nowUS int64
-		if err := tx.QueryRowContext(ctx, `SELECT `+dbNowUS(in.dialect)).Scan(&nowUS); err != nil {
-			return fmt.Errorf("inbox: sweep: %w", err)
-		}
-		starts, err := b.list(ctx, tx)
+		expired, limit, err := in.expiredBuckets(ctx, tx, b, olderThan)
 		if err != nil {
-			return fmt.Errorf("inbox: sweep: %w", err)
+			return err
 		}
-		limit := nowUS - (olderThan + skewMargin).Microseconds()
-		for _, s := range starts {
-			if (s+b.width)*1e6 > limit {
-				break // ascending: the rest are younger
-			}
+		for _, s := range expired {
 			if _, err := tx.ExecContext(ctx, `DROP TABLE IF EXISTS `+bucketName(in.cfg.table, s)); err != nil {
 				return fmt.Errorf("inbox: sweep: drop %s: %w", bucketName(in.cfg.table, s), err)
 			}
@@ -195,18 +236,13 @@ func (in *Inbox) retireBuckets(ctx context.Context, b *buckets, olderThan time.D
 			}
 			dropped++
 		}
-		if b.legacy.Load() {
-			var v []byte
-			err := tx.QueryRowContext(ctx, `SELECT value FROM `+b.meta+` WHERE name = 'migrated_us'`).Scan(&v)
-			if err != nil && !errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("inbox: sweep: %w", err)
+		if old, err := in.legacyExpired(ctx, tx, b, limit); err != nil {
+			return err
+		} else if old {
+			if _, err := tx.ExecContext(ctx, `DROP TABLE IF EXISTS `+in.cfg.table); err != nil {
+				return fmt.Errorf("inbox: sweep: drop the migrated rows table: %w", err)
 			}
-			if m, perr := strconv.ParseInt(string(v), 10, 64); perr == nil && m <= limit {
-				if _, err := tx.ExecContext(ctx, `DROP TABLE IF EXISTS `+in.cfg.table); err != nil {
-					return fmt.Errorf("inbox: sweep: drop the migrated rows table: %w", err)
-				}
-				dropped++
-			}
+			dropped++
 		}
 		return tx.Commit()
 	})

@@ -63,7 +63,8 @@ func (u uniqueIndex) String() string {
 // A table in the bucketed layout ([LayoutBuckets]: a <table>_meta table
 // exists) is checked instead for what that layout relies on: every bucket
 // table <table>_k<start> has exactly one unique index, its primary key on
-// (d) (uuid on PostgreSQL, BLOB with the BINARY collation on SQLite), no
+// (d) (uuid on PostgreSQL, BLOB with the BINARY collation on SQLite,
+// BINARY(16) in InnoDB on MySQL), no
 // trigger, and is a logged table; a rows table beside it must carry the
 // trigger [Inbox.MigrateLayout] installs.
 //
