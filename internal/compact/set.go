@@ -110,6 +110,7 @@ type Set struct {
 	first  uint32  // chunk number of chunks[0], modulo 1<<idChunkBits
 	head   int     // index in chunks[0] of the oldest record
 	count  int
+	newest int64          // the newest record's time, while count > 0
 	spare  *[chunkLen]rec // one released chunk's records, kept for reuse
 	hasAux bool
 	idx    index
@@ -266,6 +267,7 @@ func (s *Set) Append(fp FP, r Rec) error {
 	}
 	c.n++
 	s.count++
+	s.newest = r.T
 	id := s.id(len(s.chunks)-1, i)
 	if s.idx.full() {
 		// A growth still under way when the new index fills (only with a
@@ -283,13 +285,12 @@ func (s *Set) Append(fp FP, r Rec) error {
 	return nil
 }
 
-// Newest returns the time of the newest record.
+// Newest returns the time of the newest record, without reading it.
 func (s *Set) Newest() (t int64, ok bool) {
-	c := s.tail()
-	if c == nil || c.n == 0 {
+	if s.count == 0 {
 		return 0, false
 	}
-	return c.time(c.n - 1), true
+	return s.newest, true
 }
 
 // NextSeq returns the sequence that continues the newest chunk, for

@@ -89,6 +89,9 @@ func TestSetMatchesModel(t *testing.T) {
 				if s.Len() != len(model) || s.indexed() != len(model) {
 					rt.Fatalf("Len %d, index %d, model %d", s.Len(), s.indexed(), len(model))
 				}
+				if t, ok := s.Newest(); ok != (len(order) > 0) || (ok && t != model[order[len(order)-1]].T) {
+					rt.Fatalf("Newest = (%d, %v) with %d records", t, ok, len(order))
+				}
 			}
 			i := 0
 			s.Each(func(fp FP, r Rec) {

@@ -117,7 +117,7 @@ type shard struct {
 	// pending holds keys in progress reserved without a request
 	// fingerprint, by compact fingerprint; see pend. A key is in m, pending
 	// or done, never in two.
-	pending map[compact.FP]pend
+	pending map[pendKey]pend
 	// forgotten holds the compact-tier keys deleted by [Store.Forget],
 	// with their record's expiry: the tier cannot delete a record before
 	// it expires, so such a record is ignored until it is dropped. A key
@@ -184,7 +184,7 @@ func newCore(cfg config, fpKey compact.Key) *core {
 	start := uint64(max(c.base.UnixNano(), 0))
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]uint32)
-		c.shards[i].pending = make(map[compact.FP]pend)
+		c.shards[i].pending = make(map[pendKey]pend)
 		c.shards[i].minExp.Store(math.MaxInt64)
 		c.shards[i].tokens = start
 	}

@@ -31,12 +31,12 @@ func (s *Store) Extend(ctx context.Context, cl keystore.Claim, lease time.Durati
 		}
 		e.exp = exp
 	} else {
-		p, in := sh.pending[kfp]
+		p, in := sh.pending[pkey(kfp)]
 		if !in || p.token != cl.Token {
 			return keystore.Claim{}, keystore.LeaseLostError("extend", cl.Key, cl.Token)
 		}
 		p.exp = exp
-		sh.pending[kfp] = p
+		sh.pending[pkey(kfp)] = p
 	}
 	sh.lower(exp)
 	cl.Expires = s.c.at(exp)
@@ -64,7 +64,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (keystore.KeyInfo, erro
 		}
 		return info, nil
 	}
-	if p, in := sh.pending[kfp]; in {
+	if p, in := sh.pending[pkey(kfp)]; in {
 		return s.c.pendInfo(key, p), nil
 	}
 	if r, found := sh.findDone(s.c, kfp, now); found {
@@ -151,7 +151,7 @@ func (s *Store) Forget(ctx context.Context, key string) error {
 		s.c.count.Add(-1)
 		return nil
 	}
-	if _, in := sh.pending[kfp]; in {
+	if _, in := sh.pending[pkey(kfp)]; in {
 		return keystore.ForgetInProgressError(key)
 	}
 	r, found := sh.findDone(s.c, kfp, now)

@@ -40,7 +40,7 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 		// Expired: reuse the slot. An expired lease is taken over.
 		takeover = e.state == stInProgress
 	default:
-		if p, in := sh.pending[kfp]; in {
+		if p, in := sh.pending[pkey(kfp)]; in {
 			if p.exp > now {
 				return keystore.Claim{Key: key, State: keystore.InProgress, Expires: c.at(p.exp)}, nil
 			}
@@ -50,7 +50,7 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 				token := s.reservePending(sh, key, kfp, exp)
 				return keystore.Claim{Key: key, State: keystore.Acquired, Token: token, Expires: c.at(exp), Takeover: true}, nil
 			}
-			delete(sh.pending, kfp) // it moves to the map tier, with fp
+			delete(sh.pending, pkey(kfp)) // it moves to the map tier, with fp
 			takeover = true
 			break
 		}
@@ -94,7 +94,7 @@ func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, 
 	c := s.c
 	// A key in progress without a request fingerprint is pending, in no
 	// other tier, so the map tier is not looked up.
-	if p, in := sh.pending[kfp]; in && p.token == cl.Token {
+	if p, in := sh.pending[pkey(kfp)]; in && p.token == cl.Token {
 		s.completePending(sh, k, kfp, p, result, after(c.now(), ttl))
 		return nil
 	}
@@ -135,8 +135,8 @@ func (s *Store) Release(ctx context.Context, cl keystore.Claim) error {
 	c := s.c
 	i, ok := sh.m[string(k)]
 	if !ok {
-		if p, in := sh.pending[kfp]; in && p.token == cl.Token {
-			delete(sh.pending, kfp)
+		if p, in := sh.pending[pkey(kfp)]; in && p.token == cl.Token {
+			delete(sh.pending, pkey(kfp))
 			c.count.Add(-1)
 			return nil
 		}

@@ -21,10 +21,17 @@ type pend struct {
 	key, prefix string
 }
 
+// pendKey is a compact fingerprint as a pending map's key: 16 bytes without
+// padding, which the map hashes in one call (a struct with padding is
+// hashed field by field).
+type pendKey [2]uint64
+
+func pkey(fp compact.FP) pendKey { return pendKey{fp.Lo, uint64(fp.Hi)} }
+
 // reservePending records a new pending claim. Called with the shard locked.
 func (s *Store) reservePending(sh *shard, key string, fp compact.FP, exp int64) uint64 {
 	sh.tokens++
-	sh.pending[fp] = pend{exp: exp, token: sh.tokens, key: key, prefix: s.prefix}
+	sh.pending[pkey(fp)] = pend{exp: exp, token: sh.tokens, key: key, prefix: s.prefix}
 	sh.lower(exp)
 	return sh.tokens
 }
@@ -34,7 +41,7 @@ func (s *Store) reservePending(sh *shard, key string, fp compact.FP, exp int64) 
 // the map tier (under the internal key k) otherwise. Called with the shard
 // locked.
 func (s *Store) completePending(sh *shard, k []byte, fp compact.FP, p pend, result []byte, exp int64) {
-	delete(sh.pending, fp)
+	delete(sh.pending, pkey(fp))
 	if len(result) == 0 && s.appendDone(sh, fp, p.token, exp) {
 		return
 	}
