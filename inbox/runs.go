@@ -60,7 +60,7 @@ const (
 // The flush size and the merge fanout (variables for tests), and a hook the
 // crash test uses to die at a stage of a flush ("flush", "merge", "commit").
 var (
-	runFlushKeys = 8192
+	runFlushKeys = 4096
 	runFanout    = 16
 	runsTestHook func(stage string)
 )

@@ -444,3 +444,14 @@ func TestRunBloom(t *testing.T) {
 		t.Fatalf("false maybe rate %.4f over %d parts", rate, len(f.parts))
 	}
 }
+
+// SetRunSizes sets the flush size and merge fanout of SQLite runs, for
+// the scale tests (IDEM_SCALE_RUN_FLUSH, IDEM_SCALE_RUN_FANOUT).
+func SetRunSizes(flush, fanout int) {
+	if flush > 0 {
+		runFlushKeys = flush
+	}
+	if fanout > 1 {
+		runFanout = fanout
+	}
+}
