@@ -131,7 +131,9 @@ func TestAdminPageAuth(t *testing.T) {
 	t.Parallel()
 	s := storetest.NewRefStore()
 	stale, cur := stuckKey(t, s, "stuck/1")
-	_, srv := newPageServer(t, s, false)
+	p, srv := newPageServer(t, s, false)
+	var logs syncBuffer
+	p.log = slog.New(slog.NewTextHandler(&logs, nil))
 	anon := newPageClient(t, srv)
 
 	// Not signed in, a wrong bearer token, a wrong sign-in: 401, the key
@@ -213,6 +215,10 @@ func TestAdminPageAuth(t *testing.T) {
 	}
 	if c, _ := s.Reserve(context.Background(), "stuck/1", nil, time.Hour); c.State != keystore.Acquired {
 		t.Fatalf("after the release the key is %v, want free", c.State)
+	}
+	// Logged as the key API logs its releases; the refused ones are not.
+	if l := logs.String(); strings.Count(l, "key released by an operator") != 1 || !strings.Contains(l, "key=stuck/1 token="+strconv.FormatUint(cur, 10)+" via=page") {
+		t.Fatalf("release log:\n%s", l)
 	}
 
 	// Bearer: no CSRF token needed, since no browser sends the header by
@@ -322,6 +328,25 @@ func TestAdminPageUnsupported(t *testing.T) {
 	if res, body := pc.do("GET", pagePath, nil); res.StatusCode != 200 || !strings.Contains(body, "Cannot list keys") {
 		t.Fatalf("page: %d\n%s", res.StatusCode, body)
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a server's goroutines and the
+// test's.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 // bareStore hides every optional interface of its Store.
