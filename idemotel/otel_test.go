@@ -81,8 +81,8 @@ func noText(t *testing.T, spans tracetest.SpanStubs, text string) {
 	t.Helper()
 	check := func(where string, kvs []attribute.KeyValue) {
 		for _, kv := range kvs {
-			if strings.Contains(kv.Value.Emit(), text) {
-				t.Errorf("%s: attribute %s = %q holds the key", where, kv.Key, kv.Value.Emit())
+			if strings.Contains(kv.Value.String(), text) {
+				t.Errorf("%s: attribute %s = %q holds the key", where, kv.Key, kv.Value.String())
 			}
 		}
 	}
