@@ -174,12 +174,11 @@ func (s *Store) observe(op string, start time.Time, err error) {
 // leases; keystore.CanExtend looks through Unwrap and reports that, so
 // keystore.Do and KeepAlive do not call it then.
 func (s *Store) Extend(ctx context.Context, c keystore.Claim, lease time.Duration) (keystore.Claim, error) {
-	ex, ok := s.inner.(keystore.Extender)
-	if !ok {
-		return keystore.Claim{}, fmt.Errorf("keystoreprom: %T cannot renew leases: %w", s.inner, errors.ErrUnsupported)
+	if !keystore.CanExtend(s.inner) {
+		return keystore.Extend(ctx, s.inner, c, lease) // unsupported: not counted
 	}
 	start := time.Now()
-	nc, err := ex.Extend(ctx, c, lease)
+	nc, err := keystore.Extend(ctx, s.inner, c, lease)
 	s.observe("extend", start, err)
 	return nc, err
 }
@@ -199,12 +198,11 @@ func (s *Store) Scope(name string) (keystore.Store, error) {
 // fails with errors.ErrUnsupported when the wrapped store cannot sweep. It
 // implements [keystore.Sweeper].
 func (s *Store) Sweep(ctx context.Context, batch int) (int, error) {
-	sw, ok := s.inner.(keystore.Sweeper)
-	if !ok {
-		return 0, fmt.Errorf("keystoreprom: %T cannot sweep: %w", s.inner, errors.ErrUnsupported)
+	if _, ok := s.inner.(keystore.Sweeper); !ok {
+		return keystore.Sweep(ctx, s.inner, batch) // unsupported: not counted
 	}
 	start := time.Now()
-	n, err := sw.Sweep(ctx, batch)
+	n, err := keystore.Sweep(ctx, s.inner, batch)
 	s.m.swept.Add(float64(n))
 	s.observe("sweep", start, err)
 	return n, err
@@ -214,29 +212,17 @@ func (s *Store) Sweep(ctx context.Context, batch int) (int, error) {
 // fails with errors.ErrUnsupported when the wrapped store cannot inspect.
 // Inspections are not counted: they are an operator's, not traffic.
 func (s *Store) Inspect(ctx context.Context, key string) (keystore.KeyInfo, error) {
-	in, ok := s.inner.(keystore.Inspector)
-	if !ok {
-		return keystore.KeyInfo{}, fmt.Errorf("keystoreprom: %T cannot inspect keys: %w", s.inner, errors.ErrUnsupported)
-	}
-	return in.Inspect(ctx, key)
+	return keystore.Inspect(ctx, s.inner, key)
 }
 
 // List calls the wrapped store's List (see [keystore.Inspector]); it fails
 // with errors.ErrUnsupported when the wrapped store cannot list.
 func (s *Store) List(ctx context.Context, opts keystore.ListOptions) ([]keystore.KeyInfo, string, error) {
-	in, ok := s.inner.(keystore.Inspector)
-	if !ok {
-		return nil, "", fmt.Errorf("keystoreprom: %T cannot list keys: %w", s.inner, errors.ErrUnsupported)
-	}
-	return in.List(ctx, opts)
+	return keystore.List(ctx, s.inner, opts)
 }
 
 // Forget calls the wrapped store's Forget (see [keystore.Forgetter]); it
 // fails with errors.ErrUnsupported when the wrapped store cannot forget.
 func (s *Store) Forget(ctx context.Context, key string) error {
-	f, ok := s.inner.(keystore.Forgetter)
-	if !ok {
-		return fmt.Errorf("keystoreprom: %T cannot forget keys: %w", s.inner, errors.ErrUnsupported)
-	}
-	return f.Forget(ctx, key)
+	return keystore.Forget(ctx, s.inner, key)
 }
