@@ -7,7 +7,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemamqp"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/consume/consumetest"
@@ -42,8 +41,6 @@ func TestTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	consumetest.RunUntil(t, c.Run, 20*time.Second, "every delivery settled", func() bool {
-		return ev.Count(idem.Applied) == 2 && ev.Count(idem.Duplicate) == 1
-	})
+	consumetest.RunTraced(t, c.Run, &ev)
 	rec.Check(t, spantest.Want{Producer: producer, Applied: consumetest.TracedKey, Failing: consumetest.FailingKey, Under: "idem.inbox.", System: "rabbitmq"})
 }

@@ -159,9 +159,9 @@ func (e *effects) requireOnce(t testing.TB, ids []string) {
 }
 
 // newInbox returns a migrated SQLite inbox of db for consumer group.
-func newInbox(t testing.TB, db *sql.DB, group string) *inbox.Inbox {
+func newInbox(t testing.TB, db *sql.DB, group string, opts ...inbox.Option) *inbox.Inbox {
 	t.Helper()
-	in, err := inbox.New(db, sqldialect.SQLite, group)
+	in, err := inbox.New(db, sqldialect.SQLite, group, opts...)
 	if err == nil {
 		err = in.Migrate(context.Background())
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/idem-go/idem/internal/consume/consumetest"
 	"github.com/idem-go/idem/internal/consume/spantest"
 	"github.com/idem-go/idem/keystore/memstore"
-	"github.com/idem-go/idem/sqldialect"
 )
 
 // produceTraced writes records carrying the producer's trace context
@@ -29,6 +28,20 @@ func produceTraced(t *testing.T, f *fixture, traceparent string) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// tracedFixture is a fixture whose "orders" topic holds the traced
+// records of a producer span, with the Recorder that made it (f: a fixture
+// of another cluster, nil for newFixture's).
+func tracedFixture(t *testing.T, f *fixture) (*spantest.Recorder, trace.SpanContext, *fixture) {
+	t.Helper()
+	rec := spantest.New(t)
+	producer, tp := rec.Producer("orders publish")
+	if f == nil {
+		f = newFixture(t, 1)
+	}
+	produceTraced(t, f, tp)
+	return rec, producer, f
 }
 
 func recordValue(r *kgo.Record) string { return string(r.Value) }
@@ -47,17 +60,8 @@ func wantTraced(t *testing.T, rec *spantest.Recorder, producer trace.SpanContext
 // duplicate, the handler error retried, and no span holds a key.
 func TestTraceConsumer(t *testing.T) {
 	t.Parallel()
-	rec := spantest.New(t)
-	producer, tp := rec.Producer("orders publish")
-	f := newFixture(t, 1)
-	produceTraced(t, f, tp)
-	in, err := inbox.New(f.db, sqldialect.SQLite, "g", inbox.WithTracer(rec.Tracer))
-	if err == nil {
-		err = in.Migrate(context.Background())
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec, producer, f := tracedFixture(t, nil)
+	in := newInbox(t, f.db, "g", inbox.WithTracer(rec.Tracer))
 	h := consumetest.ApplyAfter(f.eff.handler("1"), consumetest.FailFirst(recordValue, 2))
 	ta := newTally()
 	con, err := idemkafka.NewConsumer(in, h, groupOpts(f.c, "g", "orders"), idemkafka.WithTracer(rec.Tracer), ta.option(), fastRetries(3))
@@ -72,10 +76,7 @@ func TestTraceConsumer(t *testing.T) {
 // by idemotel) under the record's span.
 func TestTraceKeystoreConsumer(t *testing.T) {
 	t.Parallel()
-	rec := spantest.New(t)
-	producer, tp := rec.Producer("orders publish")
-	f := newFixture(t, 1)
-	produceTraced(t, f, tp)
+	rec, producer, f := tracedFixture(t, nil)
 	mem, err := memstore.New()
 	if err != nil {
 		t.Fatal(err)
@@ -95,10 +96,7 @@ func TestTraceKeyless(t *testing.T) {
 	t.Parallel()
 	t.Run("offsets", func(t *testing.T) {
 		t.Parallel()
-		rec := spantest.New(t)
-		producer, tp := rec.Producer("orders publish")
-		f := newFixture(t, 1)
-		produceTraced(t, f, tp)
+		rec, producer, f := tracedFixture(t, nil)
 		ta := newTally()
 		// The first run fails the batch's transaction, the second the
 		// record's own: retried.
@@ -108,10 +106,7 @@ func TestTraceKeyless(t *testing.T) {
 	})
 	t.Run("transactional", func(t *testing.T) {
 		t.Parallel()
-		rec := spantest.New(t)
-		producer, tp := rec.Producer("orders publish")
-		f := &fixture{t: t, c: txnCluster(t, "orders", "ledger")}
-		produceTraced(t, f, tp)
+		rec, producer, f := tracedFixture(t, &fixture{t: t, c: txnCluster(t, "orders", "ledger")})
 		fail := consumetest.FailFirst(recordValue, 1)
 		h := func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 			if err := fail(r); err != nil {

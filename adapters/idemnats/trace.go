@@ -1,6 +1,9 @@
 package idemnats
 
 import (
+	"maps"
+	"slices"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -19,10 +22,4 @@ func carrier(m jetstream.Msg) idem.Carrier { return headers(m.Headers()) }
 func (h headers) Get(name string) string { return nats.Header(h).Get(name) }
 
 // Keys lists the header names.
-func (h headers) Keys() []string {
-	ks := make([]string, 0, len(h))
-	for k := range h {
-		ks = append(ks, k)
-	}
-	return ks
-}
+func (h headers) Keys() []string { return slices.Collect(maps.Keys(h)) }

@@ -9,7 +9,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemnats"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/consume/consumetest"
@@ -55,8 +54,6 @@ func TestTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	consumetest.RunUntil(t, c.Run, 20*time.Second, "every message settled", func() bool {
-		return ev.Count(idem.Applied) == 2 && ev.Count(idem.Duplicate) == 1
-	})
+	consumetest.RunTraced(t, c.Run, &ev)
 	rec.Check(t, spantest.Want{Producer: producer, Applied: consumetest.TracedKey, Failing: consumetest.FailingKey, Under: "idem.inbox.", System: "nats"})
 }

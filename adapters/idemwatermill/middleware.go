@@ -12,6 +12,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/consume"
+	"github.com/idem-go/idem/internal/tracing"
 	"github.com/idem-go/idem/keystore"
 )
 
@@ -35,7 +36,7 @@ type config struct {
 // error names what is missing) and applies its options.
 func newConfig(present bool, missing string, opts []Option) (config, error) {
 	c := config{Config: consume.Defaults[*message.Message]("idemwatermill", uuidKey)}
-	c.System, c.Headers = "watermill", carrier
+	c.System, c.Headers = "watermill", metadata
 	if !present {
 		return c, c.Invalid("nil %s", missing)
 	}
@@ -102,6 +103,10 @@ func WithKeystoreOptions(opts ...keystore.Option) Option {
 		return nil
 	}
 }
+
+// metadata reads a message's metadata for idem.Span.Link: the producer's
+// trace context (W3C traceparent) travels in it.
+func metadata(msg *message.Message) idem.Carrier { return tracing.Headers(msg.Metadata) }
 
 func uuidKey(msg *message.Message) (string, error) {
 	if msg.UUID == "" {

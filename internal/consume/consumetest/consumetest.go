@@ -215,3 +215,12 @@ func WantOnce(tb testing.TB, counts, seen map[string]int, keys []string) {
 		tb.Errorf("%d keys applied (%v), want %d", len(counts), counts, len(keys))
 	}
 }
+
+// RunTraced runs a consumer of the [TracedKeys] until both keys are
+// applied and the copy is a duplicate, and stops it.
+func RunTraced[M any](tb testing.TB, run func(context.Context) error, ev *Events[M]) {
+	tb.Helper()
+	RunUntil(tb, run, 20*time.Second, "the traced messages settled", func() bool {
+		return ev.Count(idem.Applied) == 2 && ev.Count(idem.Duplicate) == 1
+	})
+}
