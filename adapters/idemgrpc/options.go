@@ -179,10 +179,12 @@ func WithLogger(l *slog.Logger) Option {
 
 // WithTracer traces every keyed call through t (idemotel.NewTracer for
 // OpenTelemetry): a span (idem.OpGRPCCall) child of the span in the call's
-// context, with the full method (idem.AttrRoute) and the key's hash, ended
-// with the call's [Outcome] name and the error returned to the client. The
-// key store calls and the handler run under it. Calls that pass through (no
-// key, method not configured) are not traced.
+// context, linked to the trace context in the call's metadata
+// (traceparent), with the full method (idem.AttrRoute) and the key's hash,
+// ended with the call's [Outcome] name; a span whose outcome is
+// store_error or lease_lost is marked failed. The key store calls and the
+// handler run under it. Calls that pass through (no key, method not
+// configured) are not traced.
 func WithTracer(t idem.Tracer) Option {
 	return option.Check("idemgrpc", t != nil, func(c *config) { c.tracer = t }, "nil tracer")
 }

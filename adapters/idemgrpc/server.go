@@ -6,6 +6,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/idem-go/idem"
@@ -98,13 +100,41 @@ func (i *Interceptor) serve(ctx context.Context, req any, info *grpc.UnaryServer
 	}
 	ctx, span := i.cfg.tracer.Start(ctx, idem.OpGRPCCall)
 	span.Attr(idem.AttrRoute, info.FullMethod)
+	span.Link(mdCarrier(md))
 	if err == nil {
 		span.Key(key)
 	}
 	resp, o, err := i.keyed(ctx, req, info, handler, key, err)
-	span.End(string(o), err)
+	var failed error
+	switch o {
+	case idemhttp.OutcomeStoreError:
+		failed = errStoreFailed
+	case idemhttp.OutcomeLeaseLost:
+		failed = keystore.ErrLeaseLost
+	}
+	span.End(string(o), failed)
 	return resp, o, err
 }
+
+// errStoreFailed marks the span of a call answered Unavailable (or left
+// unrecorded) because the key store failed; the store's own span, if it
+// is traced, holds the store's error.
+var errStoreFailed = errors.New("idemgrpc: the key store failed")
+
+// mdCarrier reads a call's metadata for idem.Span.Link: the client's trace
+// context (traceparent) travels in it. Metadata keys are lower case.
+type mdCarrier metadata.MD
+
+// Get returns the first value of key name, or "".
+func (m mdCarrier) Get(name string) string {
+	if v := metadata.MD(m).Get(name); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// Keys lists the metadata keys.
+func (m mdCarrier) Keys() []string { return slices.Collect(maps.Keys(m)) }
 
 // keyed is serve for a call that carries a key, or lacks a required one
 // (keyErr).
