@@ -28,14 +28,13 @@ const screenshotEnv = "IDEM_SCREENSHOT"
 // (fails under CI=true) with the command that installs it.
 func chromium(t *testing.T) string {
 	t.Helper()
-	var err error
-	for _, name := range []string{"chromium", "chromium-browser", "chromium-headless-shell", "headless-shell", "google-chrome"} {
-		var path string
-		if path, err = exec.LookPath(name); err == nil {
+	names := []string{"chromium", "chromium-browser", "chromium-headless-shell", "headless-shell", "google-chrome"}
+	for _, name := range names {
+		if path, err := exec.LookPath(name); err == nil {
 			return path
 		}
 	}
-	testenv.Missing(t, "chromium", "apt-get install -y chromium", err)
+	testenv.Missing(t, "chromium", "apt-get install -y chromium", fmt.Errorf("none of %s is in $PATH", strings.Join(names, ", ")))
 	return ""
 }
 
