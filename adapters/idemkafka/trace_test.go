@@ -14,6 +14,7 @@ import (
 	"github.com/idem-go/idem/internal/consume/consumetest"
 	"github.com/idem-go/idem/internal/consume/spantest"
 	"github.com/idem-go/idem/keystore/memstore"
+	"github.com/idem-go/idem/outbox"
 )
 
 // produceTraced writes records carrying the producer's trace context
@@ -122,4 +123,38 @@ func TestTraceKeyless(t *testing.T) {
 		_ = runUntil(t, con, ta, 3)
 		rec.CheckKeyless(t, producer, "kafka")
 	})
+}
+
+// From the business transaction to the consumer through the outbox: the
+// trace context written into the outbox message's headers with the row is
+// published by the relay as record headers, and the record's span links to
+// the transaction's span.
+func TestTraceThroughOutbox(t *testing.T) {
+	t.Parallel()
+	rec := spantest.New(t)
+	producer, tp := rec.Producer("checkout")
+	f := newFixture(t, 1)
+	o := newOutbox(t, f.db)
+	ctx := context.Background()
+	tx, err := f.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "order-outboxed-1"
+	if _, err := o.Add(ctx, tx, outbox.Message{ID: id, Topic: "orders", Payload: []byte(id), Headers: map[string]string{"traceparent": tp}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	relay, err := outbox.NewRelay(f.db, o, newProducer(t, client(t, f.c)).OutboxPublisher())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := relay.RunOnce(ctx); err != nil || n != 1 {
+		t.Fatalf("relay: %d published, %v", n, err)
+	}
+	ta := newTally()
+	_ = runUntil(t, f.consumer(f.eff.handler("1"), idemkafka.WithTracer(rec.Tracer), ta.option()), ta, 1)
+	rec.WantLinked(t, id, "applied", producer)
 }

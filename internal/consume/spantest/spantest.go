@@ -189,6 +189,21 @@ func (r *Recorder) CheckKeyless(tb testing.TB, producer trace.SpanContext, syste
 	}
 }
 
+// WantLinked fails tb unless key has a message span ended with outcome,
+// and each of key's message spans links to producer.
+func (r *Recorder) WantLinked(tb testing.TB, key, outcome string, producer trace.SpanContext) {
+	tb.Helper()
+	byOutcome := r.consumed(r.Spans(), key)
+	if len(byOutcome[outcome]) == 0 {
+		tb.Fatalf("%s: message spans ended %v, want %s", key, names(byOutcome), outcome)
+	}
+	for _, ss := range byOutcome {
+		for _, s := range ss {
+			wantLinked(tb, s, producer)
+		}
+	}
+}
+
 // consumed returns the message spans of key by outcome.
 func (r *Recorder) consumed(spans tracetest.SpanStubs, key string) map[string][]tracetest.SpanStub {
 	hash := idemotel.KeyHash(key)
