@@ -38,6 +38,17 @@ type Span interface {
 	End(outcome string, err error)
 }
 
+// Injector is implemented by a Tracer that can write the trace context of
+// a context (its current span) into outgoing headers, as
+// package idemotel's does with its propagator. idemhttp's Proxy uses it on
+// the upstream call of a keyed request, so that the upstream's spans are
+// children of the request's span.
+type Injector interface {
+	// Inject writes ctx's trace context through set (a header name and
+	// its value; traceparent and tracestate for W3C Trace Context).
+	Inject(ctx context.Context, set func(name, value string))
+}
+
 // Carrier reads the headers of a broker record or a request, for
 // [Span.Link]. Header names are as the transport gives them.
 type Carrier interface {

@@ -70,6 +70,7 @@ func NewProxy(target *url.URL, s keystore.Store, opts ...Option) (*Proxy, error)
 				return // not a keyed request running under a claim
 			}
 			hideFromTransport(pr.Out.Header)
+			m.injectTrace(pr.In.Context(), pr.Out.Header)
 			ctx, cancel := upstreamCtx(pr.In.Context(), att, m)
 			stop := context.AfterFunc(p.abortCtx, cancel)
 			done := context.CancelFunc(func() { stop(); cancel() })

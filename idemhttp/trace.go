@@ -1,6 +1,7 @@
 package idemhttp
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -16,7 +17,9 @@ import (
 // span (idem.OpHTTPRequest) per request whose method takes keys and that
 // carries an Idempotency-Key (or must: [WithRequired]), a child of the span
 // in the request's context, if any. The request's own trace context
-// (traceparent) is added as a link. Key store calls made for the request
+// (traceparent) is added as a link. A Proxy whose tracer is an
+// idem.Injector (idemotel's is) sends the upstream the span's own trace
+// context instead of the client's. Key store calls made for the request
 // run under the span's context: wrap the store with idemotel.WrapStore and
 // they nest under it; so does the handler's, or the proxy's upstream
 // call's, work.
@@ -72,6 +75,16 @@ func (m *Middleware) serveTraced(w http.ResponseWriter, r *http.Request, next ht
 	}
 	sp.End(string(o), err)
 	return o
+}
+
+// injectTrace writes the trace context of ctx, the keyed request's span,
+// into the upstream request's headers when the tracer can (an
+// idem.Injector), replacing the client's traceparent: the upstream's spans
+// become children of the request's span, which links the client's.
+func (m *Middleware) injectTrace(ctx context.Context, h http.Header) {
+	if inj, ok := m.cfg.tracer.(idem.Injector); ok {
+		inj.Inject(ctx, h.Set)
+	}
 }
 
 // headers reads request headers as an idem.Carrier.

@@ -7,8 +7,10 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -231,7 +233,11 @@ func TestTraceConcurrentRequests(t *testing.T) {
 
 // The proxy traces as the middleware does.
 func TestTraceProxy(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
+	var gotSpan atomic.Value
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotSpan.Store(r.Header.Get(tracing.InjectHeader))
+		w.WriteHeader(http.StatusCreated)
+	}))
 	defer up.Close()
 	target, _ := url.Parse(up.URL)
 	ms, err := memstore.New()
@@ -257,6 +263,9 @@ func TestTraceProxy(t *testing.T) {
 	spans := rec.Named(idem.OpHTTPRequest)
 	if len(spans) != 2 || spans[0].Result != "executed" || spans[1].Result != "replayed" {
 		t.Fatalf("proxy spans %+v", spans)
+	}
+	if got, want := gotSpan.Load(), strconv.Itoa(spans[0].ID); got != want {
+		t.Fatalf("the upstream got span %q, want the request's %q", got, want)
 	}
 	if _, ok := spans[0].Attrs[idem.AttrRoute]; ok {
 		t.Fatal("route recorded without a ServeMux pattern")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -137,4 +138,37 @@ func TestHTTPSpans(t *testing.T) {
 	noText(t, r.spans(), key)
 	noText(t, r.spans(), "4242")
 	noText(t, r.spans(), "alice")
+}
+
+// The proxy sends the upstream the request span's trace context (the
+// upstream's spans become its children), not the client's, which the span
+// links.
+func TestProxyPropagates(t *testing.T) {
+	r := newRecorder(t)
+	got := make(chan string, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		got <- req.Header.Get("Traceparent")
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer up.Close()
+	target, _ := url.Parse(up.URL)
+	p, err := idemhttp.NewProxy(target, idemotel.WrapStore(newMem(t), r.t), idemhttp.WithTracer(r.t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const client = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	req := httptest.NewRequest("POST", "/pay", strings.NewReader("x"))
+	req.Header.Set("Idempotency-Key", "pay-1")
+	req.Header.Set("Authorization", "Bearer c")
+	req.Header.Set("Traceparent", client)
+	p.ServeHTTP(httptest.NewRecorder(), req)
+	sent := <-got
+	span := r.named(idem.OpHTTPRequest)[0]
+	want := "00-" + span.SpanContext.TraceID().String() + "-" + span.SpanContext.SpanID().String() + "-01"
+	if sent != want {
+		t.Fatalf("upstream got traceparent %q, want the request span's %q", sent, want)
+	}
+	if len(span.Links) != 1 || span.Links[0].SpanContext.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Fatalf("the client's trace is not linked: %v", span.Links)
+	}
 }

@@ -104,6 +104,18 @@ func (t *tracer) Start(ctx context.Context, op string) (context.Context, idem.Sp
 	return ctx, &span{s: s, t: t}
 }
 
+// Inject implements [idem.Injector] with the tracer's propagator.
+func (t *tracer) Inject(ctx context.Context, set func(name, value string)) {
+	t.prop.Inject(ctx, setter(set))
+}
+
+// setter writes through a function as a propagation.TextMapCarrier.
+type setter func(name, value string)
+
+func (s setter) Get(string) string      { return "" }
+func (s setter) Set(name, value string) { s(name, value) }
+func (s setter) Keys() []string         { return nil }
+
 // span is one recording OpenTelemetry span behind idem.Span.
 type span struct {
 	s    trace.Span

@@ -89,6 +89,14 @@ type routeTracer struct {
 	route string
 }
 
+// Inject implements idem.Injector when the wrapped tracer does, so that
+// the proxy sends the upstream the request span's trace context.
+func (t routeTracer) Inject(ctx context.Context, set func(name, value string)) {
+	if inj, ok := t.Tracer.(idem.Injector); ok {
+		inj.Inject(ctx, set)
+	}
+}
+
 func (t routeTracer) Start(ctx context.Context, op string) (context.Context, idem.Span) {
 	ctx, s := t.Tracer.Start(ctx, op)
 	if op == idem.OpHTTPRequest {

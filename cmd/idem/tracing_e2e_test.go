@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/hex"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -77,9 +78,17 @@ func strAttr(s *tracepb.Span, key string) string {
 // the client's key.
 func TestServeExportsSpans(t *testing.T) {
 	rcv := newOTLPReceiver(t)
-	up := newUpstream(t)
+	var sent []string // the traceparent of each upstream call
+	var sentMu sync.Mutex
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sentMu.Lock()
+		sent = append(sent, r.Header.Get("Traceparent"))
+		sentMu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer up.Close()
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "60000")
-	p := startServe(t, up.srv.URL, "memory", "--otlp-endpoint", strings.TrimPrefix(rcv.srv.URL, "http://"), "--otlp-insecure")
+	p := startServe(t, up.URL, "memory", "--otlp-endpoint", strings.TrimPrefix(rcv.srv.URL, "http://"), "--otlp-insecure")
 	const key = "e2e-secret-key-5f1d"
 	first := post(t, p.url, "/orders", key, `{"card":"4242"}`)
 	second := post(t, p.url, "/orders", key, `{"card":"4242"}`)
@@ -127,6 +136,13 @@ func TestServeExportsSpans(t *testing.T) {
 			t.Errorf("request %d: kind %v", i, reqs[i].Kind)
 		}
 	}
+	// The one upstream call carried the executed request's span as its
+	// parent.
+	sentMu.Lock()
+	if want := "00-" + hexID(reqs[0].TraceId) + "-" + hexID(reqs[0].SpanId) + "-01"; len(sent) != 1 || sent[0] != want {
+		t.Errorf("upstream calls carried %q, want one with %q", sent, want)
+	}
+	sentMu.Unlock()
 	var under []string
 	for _, s := range rcv.spans {
 		if par, ok := byID[string(s.ParentSpanId)]; ok && par == reqs[0] {
@@ -147,6 +163,8 @@ func TestServeExportsSpans(t *testing.T) {
 		}
 	}
 }
+
+func hexID(b []byte) string { return hex.EncodeToString(b) }
 
 func TestServeOTLPEndpointRefused(t *testing.T) {
 	out, err := runServeExit(t, "--upstream", "http://127.0.0.1:1", "--store", "memory", "--otlp-endpoint", "no-port")

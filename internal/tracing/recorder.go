@@ -2,6 +2,7 @@ package tracing
 
 import (
 	"context"
+	"strconv"
 	"sync"
 
 	"github.com/idem-go/idem"
@@ -44,6 +45,18 @@ func (r *Recorder) Start(ctx context.Context, op string) (context.Context, idem.
 	r.mu.Unlock()
 	sp := &recSpan{r: r, s: s}
 	return context.WithValue(ctx, recKey{}, sp), sp
+}
+
+// InjectHeader is the header [Recorder.Inject] writes: the ID of the span
+// in the context, in decimal.
+const InjectHeader = "X-Recorded-Span"
+
+// Inject implements [idem.Injector]: it writes the ID of ctx's span, if
+// any, as [InjectHeader].
+func (r *Recorder) Inject(ctx context.Context, set func(name, value string)) {
+	if p, ok := ctx.Value(recKey{}).(*recSpan); ok {
+		set(InjectHeader, strconv.Itoa(p.s.ID))
+	}
 }
 
 // Spans returns a copy of the spans started so far, in start order.
