@@ -13,6 +13,10 @@
 //	mw, err := idemhttp.New(store, idemhttp.WithTracer(t))
 //	in, err := inbox.New(db, sqldialect.Postgres, "orders", inbox.WithTracer(t))
 //
+// The tracer is also an idem.Injector: idemhttp's Proxy writes the
+// request span's trace context into the upstream call's headers through
+// the tracer's propagator.
+//
 // Spans are named by the idem.Op constants (idem.inbox.process,
 // idem.keystore.reserve, idem.http.request, …) and carry the idem.Attr
 // attributes; every span ends with idem.outcome saying what happened
