@@ -3,6 +3,7 @@ package idemotel_test
 import (
 	"context"
 	"fmt"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -63,4 +64,50 @@ func ExampleNewTracer() {
 	// idem.keystore.complete completed 3bf8b157c4238eef
 	// idem.keystore.reserve done 3bf8b157c4238eef
 	// idem.consume applied
+}
+
+// The hash that spans carry in place of a key, as an operator computes it
+// for a key they know: printf %s order-42 | sha256sum | cut -c1-16.
+func ExampleKeyHash() {
+	fmt.Println(idemotel.KeyHash("order-42"))
+	// Output: 3bf8b157c4238eef
+}
+
+// WrapStore's spans nest under the caller's; their outcomes say what the
+// store decided.
+func ExampleWrapStore() {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer tp.Shutdown(context.Background())
+	tracer, err := idemotel.NewTracer(idemotel.WithTracerProvider(tp))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	mem, err := memstore.New()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer mem.Close()
+	store := idemotel.WrapStore(mem, tracer)
+	ctx := context.Background()
+	c, err := store.Reserve(ctx, "job-1", nil, time.Minute)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if _, err := store.Reserve(ctx, "job-1", nil, time.Minute); err != nil { // another caller
+		fmt.Println(err)
+		return
+	}
+	if err := store.Release(ctx, c); err != nil {
+		fmt.Println(err)
+		return
+	}
+	printSpans(exp)
+	// Output:
+	// idem.keystore.reserve reserved
+	// idem.keystore.reserve in_progress
+	// idem.keystore.release released
 }
