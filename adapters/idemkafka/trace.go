@@ -14,11 +14,12 @@ type headers kgo.Record
 // carrier is the consume core's Config.Headers for records.
 func carrier(r *kgo.Record) idem.Carrier { return (*headers)(r) }
 
-// Get returns the value of the last header named name, or "".
+// Get returns the value of the first header named name, or "" (as NATS
+// and gRPC metadata read a repeated header).
 func (h *headers) Get(name string) string {
-	for i := len(h.Headers) - 1; i >= 0; i-- {
-		if h.Headers[i].Key == name {
-			return string(h.Headers[i].Value)
+	for _, rh := range h.Headers {
+		if rh.Key == name {
+			return string(rh.Value)
 		}
 	}
 	return ""

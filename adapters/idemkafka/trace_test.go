@@ -158,3 +158,41 @@ func TestTraceThroughOutbox(t *testing.T) {
 	_ = runUntil(t, f.consumer(f.eff.handler("1"), idemkafka.WithTracer(rec.Tracer), ta.option()), ta, 1)
 	rec.WantLinked(t, id, "applied", producer)
 }
+
+// A record whose traceparent is garbage, empty, or repeated is consumed as
+// any other: its span links to nothing it cannot parse, and to the first
+// of repeated headers.
+func TestTraceBadTraceparent(t *testing.T) {
+	t.Parallel()
+	rec := spantest.New(t)
+	producer, tp := rec.Producer("orders publish")
+	f := newFixture(t, 1)
+	p := newProducer(t, client(t, f.c))
+	bad := map[string][]string{
+		"order-garbage-1": {"00-not-a-trace-context"},
+		"order-empty-01":  {""},
+		"order-repeat-1":  {tp, "00-ffffffffffffffffffffffffffffffff-ffffffffffffffff-01"},
+	}
+	for id, vals := range bad {
+		r := &kgo.Record{Topic: "orders", Value: []byte(id)}
+		for _, v := range vals {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: "traceparent", Value: []byte(v)})
+		}
+		if err := p.Produce(context.Background(), id, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ta := newTally()
+	_ = runUntil(t, f.consumer(f.eff.handler("1"), idemkafka.WithTracer(rec.Tracer), ta.option()), ta, len(bad))
+	ta.want(t, "", map[idem.Outcome]int{idem.Applied: len(bad)})
+	rec.WantLinked(t, "order-repeat-1", "applied", producer)
+	for id := range bad {
+		ss := rec.Consumed(id)
+		if len(ss) != 1 {
+			t.Fatalf("%s: %d record spans, want 1", id, len(ss))
+		}
+		if want := map[bool]int{true: 1, false: 0}[id == "order-repeat-1"]; len(ss[0].Links) != want {
+			t.Errorf("%s: %d links (%v), want %d", id, len(ss[0].Links), ss[0].Links, want)
+		}
+	}
+}

@@ -204,6 +204,15 @@ func (r *Recorder) WantLinked(tb testing.TB, key, outcome string, producer trace
 	}
 }
 
+// Consumed returns the message spans of key ended so far.
+func (r *Recorder) Consumed(key string) tracetest.SpanStubs {
+	var out tracetest.SpanStubs
+	for _, ss := range r.consumed(r.Spans(), key) {
+		out = append(out, ss...)
+	}
+	return out
+}
+
 // consumed returns the message spans of key by outcome.
 func (r *Recorder) consumed(spans tracetest.SpanStubs, key string) map[string][]tracetest.SpanStub {
 	hash := idemotel.KeyHash(key)
