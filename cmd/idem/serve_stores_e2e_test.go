@@ -5,8 +5,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idem-go/idem/internal/testenv"
 )
@@ -59,6 +61,88 @@ func TestServeDistributedStores(t *testing.T) {
 			res.Body.Close()
 			if res.StatusCode != 200 {
 				t.Fatalf("/readyz: %d", res.StatusCode)
+			}
+		})
+	}
+}
+
+// An upstream call three times longer than --lease runs once on every
+// store idem serve opens: the proxy renews the lease while the upstream
+// works, so four clients retrying the key every 100 ms meanwhile get 409
+// (in progress), never a second execution, and the replay afterwards.
+// (Until d66bde9 the proxy was handed a store without Extend, and every
+// call slower than --lease got 504 at the lease.)
+func TestServeRenewsLeases(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "idem-test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "idem-test")
+	t.Setenv("AWS_SESSION_TOKEN", "")
+	stores := map[string]func(t *testing.T) string{
+		"memory":   func(*testing.T) string { return "memory" },
+		"sqlite":   func(t *testing.T) string { return "sqlite:" + t.TempDir() + "/idem.db" },
+		"postgres": func(t *testing.T) string { return testenv.PostgresURL(t) },
+		"redis":    func(t *testing.T) string { return "redis://" + testenv.RedisAddr(t) + "/0" },
+		"dynamodb": func(t *testing.T) string {
+			return "dynamodb://" + testenv.Name("renew") + "?region=us-east-1&endpoint=" + testenv.DynamoDBEndpoint(t)
+		},
+	}
+	const lease = 600 * time.Millisecond
+	for name, url := range stores {
+		t.Run(name, func(t *testing.T) {
+			var runs atomic.Int32
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n := runs.Add(1)
+				select {
+				case <-time.After(3 * lease):
+				case <-r.Context().Done():
+					return
+				}
+				w.WriteHeader(http.StatusCreated)
+				fmt.Fprintf(w, `{"run":%d}`, n)
+			}))
+			defer up.Close()
+			p := startServe(t, up.URL, url(t), "--lease", lease.String())
+			key := testenv.Name("slow-")
+			first := make(chan reply, 1)
+			go func() { first <- post(t, p.url, "/charges", key, "x") }()
+			waitFor(t, func() bool { return runs.Load() > 0 })
+			var retries sync.WaitGroup
+			var conflicts atomic.Int32
+			stop := make(chan struct{})
+			for range 4 {
+				retries.Go(func() {
+					for {
+						select {
+						case <-stop:
+							return
+						case <-time.After(100 * time.Millisecond):
+						}
+						switch r := post(t, p.url, "/charges", key, "x"); r.status {
+						case http.StatusConflict:
+							conflicts.Add(1)
+						case http.StatusCreated:
+							if r.header.Get("Idempotent-Replayed") != "true" {
+								t.Errorf("a retry executed the upstream again: %s", r.body)
+							}
+						default:
+							t.Errorf("retry: %d %s", r.status, r.body)
+						}
+					}
+				})
+			}
+			got := recv(t, first)
+			close(stop)
+			retries.Wait()
+			if got.status != http.StatusCreated || got.body != `{"run":1}` {
+				t.Fatalf("first call, %v upstream under a %v lease: %d %s", 3*lease, lease, got.status, got.body)
+			}
+			if again := post(t, p.url, "/charges", key, "x"); again.body != got.body || again.header.Get("Idempotent-Replayed") != "true" {
+				t.Fatalf("after: %d %s, want the replay of %s", again.status, again.body, got.body)
+			}
+			if n := runs.Load(); n != 1 {
+				t.Fatalf("upstream ran %d times", n)
+			}
+			if conflicts.Load() == 0 {
+				t.Fatal("no retry overlapped the slow call")
 			}
 		})
 	}
