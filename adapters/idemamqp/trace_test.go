@@ -8,10 +8,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idem-go/idem/adapters/idemamqp"
-	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/consume/consumetest"
 	"github.com/idem-go/idem/internal/consume/spantest"
-	"github.com/idem-go/idem/sqldialect"
 )
 
 // Each delivery's span links to the producer whose traceparent it carries
@@ -30,10 +28,7 @@ func TestTrace(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	in, err := inbox.New(e.DB, sqldialect.SQLite, "orders-worker", inbox.WithTracer(rec.Tracer))
-	if err != nil {
-		t.Fatal(err)
-	}
+	in := e.Traced(t, rec.Tracer)
 	var ev events
 	c, err := idemamqp.NewConsumer(conn, tp.queue, in, e.applyAfter(consumetest.FailFirst(messageID, 2)),
 		idemamqp.WithBackoff(10*time.Millisecond, 40*time.Millisecond), idemamqp.WithObserver(ev.Observe),

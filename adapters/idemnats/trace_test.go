@@ -10,10 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idem-go/idem/adapters/idemnats"
-	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/consume/consumetest"
 	"github.com/idem-go/idem/internal/consume/spantest"
-	"github.com/idem-go/idem/sqldialect"
 )
 
 // orderHeader keys the tracing test's messages: JetStream itself would drop
@@ -39,10 +37,7 @@ func TestTrace(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	in, err := inbox.New(e.DB, sqldialect.SQLite, "orders-worker", inbox.WithTracer(rec.Tracer))
-	if err != nil {
-		t.Fatal(err)
-	}
+	in := e.Traced(t, rec.Tracer)
 	apply := func(ctx context.Context, tx *sql.Tx, m jetstream.Msg) error {
 		return e.Apply(ctx, tx, orderHeader(m), msgData(m))
 	}

@@ -7,11 +7,9 @@ import (
 
 	"github.com/idem-go/idem/adapters/idemwatermill"
 	"github.com/idem-go/idem/idemotel"
-	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/consume/consumetest"
 	"github.com/idem-go/idem/internal/consume/spantest"
 	"github.com/idem-go/idem/keystore/memstore"
-	"github.com/idem-go/idem/sqldialect"
 )
 
 func uuidOf(msg *message.Message) string { return msg.UUID }
@@ -41,11 +39,7 @@ func TestTrace(t *testing.T) {
 			return m.Middleware
 		}},
 		{"inbox", "idem.inbox.", func(t *testing.T, rec *spantest.Recorder) message.HandlerMiddleware {
-			e := consumetest.NewEffects(t)
-			in, err := inbox.New(e.DB, sqldialect.SQLite, "orders-worker", inbox.WithTracer(rec.Tracer))
-			if err != nil {
-				t.Fatal(err)
-			}
+			in := consumetest.NewEffects(t).Traced(t, rec.Tracer)
 			m, err := idemwatermill.NewInboxMiddleware(in, idemwatermill.WithTracer(rec.Tracer))
 			if err != nil {
 				t.Fatal(err)

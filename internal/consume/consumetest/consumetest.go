@@ -63,6 +63,17 @@ func NewEffects(tb testing.TB) *Effects {
 	return &Effects{DB: db, In: in}
 }
 
+// Traced returns another handle on e's inbox (same database and
+// consumer), traced through t.
+func (e *Effects) Traced(tb testing.TB, t idem.Tracer) *inbox.Inbox {
+	tb.Helper()
+	in, err := inbox.New(e.DB, sqldialect.SQLite, "orders-worker", inbox.WithTracer(t))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return in
+}
+
 // Apply records one effect inside tx.
 func (e *Effects) Apply(ctx context.Context, tx *sql.Tx, key, data string) error {
 	_, err := tx.ExecContext(ctx, Insert+" VALUES (?, ?)", key, data)
