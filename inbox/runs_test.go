@@ -114,10 +114,15 @@ func randomKeys(n int, prefix string) []string {
 	return keys
 }
 
-// runTables lists the run tables of idem_inbox in the file.
+// runTablesOf lists the run tables of idem_inbox in the file.
 func runTablesOf(t testing.TB, db *sql.DB) []string {
+	return tablesLike(t, db, "idem_inbox_k*_r*")
+}
+
+// tablesLike lists the tables whose name matches the GLOB pattern.
+func tablesLike(t testing.TB, db *sql.DB, glob string) []string {
 	t.Helper()
-	rows, err := db.Query(`SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB 'idem_inbox_k*_r*'`)
+	rows, err := db.Query(`SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB ?`, glob)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,19 +142,10 @@ func runTablesOf(t testing.TB, db *sql.DB) []string {
 // tables and runs, and that the effects are exactly the recorded keys.
 func checkExactlyOnce(t testing.TB, db *sql.DB) int {
 	t.Helper()
-	rows, err := db.Query(`SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB 'idem_inbox_k[0-9]*'`)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var tabs []string
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			t.Fatal(err)
-		}
+	for _, n := range tablesLike(t, db, "idem_inbox_k[0-9]*") {
 		tabs = append(tabs, "SELECT d FROM "+n)
 	}
-	rows.Close()
 	var total, distinct, effects int
 	q := `SELECT count(*), count(DISTINCT d) FROM (` + strings.Join(tabs, " UNION ALL ") + `)`
 	if err := db.QueryRow(q).Scan(&total, &distinct); err != nil {
