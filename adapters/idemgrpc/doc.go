@@ -54,7 +54,8 @@
 // Observing: [WithHooks] reports each call's [Outcome] and duration, as
 // idemhttp.WithHooks does for HTTP requests, in idemhttp's outcome
 // vocabulary; [WithLogger] receives what the client
-// cannot be told (a response that could not be stored, a failed release).
+// cannot be told (a response that could not be stored, a failed release);
+// [WithTracer] makes each keyed call a span.
 //
 // Principals: by default a SHA-256 of the call's authorization metadata;
 // [WithScopeTLS] uses the verified client certificate, [WithScopeFunc]

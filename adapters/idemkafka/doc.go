@@ -17,8 +17,9 @@
 // idem's other broker adapters: [WithKey], [WithFingerprint],
 // [WithSetHandler], [WithBatchSize], [WithMaxAttempts], [WithBackoff],
 // [WithDeadLetter], [WithObserver] (an [Event] per record: idem.Applied,
-// idem.Duplicate, idem.Retried, idem.DeadLettered with an idem.Reason) and
-// [WithLogger]. The rules that decide a record's fate (key and fingerprint
+// idem.Duplicate, idem.Retried, idem.DeadLettered with an idem.Reason),
+// [WithLogger] and [WithTracer] (a span per batch and per record, linked
+// to the producer's traceparent header). The rules that decide a record's fate (key and fingerprint
 // checks, applied or duplicate, retry or dead-letter) are the same in every
 // adapter; the package adds Kafka's transport: polling, offset marks and
 // commits, the dead-letter topic, headers and transactions.

@@ -58,7 +58,8 @@
 // (Watermill's middleware.PoisonQueueWithFilter with idem.IsPermanent)
 // instead of redelivering them forever. Any other failure is returned as it
 // is, and the redelivery runs the handler again. [WithObserver] sees every
-// message's outcome.
+// message's outcome; [WithTracer] makes each message a span linked to the
+// producer's traceparent in its metadata.
 //
 // The middlewares start no goroutines and need no Close.
 package idemwatermill
