@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -12,8 +13,9 @@ import (
 // Measured bytes per key (docs/benchmarks.md, docs/inbox.md); the plan
 // multiplies them, it does not guess them.
 const (
-	pgBucketBytes     = 85.3
-	sqliteBucketBytes = 25.6
+	pgBucketBytes      = 85.3
+	sqliteBucketBytes  = 25.6
+	mariadbBucketBytes = 62.9
 )
 
 // Measured retention costs for 1M expired keys (TestScaleRetire, PostgreSQL
@@ -24,6 +26,16 @@ const (
 	rowsRetireSecPerMKey  = 14.4   // seconds per million keys, Sweep + VACUUM
 	bucketRetireWALPerTab = 15024  // bytes of WAL per bucket table dropped (135 KB for 9)
 	bucketRetireSecPerTab = 0.0059 // seconds per bucket table dropped (53 ms for 9)
+)
+
+// The SQL key store (keystore/sqlstore, digest layout): bytes per done key
+// with an empty result, and Sweep's cost per expired key on PostgreSQL
+// (TestScaleKeys and TestScaleRetire, 1M random UUIDv4 keys, docs/keystore.md).
+const (
+	keysPGBytes         = 163.6
+	keysSQLiteBytes     = 128.8
+	keysSweepWALPerKey  = 269.6 // bytes of WAL per key Sweep deletes, VACUUM included
+	keysSweepSecPerMKey = 104.0 // seconds per million keys, at load average 14-22
 )
 
 // windowRow is the row sized by the broker-side window instead of the
@@ -38,9 +50,12 @@ var perKey = []struct {
 }{
 	{"inbox on PostgreSQL, bucketed layout (16-byte digest, uuid PK)", pgBucketBytes, "disk", "random UUIDv4 keys, 10M (TestScaleCurve)"},
 	{"inbox on SQLite, bucketed layout (16-byte digest)", sqliteBucketBytes, "disk", "random UUIDv4 keys, 6M (TestScaleCurve)"},
+	{"inbox on MariaDB, bucketed layout (BINARY(16) digest, InnoDB PK)", mariadbBucketBytes, "disk", "random UUIDv4 keys, 10M (TestScaleCurve); bare BINARY(16) table 52.5, UUIDv7 keys 39.6"},
 	{"inbox on PostgreSQL, rows layout (row + PK + sweep index)", 161.4, "disk", "earlier releases; 36-char UUID keys"},
 	{"inbox on SQLite, rows layout (table + sweep index)", 125.2, "disk", "earlier releases; 36-char UUID keys"},
 	{"keystore memstore (done keys, no results; compact tier)", 23.84, "RAM", "10M random keys (make bench-compact)"},
+	{"keystore sqlstore on PostgreSQL, digest layout (done keys)", keysPGBytes, "disk", "random UUIDv4 keys, 1M (TestScaleKeys); plus results"},
+	{"keystore sqlstore on SQLite, digest layout (done keys)", keysSQLiteBytes, "disk", "random UUIDv4 keys, 1M (TestScaleKeys); plus results"},
 	{"keystore redisstore (done keys, no results)", 214.2, "RAM", "Redis 7.0 used_memory, 200k UUIDv4 keys; bare SET NX PX 156.3 in the same run"},
 	{"keystore natsstore (done keys, no results; per replica)", 239.3, "disk", "JetStream stream bytes, R3 file bucket, 20k UUIDv4 keys; bare KV Create 147.0"},
 	{"Redis SET NX PX key (the bare anchor, same run)", 156.3, "RAM", "Redis 7.0 used_memory, 200k UUIDv4 keys"},
@@ -97,7 +112,7 @@ func writePlan(w io.Writer, f planFlags) {
 			n = f.rate * f.window.Seconds()
 		}
 		b := p.bytes
-		if f.resultBytes > 0 && (p.where == "RAM" && p.structure != windowRow) {
+		if f.resultBytes > 0 && ((p.where == "RAM" && p.structure != windowRow) || strings.HasPrefix(p.structure, "keystore sqlstore")) {
 			b += float64(f.resultBytes)
 		}
 		fmt.Fprintf(tw, "%s\t%.1f\t%s\t%s\t%s\n", p.structure, b, human(n), bytesHuman(n*b), p.where)
@@ -146,4 +161,6 @@ func writeRetention(w io.Writer, f planFlags) {
 	fmt.Fprintf(tw, "bucketed (Sweep drops whole bucket tables)\t%s\t%s\tO(buckets): %.1f tables a day\n",
 		bytesHuman(drops*bucketRetireWALPerTab), (time.Duration(drops*bucketRetireSecPerTab*1e3) * time.Millisecond).Round(time.Millisecond), drops)
 	tw.Flush()
+	fmt.Fprintf(w, "key store (sqlstore), if as many keys expire a day: Sweep deletes each key: %s of WAL, %s (%.0f B of WAL a key)\n",
+		bytesHuman(perDay*keysSweepWALPerKey), (time.Duration(perDay/1e6*keysSweepSecPerMKey) * time.Second).Round(time.Second), keysSweepWALPerKey)
 }
