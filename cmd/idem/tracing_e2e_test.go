@@ -172,3 +172,37 @@ func TestServeOTLPEndpointRefused(t *testing.T) {
 		t.Fatalf("err %v, output:\n%s", err, out)
 	}
 }
+
+// A collector that is down costs spans, not requests: keyed requests are
+// answered as usual, and SIGTERM still ends the process promptly (the
+// flush gives up after 5 s).
+func TestServeOTLPCollectorDown(t *testing.T) {
+	up := newUpstream(t)
+	p := startServe(t, up.srv.URL, "memory", "--otlp-endpoint", freeAddr(t), "--otlp-insecure")
+	for i, want := range []string{"", "true"} {
+		r := post(t, p.url, "/orders", "down-1", "x")
+		if r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != want {
+			t.Fatalf("request %d: status %d, replayed %q", i, r.status, r.header.Get("Idempotent-Replayed"))
+		}
+	}
+	start := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("idem serve exited with %v:\n%s", err, p.out)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("idem serve did not exit on SIGTERM with its collector down")
+	}
+	if took := time.Since(start); took > 12*time.Second {
+		t.Fatalf("exit took %v", took)
+	}
+	if up.count("/orders") != 1 {
+		t.Fatalf("upstream ran %d times", up.count("/orders"))
+	}
+}
