@@ -49,10 +49,10 @@ cp go.sum "$light/go.sum"
 	exit 1
 }
 graph=$(cd "$light" && GOWORK=off $go list -m all)
-heavy=$(echo "$graph" | grep -E 'nats-io|twmb/franz-go|ThreeDotsLabs|rabbitmq|redis/go-redis|spf13/cobra|prometheus|aws-sdk|google.golang.org/grpc' || true)
+heavy=$(echo "$graph" | grep -E 'nats-io|twmb/franz-go|ThreeDotsLabs|rabbitmq|redis/go-redis|spf13/cobra|prometheus|aws-sdk|google.golang.org/grpc|go.opentelemetry.io|chromedp' || true)
 if [ -n "$heavy" ]; then
 	echo "check-modules: importing only inbox and memstore pulls in:" >&2
 	echo "$heavy" | sed 's/^/  /' >&2
 	exit 1
 fi
-echo "check-modules: inbox + memstore alone: $(echo "$graph" | wc -l) modules in the graph, none of them a broker, Redis, CLI or Prometheus module"
+echo "check-modules: inbox + memstore alone: $(echo "$graph" | wc -l) modules in the graph, none of them a broker, Redis, CLI, Prometheus, OpenTelemetry or browser module"
