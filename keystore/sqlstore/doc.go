@@ -10,7 +10,8 @@
 // One table holds every scope's keys. New tables get [LayoutDigest]:
 //
 //	d                      -- primary key: 16-byte digest of (scope, key)
-//	                          (uuid on PostgreSQL, BLOB WITHOUT ROWID on SQLite)
+//	                          (uuid on PostgreSQL; a BLOB with a unique index on
+//	                          SQLite, whose rows stay in arrival order)
 //	expires_at             -- lease end (in progress) or result end (done); indexed
 //	token                  -- fencing token, from TABLE_token
 //	takeovers              -- expired leases taken over in a row
