@@ -557,8 +557,8 @@ func (r *retireRun) density(t *testing.T) float64 {
 // bucketed layout would use there (a BINARY(16) digest primary key with
 // nullable fingerprint and key columns, as on SQLite and PostgreSQL) beside
 // today's rows layout and a bare BINARY(16) table, with IDEM_SCALE_MARIADB
-// random keys each (20k by default), in one run. The bucketed layout is not
-// available on MySQL yet; this is the evidence for its row shape. Prints
+// random keys each (20k by default), in one run, by bulk inserts (the
+// inbox's own curve on MariaDB is TestScaleCurve's "mariadb" engine). Prints
 //
 //	mariadb,<table>,keys,0,1,bytes_per_key
 func TestScaleMariaDBRowShape(t *testing.T) {
