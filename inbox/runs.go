@@ -218,7 +218,8 @@ func setRunVersion(ctx context.Context, tx *sql.Tx, meta string, v int64) error 
 // bucket's in ascending order of versions.
 func listRuns(ctx context.Context, q querier, t string) (map[int64][]run, error) {
 	prefix := t + "_k"
-	rows, err := q.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' AND substr(name, 1, length(?1)) = ?1 AND instr(name, '_r') > length(?1)`, prefix)
+	// The bucket tables come too; parseRun keeps the runs.
+	rows, err := q.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' AND substr(name, 1, length(?1)) = ?1`, prefix)
 	if err != nil {
 		return nil, err
 	}
