@@ -3,7 +3,6 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
-	"strings"
 	"time"
 
 	"github.com/idem-go/idem/sqldialect"
@@ -56,36 +55,24 @@ func LoadDone(ctx context.Context, s *Store, keys []string, ttl time.Duration, t
 			defer tx.Rollback()
 		}
 		batch := keys[i:min(i+page, len(keys))]
-		var b strings.Builder
-		b.WriteString("INSERT INTO " + s.sh.n.table + " (" + cols + ", state, token, takeovers, fingerprint, result, expires_at) VALUES ")
 		args := make([]any, 0, 8*len(batch))
-		for j, k := range batch {
-			if j > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteByte('(')
-			for c := range 8 {
-				if c > 0 {
-					b.WriteString(", ")
-				}
-				p := s.d.Placeholder(8*j + c + 1)
-				if pg {
-					p += casts[c]
-				}
-				if c == 7 {
-					if pg {
-						p = "now() + " + p + " * interval '1 microsecond'"
-					} else {
-						p = now + " + " + p
-					}
-				}
-				b.WriteString(p)
-			}
-			b.WriteByte(')')
+		for _, k := range batch {
 			token++
 			args = append(append(args, s.keyArgs(l, k)...), stDone, token, 0, nil, []byte{}, int64(ttl/time.Microsecond))
 		}
-		if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
+		insert := "INSERT INTO " + s.sh.n.table + " (" + cols + ", state, token, takeovers, fingerprint, result, expires_at) VALUES " +
+			values(s.d, len(batch), func(c int, p string) string {
+				switch {
+				case pg && c == 7:
+					return "now() + " + p + casts[c] + " * interval '1 microsecond'"
+				case c == 7:
+					return now + " + " + p
+				case pg:
+					return p + casts[c]
+				}
+				return p
+			})
+		if _, err := tx.ExecContext(ctx, insert, args...); err != nil {
 			return err
 		}
 	}

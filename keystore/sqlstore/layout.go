@@ -122,6 +122,39 @@ func (s *Store) collision(l *layout, key string) error {
 	return fmt.Errorf("sqlstore: reserve %q in scope %q: a live row of another key has its digest %s: %w", key, s.scope, hex.EncodeToString(d[:]), ErrDigestCollision)
 }
 
+// write runs op in the table's current layout, through the group commit
+// (SQLite) and retry; an op that met another layout runs again on the
+// layout read afresh.
+func (s *Store) write(ctx context.Context, op func(ctx context.Context, l *layout, x runner) error) error {
+	return s.retry(ctx, func() error {
+		l, err := s.current(ctx)
+		if err != nil {
+			return err
+		}
+		return s.changed(l, s.do(ctx, func(ctx context.Context, x runner) error { return op(ctx, l, x) }))
+	})
+}
+
+// values is the VALUES list of a multi-row INSERT of rows rows of eight
+// columns; expr turns column c's placeholder p into its SQL expression.
+func values(d sqldialect.Dialect, rows int, expr func(c int, p string) string) string {
+	var b strings.Builder
+	for i := range rows {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteByte('(')
+		for c := range 8 {
+			if c > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(expr(c, d.Placeholder(8*i+c+1)))
+		}
+		b.WriteByte(')')
+	}
+	return b.String()
+}
+
 // current returns the table's layout, reading it from the database the
 // first time and after a statement met another layout.
 func (s *Store) current(ctx context.Context) (*layout, error) {
@@ -332,29 +365,19 @@ ORDER BY scope, idem_key LIMIT ` + strconv.Itoa(copyPage)
 		if err != nil || len(page) == 0 {
 			return err
 		}
-		var b strings.Builder
-		b.WriteString(`INSERT INTO ` + tmp + ` (d, name, state, token, takeovers, fingerprint, result, expires_at) VALUES `)
 		args := make([]any, 0, 8*len(page))
-		for i, r := range page {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteByte('(')
-			for j := range 8 {
-				if j > 0 {
-					b.WriteString(", ")
-				}
-				p := s.d.Placeholder(8*i + j + 1)
-				if j == 7 {
-					p = strings.ReplaceAll(exp, "$8", p)
-				}
-				b.WriteString(p + cols[j])
-			}
-			b.WriteByte(')')
+		for _, r := range page {
 			name := keyName(r.scope, string(r.key))
 			args = append(args, s.param(s.sh.digest(salt, name)), name, r.state, r.token, r.takeover, r.fp, r.res, r.expires)
 		}
-		if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
+		insert := `INSERT INTO ` + tmp + ` (d, name, state, token, takeovers, fingerprint, result, expires_at) VALUES ` +
+			values(s.d, len(page), func(c int, p string) string {
+				if c == 7 {
+					return strings.ReplaceAll(exp, "$8", p)
+				}
+				return p + cols[c]
+			})
+		if _, err := tx.ExecContext(ctx, insert, args...); err != nil {
 			if s.d.IsUniqueViolation(err) {
 				return fmt.Errorf("two keys of the old table share a digest (choose another salt by dropping %s and migrating again): %w", s.sh.n.meta, ErrDigestCollision)
 			}

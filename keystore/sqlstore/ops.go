@@ -61,19 +61,13 @@ func (s *Store) Extend(ctx context.Context, c keystore.Claim, lease time.Duratio
 	}
 	var exp int64
 	lost := false
-	err := s.retry(ctx, func() error {
-		l, err := s.current(ctx)
-		if err != nil {
-			return err
+	err := s.write(ctx, func(ctx context.Context, l *layout, x runner) error {
+		lost = false
+		err := x.queryRow(ctx, l.q.extend, s.args(l, c.Key, int64(c.Token), micros(lease)), &exp)
+		if errors.Is(err, sql.ErrNoRows) {
+			lost, err = true, nil
 		}
-		return s.changed(l, s.do(ctx, func(ctx context.Context, x runner) error {
-			lost = false
-			err := x.queryRow(ctx, l.q.extend, s.args(l, c.Key, int64(c.Token), micros(lease)), &exp)
-			if errors.Is(err, sql.ErrNoRows) {
-				lost, err = true, nil
-			}
-			return err
-		}))
+		return err
 	})
 	if err != nil {
 		return keystore.Claim{}, fmt.Errorf("sqlstore: extend: %w", err)
@@ -265,15 +259,9 @@ func (s *Store) Forget(ctx context.Context, key string) error {
 		return err
 	}
 	var n int64
-	err := s.retry(ctx, func() error {
-		l, err := s.current(ctx)
-		if err != nil {
-			return err
-		}
-		return s.changed(l, s.do(ctx, func(ctx context.Context, x runner) (err error) {
-			n, err = x.exec(ctx, l.q.forget, s.keyArgs(l, key)...)
-			return err
-		}))
+	err := s.write(ctx, func(ctx context.Context, l *layout, x runner) (err error) {
+		n, err = x.exec(ctx, l.q.forget, s.keyArgs(l, key)...)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("sqlstore: forget: %w", err)

@@ -259,18 +259,14 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 		r row
 		l *layout
 	)
-	err := s.retry(ctx, func() (err error) {
-		if l, err = s.current(ctx); err != nil {
-			return err
+	err := s.write(ctx, func(ctx context.Context, cur *layout, x runner) (err error) {
+		l = cur
+		if s.d == sqldialect.Postgres {
+			r, err = s.reservePostgres(ctx, x, l, key, fp, lease)
+		} else {
+			r, err = s.reserveSQLite(ctx, x, l, key, fp, lease)
 		}
-		return s.changed(l, s.do(ctx, func(ctx context.Context, x runner) (err error) {
-			if s.d == sqldialect.Postgres {
-				r, err = s.reservePostgres(ctx, x, l, key, fp, lease)
-			} else {
-				r, err = s.reserveSQLite(ctx, x, l, key, fp, lease)
-			}
-			return err
-		}))
+		return err
 	})
 	if err != nil {
 		return keystore.Claim{}, fmt.Errorf("sqlstore: reserve: %w", err)
@@ -355,24 +351,18 @@ func (s *Store) Complete(ctx context.Context, c keystore.Claim, result []byte, t
 	// Complete whose first reply was lost) or that the lease is gone; the
 	// second statement tells which.
 	var lost bool
-	err := s.retry(ctx, func() error {
-		l, err := s.current(ctx)
-		if err != nil {
+	err := s.write(ctx, func(ctx context.Context, l *layout, x runner) error {
+		lost = false
+		n, err := x.exec(ctx, l.q.complete, s.args(l, c.Key, int64(c.Token), result, micros(ttl))...)
+		if err != nil || n == 1 {
 			return err
 		}
-		return s.changed(l, s.do(ctx, func(ctx context.Context, x runner) error {
-			lost = false
-			n, err := x.exec(ctx, l.q.complete, s.args(l, c.Key, int64(c.Token), result, micros(ttl))...)
-			if err != nil || n == 1 {
-				return err
-			}
-			var state int16
-			err = x.queryRow(ctx, l.q.tokenOf, s.args(l, c.Key, int64(c.Token)), &state)
-			if errors.Is(err, sql.ErrNoRows) || (err == nil && state != stDone) {
-				lost, err = true, nil
-			}
-			return err
-		}))
+		var state int16
+		err = x.queryRow(ctx, l.q.tokenOf, s.args(l, c.Key, int64(c.Token)), &state)
+		if errors.Is(err, sql.ErrNoRows) || (err == nil && state != stDone) {
+			lost, err = true, nil
+		}
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("sqlstore: complete: %w", err)
@@ -389,15 +379,9 @@ func (s *Store) Release(ctx context.Context, c keystore.Claim) error {
 		return err
 	}
 	var n int64
-	err := s.retry(ctx, func() error {
-		l, err := s.current(ctx)
-		if err != nil {
-			return err
-		}
-		return s.changed(l, s.do(ctx, func(ctx context.Context, x runner) (err error) {
-			n, err = x.exec(ctx, l.q.release, s.args(l, c.Key, int64(c.Token))...)
-			return err
-		}))
+	err := s.write(ctx, func(ctx context.Context, l *layout, x runner) (err error) {
+		n, err = x.exec(ctx, l.q.release, s.args(l, c.Key, int64(c.Token))...)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("sqlstore: release: %w", err)
