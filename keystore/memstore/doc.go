@@ -33,12 +33,11 @@
 // scope's, kept without a copy, for [Store.List]: 48 bytes a value, no
 // allocation per key), and goes from
 // there straight to the compact tier: a Reserve and an empty Complete
-// hash the key once and never touch the map tier. Filling a store that
-// way (BenchmarkCompact) took 745 to 1460 ns a key at 10M keys, 3.4 to
-// 4.3× a Go map's insert in the same run (3.4 to 5.6× before), and 518 to
-// 825 ns at 1M (2.4 to 3.4×; 3.5 to 5.5× before): two calls, two shard
-// locks and clock reads, one SipHash, one index cache miss and the
-// index's growth a key. Such keys are compared
+// never touch the map tier. Filling a store that way (BenchmarkCompact)
+// took 2.4 to 3.4× a Go map's insert in process CPU time at 10M keys, 3.2
+// to 3.7× at 1M (same rounds, docs/benchmarks.md): two calls, each with a
+// shard lock, a clock read, a key check and a SipHash (which picks the
+// shard), plus one index cache miss and the index's growth a key. Such keys are compared
 // by fingerprint, not byte for byte, in progress and done: a new key is
 // wrongly found in progress or completed with probability n/2⁹⁶ among n
 // such keys (any pair collides with about n²/2⁹⁷: 6.3×10⁻¹² at 10⁹ keys),
