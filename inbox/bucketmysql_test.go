@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,3 +148,68 @@ func TestBucketMySQLDropWaitsForOpenTransaction(t *testing.T) {
 	}
 	e.wantBalance(1, 11)
 }
+
+// TestBucketMySQLCrossBucketDeadlock forces the interleaving the gap locks
+// exist for: another transaction (standing in for an Inbox one bucket
+// ahead) holds a gap lock where this Inbox inserts the key, and then
+// inserts the same digest into the bucket this Inbox has just looked the
+// key up in. Without the lookup's gap lock both would commit: two records
+// of one key in two buckets, the effect applied by each. With it InnoDB
+// finds a deadlock and rolls one back; the Inbox's retry, if it lost,
+// finds the other's committed key. Exactly one of them commits the key.
+func TestBucketMySQLCrossBucketDeadlock(t *testing.T) {
+	e := setup(t, mysqlBackend(t), inbox.WithBucketWidth(time.Hour))
+	ctx := context.Background()
+	var retried atomic.Int32
+	in, _ := inbox.New(e.db, e.d, "wallet-consumer", inbox.WithHooks(retryCounter{&retried}))
+	if _, err := in.Process(ctx, "warm", func(context.Context, *sql.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	tables := queryStrings(t, e.db, bucketTablesSQL(e.d, "idem_inbox")+" ORDER BY 1")
+	if len(tables) < 2 {
+		t.Fatalf("buckets %v", tables)
+	}
+	cur, next := tables[0], tables[1] // the Inbox's bucket, and the one after
+	d := inbox.Digest(in, "k")
+	other, err := e.db2.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Rollback()
+	var n int
+	if err := other.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+cur+" WHERE d = ? LOCK IN SHARE MODE", d).Scan(&n); err != nil || n != 0 {
+		t.Fatal(n, err)
+	}
+	done := make(chan bool)
+	go func() {
+		ok, err := in.Process(ctx, "k", e.credit(1, 1))
+		if err != nil {
+			t.Error(err)
+		}
+		done <- ok
+	}()
+	time.Sleep(500 * time.Millisecond) // the Inbox looked "k" up in next and waits to insert into cur
+	_, ierr := other.ExecContext(ctx, "INSERT INTO "+next+" (d) VALUES (?)", d)
+	committed := false
+	if ierr == nil {
+		committed = other.Commit() == nil
+	}
+	applied := <-done
+	t.Logf("other transaction: insert err %v, committed %v; the Inbox applied %v after %d retries", ierr, committed, applied, retried.Load())
+	if applied == committed {
+		t.Fatalf("the Inbox applied %v and the other transaction committed %v: want exactly one", applied, committed)
+	}
+	if ierr == nil && retried.Load() == 0 {
+		t.Fatal("the Inbox was not rolled back, yet the other transaction inserted: no deadlock was found")
+	}
+	if want := map[bool]int64{true: 1, false: 0}[applied]; e.balance(1) != want {
+		t.Fatalf("balance %d, want %d", e.balance(1), want)
+	}
+}
+
+type retryCounter struct{ n *atomic.Int32 }
+
+func (retryCounter) Processed(string, bool, error, time.Duration) {}
+func (r retryCounter) Retried(string, int, error)                 { r.n.Add(1) }
+func (retryCounter) Swept(string, int)                            {}
+func (retryCounter) Batch(string, int, time.Duration)             {}

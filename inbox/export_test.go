@@ -30,3 +30,9 @@ func Filters(in *Inbox) int {
 	defer b.mu.Unlock()
 	return len(b.filters)
 }
+
+// Digest is the 16 bytes in's table stores for key (after in's first use).
+func Digest(in *Inbox, key string) []byte {
+	d := in.bl.Load().digest(in.consumer, key)
+	return d[:]
+}
