@@ -3,7 +3,7 @@ GO      ?= go
 TIMEOUT ?= 20m
 FUZZTIME ?= 15s
 
-.PHONY: test deps lint unit modules bench bench-compact bench-scale soak fuzz demo chaos
+.PHONY: test deps lint unit modules bench bench-compact bench-scale bench-keystore-scale soak fuzz demo chaos
 
 # Every package of every module in go.work. In workspace mode `./...` at the
 # root covers only the root module, so the targets name each module's tree.
@@ -65,6 +65,15 @@ bench-scale: deps
 		$(GO) test -run '^TestScale(Retire|MariaDBRowShape)$$' -v -count=1 -timeout 0 ./inbox
 	cp $(SCALE_CSV) docs/img/inbox-scale.csv
 	cd tools/benchchart && $(GO) run . -in ../../docs/img/inbox-scale.csv -out ../../docs/img/inbox-scale.svg
+
+## bench-keystore-scale: the SQL key store's layouts at KEYSTORE_SCALE random
+## UUIDv4 keys on PostgreSQL and SQLite: bytes/key (rows, digest, bare),
+## Reserve+Complete digest/rows, MigrateLayout's time, retiring the keys by
+## Sweep and by dropping a partition (docs/keystore.md). `make test` runs it
+## at 5k keys. 1M took about 30 minutes at load average 15-22.
+KEYSTORE_SCALE ?= 1000000
+bench-keystore-scale: deps
+	IDEM_SQLSTORE_SCALE=$(KEYSTORE_SCALE) $(GO) test -run '^TestScale(Keys|Retire)$$' -v -count=1 -timeout 0 ./keystore/sqlstore
 
 ## soak: the failover tests of the distributed key stores (kill -9 of a Redis
 ## Cluster master, with and without replication lag; of the JetStream stream

@@ -35,6 +35,16 @@ func scaleKeys(t *testing.T) int {
 	return n
 }
 
+// report prints a result line on stdout when IDEM_SQLSTORE_SCALE is set,
+// else to the test log (make test's short run).
+func report(t *testing.T, format string, args ...any) {
+	if os.Getenv("IDEM_SQLSTORE_SCALE") != "" {
+		fmt.Printf(format, args...)
+		return
+	}
+	t.Logf(format, args...)
+}
+
 // uuidV4s returns n random UUIDv4 texts.
 func uuidV4s(n int) []string {
 	out := make([]string, n)
@@ -166,10 +176,10 @@ func TestScaleKeys(t *testing.T) {
 				}
 				stores[l] = s
 				b := tableBytes(t, db, dc.d, table)
-				fmt.Printf("bytes,%s,%v,%d,%.1f\n", dc.d, l, n, float64(b)/float64(n))
+				report(t, "bytes,%s,%v,%d,%.1f\n", dc.d, l, n, float64(b)/float64(n))
 			}
 			bareTable(t, db, dc.d, n)
-			fmt.Printf("bytes,%s,bare,%d,%.1f\n", dc.d, n, float64(tableBytes(t, db, dc.d, "bare_keys"))/float64(n))
+			report(t, "bytes,%s,bare,%d,%.1f\n", dc.d, n, float64(tableBytes(t, db, dc.d, "bare_keys"))/float64(n))
 			if k, err := stores[sqlstore.LayoutDigest].Inspect(ctx, keys[n/2]); err != nil || k.State != keystore.Done {
 				t.Fatalf("Inspect of a loaded key: %+v %v", k, err)
 			}
@@ -189,7 +199,7 @@ func TestScaleKeys(t *testing.T) {
 					rate[l] = runKeys(t, stores[l], uuidV4s(m), c)
 					wal[l] = float64(walLSN(t, db, dc.d)-w0) / float64(m)
 				}
-				fmt.Printf("rate,%s,%d,%d,%.0f,%.0f,%.2f,%.0f,%.0f\n", dc.d, round, m, rate[sqlstore.LayoutRows], rate[sqlstore.LayoutDigest], rate[sqlstore.LayoutDigest]/rate[sqlstore.LayoutRows], wal[sqlstore.LayoutRows], wal[sqlstore.LayoutDigest])
+				report(t, "rate,%s,%d,%d,%.0f,%.0f,%.2f,%.0f,%.0f\n", dc.d, round, m, rate[sqlstore.LayoutRows], rate[sqlstore.LayoutDigest], rate[sqlstore.LayoutDigest]/rate[sqlstore.LayoutRows], wal[sqlstore.LayoutRows], wal[sqlstore.LayoutDigest])
 			}
 			// The rows-layout table, now n + 4m live keys, moved by
 			// MigrateLayout (the time writers wait).
@@ -197,7 +207,7 @@ func TestScaleKeys(t *testing.T) {
 			if err := stores[sqlstore.LayoutRows].MigrateLayout(ctx); err != nil {
 				t.Fatal(err)
 			}
-			fmt.Printf("migrate,%s,%d,%.3f\n", dc.d, n+4*m, time.Since(t0).Seconds())
+			report(t, "migrate,%s,%d,%.3f\n", dc.d, n+4*m, time.Since(t0).Seconds())
 			if k, err := stores[sqlstore.LayoutRows].Inspect(ctx, keys[0]); err != nil || k.State != keystore.Done {
 				t.Fatalf("Inspect after MigrateLayout: %+v %v", k, err)
 			}
@@ -368,7 +378,7 @@ func (r *retire) measure(way, table, pk string, retire func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Printf("retire,%s,%s,%d,%.3f,%d,%.1f\n", r.d, way, r.n, secs, wal, dens)
+	report(r.t, "retire,%s,%s,%d,%.3f,%d,%.1f\n", r.d, way, r.n, secs, wal, dens)
 }
 
 // walLSN is PostgreSQL's WAL position in bytes; 0 on SQLite.
