@@ -81,11 +81,17 @@ func startMySQL() (*mysql.Config, error) {
 	if err := runToEnd(dir, nil, install, "--no-defaults", "--datadir="+data, u, "--auth-root-authentication-method=normal", "--skip-test-db"); err != nil {
 		return nil, err
 	}
+	// Temporary tables and sort files go to a directory of the server's
+	// own, not /tmp, which other tests (and their cleanups) share.
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return nil, err
+	}
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	s, err := start(dir, nil, server, "--no-defaults", "--datadir="+data, u,
+	s, err := start(dir, nil, server, "--no-defaults", "--datadir="+data, u, "--tmpdir="+tmp,
 		"--port="+fmt.Sprint(port), "--bind-address=127.0.0.1", "--socket="+filepath.Join(dir, "mysqld.sock"),
 		"--pid-file="+filepath.Join(dir, "mysqld.pid"), "--skip-log-bin", "--innodb-buffer-pool-size=128M",
 		"--innodb-flush-log-at-trx-commit=1", "--max-connections=300", "--skip-name-resolve")
