@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -109,6 +110,17 @@ func (s *Store) keyArgs(l *layout, key string) []any {
 	}
 	name := keyName(s.scope, key)
 	return []any{s.param(s.sh.digest(l.salt, name)), name}
+}
+
+// lockKey is the key's advisory lock number on PostgreSQL (see the
+// reserve statement): 32 bits of its digest, or of the name's hash in the
+// rows layout. Two keys that share it only wait for each other.
+func (s *Store) lockKey(l *layout, key string) int32 {
+	d := sum(l.salt, keyName(s.scope, key))
+	if l.q.layout == LayoutDigest {
+		d = s.sh.digest(l.salt, keyName(s.scope, key))
+	}
+	return int32(binary.BigEndian.Uint32(d[:4]))
 }
 
 // args are keyArgs followed by more.

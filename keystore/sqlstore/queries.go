@@ -64,6 +64,11 @@ func tableNames(d sqldialect.Dialect, table string) (names, error) {
 	return names{table: table, name: name, meta: table + "_meta", seq: schema + name + "_token"}, nil
 }
 
+// reserveLockClass is the first key of the PostgreSQL advisory locks that
+// Reserve takes (the two-integer form, a space apart from single-bigint
+// locks).
+const reserveLockClass = "730510"
+
 // nowSQLite is SQLite's clock in microseconds since the Unix epoch.
 // julianday('now') is fixed for the duration of one statement.
 const nowSQLite = "(CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000)"
@@ -233,14 +238,21 @@ func newQueries(d sqldialect.Dialect, n names, l Layout) *queries {
 		// snapshot, or was expired in it), it returns nothing and the
 		// caller runs the statement again. The live row is looked up by
 		// the key's index alone (the digest), so that a collision shows.
-		lookupBy := match
+		//
+		// The token is drawn after a transaction-scoped advisory lock on
+		// the key ($5, lockKey): an insert that waits on a concurrent
+		// Release of the key keeps the token drawn before it waited, and
+		// without the lock a Reserve could meanwhile draw, take and release
+		// a higher one.
+		lookupBy, keyTypes := match, "$1::text, $2::bytea"
 		if l == LayoutDigest {
-			lookupBy = "d = $1"
+			lookupBy, keyTypes = "d = $1", "$1::uuid, $2::bytea"
 		}
 		q = queries{
-			reserve: `WITH up AS (
+			reserve: `WITH lk AS (SELECT pg_advisory_xact_lock(` + reserveLockClass + `, $5::integer)),
+up AS (
 	INSERT INTO {T} AS t (` + keyCols + `, state, token, takeovers, fingerprint, result, expires_at)
-	VALUES ($1, $2, 1, nextval('{SEQ}'), 0, $3, NULL, now() + $4::bigint * interval '1 microsecond')
+	SELECT ` + keyTypes + `, 1, nextval('{SEQ}'), 0, $3::bytea, NULL::bytea, now() + $4::bigint * interval '1 microsecond' FROM lk
 	ON CONFLICT (` + conflict + `) DO UPDATE SET
 		` + setName + `state = 1, token = EXCLUDED.token,
 		takeovers = CASE WHEN t.state = 1` + sameT + ` THEN t.takeovers + 1 ELSE 0 END,

@@ -292,7 +292,7 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 
 func (s *Store) reservePostgres(ctx context.Context, x runner, l *layout, key string, fp []byte, lease time.Duration) (row, error) {
 	var r row
-	err := x.queryRow(ctx, l.q.reserve, s.args(l, key, fp, micros(lease)),
+	err := x.queryRow(ctx, l.q.reserve, s.args(l, key, fp, micros(lease), s.lockKey(l, key)),
 		&r.acquired, &r.state, &r.token, &r.takeovers, &r.fp, &r.res, &r.expires, &r.same)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, errRace
