@@ -35,8 +35,10 @@
 // Every write is one statement, so it is atomic and needs no explicit
 // transaction: Reserve is an INSERT … ON CONFLICT DO UPDATE that takes the
 // key only when it is absent or expired by the database's clock, with the
-// next token; Complete an UPDATE and Release a DELETE conditioned on the
-// token. Times come from the database, never from the caller: timestamptz
+// next token (on PostgreSQL drawn after a transaction-scoped advisory lock
+// on the key, so that an insert which waited on a concurrent Release cannot
+// take the key with a token older than one handed out meanwhile); Complete
+// an UPDATE and Release a DELETE conditioned on the token. Times come from the database, never from the caller: timestamptz
 // from now() on PostgreSQL, integer microseconds since the Unix epoch from
 // julianday('now') on SQLite (millisecond resolution; the machine's clock,
 // on which every process sharing the file agrees). Tokens come from one
