@@ -37,6 +37,6 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newDemo(), newServe(), newPlan(), newChaos(), newChaosWorker(), newKeys())
+	root.AddCommand(newDemo(), newServe(), newPlan(), newChaos(), newChaosWorker(), newKeys(), newInbox())
 	return root
 }
