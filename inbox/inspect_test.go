@@ -214,6 +214,41 @@ func checkRunNames(t *testing.T, db *sql.DB) {
 	}
 }
 
+// TestForgetAfterMigrateLayout: a key recorded in the rows layout, whose
+// table MigrateLayout then froze, is still found and forgotten there.
+func TestForgetAfterMigrateLayout(t *testing.T) {
+	forEachBucketed(t, func(t *testing.T, b backend) {
+		e := setup(t, b, inbox.WithLayout(inbox.LayoutRows))
+		ctx := context.Background()
+		mustApply(t, e.in, "old", e.credit(1, 10), true)
+		in, err := inbox.New(e.db2, b.d, "wallet-consumer")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := in.MigrateLayout(ctx); err != nil {
+			t.Fatal(err)
+		}
+		mustApply(t, in, "new", e.credit(2, 1), true)
+		rec, err := in.Inspect(ctx, "wallet-consumer", "old")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Layout != inbox.LayoutRows || rec.Table != "idem_inbox" || rec.RecordedAt.IsZero() {
+			t.Fatalf("record in the frozen rows table: %+v", rec)
+		}
+		if rec, err := in.Inspect(ctx, "wallet-consumer", "new"); err != nil || rec.Layout != inbox.LayoutBuckets {
+			t.Fatalf("record in a bucket: %+v %v", rec, err)
+		}
+		if err := in.Forget(ctx, "wallet-consumer", "old"); err != nil {
+			t.Fatal(err)
+		}
+		mustApply(t, in, "old", e.credit(1, 10), true)
+		mustApply(t, in, "old", e.credit(1, 10), false)
+		mustApply(t, in, "new", e.credit(2, 1), false)
+		e.wantBalance(1, 20)
+	})
+}
+
 // TestForgetRacesDeliveries: Forget while deliveries of the same key run
 // on two pools. Whatever the order, one more delivery after all of them
 // brings the number of applications since the Forget to exactly one.
