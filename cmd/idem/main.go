@@ -5,6 +5,7 @@
 //	idem plan     size the dedup store from a message rate and a duplicate horizon
 //	idem chaos    kill consumers, drop acks, duplicate and reorder messages, and count what each strategy loses or doubles
 //	idem keys     list, inspect, release (fenced) and forget keys in a key store
+//	idem inbox    show or forget one key of an inbox table (to re-run one message on purpose)
 package main
 
 import (
