@@ -91,17 +91,17 @@ func WithMemoryStorage() Option {
 // Store is a [keystore.Store] on a JetStream key-value bucket. See the
 // package documentation.
 type Store struct {
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	stream string // KV_BUCKET
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	stream    string // KV_BUCKET
+	apiPrefix string // $JS.API.
+	subjects  string // $KV.BUCKET.SCOPE.
+	scope     string
+	maxResult int
+	timeout   time.Duration
 	// refusePublish, set by tests only, makes a publish to subject fail as
 	// a fenced write refused by the server, without sending it.
 	refusePublish func(subject string) bool
-	apiPrefix     string // $JS.API.
-	subjects      string // $KV.BUCKET.SCOPE.
-	scope         string
-	maxResult     int
-	timeout       time.Duration
 }
 
 // The lease message's grace period after its lease, so that a successor
