@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -138,6 +139,25 @@ func startServe(t *testing.T, upstream, store string, flags ...string) *proxyPro
 	}
 	t.Fatalf("idem serve did not start:\n%s", p.out)
 	return nil
+}
+
+// terminate sends SIGTERM and fails the test unless the process exits
+// cleanly within 20 s.
+func (p *proxyProc) terminate(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("idem serve exited with %v after SIGTERM:\n%s", err, p.out)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("idem serve did not exit within 20 s of SIGTERM:\n%s", p.out)
+	}
 }
 
 // waitFor polls cond for up to 15 s.

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 )
 
@@ -23,14 +22,7 @@ func TestServeMemorySnapshot(t *testing.T) {
 	if first.status != 201 {
 		t.Fatalf("first: %d %s", first.status, first.body)
 	}
-	stop := func(p *proxyProc) {
-		t.Helper()
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		if err := p.cmd.Wait(); err != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", err, p.out)
-		}
-	}
-	stop(p)
+	p.terminate(t)
 	p = startServe(t, up.srv.URL, store)
 	again := post(t, p.url, "/orders", "snap-1", "x")
 	if again.status != 201 || again.body != first.body || again.header.Get("Idempotent-Replayed") != "true" {
@@ -42,7 +34,7 @@ func TestServeMemorySnapshot(t *testing.T) {
 	if r := post(t, p.url, "/orders", "snap-2", "x"); r.status != 201 || r.body == first.body {
 		t.Fatalf("a new key after the restart: %d %q", r.status, r.body)
 	}
-	stop(p)
+	p.terminate(t)
 
 	b, err := os.ReadFile(path)
 	if err != nil {

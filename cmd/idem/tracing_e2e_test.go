@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -95,19 +94,7 @@ func TestServeExportsSpans(t *testing.T) {
 	if first.status != http.StatusCreated || second.header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("statuses %d, %d (replayed %q)", first.status, second.status, second.header.Get("Idempotent-Replayed"))
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("idem serve exited with %v:\n%s", err, p.out)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("idem serve did not exit on SIGTERM")
-	}
+	p.terminate(t)
 
 	rcv.mu.Lock()
 	defer rcv.mu.Unlock()
@@ -186,19 +173,7 @@ func TestServeOTLPCollectorDown(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("idem serve exited with %v:\n%s", err, p.out)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("idem serve did not exit on SIGTERM with its collector down")
-	}
+	p.terminate(t) // its collector is down: the flush must not hold the exit
 	if took := time.Since(start); took > 12*time.Second {
 		t.Fatalf("exit took %v", took)
 	}
