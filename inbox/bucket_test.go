@@ -179,6 +179,46 @@ func TestBucketDuplicateOlderThanNewest(t *testing.T) {
 	})
 }
 
+// TestBucketDuplicatesInManySealedBuckets: keys recorded in several
+// buckets that have since sealed (and got lookup filters) come again in one
+// batch with new keys. Every old key must be found in its own bucket (one
+// statement looks up the filters' "maybe"s of every bucket) and every new
+// key applied once.
+func TestBucketDuplicatesInManySealedBuckets(t *testing.T) {
+	forEachBucketed(t, func(t *testing.T, b backend) {
+		e := setup(t, b, inbox.WithBucketWidth(time.Second))
+		ctx := context.Background()
+		const old = 4
+		waitNextBucket(time.Second)
+		for i := 0; i < old; i++ {
+			if ok, err := e.in.Process(ctx, fmt.Sprintf("old-%d", i), e.credit(1, 1)); !ok || err != nil {
+				t.Fatalf("first delivery %d: %v %v", i, ok, err)
+			}
+			time.Sleep(time.Second)
+		}
+		time.Sleep(2 * time.Second) // the last old key's bucket seals
+		var msgs []inbox.Message
+		for i := old - 1; i >= 0; i-- {
+			msgs = append(msgs, inbox.Message{Key: fmt.Sprintf("old-%d", i)}, inbox.Message{Key: fmt.Sprintf("new-%d", i)})
+		}
+		for round := 0; round < 2; round++ { // the second round builds the filters first
+			res, err := e.in.ProcessBatch(ctx, msgs, func(ctx context.Context, tx *sql.Tx, m inbox.Message) error { return e.credit(1, 100)(ctx, tx) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, r := range res {
+				if want := round == 0 && strings.HasPrefix(msgs[i].Key, "new-"); r.Applied != want || r.Err != nil {
+					t.Fatalf("round %d, %s: applied=%v err=%v, want applied=%v", round, msgs[i].Key, r.Applied, r.Err, want)
+				}
+			}
+		}
+		if n := inbox.Filters(e.in); b.d != sqldialect.SQLite && n < old-1 {
+			t.Fatalf("%d lookup filters, want at least %d", n, old-1)
+		}
+		e.wantBalance(1, old+100*old)
+	})
+}
+
 // TestBucketRetentionHonoursHorizon: dropping buckets obeys the largest
 // horizon any consumer of the table recorded, and never drops a bucket
 // holding a key younger than the sweep's age.

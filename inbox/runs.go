@@ -138,8 +138,11 @@ type blockBloom struct {
 
 const runFilterBitsPerKey = 20
 
-func newRunBloom(c int64) *blockBloom {
-	n := max((c*runFilterBitsPerKey+511)/512, 1)
+func newRunBloom(c int64) *blockBloom { return newBlockBloom(c, runFilterBitsPerKey) }
+
+// newBlockBloom returns a blocked filter for c keys at bitsPerKey.
+func newBlockBloom(c, bitsPerKey int64) *blockBloom {
+	n := max((c*bitsPerKey+511)/512, 1)
 	return &blockBloom{blocks: make([][8]uint64, n)}
 }
 
