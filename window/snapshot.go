@@ -16,10 +16,11 @@ import (
 // the Dedup's invariants. The Dedup is left unchanged.
 var ErrCorruptSnapshot = errors.New("window: corrupt snapshot")
 
-// Snapshot encoding, version 1. Integers are big-endian and fixed width.
+// Snapshot encoding, versions 1 and 2. Integers are big-endian and fixed
+// width.
 //
 //	magic     4 bytes  "IDWN"
-//	version   uint8    1
+//	version   uint8    2, or 1 (see below)
 //	window    int64    nanoseconds (informational: the loading Dedup's own window applies)
 //	key       16 bytes the fingerprint key
 //	latest    int64    the latest now seen, Unix nanoseconds
@@ -29,11 +30,21 @@ var ErrCorruptSnapshot = errors.New("window: corrupt snapshot")
 //	    fingerprint 12 bytes (uint64 then uint32), first accept int64 (Unix ns)
 //	checksum  uint32   CRC-32C (Castagnoli) of every preceding byte
 //
+// The versions differ only in how the fingerprints were computed. In
+// version 2 a canonical lowercase UUID id was fingerprinted on the AES path
+// of compact.Hasher and any other id with SipHash; in version 1 (written
+// before the AES path existed) every id was fingerprinted with SipHash. A
+// version-1 snapshot still loads: the Dedup then fingerprints every id
+// with SipHash, as the snapshot's writer did, so that the ids it holds are
+// still recognised, and writes version 1 in turn. A new Dedup writes
+// version 2, which earlier builds refuse ("unsupported version 2").
+//
 // The file holds the fingerprint key: whoever can read it can craft ids
 // that collide, so SaveSnapshot creates it readable by its owner only.
 const (
 	snapMagic     = "IDWN"
-	snapVersion   = 1
+	snapVersion   = 2 // what a Dedup with the UUID path writes
+	snapVersionV1 = 1 // every id through SipHash
 	snapHeaderLen = 4 + 1 + 8 + 16 + 8 + 8 + 8
 	snapRecordLen = 12 + 8
 )
@@ -49,9 +60,15 @@ func (d *Dedup) WriteSnapshot(w io.Writer) error {
 	bw := compact.NewSnapWriter(w)
 	var b [snapHeaderLen]byte
 	h := append(b[:0], snapMagic...)
-	h = append(h, snapVersion)
+	hs := d.key.Load()
+	if hs.UUIDPath() {
+		h = append(h, snapVersion)
+	} else {
+		h = append(h, snapVersionV1)
+	}
+	key := hs.Key()
 	h = binary.BigEndian.AppendUint64(h, uint64(d.w))
-	h = append(h, d.key.Load()[:]...)
+	h = append(h, key[:]...)
 	h = binary.BigEndian.AppendUint64(h, uint64(d.latest))
 	h = binary.BigEndian.AppendUint64(h, d.nextSeq)
 	h = binary.BigEndian.AppendUint64(h, uint64(d.set.Len()))
@@ -85,11 +102,15 @@ func (d *Dedup) ReadSnapshot(r io.Reader) error {
 	if string(h[:4]) != snapMagic {
 		return fmt.Errorf("window: bad magic %q: %w", h[:4], ErrCorruptSnapshot)
 	}
-	if h[4] != snapVersion {
-		return fmt.Errorf("window: unsupported version %d (this build reads version %d): %w", h[4], snapVersion, ErrCorruptSnapshot)
+	if h[4] != snapVersion && h[4] != snapVersionV1 {
+		return fmt.Errorf("window: unsupported version %d (this build reads versions %d and %d): %w", h[4], snapVersionV1, snapVersion, ErrCorruptSnapshot)
 	}
 	var key compact.Key
 	copy(key[:], h[13:29])
+	hasher := compact.NewSipHasher(key)
+	if h[4] == snapVersion {
+		hasher = compact.NewHasher(key)
+	}
 	latest := int64(binary.BigEndian.Uint64(h[29:]))
 	next := binary.BigEndian.Uint64(h[37:])
 	count := binary.BigEndian.Uint64(h[45:])
@@ -121,7 +142,7 @@ func (d *Dedup) ReadSnapshot(r io.Reader) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.key.Store(&key)
+	d.key.Store(hasher)
 	d.set, d.nextSeq = set, next
 	d.advance(max(d.latest, latest)) // the clock never runs backwards
 	return nil

@@ -70,7 +70,7 @@ func WithMaxEntries(n int) Option {
 type Dedup struct {
 	w   int64 // window, nanoseconds
 	max int
-	key atomic.Pointer[compact.Key] // replaced only by a restore
+	key atomic.Pointer[compact.Hasher] // replaced only by a restore
 
 	mu      sync.Mutex
 	latest  int64  // the latest now seen, Unix nanoseconds
@@ -89,8 +89,7 @@ func New(w time.Duration, opts ...Option) (*Dedup, error) {
 		return nil, err
 	}
 	d := &Dedup{w: int64(w), max: c.max, nextSeq: 1, set: compact.NewSet()}
-	k := compact.NewKey()
-	d.key.Store(&k)
+	d.key.Store(compact.NewHasher(compact.NewKey()))
 	return d, nil
 }
 
@@ -175,7 +174,7 @@ func (d *Dedup) AddBatch(scope string, ids []string, now time.Time, out []Result
 		batch := ids[:min(len(ids), len(fps))]
 		ids = ids[len(batch):]
 		k := d.key.Load()
-		sum := func(k *compact.Key) {
+		sum := func(k *compact.Hasher) {
 			for i, id := range batch {
 				if tooLong(scope, id) == nil {
 					fps[i] = k.Sum(scope, id)

@@ -45,6 +45,42 @@
 // about n²/2⁹⁷: 6.3×10⁻¹² at 10⁹ and 6.3×10⁻¹⁰ at 10¹⁰. SipHash is a PRF:
 // without the key, crafted ids collide no more often than random ones.
 //
+// A [Hasher] (what window.Dedup uses; memstore calls Key.Sum) gives ids
+// written as canonical UUIDs (36 characters, 8-4-4-4-12 lowercase hex) a
+// cheaper path with the same bound: FP = the first 96 bits of
+// AES-128_K₁(u ⊕ M(scope)), u being the UUID's 16 bytes and M(scope) =
+// SipHash-2-4-128_K₂(scope). K₁ and K₂ are derived from the Key by
+// SipHash under it of inputs no Key.Sum input can equal (nine 0xff bytes
+// and a label; a Sum input starts with a uvarint of at most eight bytes),
+// so a snapshot's Key gives back the same Hasher. Why the bound holds:
+//
+//   - Parsing is one to one: ParseUUID accepts exactly the canonical form
+//     (uppercase and every other spelling take the SipHash path), so two
+//     distinct (scope, id) pairs on the AES path are two distinct
+//     (scope, u) pairs.
+//   - Within one scope the blocks u ⊕ M are distinct for distinct u, and
+//     AES is a permutation, so their 128-bit outputs are distinct: the
+//     96-bit cut collides only as a random function's would. By the
+//     PRP/PRF switching lemma, AES under a secret key is indistinguishable
+//     from a random function to within q²/2¹²⁹ for q blocks, so any pair
+//     collides with probability 2⁻⁹⁶ and n ids with about n²/2⁹⁷, plus
+//     n²/2¹²⁹ (nothing at these n).
+//   - Across scopes s ≠ t, u ⊕ M(s) = v ⊕ M(t) only if u ⊕ v = M(s) ⊕ M(t).
+//     M is a PRF under a key the id's author does not have, so M(s) ⊕ M(t)
+//     is a 128-bit value they cannot know; ids not chosen with knowledge of
+//     it hit it with probability 2⁻¹²⁸ a pair, and an equal block gives an
+//     equal FP: n²/2¹²⁹ more, again nothing. (With no mask, or a public
+//     one, the same UUID in two scopes would collide every time.)
+//   - The two paths cannot be aimed at each other: a SipHash-path FP
+//     under the Key and an AES-path FP under K₁, K₂ are outputs of
+//     independent-looking keyed functions; without the keys a crafted id
+//     on one path meets a given FP of the other with probability 2⁻⁹⁶.
+//
+// The AES path costs a 36-byte parse, a cached mask (the last scope seen),
+// one AES-NI block through crypto/aes and a 16-byte allocation (the block
+// buffer escapes through the cipher.Block interface); SipHash-2-4 of the
+// scope and a 36-byte id about 50 ns. Measured: docs/benchmarks.md.
+//
 // # What was measured and rejected (2 vCPU VM shared with other jobs, so
 // every comparison is within one run)
 //
