@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/idem-go/idem/internal/compact/compactbench"
@@ -65,4 +66,44 @@ func BenchmarkSetFill(b *testing.B) {
 			b.Run("set", set)
 		}
 	}
+}
+
+// BenchmarkSum measures the fingerprint function alone on UUIDv4 ids in
+// scope "orders": Key.Sum (SipHash-2-4 of scope and the 36-byte text, what
+// every id cost before the AES path), Hasher.Sum of canonical UUIDs (the
+// AES path) and of the same UUIDs in uppercase (which take the SipHash
+// path through the Hasher), and ParseUUID alone.
+//
+//	go test -run '^$' -bench '^BenchmarkSum$' -count 3 ./internal/compact
+func BenchmarkSum(b *testing.B) {
+	strs, _ := compactbench.UUIDs(1 << 12)
+	upper := make([]string, len(strs))
+	for i, s := range strs {
+		upper[i] = strings.ToUpper(s)
+	}
+	k := NewKey()
+	h := NewHasher(k)
+	var sink FP
+	b.Run("siphash", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			sink = k.Sum("orders", strs[i&(len(strs)-1)])
+		}
+	})
+	b.Run("uuid-aes", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			sink = h.Sum("orders", strs[i&(len(strs)-1)])
+		}
+	})
+	b.Run("uppercase-siphash", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			sink = h.Sum("orders", upper[i&(len(upper)-1)])
+		}
+	})
+	b.Run("parse", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			u, _ := ParseUUID(strs[i&(len(strs)-1)])
+			sink.Lo += uint64(u[0])
+		}
+	})
+	_ = sink
 }
