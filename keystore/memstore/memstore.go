@@ -115,9 +115,9 @@ type shard struct {
 	// done, never both. Created on first use.
 	done *compact.Set
 	// pending holds keys in progress reserved without a request
-	// fingerprint, by compact fingerprint; see pend. A key is in m, pending
-	// or done, never in two.
-	pending map[pendKey]pend
+	// fingerprint, by compact fingerprint and by token; see pendTable. A
+	// key is in m, pending or done, never in two.
+	pending pendTable
 	// forgotten holds the compact-tier keys deleted by [Store.Forget],
 	// with their record's expiry: the tier cannot delete a record before
 	// it expires, so such a record is ignored until it is dropped. A key
@@ -125,8 +125,10 @@ type shard struct {
 	forgotten map[compact.FP]int64
 	// tokens is the last token handed out in this shard. A key always maps
 	// to the same shard, so its tokens strictly increase. It starts at the
-	// wall clock's Unix nanoseconds (see newCore).
+	// wall clock's Unix nanoseconds (see newCore). Tokens handed out here
+	// are idx modulo numShards (see nextToken).
 	tokens uint64
+	idx    uint64 // the shard's index in core.shards
 	// minExp is a lower bound of the earliest expiry in m (ns since base):
 	// while the clock is before it, nothing in the shard has expired and a
 	// scan would find nothing. Every write lowers it; a full scan sets it
@@ -173,9 +175,10 @@ func configure(opts []Option) (config, error) {
 }
 
 // newCore returns an empty core fingerprinting keys under fpKey. Each
-// shard's tokens start after the wall clock's Unix nanoseconds: a shard
-// hands out far fewer than one token a nanosecond, so its tokens stay at
-// or below the wall clock, and a store started later (after a crash, with
+// shard's tokens start after the wall clock's Unix nanoseconds and step by
+// numShards (see nextToken): a shard hands out far fewer than one token
+// each 64 ns (its lock alone is held longer than that by each call), so
+// its tokens stay at or below the wall clock, and a store started later (after a crash, with
 // or without a snapshot) hands out larger ones than any before it, as long
 // as the wall clock has not been set back past them.
 func newCore(cfg config, fpKey compact.Key) *core {
@@ -184,7 +187,7 @@ func newCore(cfg config, fpKey compact.Key) *core {
 	start := uint64(max(c.base.UnixNano(), 0))
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]uint32)
-		c.shards[i].pending = make(map[pendKey]pend)
+		c.shards[i].idx = uint64(i)
 		c.shards[i].minExp.Store(math.MaxInt64)
 		c.shards[i].tokens = start
 	}
@@ -226,7 +229,7 @@ func (s *Store) Close() error {
 	for i := range s.c.shards {
 		sh := &s.c.shards[i]
 		sh.mu.Lock()
-		sh.m, sh.entries, sh.free, sh.done, sh.pending, sh.forgotten = nil, nil, nil, nil, nil, nil
+		sh.m, sh.entries, sh.free, sh.done, sh.pending, sh.forgotten = nil, nil, nil, nil, pendTable{}, nil
 		sh.mu.Unlock()
 	}
 	s.c.count.Store(0)
@@ -276,10 +279,47 @@ func (s *Store) lock(ctx context.Context, op, key string, buf *keyBuf, invalid e
 	return sh, s.ikey(buf, key), kfp, nil
 }
 
+// lockToken locks the shard that handed out cl.Token and returns it with
+// the slot of cl's pending claim there, if that shard holds a pending
+// claim with cl's token, key and scope: the claim Reserve returned, still
+// current. Otherwise (ctx ended, store closed, no such claim) it returns
+// j -1 with nothing locked, and the caller takes the path by fingerprint,
+// which reports any error. The key is not validated: it is only compared
+// with one that was.
+func (s *Store) lockToken(ctx context.Context, cl keystore.Claim) (sh *shard, j int) {
+	if ctx.Err() != nil {
+		return nil, -1
+	}
+	sh = s.c.tokenShard(cl.Token)
+	sh.mu.Lock()
+	if j = sh.pending.byToken(cl.Token); j >= 0 && sh.m != nil {
+		if p := &sh.pending.slots[j]; p.key == cl.Key && p.prefix == s.prefix {
+			return sh, j
+		}
+	}
+	sh.mu.Unlock()
+	return nil, -1
+}
+
 // shard returns the shard of the key with fingerprint fp: its low 6 bits,
 // which the compact index does not use to place it (it uses the low 64 bits'
 // halves and the top byte).
 func (c *core) shard(fp compact.FP) *shard { return &c.shards[fp.Hi%numShards] }
+
+// nextToken returns the shard's next fencing token: the least one above
+// the last that is the shard's index modulo numShards, so that a token
+// names the shard it came from and Complete and Release can find a
+// pending claim by its token without hashing its key (see pendTable).
+// Called with the shard locked.
+func (sh *shard) nextToken() uint64 {
+	t := sh.tokens + 1
+	t += (sh.idx - t) % numShards
+	sh.tokens = t
+	return t
+}
+
+// tokenShard returns the shard that handed out token, if this store did.
+func (c *core) tokenShard(token uint64) *shard { return &c.shards[token%numShards] }
 
 // add stores e under the internal key k, which must be absent, reusing a
 // free slot if there is one. Called with the shard locked.

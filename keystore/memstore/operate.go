@@ -31,12 +31,11 @@ func (s *Store) Extend(ctx context.Context, cl keystore.Claim, lease time.Durati
 		}
 		e.exp = exp
 	} else {
-		p, in := sh.pending[pkey(kfp)]
-		if !in || p.token != cl.Token {
+		j := sh.pending.find(kfp)
+		if j < 0 || sh.pending.slots[j].token != cl.Token {
 			return keystore.Claim{}, keystore.LeaseLostError("extend", cl.Key, cl.Token)
 		}
-		p.exp = exp
-		sh.pending[pkey(kfp)] = p
+		sh.pending.slots[j].exp = exp
 	}
 	sh.lower(exp)
 	cl.Expires = s.c.at(exp)
@@ -64,8 +63,8 @@ func (s *Store) Inspect(ctx context.Context, key string) (keystore.KeyInfo, erro
 		}
 		return info, nil
 	}
-	if p, in := sh.pending[pkey(kfp)]; in {
-		return s.c.pendInfo(key, p), nil
+	if j := sh.pending.find(kfp); j >= 0 {
+		return s.c.pendInfo(key, &sh.pending.slots[j]), nil
 	}
 	if r, found := sh.findDone(s.c, kfp, now); found {
 		return keystore.KeyInfo{Key: key, State: keystore.Done, Token: r.Aux, Expires: s.c.at(r.T), Result: []byte{}}, nil
@@ -120,7 +119,7 @@ func (s *Store) listShard(sh *shard, out []keystore.KeyInfo, opts keystore.ListO
 			out = append(out, info)
 		}
 	}
-	for _, p := range sh.pending {
+	for _, p := range sh.pending.all() {
 		if p.prefix == s.prefix && want(p.key, keystore.InProgress) {
 			out = append(out, s.c.pendInfo(p.key, p))
 		}
@@ -151,7 +150,7 @@ func (s *Store) Forget(ctx context.Context, key string) error {
 		s.c.count.Add(-1)
 		return nil
 	}
-	if _, in := sh.pending[pkey(kfp)]; in {
+	if sh.pending.find(kfp) >= 0 {
 		return keystore.ForgetInProgressError(key)
 	}
 	r, found := sh.findDone(s.c, kfp, now)
@@ -175,6 +174,6 @@ func (c *core) info(key string, e *entry) keystore.KeyInfo {
 }
 
 // pendInfo is the KeyInfo of the pending key p.
-func (c *core) pendInfo(key string, p pend) keystore.KeyInfo {
+func (c *core) pendInfo(key string, p *pend) keystore.KeyInfo {
 	return keystore.KeyInfo{Key: key, State: keystore.InProgress, Token: p.token, Expires: c.at(p.exp)}
 }

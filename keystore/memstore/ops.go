@@ -40,17 +40,19 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 		// Expired: reuse the slot. An expired lease is taken over.
 		takeover = e.state == stInProgress
 	default:
-		if p, in := sh.pending[pkey(kfp)]; in {
-			if p.exp > now {
+		if j := sh.pending.find(kfp); j >= 0 {
+			if p := &sh.pending.slots[j]; p.exp > now {
 				return keystore.Claim{Key: key, State: keystore.InProgress, Expires: c.at(p.exp)}, nil
 			}
 			// An expired lease: taken over.
 			exp := after(now, lease)
 			if len(fp) == 0 {
-				token := s.reservePending(sh, key, kfp, exp)
+				token := sh.nextToken()
+				sh.pending.retoken(j, token, exp, key, s.prefix)
+				sh.lower(exp)
 				return keystore.Claim{Key: key, State: keystore.Acquired, Token: token, Expires: c.at(exp), Takeover: true}, nil
 			}
-			delete(sh.pending, pkey(kfp)) // it moves to the map tier, with fp
+			sh.pending.remove(j) // it moves to the map tier, with fp
 			takeover = true
 			break
 		}
@@ -71,20 +73,35 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 			return keystore.Claim{Key: key, State: keystore.Acquired, Token: token, Expires: c.at(exp)}, nil
 		}
 	}
-	sh.tokens++
+	token := sh.nextToken()
 	exp := after(now, lease)
-	n := entry{data: string(fp), exp: exp, token: sh.tokens, fpLen: uint8(len(fp)), state: stInProgress}
+	n := entry{data: string(fp), exp: exp, token: token, fpLen: uint8(len(fp)), state: stInProgress}
 	if ok {
 		*e = n
 	} else {
 		sh.add(k, n)
 	}
 	sh.lower(exp)
-	return keystore.Claim{Key: key, State: keystore.Acquired, Token: sh.tokens, Expires: c.at(exp), Takeover: takeover}, nil
+	return keystore.Claim{Key: key, State: keystore.Acquired, Token: token, Expires: c.at(exp), Takeover: takeover}, nil
 }
 
 // Complete implements [keystore.Store.Complete].
+//
+// A claim that Reserve put in the pending tier (no request fingerprint) is
+// found by its token, in the shard the token names, without hashing or
+// validating the key again: it is the claim only if that shard holds a
+// pending claim with this exact token, key and scope, which is what the
+// lookup by fingerprint would have found. Any other claim (a stale, foreign
+// or forged token, one already completed, one in the map tier, bad input)
+// takes the general path, which hashes and validates the key.
 func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, ttl time.Duration) error {
+	if cl.State == keystore.Acquired && cl.Token != 0 && ttl > 0 && len(result) <= s.c.maxResult {
+		if sh, j := s.lockToken(ctx, cl); j >= 0 {
+			s.completePending(sh, j, result, after(s.c.now(), ttl))
+			sh.mu.Unlock()
+			return nil
+		}
+	}
 	var buf keyBuf
 	sh, k, kfp, err := s.lock(ctx, "complete", cl.Key, &buf, keystore.ValidateComplete(cl, result, ttl, s.c.maxResult))
 	if err != nil {
@@ -94,8 +111,8 @@ func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, 
 	c := s.c
 	// A key in progress without a request fingerprint is pending, in no
 	// other tier, so the map tier is not looked up.
-	if p, in := sh.pending[pkey(kfp)]; in && p.token == cl.Token {
-		s.completePending(sh, k, kfp, p, result, after(c.now(), ttl))
+	if j := sh.pending.find(kfp); j >= 0 && sh.pending.slots[j].token == cl.Token {
+		s.completePending(sh, j, result, after(c.now(), ttl))
 		return nil
 	}
 	i, ok := sh.m[string(k)]
@@ -124,8 +141,17 @@ func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, 
 	return nil
 }
 
-// Release implements [keystore.Store.Release].
+// Release implements [keystore.Store.Release]. A pending claim is found
+// by its token, as in Complete.
 func (s *Store) Release(ctx context.Context, cl keystore.Claim) error {
+	if cl.State == keystore.Acquired && cl.Token != 0 {
+		if sh, j := s.lockToken(ctx, cl); j >= 0 {
+			sh.pending.remove(j)
+			s.c.count.Add(-1)
+			sh.mu.Unlock()
+			return nil
+		}
+	}
 	var buf keyBuf
 	sh, k, kfp, err := s.lock(ctx, "release", cl.Key, &buf, keystore.ValidateRelease(cl))
 	if err != nil {
@@ -135,8 +161,8 @@ func (s *Store) Release(ctx context.Context, cl keystore.Claim) error {
 	c := s.c
 	i, ok := sh.m[string(k)]
 	if !ok {
-		if p, in := sh.pending[pkey(kfp)]; in && p.token == cl.Token {
-			delete(sh.pending, pkey(kfp))
+		if j := sh.pending.find(kfp); j >= 0 && sh.pending.slots[j].token == cl.Token {
+			sh.pending.remove(j)
 			c.count.Add(-1)
 			return nil
 		}

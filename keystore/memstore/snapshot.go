@@ -111,7 +111,7 @@ func (c *core) appendShard(b []byte, sh *shard, now int64) []byte {
 	binary.BigEndian.PutUint32(b[at:], uint32(n))
 	at, n = len(b), 0
 	b = append(b, 0, 0, 0, 0)
-	for _, p := range sh.pending {
+	for _, p := range sh.pending.all() {
 		if p.exp <= now {
 			continue
 		}
@@ -369,7 +369,7 @@ func (rd *restorer) pending(sh *shard, i int) error {
 		}
 		fp := rd.c.fpKey.Sum(prefix, key)
 		exp := rd.c.since(int64(wexp))
-		switch _, dup := sh.pending[pkey(fp)]; {
+		switch dup := sh.pending.find(fp) >= 0; {
 		case rd.c.shard(fp) != sh:
 			return rd.corrupt(i, "pending key %d belongs to another shard", j)
 		case dup:
@@ -385,7 +385,7 @@ func (rd *restorer) pending(sh *shard, i int) error {
 				return rd.corrupt(i, "pending key %d is also done", j)
 			}
 		}
-		sh.pending[pkey(fp)] = pend{exp: exp, token: token, key: key, prefix: rd.intern(prefix)}
+		sh.pending.insert(pend{fp: fp, exp: exp, token: token, key: key, prefix: rd.intern(prefix)})
 		rd.add(sh, exp)
 	}
 	return nil
@@ -447,7 +447,7 @@ func (rd *restorer) entries(sh *shard, i int) error {
 		if exp <= rd.now {
 			continue
 		}
-		if _, in := sh.pending[pkey(fp)]; in {
+		if sh.pending.find(fp) >= 0 {
 			return rd.corrupt(i, "entry %d is also pending", j)
 		}
 		if sh.done != nil {
