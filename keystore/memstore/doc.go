@@ -28,12 +28,15 @@
 // chunks weigh more), against 150.9 before issue 16, in memory the garbage
 // collector does not scan; the tier drops expired keys from its front, a
 // cheap step each call takes. While it is in progress such a key (reserved without a
-// fingerprint) waits in a small per-shard map by the same fingerprint,
-// with its lease expiry, token and name (the caller's key string and the
-// scope's, kept without a copy, for [Store.List]: 48 bytes a value, no
-// allocation per key), and goes from
-// there straight to the compact tier: a Reserve and an empty Complete
-// never touch the map tier. Filling a store that way (BenchmarkCompact)
+// fingerprint) waits in a small per-shard open-addressing table by the
+// same fingerprint, with its lease expiry, token and name (the caller's
+// key string and the scope's, kept without a copy, for [Store.List] and
+// Complete: 64 bytes a slot, slots reused, no allocation per key; the
+// table grows at 3/4 full and shrinks below 1/8), and goes from there
+// straight to the compact tier: a Reserve and an empty Complete never
+// touch the map tier. Complete finds it by its token (a hint slot per
+// token, checked against the slot's token, key and scope), so only
+// Reserve hashes and validates the key. Filling a store that way (BenchmarkCompact)
 // took 2.4 to 3.4× a Go map's insert in process CPU time at 10M keys, 3.2
 // to 3.7× at 1M (same rounds, docs/benchmarks.md): two calls, each with a
 // shard lock, a clock read, a key check and a SipHash (which picks the
@@ -64,10 +67,13 @@
 // to [WithClock]. Fencing tokens come from a counter per
 // shard: a key always lives in the same shard, so its tokens strictly
 // increase across Release and expiry. The counters start at the wall
-// clock's Unix nanoseconds, and a shard hands out far fewer than one token
-// a nanosecond, so a store started later hands out larger tokens than any
-// before it, restored from a snapshot or not, unless the wall clock was
-// set back.
+// clock's Unix nanoseconds and step by 64, the number of shards, so that
+// a token names the shard that handed it out (Complete and Release find a
+// claim in progress by its token, without hashing the key again). A shard
+// hands out far fewer than one token each 64 ns (each call holds its lock
+// longer than that), so a store started later hands out larger tokens
+// than any before it, restored from a snapshot or not, unless the wall
+// clock was set back.
 //
 // # Crashes and snapshots
 //
