@@ -85,11 +85,13 @@ var _ interface {
 // core is the state shared by a store and its scoped views.
 type core struct {
 	shards [numShards]shard
-	// fpKey keys the 96-bit fingerprint of every (scope, key), which picks
-	// its shard and names it in the pending and compact tiers. A snapshot
-	// carries it, so a restored store puts every key in the shard it was
-	// in (and its tokens keep increasing there).
-	fpKey     compact.Key
+	// fpKey computes the 96-bit keyed fingerprint of every (scope, key),
+	// which picks its shard and names it in the pending and compact tiers:
+	// AES-128 for a canonical lowercase UUID key, SipHash for any other
+	// (compact.Hasher). A snapshot carries its Key, so a restored store
+	// puts every key in the shard it was in (and its tokens keep
+	// increasing there).
+	fpKey     *compact.Hasher
 	clock     func() time.Time
 	mono      bool      // clock is time.Now: read only the monotonic clock
 	base      time.Time // times are kept as nanoseconds since base
@@ -164,7 +166,7 @@ func New(opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{c: newCore(cfg, compact.NewKey()), prefix: scopePrefix(keystore.DefaultScope)}, nil
+	return &Store{c: newCore(cfg, compact.NewHasher(compact.NewKey())), prefix: scopePrefix(keystore.DefaultScope)}, nil
 }
 
 // configure applies opts to the defaults.
@@ -181,7 +183,7 @@ func configure(opts []Option) (config, error) {
 // its tokens stay at or below the wall clock, and a store started later (after a crash, with
 // or without a snapshot) hands out larger ones than any before it, as long
 // as the wall clock has not been set back past them.
-func newCore(cfg config, fpKey compact.Key) *core {
+func newCore(cfg config, fpKey *compact.Hasher) *core {
 	c := &core{fpKey: fpKey, clock: cfg.clock, mono: !cfg.clockSet, maxKeys: int64(cfg.maxKeys), maxResult: cfg.maxResult}
 	c.base = c.clock()
 	start := uint64(max(c.base.UnixNano(), 0))

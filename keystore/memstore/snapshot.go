@@ -19,11 +19,11 @@ import (
 // invariants. No store is returned.
 var ErrCorruptSnapshot = errors.New("memstore: corrupt snapshot")
 
-// Snapshot encoding, version 1. Integers are big-endian and fixed width;
-// times are wall-clock Unix nanoseconds (math.MaxInt64: never).
+// Snapshot encoding, versions 1 and 2. Integers are big-endian and fixed
+// width; times are wall-clock Unix nanoseconds (math.MaxInt64: never).
 //
 //	magic    4 bytes  "IDMS"
-//	version  uint8    1
+//	version  uint8    2, or 1 (see below)
 //	key      16 bytes the fingerprint key (it picks each key's shard)
 //	saved    int64    when the snapshot was taken
 //	shards   uint16   64
@@ -40,14 +40,26 @@ var ErrCorruptSnapshot = errors.New("memstore: corrupt snapshot")
 //	                    length, bytes: request fingerprint then result)
 //	checksum uint32   CRC-32C (Castagnoli) of every preceding byte
 //
+// The versions differ only in how fingerprints were computed (they pick
+// each key's shard, and name compact-tier keys, which are stored as
+// nothing else). In version 2 a canonical lowercase UUID key was
+// fingerprinted on the AES path of compact.Hasher and any other key with
+// SipHash; in version 1 (written before the AES path existed) every key
+// with SipHash. A version-1 snapshot still loads: the store then
+// fingerprints every key with SipHash, as the writer did, so that its
+// compact-tier keys are still found, and writes version 1 in turn. A new
+// store writes version 2, which earlier builds refuse ("unsupported
+// version 2").
+//
 // Expired keys and forgotten compact-tier keys are left out. The file
 // holds the fingerprint key: whoever can read it can craft keys that
 // collide, so SaveSnapshot creates it readable by its owner only.
 const (
-	snapMagic   = "IDMS"
-	snapVersion = 1
-	snapHeader  = 4 + 1 + 16 + 8 + 2
-	snapDoneLen = 12 + 8 + 8
+	snapMagic     = "IDMS"
+	snapVersion   = 2 // what a store with the UUID path writes
+	snapVersionV1 = 1 // every key fingerprinted with SipHash
+	snapHeader    = 4 + 1 + 16 + 8 + 2
+	snapDoneLen   = 12 + 8 + 8
 )
 
 // WriteSnapshot writes every live key of the store, in every scope, in
@@ -66,8 +78,13 @@ func (s *Store) WriteSnapshot(w io.Writer) error {
 	c := s.c
 	h := make([]byte, 0, snapHeader)
 	h = append(h, snapMagic...)
-	h = append(h, snapVersion)
-	h = append(h, c.fpKey[:]...)
+	key := c.fpKey.Key()
+	if c.fpKey.UUIDPath() {
+		h = append(h, snapVersion)
+	} else {
+		h = append(h, snapVersionV1)
+	}
+	h = append(h, key[:]...)
 	h = binary.BigEndian.AppendUint64(h, uint64(c.base.UnixNano()+c.now()))
 	h = binary.BigEndian.AppendUint16(h, numShards)
 	bw.Write(h)
@@ -201,15 +218,19 @@ func Restore(r io.Reader, opts ...Option) (*Store, error) {
 	if string(h[:4]) != snapMagic {
 		return nil, fmt.Errorf("memstore: bad magic %q: %w", h[:4], ErrCorruptSnapshot)
 	}
-	if h[4] != snapVersion {
-		return nil, fmt.Errorf("memstore: unsupported version %d (this build reads version %d): %w", h[4], snapVersion, ErrCorruptSnapshot)
+	if h[4] != snapVersion && h[4] != snapVersionV1 {
+		return nil, fmt.Errorf("memstore: unsupported version %d (this build reads versions %d and %d): %w", h[4], snapVersionV1, snapVersion, ErrCorruptSnapshot)
 	}
 	if n := binary.BigEndian.Uint16(h[29:]); n != numShards {
 		return nil, fmt.Errorf("memstore: %d shards, this build has %d: %w", n, numShards, ErrCorruptSnapshot)
 	}
 	var key compact.Key
 	copy(key[:], h[5:21])
-	c := newCore(cfg, key)
+	hasher := compact.NewSipHasher(key)
+	if h[4] == snapVersion {
+		hasher = compact.NewHasher(key)
+	}
+	c := newCore(cfg, hasher)
 	rd := restorer{c: c, br: br, prefixes: map[string]string{}}
 	for i := range c.shards {
 		if err := rd.shard(&c.shards[i], i); err != nil {
