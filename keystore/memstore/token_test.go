@@ -187,16 +187,23 @@ func TestTokenAcrossRestart(t *testing.T) {
 	wantLost(t, r2.Complete(ctx, n, nil, time.Hour), "Complete of another restored store's claim")
 }
 
-// TestTokensStepByShard checks that a key's tokens strictly increase over
-// many claims, and that keys keep working when a shard's token counter
-// wraps around its residue (tokens near each shard's start).
-func TestTokensStepByShard(t *testing.T) {
-	ctx := context.Background()
+// newStore returns a store with the real clock, closed when t ends.
+func newStore(t *testing.T) *memstore.Store {
+	t.Helper()
 	s, err := memstore.New()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestTokensStepByShard checks that a key's tokens strictly increase over
+// many claims, each a multiple of 64 (the shard count) above the last, as
+// the lookup by token needs.
+func TestTokensStepByShard(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
 	last := map[string]uint64{}
 	for round := range 50 {
 		for i := range 40 {
@@ -222,11 +229,7 @@ func TestTokensStepByShard(t *testing.T) {
 // completed it stays done.
 func TestConcurrentOneKey(t *testing.T) {
 	ctx := context.Background()
-	s, err := memstore.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newStore(t)
 	const workers, rounds = 8, 400
 	var (
 		holders   atomic.Int32
