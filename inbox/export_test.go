@@ -1,6 +1,9 @@
 package inbox
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // SkewClock moves in's idea of the database clock by d and stops it from
 // being measured again, so a test can put two Inbox values in different
@@ -35,4 +38,10 @@ func Filters(in *Inbox) int {
 func Digest(in *Inbox, key string) []byte {
 	d := in.bl.Load().digest(in.consumer, key)
 	return d[:]
+}
+
+// PackBuckets is Sweep's packing step alone: it returns how many sealed
+// buckets it packed.
+func PackBuckets(in *Inbox) (int, error) {
+	return in.packBuckets(context.Background(), in.bl.Load())
 }

@@ -39,6 +39,10 @@ type bloom = blockBloom
 
 func newBloom(n int) *bloom { return newBlockBloom(int64(max(n, 64)), filterBitsPerKey) }
 
+// filterRetry is how long a bucket whose filter failed to read is looked
+// up directly before the read is tried again.
+const filterRetry = time.Minute
+
 // sealed reports whether no statement can insert into bucket s any more.
 func (b *buckets) sealed(s int64) bool { return s+2*b.width <= b.nowS() }
 
@@ -72,15 +76,17 @@ func (in *Inbox) buildFilters(ctx context.Context, b *buckets) error {
 			used += b.runs.bytes.Load() // one budget for both kinds
 		}
 		b.mu.Unlock()
-		if failed || used >= in.cfg.filterBytes {
+		if time.Since(failed) < filterRetry || used >= in.cfg.filterBytes {
 			continue
 		}
 		f, err := in.readFilter(ctx, b, s)
 		if err != nil {
 			// Without a filter the bucket is looked up directly: slower,
-			// never wrong. A dropped bucket is forgotten with the list.
+			// never wrong; the read is tried again after filterRetry (the
+			// barrier may have timed out behind a packing, pack.go). A
+			// dropped bucket is forgotten with the list.
 			b.mu.Lock()
-			b.filterFailed[s] = true
+			b.filterFailed[s] = time.Now()
 			b.mu.Unlock()
 			in.cfg.logger.DebugContext(ctx, "inbox: no lookup filter for bucket", "bucket", bucketName(in.cfg.table, s), "err", err)
 			continue

@@ -84,7 +84,7 @@ type buckets struct {
 	// Lookup filters of sealed buckets (filter.go), within the budget.
 	filters      map[int64]*bloom
 	filterBytes  int64
-	filterFailed map[int64]bool
+	filterFailed map[int64]time.Time // when a filter last failed to read
 	// isoVar: MySQL's session variable of the isolation level
 	// (bucketmysql.go).
 	isoVar string
@@ -303,7 +303,7 @@ func loadBuckets(ctx context.Context, q querier, d sqldialect.Dialect, t string)
 	if err != nil || !ok {
 		return nil, err
 	}
-	b := &buckets{d: d, table: t, meta: m, filters: map[int64]*bloom{}, filterFailed: map[int64]bool{}}
+	b := &buckets{d: d, table: t, meta: m, filters: map[int64]*bloom{}, filterFailed: map[int64]time.Time{}}
 	rows, err := q.QueryContext(ctx, `SELECT name, value FROM `+m)
 	if err != nil {
 		return nil, err
@@ -362,8 +362,9 @@ func (b *buckets) list(ctx context.Context, q querier) ([]int64, error) {
 		rows, err = q.QueryContext(ctx, `SELECT c.relname::text,
 	(SELECT count(*) FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] JOIN pg_type ty ON ty.oid = a.atttypid
 	  WHERE i.indrelid = c.oid AND i.indisunique AND i.indnkeyatts = 1 AND i.indpred IS NULL AND i.indexprs IS NULL AND i.indimmediate AND i.indisvalid
-	    AND a.attname = 'd' AND ty.typname = 'uuid') = 1
-	AND (SELECT count(*) FROM pg_index i WHERE i.indrelid = c.oid AND i.indisunique) = 1
+	    AND a.attname = 'd' AND ty.typname = 'uuid') >= 1
+	AND NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisunique
+	  AND NOT (i.indnkeyatts = 1 AND i.indnatts = 1 AND i.indpred IS NULL AND i.indexprs IS NULL AND i.indkey[0] = (SELECT a.attnum FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'd')))
 	AND c.relpersistence = 'p'
 	AND NOT EXISTS (SELECT 1 FROM pg_trigger tg WHERE tg.tgrelid = c.oid AND NOT tg.tgisinternal AND tg.tgtype & 2 = 2)
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -395,7 +396,7 @@ FROM sqlite_master m WHERE m.type = 'table' AND substr(m.name, 1, length(?1)) = 
 			continue // another table whose name starts alike
 		}
 		if !good {
-			return nil, fmt.Errorf("inbox: bucket table %s must have exactly one unique index, its primary key on (d) (uuid on PostgreSQL, BLOB with BINARY collation on SQLite, BINARY(16) in InnoDB on MySQL), and no triggers: keys in it could be recorded twice or skipped: %w", n, ErrUnsafeTable)
+			return nil, fmt.Errorf("inbox: bucket table %s must have a unique index on (d) and no other unique index (uuid on PostgreSQL, BLOB with BINARY collation on SQLite, BINARY(16) in InnoDB on MySQL), and no triggers: keys in it could be recorded twice or skipped: %w", n, ErrUnsafeTable)
 		}
 		starts = append(starts, s)
 	}
@@ -418,6 +419,10 @@ func (b *buckets) setStarts(s []int64) bool {
 		if !slices.Contains(s, st) { // dropped
 			b.filterBytes -= f.bytes()
 			delete(b.filters, st)
+		}
+	}
+	for st := range b.filterFailed {
+		if !slices.Contains(s, st) {
 			delete(b.filterFailed, st)
 		}
 	}

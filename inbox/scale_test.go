@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"testing"
@@ -260,7 +261,11 @@ func TestScaleCurve(t *testing.T) {
 					for j := range sides {
 						// Each chunk a different side goes first.
 						i := (j + c/chunk) % len(sides)
-						took[i] += sides[i].run(t, min(chunk, step-c))
+						// Labelled, so a CPU profile of the run
+						// (-cpuprofile) splits by side: -tagfocus side=v4.
+						pprof.Do(context.Background(), pprof.Labels("side", sides[i].kind), func(context.Context) {
+							took[i] += sides[i].run(t, min(chunk, step-c))
+						})
 					}
 				}
 				for i, s := range sides {
@@ -297,6 +302,21 @@ func TestScaleCurve(t *testing.T) {
 				}
 			}
 			if d == sqldialect.Postgres {
+				// Sweep packs the sealed buckets (pack.go); bytes a key
+				// after, with the newest buckets (sealed for less than a
+				// width) still unpacked.
+				for _, s := range sides {
+					if strings.HasSuffix(s.kind, "-rows") {
+						continue
+					}
+					start := time.Now()
+					if _, err := s.in.Sweep(context.Background(), 1000*time.Hour, 1); err != nil {
+						t.Fatal(err)
+					}
+					t.Logf("%s: Sweep packed the sealed buckets in %v", s.kind, time.Since(start).Round(time.Millisecond))
+					bpk := float64(bytesOf(t, s.db, d, s.tables(t))) / float64(s.n)
+					report(fmt.Sprintf("%s,%s-packed,%d,0,%d,%.1f", e, s.kind, s.n, len(s.tables(t)), bpk))
+				}
 				// The bare baseline for goal 2: a table keyed by a 16-byte
 				// uuid and nothing else, filled in random order with as many
 				// rows, in the same run.

@@ -32,7 +32,9 @@ const MaxSweepBatch = 100_000
 // drops, in one transaction, every bucket table whose newest key is older
 // than olderThan, and deleted counts the tables dropped, not keys. Its
 // cost is a catalog change per bucket, whatever the bucket holds; batch is
-// not used. Buckets hold the keys of every consumer of the table, so the
+// not used. On PostgreSQL it then packs, once, each bucket sealed for a
+// width: one rebuild of its primary-key index, full, without blocking
+// writers (see [WithBucketPacking]). Buckets hold the keys of every consumer of the table, so the
 // largest horizon any consumer recorded binds it.
 //
 // If the process dies during Sweep, the batches already deleted stay deleted
@@ -53,10 +55,21 @@ func (in *Inbox) Sweep(ctx context.Context, olderThan time.Duration, batch int) 
 	}
 	if b := in.bl.Load(); b != nil {
 		n, err := in.retireBuckets(ctx, b, olderThan)
-		if err == nil && in.cfg.hooks != nil {
+		if err != nil {
+			return n, err
+		}
+		if in.cfg.hooks != nil {
 			in.cfg.hooks.Swept(in.consumer, n)
 		}
-		return n, err
+		// Packing saves space and is retried by the next Sweep: a failure
+		// is logged, not returned.
+		if _, err := in.packBuckets(ctx, b); err != nil {
+			if ctx.Err() != nil {
+				return n, ctx.Err()
+			}
+			in.cfg.logger.WarnContext(ctx, "inbox: packing a sealed bucket failed; the next Sweep tries again", "err", err)
+		}
+		return n, nil
 	}
 	age := olderThan.Microseconds()
 	if in.dialect == sqldialect.SQLite {
