@@ -320,6 +320,20 @@ func (sh *shard) nextToken() uint64 {
 	return t
 }
 
+// aux is the compact tier's record of token: token/numShards, which for
+// the shard's own tokens (see nextToken) runs one apart from key to key
+// as the tier stores best (a byte a record), with token%numShards XOR the
+// shard's index in the top 6 bits, so that any token (one restored from
+// an older snapshot) is kept exactly. token inverts it.
+func (sh *shard) aux(token uint64) uint64 {
+	return token/numShards | (token%numShards^sh.idx)<<58
+}
+
+// token is the fencing token whose compact-tier record is aux.
+func (sh *shard) token(aux uint64) uint64 {
+	return (aux&(1<<58-1))*numShards | (aux>>58 ^ sh.idx)
+}
+
 // tokenShard returns the shard that handed out token, if this store did.
 func (c *core) tokenShard(token uint64) *shard { return &c.shards[token%numShards] }
 
@@ -410,7 +424,7 @@ func (s *Store) appendDone(sh *shard, fp compact.FP, token uint64, exp int64) bo
 	if last, ok := sh.done.Newest(); ok && exp < last {
 		return false
 	}
-	r := compact.Rec{T: exp, Seq: sh.done.NextSeq(), Aux: token}
+	r := compact.Rec{T: exp, Seq: sh.done.NextSeq(), Aux: sh.aux(token)}
 	if sh.done.Append(fp, r) != nil {
 		return false
 	}

@@ -67,7 +67,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (keystore.KeyInfo, erro
 		return s.c.pendInfo(key, &sh.pending.slots[j]), nil
 	}
 	if r, found := sh.findDone(s.c, kfp, now); found {
-		return keystore.KeyInfo{Key: key, State: keystore.Done, Token: r.Aux, Expires: s.c.at(r.T), Result: []byte{}}, nil
+		return keystore.KeyInfo{Key: key, State: keystore.Done, Token: sh.token(r.Aux), Expires: s.c.at(r.T), Result: []byte{}}, nil
 	}
 	return keystore.KeyInfo{}, keystore.NotFoundError(key)
 }

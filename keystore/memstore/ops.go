@@ -118,7 +118,7 @@ func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, 
 	i, ok := sh.m[string(k)]
 	if !ok {
 		now := c.now()
-		if r, found := sh.findDone(c, kfp, now); found && r.Aux == cl.Token {
+		if r, found := sh.findDone(c, kfp, now); found && sh.token(r.Aux) == cl.Token {
 			return nil // this claim completed already
 		}
 		return keystore.LeaseLostError("complete", cl.Key, cl.Token)

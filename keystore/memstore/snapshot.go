@@ -121,7 +121,7 @@ func (c *core) appendShard(b []byte, sh *shard, now int64) []byte {
 			b = binary.BigEndian.AppendUint64(b, fp.Lo)
 			b = binary.BigEndian.AppendUint32(b, fp.Hi)
 			b = binary.BigEndian.AppendUint64(b, uint64(c.wall(r.T)))
-			b = binary.BigEndian.AppendUint64(b, r.Aux)
+			b = binary.BigEndian.AppendUint64(b, sh.token(r.Aux))
 			n++
 		})
 	}
@@ -354,7 +354,7 @@ func (rd *restorer) done(sh *shard, i int) error {
 		if _, dup := sh.done.Find(fp); dup {
 			return rd.corrupt(i, "compact key %d repeats a fingerprint", j)
 		}
-		if err := sh.done.Append(fp, compact.Rec{T: exp, Seq: sh.done.NextSeq(), Aux: token}); err != nil {
+		if err := sh.done.Append(fp, compact.Rec{T: exp, Seq: sh.done.NextSeq(), Aux: sh.aux(token)}); err != nil {
 			return fmt.Errorf("memstore: restore: %w", err)
 		}
 		rd.add(sh, exp)
