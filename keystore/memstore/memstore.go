@@ -87,8 +87,9 @@ type core struct {
 	shards [numShards]shard
 	// fpKey computes the 96-bit keyed fingerprint of every (scope, key),
 	// which picks its shard and names it in the pending and compact tiers:
-	// AES-128 for a canonical lowercase UUID key, SipHash for any other
-	// (compact.Hasher). A snapshot carries its Key, so a restored store
+	// SipHash-2-4 (New), or AES-128 for a canonical lowercase UUID key and
+	// SipHash for any other (a store restored from a version-2 snapshot;
+	// compact.Hasher). A snapshot carries its Key, so a restored store
 	// puts every key in the shard it was in (and its tokens keep
 	// increasing there).
 	fpKey     *compact.Hasher
@@ -120,6 +121,10 @@ type shard struct {
 	// fingerprint, by compact fingerprint and by token; see pendTable. A
 	// key is in m, pending or done, never in two.
 	pending pendTable
+	// doneHead is the expiry of the compact tier's oldest record
+	// (math.MaxInt64 if none), kept here so that the check each call makes
+	// for expired records reads no cold record.
+	doneHead int64
 	// forgotten holds the compact-tier keys deleted by [Store.Forget],
 	// with their record's expiry: the tier cannot delete a record before
 	// it expires, so such a record is ignored until it is dropped. A key
@@ -166,7 +171,11 @@ func New(opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{c: newCore(cfg, compact.NewHasher(compact.NewKey())), prefix: scopePrefix(keystore.DefaultScope)}, nil
+	// SipHash for every key, not compact.NewHasher's AES path for UUIDs:
+	// measured in BenchmarkCompact (2026-12-01), the AES path cost 70-120
+	// ns more CPU a key here (it allocates a 16-byte block a call, and the
+	// collections that garbage brings), where SipHash costs about 70 ns.
+	return &Store{c: newCore(cfg, compact.NewSipHasher(compact.NewKey())), prefix: scopePrefix(keystore.DefaultScope)}, nil
 }
 
 // configure applies opts to the defaults.
@@ -190,6 +199,7 @@ func newCore(cfg config, fpKey *compact.Hasher) *core {
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]uint32)
 		c.shards[i].idx = uint64(i)
+		c.shards[i].doneHead = math.MaxInt64
 		c.shards[i].minExp.Store(math.MaxInt64)
 		c.shards[i].tokens = start
 	}
@@ -372,7 +382,14 @@ func (sh *shard) dropDone(c *core, now int64) {
 // dropThrough drops the compact tier's keys expired at now, forgotten ones
 // included, and returns how many. Called with the shard locked.
 func (sh *shard) dropThrough(now int64) int {
+	if now < sh.doneHead {
+		return 0 // nothing expired: the oldest record is not read
+	}
 	n := sh.done.DropThrough(now)
+	sh.doneHead = math.MaxInt64
+	if t, ok := sh.done.Oldest(); ok {
+		sh.doneHead = t
+	}
 	if n > 0 && len(sh.forgotten) > 0 {
 		for fp, exp := range sh.forgotten {
 			if exp <= now {
@@ -428,6 +445,7 @@ func (s *Store) appendDone(sh *shard, fp compact.FP, token uint64, exp int64) bo
 	if sh.done.Append(fp, r) != nil {
 		return false
 	}
+	sh.doneHead = min(sh.doneHead, exp)
 	sh.lower(exp)
 	return true
 }

@@ -44,19 +44,19 @@ var ErrCorruptSnapshot = errors.New("memstore: corrupt snapshot")
 // each key's shard, and name compact-tier keys, which are stored as
 // nothing else). In version 2 a canonical lowercase UUID key was
 // fingerprinted on the AES path of compact.Hasher and any other key with
-// SipHash; in version 1 (written before the AES path existed) every key
-// with SipHash. A version-1 snapshot still loads: the store then
-// fingerprints every key with SipHash, as the writer did, so that its
-// compact-tier keys are still found, and writes version 1 in turn. A new
-// store writes version 2, which earlier builds refuse ("unsupported
-// version 2").
+// SipHash; in version 1 every key with SipHash. A store made by [New]
+// uses SipHash for every key and writes version 1 (the AES path was
+// measured slower here; see New). Either version loads into a store that
+// fingerprints every key as the writer did, so that its compact-tier keys
+// are still found, and that writes the same version in turn. Builds
+// before version 2 refuse it ("unsupported version 2").
 //
 // Expired keys and forgotten compact-tier keys are left out. The file
 // holds the fingerprint key: whoever can read it can craft keys that
 // collide, so SaveSnapshot creates it readable by its owner only.
 const (
 	snapMagic     = "IDMS"
-	snapVersion   = 2 // what a store with the UUID path writes
+	snapVersion   = 2 // what a store with the AES path for UUIDs writes
 	snapVersionV1 = 1 // every key fingerprinted with SipHash
 	snapHeader    = 4 + 1 + 16 + 8 + 2
 	snapDoneLen   = 12 + 8 + 8
@@ -357,6 +357,7 @@ func (rd *restorer) done(sh *shard, i int) error {
 		if err := sh.done.Append(fp, compact.Rec{T: exp, Seq: sh.done.NextSeq(), Aux: sh.aux(token)}); err != nil {
 			return fmt.Errorf("memstore: restore: %w", err)
 		}
+		sh.doneHead = min(sh.doneHead, exp)
 		rd.add(sh, exp)
 	}
 	return nil
