@@ -27,7 +27,9 @@ import (
 // reports heapB/key (live heap after runtime.GC, minus the heap before) and
 // ns/insert. The map gets the UUID's 16 raw bytes, the Dedup its 36-byte
 // string, as each would be used; "window-batch" adds the same ids with
-// AddBatch, 100 at a time. BenchmarkCompactSteady
+// AddBatch, 100 at a time. "window" also reports max-us/64adds, the
+// longest wall time of 64 consecutive Adds (a growth's pause, or a wait
+// for a core on a loaded machine). BenchmarkCompactSteady
 // measures the steady state.
 func BenchmarkCompact(b *testing.B) {
 	for n, name := range benchSizes() {
@@ -38,12 +40,19 @@ func BenchmarkCompact(b *testing.B) {
 				before := compactbench.HeapInUse()
 				start := compactbench.Start()
 				d, _ := window.New(time.Hour)
+				var longest time.Duration // the longest wall time of 64 Adds: the index's growth pauses
+				last := time.Now()
 				for i, s := range strs {
 					if dup, _, err := d.Add("orders", s, t0.Add(time.Duration(i))); dup || err != nil {
 						b.Fatal("duplicate or error", err)
 					}
+					if i&63 == 63 {
+						now := time.Now()
+						longest, last = max(longest, now.Sub(last)), now
+					}
 				}
 				compactbench.Report(b, n, before, start, "ns/insert")
+				b.ReportMetric(float64(longest.Microseconds()), "max-us/64adds")
 				runtime.KeepAlive(d)
 			}
 		})

@@ -73,8 +73,9 @@ type Dedup struct {
 	key atomic.Pointer[compact.Hasher] // replaced only by a restore
 
 	mu      sync.Mutex
-	latest  int64  // the latest now seen, Unix nanoseconds
-	nextSeq uint64 // the next accepted id's sequence
+	block   [16]byte // the AES block of a UUID id's fingerprint, under mu
+	latest  int64    // the latest now seen, Unix nanoseconds
+	nextSeq uint64   // the next accepted id's sequence
 	set     *compact.Set
 }
 
@@ -138,16 +139,34 @@ func (d *Dedup) Add(scope, id string, now time.Time) (dup bool, original uint64,
 		return false, 0, err
 	}
 	k := d.key.Load()
-	fp := k.Sum(scope, id)
+	fp, u, isUUID := prehash(k, scope, id)
 	nowNs := now.UnixNano()
 
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if k2 := d.key.Load(); k2 != k { // a restore changed the key meanwhile
-		fp = k2.Sum(scope, id)
+		k = k2
+		fp, u, isUUID = prehash(k, scope, id)
+	}
+	if isUUID {
+		// The AES block is a field: encrypting in a local buffer would
+		// allocate it (it escapes through the cipher.Block interface).
+		fp = k.SumUUID(scope, &u, &d.block)
 	}
 	d.advance(nowNs)
 	return d.insert(fp)
+}
+
+// prehash returns id's fingerprint under k, or, for an id that takes k's
+// UUID path, its 16 bytes (isUUID), whose fingerprint the caller computes
+// with k.SumUUID under d.mu.
+func prehash(k *compact.Hasher, scope, id string) (fp compact.FP, u [16]byte, isUUID bool) {
+	if k.UUIDPath() {
+		if u, ok := compact.ParseUUID(id); ok {
+			return fp, u, true
+		}
+	}
+	return k.Sum(scope, id), u, false
 }
 
 // Result is one id's answer from [Dedup.AddBatch]: what [Dedup.Add] would
@@ -170,6 +189,10 @@ type Result struct {
 func (d *Dedup) AddBatch(scope string, ids []string, now time.Time, out []Result) []Result {
 	nowNs := now.UnixNano()
 	var fps [compact.TouchBatch]compact.FP
+	var buf *[16]byte // the AES block of UUID ids: one allocation a call
+	if len(ids) > 0 {
+		buf = new([16]byte)
+	}
 	for len(ids) > 0 {
 		batch := ids[:min(len(ids), len(fps))]
 		ids = ids[len(batch):]
@@ -177,7 +200,7 @@ func (d *Dedup) AddBatch(scope string, ids []string, now time.Time, out []Result
 		sum := func(k *compact.Hasher) {
 			for i, id := range batch {
 				if tooLong(scope, id) == nil {
-					fps[i] = k.Sum(scope, id)
+					fps[i] = k.SumBuf(scope, id, buf)
 				}
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"crypto/aes"
 	"crypto/cipher"
 	"encoding/binary"
+	"math/bits"
 	"sync/atomic"
 )
 
@@ -73,51 +74,41 @@ func (k *Key) derive(label string) Key {
 	return d
 }
 
-// Sum returns the fingerprint of (scope, id).
-func (h *Hasher) Sum(scope, id string) FP {
+// Sum returns the fingerprint of (scope, id). On the UUID path it
+// allocates 16 bytes (the block buffer escapes through the cipher.Block
+// interface); SumBuf and SumUUID with a buffer of the caller's do not.
+func (h *Hasher) Sum(scope, id string) FP { return h.SumBuf(scope, id, nil) }
+
+// SumBuf is Sum using buf, if not nil, as the AES block (see SumUUID).
+func (h *Hasher) SumBuf(scope, id string, buf *[16]byte) FP {
 	if h.fast {
 		if u, ok := ParseUUID(id); ok {
-			return h.sumUUID(scope, &u)
+			if buf == nil {
+				buf = new([16]byte)
+			}
+			return h.SumUUID(scope, &u, buf)
 		}
 	}
 	return h.key.Sum(scope, id)
 }
 
-// sumUUID encrypts u XOR the scope's mask and keeps 96 bits of it.
-func (h *Hasher) sumUUID(scope string, u *[16]byte) FP {
+// SumUUID returns the fingerprint of (scope, id) for an id that
+// ParseUUID parsed to u, on a Hasher whose UUIDPath is true, using buf
+// (which it overwrites, and which no other goroutine may use meanwhile)
+// as the AES block: pass memory already on the heap, such as a field of a
+// structure the caller locks, to save Sum's allocation.
+func (h *Hasher) SumUUID(scope string, u, buf *[16]byte) FP {
 	m := h.last.Load()
 	if m == nil || m.scope != scope {
 		lo, hi := sumParts(&h.mask, 0, 0, scope, "")
 		m = &scopeMask{scope: scope, lo: lo, hi: hi}
 		h.last.Store(m)
 	}
-	// buf escapes (an interface call): one 16-byte allocation, from the
-	// tiny allocator, which is cheaper than a sync.Pool round trip.
-	buf := new([16]byte)
 	binary.LittleEndian.PutUint64(buf[:8], binary.LittleEndian.Uint64(u[:8])^m.lo)
 	binary.LittleEndian.PutUint64(buf[8:], binary.LittleEndian.Uint64(u[8:])^m.hi)
 	h.block.Encrypt(buf[:], buf[:])
 	return FP{Lo: binary.LittleEndian.Uint64(buf[:8]), Hi: binary.LittleEndian.Uint32(buf[8:12])}
 }
-
-// unhex maps a byte to its value as a lowercase hexadecimal digit, or to
-// 0xff.
-var unhex = func() (t [256]uint8) {
-	for i := range t {
-		t[i] = 0xff
-	}
-	for c := '0'; c <= '9'; c++ {
-		t[c] = uint8(c - '0')
-	}
-	for c := 'a'; c <= 'f'; c++ {
-		t[c] = uint8(c - 'a' + 10)
-	}
-	return t
-}()
-
-// uuidDigits are the positions of the first digit of each byte of a
-// canonical UUID's text.
-var uuidDigits = [16]uint8{0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34}
 
 // ParseUUID parses a canonical UUID text (36 characters: 8-4-4-4-12
 // lowercase hexadecimal digits, any version or variant) into its 16 bytes.
@@ -127,11 +118,53 @@ func ParseUUID(s string) (u [16]byte, ok bool) {
 	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
 		return u, false
 	}
-	bad := uint8(0)
-	for i, p := range uuidDigits {
-		a, b := unhex[s[p]], unhex[s[p+1]]
-		bad |= a | b
-		u[i] = a<<4 | b
-	}
-	return u, bad&0xf0 == 0
+	// Eight digits a word: the first group, the second and third, the
+	// fourth and the start of the fifth, the rest of the fifth.
+	a, okA := hex8(le64(s[0:8]))
+	b, okB := hex8(uint64(le32(s[9:13])) | uint64(le32(s[14:18]))<<32)
+	c, okC := hex8(uint64(le32(s[19:23])) | uint64(le32(s[24:28]))<<32)
+	d, okD := hex8(le64(s[28:36]))
+	binary.BigEndian.PutUint32(u[0:], a)
+	binary.BigEndian.PutUint32(u[4:], b)
+	binary.BigEndian.PutUint32(u[8:], c)
+	binary.BigEndian.PutUint32(u[12:], d)
+	return u, okA && okB && okC && okD
+}
+
+func le64(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+func le32(s string) uint32 {
+	_ = s[3]
+	return uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24
+}
+
+// hex8 decodes eight lowercase hexadecimal digits, the first in the lowest
+// byte of x, into the 32-bit number they write (first digit highest), and
+// reports whether all eight are digits. Each byte is checked against the
+// ranges '0'–'9' and 'a'–'f' at once (SWAR): with no byte's high bit set,
+// adding 0x80−lo to every byte sets a byte's high bit exactly when the
+// byte is at least lo, and no carry crosses into the next byte.
+func hex8(x uint64) (uint32, bool) {
+	const (
+		ones = 0x0101010101010101
+		high = 0x8080808080808080
+	)
+	geDigit := (x + (0x80-'0')*ones) & high
+	gtDigit := (x + (0x80-'9'-1)*ones) & high
+	geLetter := (x + (0x80-'a')*ones) & high
+	gtLetter := (x + (0x80-'f'-1)*ones) & high
+	letter := geLetter &^ gtLetter
+	valid := x&high == 0 && (geDigit&^gtDigit|letter) == high
+	n := x&(0x0f*ones) + (letter>>7)*9 // each byte its digit's value
+	// Pairs of digits to bytes (first digit high), then the four bytes
+	// side by side.
+	n = (n&0x00ff00ff00ff00ff)<<4 | (n>>8)&0x00ff00ff00ff00ff
+	n = (n | n>>8) & 0x0000ffff0000ffff
+	n = (n | n>>16) & 0xffffffff
+	// The first digit pair is now the lowest byte: make it the highest.
+	return bits.ReverseBytes32(uint32(n)), valid
 }

@@ -172,13 +172,21 @@ func TestHasherScopes(t *testing.T) {
 	wg.Wait()
 }
 
-// TestHasherAllocs bounds the UUID path's allocations: one 16-byte block
-// buffer a call while the scope repeats.
+// TestHasherAllocs bounds the UUID path's allocations while the scope
+// repeats: one 16-byte block buffer a Sum, none with a buffer passed in,
+// and checks that both give the same fingerprint.
 func TestHasherAllocs(t *testing.T) {
 	h := NewHasher(NewKey())
 	id := uuid.NewString()
 	if n := testing.AllocsPerRun(1000, func() { h.Sum("orders", id) }); n > 1 {
 		t.Errorf("Sum of a UUID allocates %v times", n)
+	}
+	buf := new([16]byte)
+	if n := testing.AllocsPerRun(1000, func() { h.SumBuf("orders", id, buf) }); n > 0 {
+		t.Errorf("SumBuf of a UUID allocates %v times", n)
+	}
+	if h.SumBuf("orders", id, buf) != h.Sum("orders", id) {
+		t.Error("SumBuf and Sum differ")
 	}
 	if n := testing.AllocsPerRun(1000, func() { h.Sum("orders", "not-a-uuid") }); n > 0 {
 		t.Errorf("Sum of another id allocates %v times", n)
