@@ -76,7 +76,7 @@ func openScale(t *testing.T, d sqldialect.Dialect, kind string, width time.Durat
 	case sqldialect.SQLite:
 		// A page cache sized to the working set (256 MiB), as
 		// docs/inbox.md recommends; both key kinds get the same.
-		db, err = sql.Open("sqlite", sqldialect.SQLiteDSN(filepath.Join(t.TempDir(), kind+".db"))+"&_pragma=cache_size(-262144)")
+		db, err = sql.Open("sqlite", sqldialect.SQLiteDSN(filepath.Join(t.TempDir(), kind+".db"))+"&_pragma=cache_size(-"+strconv.Itoa(envInt("IDEM_SCALE_SQLITE_CACHE_KB", 262144))+")")
 		if err != nil {
 			t.Fatal(err)
 		}
