@@ -27,12 +27,13 @@
 // from the same key (a permutation: distinct UUIDs in a scope get distinct
 // 128-bit blocks; the argument is in internal/compact's documentation).
 // Both paths keep the bound below. A new id is wrongly reported as a
-// duplicate only if its fingerprint equals a live id's: probability n/2⁹⁶ per call with n live
-// ids, and for any pair among n live ids about n²/2⁹⁷: 6.3×10⁻¹² at 10⁹
-// live ids and 6.3×10⁻¹⁰ at 10¹⁰ (a Dedup holds at most 2³¹). Because the
-// keys are secret and SipHash and AES are a PRF and a PRP, ids crafted to
-// collide are no more likely to than random ones. (Before issue 16 the Dedup kept the id bytes
-// and resolved 64-bit hash collisions exactly, at 102 bytes an id.)
+// duplicate only if its fingerprint equals a live id's: probability n/2⁹⁶
+// per call with n live ids, and for any pair among n live ids about
+// n²/2⁹⁷: 6.3×10⁻¹² at 10⁹ live ids and 6.3×10⁻¹⁰ at 10¹⁰ (a Dedup holds
+// at most 2³¹). Because the keys are secret and SipHash and AES are a PRF
+// and a PRP, ids crafted to collide are no more likely to than random
+// ones. (Before issue 16 the Dedup kept the id bytes and resolved 64-bit
+// hash collisions exactly, at 102 bytes an id.)
 // Concurrent calls with the same id accept it once. Memory is 21.8 to 23.9
 // bytes a live id whatever the id's length (up to 29.7 for the short
 // while the index grows, see [Dedup]), is released as ids expire, and

@@ -50,7 +50,9 @@ func WithMaxEntries(n int) Option {
 // as NATS JetStream and SQS FIFO do, and reports later arrivals of the same
 // id in the same scope as duplicates. It is safe for concurrent use; one
 // mutex guards it, held for one index probe and an append per call, with
-// fingerprinting done outside it.
+// fingerprinting done outside it (but for the one AES block of a UUID
+// id's, encrypted in a buffer the mutex guards so that it is not
+// allocated).
 //
 // Each live id costs 16 bytes of record (its 96-bit fingerprint and a
 // 4-byte time offset, in arrival order; the sequence is implied by the

@@ -76,10 +76,15 @@
 //     independent-looking keyed functions; without the keys a crafted id
 //     on one path meets a given FP of the other with probability 2⁻⁹⁶.
 //
-// The AES path costs a 36-byte parse, a cached mask (the last scope seen),
-// one AES-NI block through crypto/aes and a 16-byte allocation (the block
-// buffer escapes through the cipher.Block interface); SipHash-2-4 of the
-// scope and a 36-byte id about 50 ns. Measured: docs/benchmarks.md.
+// The AES path costs a 36-byte parse (eight digits a word, SWAR), the
+// cached mask of the last scope seen, and one AES-NI block through
+// crypto/aes, whose buffer escapes through the cipher.Block interface:
+// Sum allocates it, SumBuf and SumUUID use the caller's (window.Dedup's
+// is a field under its lock). Measured (BenchmarkSum, docs/benchmarks.md):
+// about as much as SipHash-2-4 of scope and a 36-byte id when Sum
+// allocates, less with a buffer; a 10M-id window fill spends about 24 ns
+// an id parsing and 24 ns in AES. Ids that look like UUIDs but are not
+// canonical (uppercase) pay the parse on top of SipHash.
 //
 // # What was measured and rejected (2 vCPU VM shared with other jobs, so
 // every comparison is within one run)
@@ -97,6 +102,24 @@
 //     1.85× after (median 1.70); at 1M 0.91 to 1.20× before, 1.03 to 1.27×
 //     after. The fill is bound by one index cache miss and a SipHash an
 //     id (the map hashes the 16 raw bytes with AES), plus the moves.
+//   - A directory of small tables (extendible hashing, as Go's swiss
+//     map: 16 fingerprint bits choose a table of at most 512 groups, 32
+//     KiB; a full table grows 1.35× or splits in two by its next bit, the
+//     directory doubling when needed). Go's map moves a key within a table
+//     that is in cache because its slots hold the keys; ours hold a record
+//     id and 8 tag bits, not the bits that choose a record's new table and
+//     home, so every move must read its record from the ring, where the
+//     records of one table are scattered: the random read replaces the
+//     random write into the big new index, and costs more (a write is
+//     loaded for 32 records at once before any is inserted). Per move at
+//     10M records (BenchmarkMoveCost, same run): 62.6 to 63.1 ns of CPU
+//     for a split's, 42.1 to 44.5 for a rebuild's. Built and measured
+//     whole (3 rounds, CPU per insert against the map in the same
+//     process): BenchmarkSetFill at 10M 0.85 to 1.63× (before: 0.64 to
+//     1.32×), window fill at 1M 1.53 to 1.63× (before 0.98 to 1.30×), at
+//     10M 1.61 to 1.76× (0.97 to 1.70×). The moves a record makes are set
+//     by the growth factor (1.35×: load 0.92 down to 0.68), which the
+//     24-byte budget bounds, not by the table size. Not kept.
 //   - Huge pages for the index (madvise(MADV_HUGEPAGE) on the 2 MiB-aligned
 //     interior of each new index, so that random probes miss the TLB less):
 //     filling 10M fingerprints (BenchmarkSetFill, process CPU time, same
