@@ -17,10 +17,7 @@ import (
 //
 //	go test -run '^$' -bench SetFill -benchtime 1x -count 3 ./internal/compact
 func BenchmarkSetFill(b *testing.B) {
-	n := 1_000_000
-	if os.Getenv("IDEM_BENCH_10M") == "1" {
-		n = 10_000_000
-	}
+	n := benchN()
 	r := rand.New(rand.NewPCG(1, 2))
 	fps := make([]FP, n)
 	raws := make([][16]byte, n)
@@ -57,15 +54,24 @@ func BenchmarkSetFill(b *testing.B) {
 		}
 		compactbench.ReportTime(b, b.N*n, start, "ns/insert")
 	}
-	for round := range 2 {
-		if round%2 == 0 {
-			b.Run("set", set)
-			b.Run("map", mp)
-		} else {
-			b.Run("map", mp)
-			b.Run("set", set)
-		}
+	alternate(b, "set", set, "map", mp)
+}
+
+// benchN is the benchmarks' set size: 1M, or 10M with IDEM_BENCH_10M=1.
+func benchN() int {
+	if os.Getenv("IDEM_BENCH_10M") == "1" {
+		return 10_000_000
 	}
+	return 1_000_000
+}
+
+// alternate runs sides a and b twice, in the order a b b a, so that
+// neither is always the first.
+func alternate(b *testing.B, aName string, a func(*testing.B), bName string, bf func(*testing.B)) {
+	b.Run(aName, a)
+	b.Run(bName, bf)
+	b.Run(bName, bf)
+	b.Run(aName, a)
 }
 
 // BenchmarkSum measures the fingerprint function alone on UUIDv4 ids in

@@ -2,7 +2,6 @@ package compact
 
 import (
 	"math/rand/v2"
-	"os"
 	"testing"
 
 	"github.com/idem-go/idem/internal/compact/compactbench"
@@ -25,10 +24,7 @@ import (
 // cost 1.4 to 1.5 times a rebuild's (doc.go, "What was measured and
 // rejected").
 func BenchmarkMoveCost(b *testing.B) {
-	n := 1_000_000
-	if os.Getenv("IDEM_BENCH_10M") == "1" {
-		n = 10_000_000
-	}
+	n := benchN()
 	r := rand.New(rand.NewPCG(3, 4))
 	s := NewSet()
 	for i := range n {
@@ -83,13 +79,5 @@ func BenchmarkMoveCost(b *testing.B) {
 		}
 		compactbench.ReportTime(b, b.N*n, start, "ns/move")
 	}
-	for round := range 2 {
-		if round%2 == 0 {
-			b.Run("rebuild", rebuild)
-			b.Run("split", split)
-		} else {
-			b.Run("split", split)
-			b.Run("rebuild", rebuild)
-		}
-	}
+	alternate(b, "rebuild", rebuild, "split", split)
 }
