@@ -37,10 +37,11 @@
 // touch the map tier. Complete finds it by its token (a hint slot per
 // token, checked against the slot's token, key and scope), so only
 // Reserve hashes and validates the key. Filling a store that way (BenchmarkCompact)
-// took 2.4 to 3.4× a Go map's insert in process CPU time at 10M keys, 3.2
-// to 3.7× at 1M (same rounds, docs/benchmarks.md): two calls, each with a
-// shard lock, a clock read, a key check and a SipHash (which picks the
-// shard), plus one index cache miss and the index's growth a key. Such keys are compared
+// took 1.9 to 2.8× a Go map's insert in process CPU time at 10M keys, 1.7
+// to 2.6× at 1M (five rounds, docs/benchmarks.md): two calls, each with a
+// shard lock and a clock read, one key check and one SipHash (which picks
+// the shard) in Reserve, plus one index cache miss and the index's growth
+// a key. Such keys are compared
 // by fingerprint, not byte for byte, in progress and done: a new key is
 // wrongly found in progress or completed with probability n/2⁹⁶ among n
 // such keys (any pair collides with about n²/2⁹⁷: 6.3×10⁻¹² at 10⁹ keys),
