@@ -38,7 +38,8 @@
 // token, checked against the slot's token, key and scope), so only
 // Reserve hashes and validates the key. Filling a store that way (BenchmarkCompact)
 // took 1.9 to 2.8× a Go map's insert in process CPU time at 10M keys, 1.7
-// to 2.6× at 1M (five rounds, docs/benchmarks.md): two calls, each with a
+// to 2.9× at 1M (seven rounds on a loaded machine, 2.6 to 2.9× in the
+// quietest; docs/benchmarks.md): two calls, each with a
 // shard lock and a clock read, one key check and one SipHash (which picks
 // the shard) in Reserve, plus one index cache miss and the index's growth
 // a key. Such keys are compared
