@@ -50,7 +50,8 @@ bench-compact:
 ## 1M keys on each, MariaDB row shape; redraws docs/img/inbox-scale.svg.
 ## `make test` runs the same code at 20k keys (TestScaleCurve) without
 ## asserting speed. The 20M run needs about 8 GB of disk; SCALE_ENGINES=sqlite
-## runs SQLite's 20M curve alone (32 minutes at load average 10-25).
+## runs SQLite's 20M curve alone (12 minutes at load average 2-5; PostgreSQL's
+## takes 25).
 SCALE_ENGINES ?= sqlite,postgres
 SCALE_KEYS ?= 20000000
 SCALE_KEYS_MARIADB ?= 10000000
