@@ -93,6 +93,25 @@ FROM pg_index i WHERE i.indrelid = to_regclass($1) AND i.indisprimary`, table).S
 	if comment.String == packedComment {
 		return false, nil
 	}
+	// One packer a bucket: another process's Sweep packing it now would
+	// make this rebuild wait on its lock, then rebuild it again.
+	var mine bool
+	if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(hashtextextended('idem pack ' || $1, 0))`, table).Scan(&mine); err != nil {
+		return false, err
+	}
+	if !mine {
+		return false, nil
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(hashtextextended('idem pack ' || $1, 0))`, table) //nolint:errcheck // a lost unlock ends with the session
+	// Read again under the lock: the other packer may have finished.
+	if err := conn.QueryRowContext(ctx, `SELECT obj_description(i.indexrelid, 'pg_class') FROM pg_index i WHERE i.indrelid = to_regclass($1) AND i.indisprimary`, table).Scan(&comment); err == sql.ErrNoRows {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	if comment.String == packedComment {
+		return false, nil
+	}
 	// The leftovers of a rebuild that failed: invalid, and never used.
 	rows, err := conn.QueryContext(ctx, `SELECT indexrelid::regclass::text FROM pg_index WHERE indrelid = to_regclass($1) AND NOT indisvalid`, table)
 	if err != nil {

@@ -117,12 +117,31 @@ WHERE starts_with(c.relname::text, 'idem_inbox_k') AND i.indisprimary`)
 			}
 		}()
 		time.Sleep(3500 * time.Millisecond) // packAfter (3) widths
-		packed, err := inbox.PackBuckets(e.in)
+		// Two packers at once (two processes' Sweeps): each bucket is
+		// packed once, and neither fails.
+		packer2, err := inbox.New(e.db2, e.d, "wallet-consumer")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if packed == 0 {
-			t.Fatal("no bucket packed")
+		if _, err := packer2.Process(ctx, "packer2", e.credit(2, 1)); err != nil {
+			t.Fatal(err)
+		}
+		var packed2 int
+		var err2 error
+		done2 := make(chan struct{})
+		go func() { defer close(done2); packed2, err2 = inbox.PackBuckets(packer2) }()
+		packed, err := inbox.PackBuckets(e.in)
+		<-done2
+		if err != nil || err2 != nil {
+			t.Fatal(err, err2)
+		}
+		var marked int
+		if err := e.db.QueryRow(`SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
+WHERE starts_with(c.relname::text, 'idem_inbox_k') AND i.indisprimary AND obj_description(i.indexrelid, 'pg_class') = 'idem: packed'`).Scan(&marked); err != nil {
+			t.Fatal(err)
+		}
+		if packed == 0 || packed+packed2 != marked {
+			t.Fatalf("two packers packed %d + %d buckets, %d are marked packed: want each packed once", packed, packed2, marked)
 		}
 		if again, err := inbox.PackBuckets(e.in); err != nil || again != 0 {
 			t.Fatalf("packing again: %d packed, %v; want 0 (each bucket is packed once)", again, err)
