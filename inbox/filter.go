@@ -14,7 +14,7 @@ import (
 // so a process may summarise it in a Bloom filter: a key the filter does
 // not contain is certainly not in the bucket, and its lookup there is
 // skipped. A filter never answers "absent" for a present key, so the inbox
-// stays exact; a false "maybe" (1% at 10 bits a key) costs one lookup.
+// stays exact; a false "maybe" (0.1% at 16 bits a key) costs one lookup.
 //
 // Sealing. A writer records a key in the bucket of its clock (or the first
 // one after it), and clocks are within a bucket width of the database's, so
