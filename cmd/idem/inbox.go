@@ -53,12 +53,17 @@ func newInbox() *cobra.Command {
 	var f inboxFlags
 	cmd := &cobra.Command{
 		Use:   "inbox",
-		Short: "Show or forget one key of an inbox table, to re-run one message on purpose",
+		Short: "Show or forget one key of an inbox table; migrate or sweep the table",
 		Long: `inbox shows an operator one key the inbox recorded, and forgets it when one
-message must be re-run on purpose.
+message must be re-run on purpose; it also moves a table of an earlier release
+to the bucketed layout and runs retention, for a shell or a cron job.
 
   idem inbox show KEY --consumer C      is KEY recorded for consumer C, where, with which fingerprint
   idem inbox forget KEY --consumer C    delete the record: the next delivery of KEY runs its handler again
+  idem inbox migrate-layout --consumer C --retention D
+                                        move a rows table to the bucketed layout, with deliveries running
+  idem inbox sweep --consumer C --older-than D
+                                        drop expired buckets (delete expired rows on the rows layout)
 
 forget is dangerous: the message's effect is applied AGAIN by its next delivery
 (the inbox cannot undo the first one). Forget a key only when the first
@@ -74,7 +79,7 @@ if the broker will not. See docs/operations.md, "Re-running one inbox message".
 	pf.StringVarP(&f.output, "output", "o", "text", "text or json")
 	_ = cmd.MarkPersistentFlagRequired("db")
 	_ = cmd.MarkPersistentFlagRequired("consumer")
-	cmd.AddCommand(newInboxShow(&f), newInboxForget(&f))
+	cmd.AddCommand(newInboxShow(&f), newInboxForget(&f), newInboxMigrateLayout(&f), newInboxSweep(&f))
 	return cmd
 }
 
@@ -84,7 +89,7 @@ func newInboxShow(f *inboxFlags) *cobra.Command {
 		Short: "Show whether KEY is recorded, and where",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withInbox(cmd, f, "show", func(ctx context.Context, in *inbox.Inbox) error {
+			return withInbox(cmd, f, "show", func(ctx context.Context, in *inbox.Inbox, _ *sql.DB, _ sqldialect.Dialect) error {
 				rec, err := in.Inspect(ctx, f.consumer, args[0])
 				if err != nil {
 					return err
@@ -101,7 +106,7 @@ func newInboxForget(f *inboxFlags) *cobra.Command {
 		Short: "Delete KEY's record: its next delivery applies its effect again",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withInbox(cmd, f, "forget", func(ctx context.Context, in *inbox.Inbox) error {
+			return withInbox(cmd, f, "forget", func(ctx context.Context, in *inbox.Inbox, _ *sql.DB, _ sqldialect.Dialect) error {
 				rec, err := in.Inspect(ctx, f.consumer, args[0])
 				if err != nil {
 					return err
@@ -120,6 +125,99 @@ func newInboxForget(f *inboxFlags) *cobra.Command {
 			})
 		},
 	}
+}
+
+func newInboxMigrateLayout(f *inboxFlags) *cobra.Command {
+	var retention, width time.Duration
+	cmd := &cobra.Command{
+		Use:   "migrate-layout --consumer C --db DB (--retention D | --bucket-width D)",
+		Short: "Move a rows-layout table to the bucketed layout, with deliveries running",
+		Long: `migrate-layout runs inbox.MigrateLayout: the rows table of an earlier release is
+frozen by a trigger (an insert there fails, so an earlier release's delivery is
+not acknowledged and comes back), keys go to buckets from then on, and every key
+is still looked up in the rows table until Sweep drops it, once the migration is
+older than the sweep's age. Deliveries may run meanwhile; no duplicate slips
+through (docs/inbox.md, "Upgrading a table made by an earlier release").
+
+The bucket width is stored with the table and cannot change later: give the
+retention (the width is a quarter of it, at least a minute) or the width.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var opts []inbox.Option
+			switch {
+			case retention != 0 && width != 0:
+				return fmt.Errorf("inbox migrate-layout: give --retention or --bucket-width, not both")
+			case retention != 0:
+				opts = append(opts, inbox.WithRetention(retention))
+			case width != 0:
+				opts = append(opts, inbox.WithBucketWidth(width))
+			default:
+				return fmt.Errorf("inbox migrate-layout: --retention or --bucket-width is required: the bucket width is stored with the table")
+			}
+			return withInbox(cmd, f, "migrate-layout", func(ctx context.Context, in *inbox.Inbox, db *sql.DB, d sqldialect.Dialect) error {
+				rows, meta, err := inboxTables(ctx, db, d, f.table)
+				if err != nil {
+					return err
+				}
+				out := cmd.OutOrStdout()
+				if meta && !rows {
+					fmt.Fprintf(out, "%s has the bucketed layout already: nothing to do\n", f.table)
+					return nil
+				}
+				if err := in.MigrateLayout(ctx); err != nil {
+					return err
+				}
+				if meta {
+					fmt.Fprintf(out, "%s was migrated already (the rows table is frozen and read until Sweep drops it): nothing to do\n", f.table)
+					return nil
+				}
+				fmt.Fprintf(out, "migrated %s to the bucketed layout: the rows table is frozen and read beside the buckets until Sweep drops it, once the migration is older than the sweep's age\n", f.table)
+				return nil
+			}, opts...)
+		},
+	}
+	cmd.Flags().DurationVar(&retention, "retention", 0, "how long keys are kept (inbox.WithRetention); the bucket width is a quarter of it")
+	cmd.Flags().DurationVar(&width, "bucket-width", 0, "the bucket width itself (inbox.WithBucketWidth), whole seconds, at least 1s")
+	return cmd
+}
+
+func newInboxSweep(f *inboxFlags) *cobra.Command {
+	var olderThan time.Duration
+	var batch int
+	cmd := &cobra.Command{
+		Use:   "sweep --consumer C --db DB --older-than D",
+		Short: "Drop the buckets older than D (on the rows layout, delete the consumer's rows)",
+		Long: `sweep runs inbox.Sweep once. On the bucketed layout it drops every bucket whose
+newest key is older than --older-than (buckets hold every consumer's keys, so
+the largest redelivery horizon any consumer recorded binds it), drops a migrated
+rows table once the migration is that old, and on PostgreSQL packs each bucket
+sealed for a width. On the rows layout it deletes the consumer's rows older than
+--older-than, --batch at a time. It refuses an age below a recorded horizon.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withInbox(cmd, f, "sweep", func(ctx context.Context, in *inbox.Inbox, db *sql.DB, d sqldialect.Dialect) error {
+				_, meta, err := inboxTables(ctx, db, d, f.table)
+				if err != nil {
+					return err
+				}
+				n, err := in.Sweep(ctx, olderThan, batch)
+				if err != nil {
+					return err
+				}
+				out := cmd.OutOrStdout()
+				if meta {
+					fmt.Fprintf(out, "dropped %d tables of %s (buckets, and a migrated rows table, older than %v)\n", n, f.table, olderThan)
+				} else {
+					fmt.Fprintf(out, "deleted %d keys of consumer %s older than %v from %s\n", n, f.consumer, olderThan, f.table)
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().DurationVar(&olderThan, "older-than", 0, "the sweep's age: keys older than this go (required; not below the redelivery horizon)")
+	cmd.Flags().IntVar(&batch, "batch", 10_000, fmt.Sprintf("rows a transaction deletes on the rows layout, 1 to %d", inbox.MaxSweepBatch))
+	_ = cmd.MarkFlagRequired("older-than")
+	return cmd
 }
 
 func printRecord(out io.Writer, format string, r inbox.Record) error {
@@ -148,7 +246,7 @@ func printRecord(out io.Writer, format string, r inbox.Record) error {
 
 // withInbox opens the database of f and an Inbox on its table for one
 // command; its errors start with "inbox <verb>:". It creates no table.
-func withInbox(cmd *cobra.Command, f *inboxFlags, verb string, fn func(ctx context.Context, in *inbox.Inbox) error) error {
+func withInbox(cmd *cobra.Command, f *inboxFlags, verb string, fn func(ctx context.Context, in *inbox.Inbox, db *sql.DB, d sqldialect.Dialect) error, opts ...inbox.Option) error {
 	err := func() error {
 		if f.output != "text" && f.output != "json" {
 			return fmt.Errorf("--output %q: want text or json", f.output)
@@ -162,12 +260,12 @@ func withInbox(cmd *cobra.Command, f *inboxFlags, verb string, fn func(ctx conte
 		if err := checkInboxTable(ctx, db, d, f.table); err != nil {
 			return err
 		}
-		in, err := inbox.New(db, d, f.consumer, inbox.WithTable(f.table))
+		in, err := inbox.New(db, d, f.consumer, append([]inbox.Option{inbox.WithTable(f.table)}, opts...)...)
 		if err != nil {
 			return err
 		}
 		defer in.Close()
-		return fn(ctx, in)
+		return fn(ctx, in, db, d)
 	}()
 	if err != nil {
 		return fmt.Errorf("inbox %s: %w", verb, err)
@@ -216,14 +314,27 @@ func checkInboxTable(ctx context.Context, db *sql.DB, d sqldialect.Dialect, tabl
 	if err := d.ValidateIdentifier(table); err != nil {
 		return fmt.Errorf("--table: %w", err)
 	}
+	rows, meta, err := inboxTables(ctx, db, d, table)
+	if err != nil {
+		return err
+	}
+	if !rows && !meta {
+		return fmt.Errorf("no inbox table %s (nor %s_meta) in this database: check --db and --table", table, table)
+	}
+	return nil
+}
+
+// inboxTables reports whether the rows table and the bucketed layout's
+// meta table exist.
+func inboxTables(ctx context.Context, db *sql.DB, d sqldialect.Dialect, table string) (rows, meta bool, err error) {
 	var q string
 	switch d {
 	case sqldialect.Postgres:
-		q = `SELECT count(*) FROM pg_class WHERE oid = to_regclass($1::text) OR oid = to_regclass($2::text)`
+		q = `SELECT to_regclass($1::text) IS NOT NULL, to_regclass($2::text) IS NOT NULL`
 	case sqldialect.MySQL:
-		q = `SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME IN (?, ?)`
+		q = `SELECT COALESCE(SUM(TABLE_NAME = ?), 0) > 0, COALESCE(SUM(TABLE_NAME = ?), 0) > 0 FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(?, DATABASE())`
 	default:
-		q = `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)`
+		q = `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?), EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?)`
 	}
 	args := []any{table, table + "_meta"}
 	if d == sqldialect.MySQL {
@@ -232,14 +343,10 @@ func checkInboxTable(ctx context.Context, db *sql.DB, d sqldialect.Dialect, tabl
 		if sc, n, ok := strings.Cut(table, "."); ok {
 			schema, name = sc, n
 		}
-		args = []any{schema, name, name + "_meta"}
+		args = []any{name, name + "_meta", schema}
 	}
-	var n int
-	if err := db.QueryRowContext(ctx, q, args...).Scan(&n); err != nil {
-		return fmt.Errorf("read the catalog: %w", err)
+	if err := db.QueryRowContext(ctx, q, args...).Scan(&rows, &meta); err != nil {
+		return false, false, fmt.Errorf("read the catalog: %w", err)
 	}
-	if n == 0 {
-		return fmt.Errorf("no inbox table %s (nor %s_meta) in this database: check --db and --table", table, table)
-	}
-	return nil
+	return rows, meta, nil
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testenv"
@@ -188,5 +189,115 @@ func TestInboxCommandBadInput(t *testing.T) {
 	}
 	if _, _, ok := runIdem(t, "inbox", "show", "k", "--consumer", "billing", "--db", "sqlite:"+missing); ok {
 		t.Fatal("a missing file was opened")
+	}
+}
+
+// TestInboxMigrateAndSweepCommand runs idem inbox migrate-layout on a rows
+// table of an earlier release, on each engine: a key recorded before is
+// still a duplicate after, new keys go to buckets, a second run does
+// nothing, and idem inbox sweep drops the old buckets and, once the
+// migration is older than its age, the rows table.
+func TestInboxMigrateAndSweepCommand(t *testing.T) {
+	t.Parallel()
+	for _, db := range inboxDBs {
+		t.Run(db.name, func(t *testing.T) {
+			t.Parallel()
+			testInboxMigrateAndSweep(t, db)
+		})
+	}
+}
+
+func testInboxMigrateAndSweep(t *testing.T, idb inboxDB) {
+	ctx := context.Background()
+	flag, db := idb.open(t)
+	old, err := inbox.New(db, idb.d, "billing", inbox.WithTable("orders_inbox"), inbox.WithLayout(inbox.LayoutRows))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	if err := old.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nop := func(context.Context, *sql.Tx) error { return nil }
+	if ok, err := old.Process(ctx, "before", nop); !ok || err != nil {
+		t.Fatalf("first delivery: %v %v", ok, err)
+	}
+	idem := func(args ...string) (string, string, bool) {
+		return runIdem(t, append([]string{"inbox", "--db", flag, "--table", "orders_inbox", "--consumer", "billing"}, args...)...)
+	}
+	if _, errOut, ok := idem("migrate-layout"); ok || !strings.Contains(errOut, "--retention or --bucket-width is required") {
+		t.Fatalf("migrate-layout without a width: ok=%v %s", ok, errOut)
+	}
+	if _, errOut, ok := idem("migrate-layout", "--retention", "1h", "--bucket-width", "1s"); ok || !strings.Contains(errOut, "not both") {
+		t.Fatalf("migrate-layout with both: ok=%v %s", ok, errOut)
+	}
+	out, errOut, ok := idem("migrate-layout", "--bucket-width", "1s")
+	if !ok || !strings.Contains(out, "migrated orders_inbox to the bucketed layout") {
+		t.Fatalf("migrate-layout: ok=%v stdout=%q stderr=%q", ok, out, errOut)
+	}
+	if out, _, ok := idem("migrate-layout", "--bucket-width", "1s"); !ok || !strings.Contains(out, "nothing to do") {
+		t.Fatalf("second migrate-layout: ok=%v %q", ok, out)
+	}
+	// This release's Inbox: the old key is a duplicate (read in the frozen
+	// rows table), a new key goes to a bucket.
+	in, err := inbox.New(db, idb.d, "billing", inbox.WithTable("orders_inbox"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	if ok, err := in.Process(ctx, "before", nop); ok || err != nil {
+		t.Fatalf("the key recorded before the migration: applied=%v err=%v, want a duplicate", ok, err)
+	}
+	if ok, err := in.Process(ctx, "after", nop); !ok || err != nil {
+		t.Fatalf("a new key: %v %v", ok, err)
+	}
+	rec, err := in.Inspect(ctx, "billing", "after")
+	if err != nil || rec.Layout != inbox.LayoutBuckets {
+		t.Fatalf("the new key: %+v %v", rec, err)
+	}
+	// An earlier release's insert into the frozen table fails.
+	ins := "INSERT INTO orders_inbox (consumer, idem_key, fingerprint, processed_at) VALUES ('billing', 'old-release', NULL, 0)"
+	switch idb.d {
+	case sqldialect.Postgres:
+		ins = "INSERT INTO orders_inbox (consumer, idem_key) VALUES ('billing', 'old-release') ON CONFLICT (consumer, idem_key) DO NOTHING"
+	case sqldialect.MySQL:
+		ins = "INSERT INTO orders_inbox (consumer, idem_key, fingerprint, processed_at) VALUES ('billing', 'old-release', NULL, UTC_TIMESTAMP(6))"
+	}
+	if _, err := db.ExecContext(ctx, ins); err == nil {
+		t.Fatal("an insert into the frozen rows table succeeded")
+	}
+	// An Inbox of this release that still had the rows layout cached reads
+	// the new one and records there.
+	if ok, err := old.Process(ctx, "by-a-stale-inbox", nop); !ok || err != nil {
+		t.Fatalf("a stale Inbox after the migration: %v %v", ok, err)
+	}
+
+	if _, errOut, ok := idem("sweep", "--older-than", "0s"); ok || !strings.Contains(errOut, "must be positive") {
+		t.Fatalf("sweep --older-than 0s: ok=%v %s", ok, errOut)
+	}
+	if _, errOut, ok := idem("sweep"); ok || !strings.Contains(errOut, `"older-than" not set`) {
+		t.Fatalf("sweep without an age: ok=%v %s", ok, errOut)
+	}
+	out, errOut, ok = idem("sweep", "--older-than", "1h")
+	if !ok || !strings.Contains(out, "dropped 0 tables of orders_inbox") {
+		t.Fatalf("sweep --older-than 1h: ok=%v stdout=%q stderr=%q", ok, out, errOut)
+	}
+	time.Sleep(4 * time.Second) // 1 s buckets, the 2 s skew margin, the migration's age
+	out, errOut, ok = idem("sweep", "--older-than", "1s")
+	if !ok || !strings.Contains(out, "dropped ") || strings.Contains(out, "dropped 0 ") {
+		t.Fatalf("sweep --older-than 1s: ok=%v stdout=%q stderr=%q", ok, out, errOut)
+	}
+	if rows, meta, err := inboxTables(ctx, db, idb.d, "orders_inbox"); err != nil || rows || !meta {
+		t.Fatalf("after the sweep: rows table %v, meta %v (%v); want the rows table dropped", rows, meta, err)
+	}
+	// Both keys were older than the sweep's age: they are gone, and a
+	// delivery now applies again (retention, as documented).
+	in2, err := inbox.New(db, idb.d, "billing", inbox.WithTable("orders_inbox"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in2.Close()
+	if ok, err := in2.Process(ctx, "after", nop); !ok || err != nil {
+		t.Fatalf("a key older than the sweep's age: applied=%v err=%v, want applied", ok, err)
 	}
 }
