@@ -159,20 +159,26 @@ retention (the width is a quarter of it, at least a minute) or the width.`,
 				if err != nil {
 					return err
 				}
-				out := cmd.OutOrStdout()
+				report := func(migrated bool, text string) error {
+					if f.output == "json" {
+						return json.NewEncoder(cmd.OutOrStdout()).Encode(struct {
+							Table    string `json:"table"`
+							Migrated bool   `json:"migrated"`
+						}{f.table, migrated})
+					}
+					_, err := fmt.Fprintln(cmd.OutOrStdout(), text)
+					return err
+				}
 				if meta && !rows {
-					fmt.Fprintf(out, "%s has the bucketed layout already: nothing to do\n", f.table)
-					return nil
+					return report(false, f.table+" has the bucketed layout already: nothing to do")
 				}
 				if err := in.MigrateLayout(ctx); err != nil {
 					return err
 				}
 				if meta {
-					fmt.Fprintf(out, "%s was migrated already (the rows table is frozen and read until Sweep drops it): nothing to do\n", f.table)
-					return nil
+					return report(false, f.table+" was migrated already (the rows table is frozen and read until Sweep drops it): nothing to do")
 				}
-				fmt.Fprintf(out, "migrated %s to the bucketed layout: the rows table is frozen and read beside the buckets until Sweep drops it, once the migration is older than the sweep's age\n", f.table)
-				return nil
+				return report(true, "migrated "+f.table+" to the bucketed layout: the rows table is frozen and read beside the buckets until Sweep drops it, once the migration is older than the sweep's age")
 			}, opts...)
 		},
 	}
@@ -205,6 +211,19 @@ sealed for a width. On the rows layout it deletes the consumer's rows older than
 					return err
 				}
 				out := cmd.OutOrStdout()
+				if f.output == "json" {
+					v := struct {
+						Table   string `json:"table"`
+						Dropped *int   `json:"dropped_tables,omitempty"`
+						Deleted *int   `json:"deleted_keys,omitempty"`
+					}{Table: f.table}
+					if meta {
+						v.Dropped = &n
+					} else {
+						v.Deleted = &n
+					}
+					return json.NewEncoder(out).Encode(v)
+				}
 				if meta {
 					fmt.Fprintf(out, "dropped %d tables of %s (buckets, and a migrated rows table, older than %v)\n", n, f.table, olderThan)
 				} else {

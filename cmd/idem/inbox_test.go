@@ -225,6 +225,9 @@ func testInboxMigrateAndSweep(t *testing.T, idb inboxDB) {
 	idem := func(args ...string) (string, string, bool) {
 		return runIdem(t, append([]string{"inbox", "--db", flag, "--table", "orders_inbox", "--consumer", "billing"}, args...)...)
 	}
+	if out, errOut, ok := idem("sweep", "--older-than", "1h"); !ok || !strings.Contains(out, "deleted 0 keys of consumer billing older than 1h0m0s") {
+		t.Fatalf("sweep of the rows table: ok=%v stdout=%q stderr=%q", ok, out, errOut)
+	}
 	if _, errOut, ok := idem("migrate-layout"); ok || !strings.Contains(errOut, "--retention or --bucket-width is required") {
 		t.Fatalf("migrate-layout without a width: ok=%v %s", ok, errOut)
 	}
@@ -237,6 +240,9 @@ func testInboxMigrateAndSweep(t *testing.T, idb inboxDB) {
 	}
 	if out, _, ok := idem("migrate-layout", "--bucket-width", "1s"); !ok || !strings.Contains(out, "nothing to do") {
 		t.Fatalf("second migrate-layout: ok=%v %q", ok, out)
+	}
+	if out, _, ok := idem("migrate-layout", "--bucket-width", "1s", "-o", "json"); !ok || strings.TrimSpace(out) != `{"table":"orders_inbox","migrated":false}` {
+		t.Fatalf("migrate-layout -o json: ok=%v %q", ok, out)
 	}
 	// This release's Inbox: the old key is a duplicate (read in the frozen
 	// rows table), a new key goes to a bucket.
@@ -281,6 +287,12 @@ func testInboxMigrateAndSweep(t *testing.T, idb inboxDB) {
 	out, errOut, ok = idem("sweep", "--older-than", "1h")
 	if !ok || !strings.Contains(out, "dropped 0 tables of orders_inbox") {
 		t.Fatalf("sweep --older-than 1h: ok=%v stdout=%q stderr=%q", ok, out, errOut)
+	}
+	if out, _, ok := idem("sweep", "--older-than", "1h", "-o", "json"); !ok || strings.TrimSpace(out) != `{"table":"orders_inbox","dropped_tables":0}` {
+		t.Fatalf("sweep -o json: ok=%v %q", ok, out)
+	}
+	if _, errOut, ok := idem("sweep", "--older-than", "1h", "-o", "xml"); ok || !strings.Contains(errOut, "--output") {
+		t.Fatalf("sweep -o xml: ok=%v %s", ok, errOut)
 	}
 	time.Sleep(4 * time.Second) // 1 s buckets, the 2 s skew margin, the migration's age
 	out, errOut, ok = idem("sweep", "--older-than", "1s")
