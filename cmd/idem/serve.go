@@ -22,6 +22,7 @@ import (
 type serveFlags struct {
 	listen, admin, upstream, store string
 	ttl, lease, wait, drain        time.Duration
+	snapshotEvery                  time.Duration // --store memory:PATH only
 	requireKey, strictKey, store5x bool
 	methods                        string
 	scopeHeader, scopeCookie       string
@@ -66,6 +67,7 @@ for --drain, then aborts the rest, releasing their keys so that retries execute.
 	fl.StringVar(&f.adminTokenFile, "admin-token-file", "", "serve the key API (/admin/keys: list, show, fenced release, forget) on --admin-listen, to requests with Authorization: Bearer <this file's token>, and the operator page (/admin/ui: sign in with the token) (empty: off)")
 	fl.StringVar(&f.upstream, "upstream", "", "URL of the API to proxy to (required)")
 	fl.StringVar(&f.store, "store", "sqlite:idem.db", "key store: "+storeForms)
+	fl.DurationVar(&f.snapshotEvery, "snapshot-every", memorySnapshotEvery, "with --store memory:PATH, how often the snapshot is saved besides at shutdown: a crash (SIGKILL, OOM) loses the keys of at most this long")
 	fl.DurationVar(&f.ttl, "ttl", 24*time.Hour, "how long completed responses are replayed")
 	fl.DurationVar(&f.lease, "lease", 30*time.Second, "how long a request holds its key: renewed every third while the upstream works (a lost lease cancels the call), so it is how long a crashed proxy keeps its keys")
 	fl.DurationVar(&f.wait, "wait", 0, "wait up to this long for an in-progress request instead of answering 409")
@@ -126,6 +128,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	spec.every = f.snapshotEvery
 	store, err := openStore(ctx, spec, f.maxResponse+64<<10)
 	if err != nil {
 		return fmt.Errorf("serve: open store: %w", err)

@@ -36,6 +36,7 @@ func checkServeFlags(f serveFlags) error {
 	positive("body-timeout", f.bodyTimeout)
 	positive("write-timeout", f.writeTimeout)
 	positive("store-timeout", f.storeTimeout)
+	positive("snapshot-every", f.snapshotEvery)
 	if f.maxBody <= 0 {
 		errs = append(errs, fmt.Errorf("%w --max-body %d: must be positive", errFlag, f.maxBody))
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -25,8 +26,9 @@ import (
 
 // storeSpec is a parsed --store value.
 type storeSpec struct {
-	kind string // memory, sqlite, postgres, redis, nats, dynamodb
-	arg  string // path or URL
+	kind  string        // memory, sqlite, postgres, redis, nats, dynamodb
+	arg   string        // path or URL
+	every time.Duration // memory:PATH: how often the snapshot is saved (0: memorySnapshotEvery)
 }
 
 var errStoreSpec = errors.New("invalid --store")
@@ -97,7 +99,7 @@ func openStore(ctx context.Context, spec storeSpec, maxResult int) (*openedStore
 	switch spec.kind {
 	case "memory":
 		if spec.arg != "" {
-			return openMemorySnapshot(spec.arg, maxResult)
+			return openMemorySnapshot(spec.arg, maxResult, cmp.Or(spec.every, memorySnapshotEvery))
 		}
 		s, err := memstore.New(memstore.WithMaxResultSize(maxResult))
 		if err != nil {
@@ -183,16 +185,17 @@ func checkStore(ctx context.Context, s *openedStore, timeout time.Duration) erro
 	return s.ping(ctx)
 }
 
-// memorySnapshotEvery is how often a memory:PATH store saves its snapshot
-// besides on close: a crash loses at most this much (its keys' effects can
-// run again after the restart, as with a plain memory store).
+// memorySnapshotEvery is how often, by default (idem serve
+// --snapshot-every), a memory:PATH store saves its snapshot besides on
+// close: a crash loses at most this much (its keys' effects can run again
+// after the restart, as with a plain memory store).
 const memorySnapshotEvery = 30 * time.Second
 
 // openMemorySnapshot opens a memory store restored from the snapshot at
 // path (empty if there is none yet; a damaged one is refused), which saves
-// it there every memorySnapshotEvery and when closed. Save errors are
-// logged to stderr; close returns the last one.
-func openMemorySnapshot(path string, maxResult int) (*openedStore, error) {
+// it there every every and when closed. Save errors are logged to stderr;
+// close returns the last one.
+func openMemorySnapshot(path string, maxResult int, every time.Duration) (*openedStore, error) {
 	s, err := memstore.Load(path, memstore.WithMaxResultSize(maxResult))
 	if errors.Is(err, fs.ErrNotExist) {
 		s, err = memstore.New(memstore.WithMaxResultSize(maxResult))
@@ -210,7 +213,7 @@ func openMemorySnapshot(path string, maxResult int) (*openedStore, error) {
 	}
 	go func() {
 		defer close(stopped)
-		t := time.NewTicker(memorySnapshotEvery)
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {
