@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +26,12 @@ type failover struct {
 	opts     []redisstore.Option
 	srvArgs  []string // extra redis-server flags (min-replicas-to-write …)
 	nodeTime time.Duration
+	// refusing: after the lag, wait until the victim refuses writes
+	// (NOREPLICAS), then let the load meet the refusal for a while before
+	// the kill. Without it the kill could follow the master's noticing by
+	// a few milliseconds, and on a loaded machine no call of the load
+	// reached the victim in between (one CI run: 0 refused).
+	refusing bool
 }
 
 // run starts a Cluster of its own, runs a KeyLoad of 8 workers on a store
@@ -89,6 +96,18 @@ func (f failover) run(t *testing.T) testenv.KeyLoadReport {
 		info, _ := serverClient(t, vict).Info(ctx, "replication").Result()
 		probe := serverClient(t, vict).Eval(ctx, "return redis.call('set', KEYS[1], '1')", []string{s.CounterKey("x") + "probe"}).Err()
 		t.Logf("after the cut: probe write %v; %q", probe, info[:min(len(info), 120)])
+		if f.refusing {
+			for end := time.Now().Add(10 * time.Second); probe == nil || !strings.Contains(probe.Error(), "NOREPLICAS"); {
+				if time.Now().After(end) {
+					t.Fatalf("the victim still accepts writes 10 s after its replica was cut: %v", probe)
+				}
+				time.Sleep(50 * time.Millisecond)
+				probe = serverClient(t, vict).Eval(ctx, "return redis.call('set', KEYS[1], '1')", []string{s.CounterKey("x") + "probe"}).Err()
+			}
+			// Longer than a call's retries (go-redis: up to 5, 8 … 512 ms
+			// apart), so that calls to the victim fail before the kill.
+			time.Sleep(2 * time.Second)
+		}
 	}
 	before := load.Acked()
 	load.Mark()
@@ -169,7 +188,7 @@ func TestClusterFailoverLaggedWait(t *testing.T) {
 // the setting (TestClusterFailoverLagged). Only WAIT is exact
 // (TestClusterFailoverLaggedWait).
 func TestClusterFailoverLaggedMinReplicas(t *testing.T) {
-	r := failover{lag: time.Second, srvArgs: []string{"--min-replicas-to-write", "1", "--min-replicas-max-lag", "1"}}.run(t)
+	r := failover{lag: time.Second, refusing: true, srvArgs: []string{"--min-replicas-to-write", "1", "--min-replicas-max-lag", "1"}}.run(t)
 	if int64(r.Lost)+int64(r.Doubled) > 5 {
 		t.Errorf("with min-replicas-to-write: %d lost, %d doubled; want at most the few writes of the detection window", r.Lost, r.Doubled)
 	}
