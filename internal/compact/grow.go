@@ -44,7 +44,7 @@ type growth struct {
 // excepted: the caller inserts it.
 func (s *Set) startGrowth() {
 	s.grow.old = s.idx
-	s.idx = newIndex(groupsFor(s.count))
+	s.idx = newIndex(s.size.after(s.idx.ng))
 	s.grow.p, s.grow.j, s.grow.left = 0, s.head, s.count-1
 	if s.grow.left == 0 {
 		s.grow.old = index{}

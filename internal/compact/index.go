@@ -2,6 +2,7 @@ package compact
 
 import (
 	"encoding/binary"
+	"math"
 	"math/bits"
 )
 
@@ -45,8 +46,9 @@ type group struct {
 const (
 	// The table grows when an insert would take the load past maxLoad,
 	// and is rebuilt smaller when deletions take it under shrinkLoad; a
-	// rebuild targets targetLoad. At 5⅓ bytes a slot, the index then costs
-	// 5.8 to 7.9 bytes a live id.
+	// rebuild targets maxLoad/f (sizing), targetLoad by default. At 5⅓
+	// bytes a slot, the index then costs 5.8 to 7.9 bytes a live id by
+	// default.
 	maxLoadPct    = 92
 	targetLoadPct = 68
 	shrinkLoadPct = 25
@@ -78,9 +80,44 @@ func nextPrime(n uint64) uint64 {
 	}
 }
 
-// groupsFor returns the table size that holds n at targetLoad.
-func groupsFor(n int) uint64 {
-	return uint64(n)*100/(targetLoadPct*groupLen) + 1
+// sizing is an index's schedule of sizes: geometric, with factor f
+// between consecutive sizes, starting from minGroups·f^phase (phase in
+// [0, 1), a fraction of a step). A growth goes from one size to the next,
+// so each record moves 1/(f−1) times on average while a set fills, and
+// right after it the load is maxLoad/f.
+//
+// Sets whose sizes are offset by different phases (memstore's shards: see
+// Set.SetGrowth) grow at different counts, spread evenly over each step,
+// so the bytes their indexes hold together follow the average over a
+// step, 5⅓·f·ln f/((f−1)·maxLoad) bytes a record, rather than the peak
+// of each step, 5⅓·f/maxLoad: a larger f, with fewer moves, then costs no
+// more memory than one set's peak at a smaller f.
+type sizing struct {
+	f, phase float64
+}
+
+// defaultSizing grows by maxLoad/targetLoad: from 0.92 to 0.68.
+var defaultSizing = sizing{f: float64(maxLoadPct) / targetLoadPct}
+
+// groups returns the least size of the schedule at which n records fill
+// the index to maxLoad/f at most: the size a rebuild of n records takes.
+func (z sizing) groups(n int) uint64 {
+	need := float64(n) * z.f * 100 / (maxLoadPct * groupLen)
+	if need <= minGroups {
+		return minGroups
+	}
+	k := math.Ceil(math.Log(need/minGroups)/math.Log(z.f) - z.phase)
+	return uint64(math.Ceil(max(minGroups*math.Pow(z.f, k+z.phase), need)))
+}
+
+// after returns the size a growth from ng groups takes: the schedule's
+// next one, the least more than half a step above ng. (Computing it from
+// the count instead would drift: ng is a size rounded up to a prime, and a
+// full index holds just over maxLoad, so that count needs just over the
+// next size.)
+func (z sizing) after(ng uint64) uint64 {
+	k := math.Ceil(math.Log(float64(ng)/minGroups)/math.Log(z.f) - z.phase + 0.5)
+	return uint64(math.Ceil(minGroups * math.Pow(z.f, k+z.phase)))
 }
 
 func (x *index) slots() int { return int(x.ng) * groupLen }

@@ -32,11 +32,11 @@ func BenchmarkMoveCost(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	s.rebuild(groupsFor(s.count))
+	s.rebuild(s.size.groups(s.count))
 	rebuild := func(b *testing.B) {
 		start := compactbench.Start()
 		for b.Loop() {
-			s.rebuild(groupsFor(s.count))
+			s.rebuild(s.size.groups(s.count))
 		}
 		compactbench.ReportTime(b, b.N*n, start, "ns/move")
 	}

@@ -38,24 +38,33 @@ type rec struct {
 // the current base adds a rebase, so sparse arrivals cost 12 bytes a
 // rebase rather than a chunk each); a record whose sequence would not fit
 // starts a new chunk. Aux values (Sets made with NewSetAux) are kept the
-// same way, as a signed byte of skew from auxBase + index, with an aux
-// rebase when the skew would not fit: 1 byte a record while the values
-// run about one apart, as a shard's fencing tokens do. The record arrays hold no pointers, so
-// they cost the garbage collector nothing to scan.
+// same way, as auxBase + index: nothing a record while the values run
+// exactly one apart (a shard's fencing tokens, completed in the order they
+// were handed out), an aux rebase for each of the first sparseAuxes that
+// do not, and then a signed byte of skew a record (a rebase when the skew
+// does not fit): at most 1 byte a record while the values run about one
+// apart. The record arrays hold no pointers, so they cost the garbage
+// collector nothing to scan.
 type chunk struct {
 	base    int64
 	seq     uint64
 	n       int
 	recs    *[chunkLen]rec  // exactly 16 KiB, a Go size class: no rounding waste
-	skew    *[chunkLen]int8 // Sets made with NewSetAux
+	skew    *[chunkLen]int8 // Sets made with NewSetAux, once sparseAuxes rebases do not do
 	rebases []rebase
-	auxes   []auxRebase // the first at index 0
+	auxes   []auxRebase // Sets made with NewSetAux; the first at index 0
 }
 
 type auxRebase struct {
 	from int
-	base uint64 // aux of record i is base + i + skew[i]
+	base uint64 // aux of record i is base + i + skew[i] (0 without skew)
 }
+
+// sparseAuxes is how many aux rebases a chunk takes before it allocates
+// its skew array: a chunk whose values run exactly one apart (a shard's
+// tokens completed in the order they were handed out) needs none, and a
+// few values out of order cost 16 bytes a rebase, below the array's 1 KiB.
+const sparseAuxes = 16
 
 type rebase struct {
 	from int // first record of the chunk using base
@@ -82,6 +91,29 @@ func (c *chunk) time(i int) int64 {
 	return base + int64(c.recs[i].off)
 }
 
+// appendAux keeps aux as record i's value: implied by the last aux rebase
+// if it continues it, else by a new rebase while the chunk has fewer than
+// sparseAuxes, else as skew in the chunk's skew array (allocated then,
+// zero for the records before), or a rebase if the skew does not fit a
+// byte.
+func (c *chunk) appendAux(i int, aux uint64) {
+	d := int64(aux - c.auxes[len(c.auxes)-1].base - uint64(i))
+	switch {
+	case d == 0:
+	case c.skew == nil && len(c.auxes) < sparseAuxes:
+		c.auxes = append(c.auxes, auxRebase{from: i, base: aux - uint64(i)})
+	default:
+		if c.skew == nil {
+			c.skew = new([chunkLen]int8)
+		}
+		if d < -128 || d > 127 {
+			c.auxes = append(c.auxes, auxRebase{from: i, base: aux - uint64(i)})
+			d = 0
+		}
+		c.skew[i] = int8(d)
+	}
+}
+
 func (c *chunk) lastBase() int64 {
 	if k := len(c.rebases); k > 0 {
 		return c.rebases[k-1].base
@@ -91,9 +123,12 @@ func (c *chunk) lastBase() int64 {
 
 func (c *chunk) get(i int) Rec {
 	r := Rec{T: c.time(i), Seq: c.seq + uint64(i)}
-	if c.skew != nil {
+	if len(c.auxes) > 0 {
 		k := sort.Search(len(c.auxes), func(k int) bool { return c.auxes[k].from > i }) - 1
-		r.Aux = c.auxes[k].base + uint64(i) + uint64(int64(c.skew[i]))
+		r.Aux = c.auxes[k].base + uint64(i)
+		if c.skew != nil {
+			r.Aux += uint64(int64(c.skew[i]))
+		}
 	}
 	return r
 }
@@ -120,6 +155,8 @@ type Set struct {
 	// syncBelow is the record count under which the index grows in one
 	// rebuild rather than incrementally; tests lower it.
 	syncBelow int
+	// size is the index's schedule of sizes.
+	size sizing
 	// homeMask is applied to the 32 fingerprint bits that choose a home
 	// slot; tests narrow it to force long probe chains.
 	homeMask uint32
@@ -127,11 +164,24 @@ type Set struct {
 
 // NewSet returns an empty set: 16 bytes a record plus the index.
 func NewSet() *Set {
-	return &Set{idx: newIndex(minGroups), homeMask: ^uint32(0), syncBelow: syncGrowBelow, grow: growth{step: migrateStep}}
+	return &Set{idx: newIndex(minGroups), size: defaultSizing, homeMask: ^uint32(0), syncBelow: syncGrowBelow, grow: growth{step: migrateStep}}
 }
 
-// NewSetAux returns an empty set that also keeps Rec.Aux: 17 bytes a
-// record plus the index while aux values run about one apart.
+// SetGrowth sets the empty set's index to grow by factor f (1 < f ≤ 3)
+// through sizes offset by phase (0 ≤ phase < 1) steps; see sizing. Sets
+// that are used together and fill alike (the shards of one store) should
+// take phases spread evenly over [0, 1): their indexes then grow one after
+// another instead of at once, and together cost the average of a step.
+func (s *Set) SetGrowth(f, phase float64) {
+	if !(f > 1 && f <= 3) || !(phase >= 0 && phase < 1) || s.count > 0 {
+		panic(fmt.Sprintf("compact: SetGrowth(%v, %v) on a set of %d records", f, phase, s.count))
+	}
+	s.size = sizing{f: f, phase: phase}
+}
+
+// NewSetAux returns an empty set that also keeps Rec.Aux: 16 bytes a
+// record plus the index while aux values run exactly one apart, at most 17
+// while they run about one apart (see chunk).
 func NewSetAux() *Set {
 	s := NewSet()
 	s.hasAux = true
@@ -256,14 +306,8 @@ func (s *Set) Append(fp FP, r Rec) error {
 	}
 	i := c.n
 	c.recs[i] = rec{lo: fp.Lo, hi: fp.Hi, off: uint32(r.T - c.lastBase())}
-	if c.skew != nil {
-		base := c.auxes[len(c.auxes)-1].base
-		d := int64(r.Aux - base - uint64(i))
-		if d < -128 || d > 127 {
-			c.auxes = append(c.auxes, auxRebase{from: i, base: r.Aux - uint64(i)})
-			d = 0
-		}
-		c.skew[i] = int8(d)
+	if s.hasAux {
+		c.appendAux(i, r.Aux)
 	}
 	c.n++
 	s.count++
@@ -272,8 +316,12 @@ func (s *Set) Append(fp FP, r Rec) error {
 	if s.idx.full() {
 		// A growth still under way when the new index fills (only with a
 		// step far below migrateStep) cannot finish into it: rebuild.
-		if s.count < s.syncBelow || s.grow.left > 0 {
-			s.rebuild(groupsFor(s.count))
+		if s.grow.left > 0 {
+			s.rebuild(s.size.groups(s.count))
+			return nil
+		}
+		if s.count < s.syncBelow {
+			s.rebuild(s.size.after(s.idx.ng))
 			return nil
 		}
 		s.startGrowth()
@@ -341,7 +389,7 @@ func (s *Set) DropThrough(t int64) int {
 		}
 	}
 	if dropped > 0 && s.idx.ng > minGroups && s.count*100 < s.idx.slots()*shrinkLoadPct {
-		s.rebuild(groupsFor(s.count))
+		s.rebuild(s.size.groups(s.count))
 	}
 	return dropped
 }
@@ -368,13 +416,12 @@ func (s *Set) Bytes() int {
 	if s.spare != nil {
 		n++
 	}
-	per := chunkLen * 16
-	if s.hasAux {
-		per += chunkLen
-	}
-	b := n*per + s.idx.bytes() + s.grow.old.bytes() + cap(s.chunks)*int(unsafe.Sizeof(chunk{}))
+	b := n*chunkLen*16 + s.idx.bytes() + s.grow.old.bytes() + cap(s.chunks)*int(unsafe.Sizeof(chunk{}))
 	for i := range s.chunks {
 		b += cap(s.chunks[i].rebases)*int(unsafe.Sizeof(rebase{})) + cap(s.chunks[i].auxes)*int(unsafe.Sizeof(auxRebase{}))
+		if s.chunks[i].skew != nil {
+			b += chunkLen
+		}
 	}
 	return b
 }
@@ -398,7 +445,7 @@ func (s *Set) newChunk(r Rec) *chunk {
 	}
 	c := chunk{base: r.T, seq: r.Seq, recs: recs}
 	if s.hasAux {
-		c.skew, c.auxes = new([chunkLen]int8), []auxRebase{{from: 0, base: r.Aux}}
+		c.auxes = []auxRebase{{from: 0, base: r.Aux}}
 	}
 	s.chunks = append(s.chunks, c)
 	return &s.chunks[len(s.chunks)-1]

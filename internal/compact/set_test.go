@@ -2,6 +2,8 @@ package compact
 
 import (
 	"errors"
+	"math"
+	"math/rand/v2"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -257,5 +259,125 @@ func TestIncrementalGrowth(t *testing.T) {
 		if dropMoving == 0 {
 			t.Fatalf("step %d: no drop met records not yet moved", step)
 		}
+	}
+}
+
+// TestSetAuxLayouts checks each way a chunk keeps aux values (implied,
+// sparse rebases, skew bytes, rebases beside skew) against the values
+// appended, and what each costs in Bytes.
+func TestSetAuxLayouts(t *testing.T) {
+	t.Parallel()
+	const n = 3 * chunkLen
+	cases := []struct {
+		name   string
+		aux    func(i int) uint64
+		arrays int // chunks with a skew array
+	}{
+		{"one apart", func(i int) uint64 { return 1<<40 + uint64(i) }, 0},
+		{"a few out of order", func(i int) uint64 {
+			if i%chunkLen == 100 || i%chunkLen == 700 {
+				return 1<<40 + uint64(i) + 1 // and the next record continues
+			}
+			return 1<<40 + uint64(i)
+		}, 0},
+		{"swapped pairs", func(i int) uint64 { return 1<<40 + uint64(i^1) }, 3},
+		{"jumps", func(i int) uint64 { return uint64(i)*1000 + uint64(i%3) }, 3},
+		{"shuffled late", func(i int) uint64 {
+			if i < n-chunkLen/2 {
+				return uint64(i)
+			}
+			return uint64(i) + uint64(i%5)*200 // beyond a byte of skew
+		}, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewSetAux()
+			k := NewKey()
+			fps := make([]FP, n)
+			for i := range n {
+				fps[i] = k.Sum("aux", string(rune(i))+"y")
+				if err := s.Append(fps[i], Rec{T: int64(i), Seq: uint64(i), Aux: tc.aux(i)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i, fp := range fps {
+				r, ok := s.Find(fp)
+				if !ok || r.Aux != tc.aux(i) || r.Seq != uint64(i) {
+					t.Fatalf("record %d: (%+v, %v), want aux %d", i, r, ok, tc.aux(i))
+				}
+			}
+			arrays := 0
+			for i := range s.chunks {
+				if s.chunks[i].skew != nil {
+					arrays++
+				}
+				if c := &s.chunks[i]; c.skew == nil && len(c.auxes) > sparseAuxes {
+					t.Fatalf("chunk %d: %d rebases and no skew array", i, len(c.auxes))
+				}
+			}
+			if arrays != tc.arrays {
+				t.Fatalf("%d chunks with a skew array, want %d", arrays, tc.arrays)
+			}
+			i := 0
+			s.Each(func(fp FP, r Rec) {
+				if fp != fps[i] || r.Aux != tc.aux(i) {
+					t.Fatalf("Each record %d: aux %d, want %d", i, r.Aux, tc.aux(i))
+				}
+				i++
+			})
+		})
+	}
+}
+
+// TestStaggeredGrowth fills sets that grow by a factor of 1.6, as
+// memstore's shards do, with phases spread over a step, and checks that
+// together their indexes hold about the average of a step at every size,
+// not one index's peak: the reason a larger factor (fewer moves) costs
+// no more memory. With one phase for all, the same check fails.
+func TestStaggeredGrowth(t *testing.T) {
+	t.Parallel()
+	const (
+		sets = 32
+		per  = 40_000 // records a set at the end, past syncGrowBelow
+		f    = 1.6
+	)
+	avg := float64(groupBytes) / groupLen * f * math.Log(f) / ((f - 1) * maxLoadPct / 100)
+	run := func(staggered bool) (lo, hi float64) {
+		ss := make([]*Set, sets)
+		for i := range ss {
+			ss[i] = NewSet()
+			phase := 0.0
+			if staggered {
+				phase = float64(i) / sets
+			}
+			ss[i].SetGrowth(f, phase)
+		}
+		lo, hi = math.Inf(1), 0
+		r := rand.New(rand.NewPCG(5, 6))
+		for n := range sets * per {
+			s := ss[r.IntN(sets)]
+			if err := s.Append(FP{Lo: r.Uint64(), Hi: r.Uint32()}, Rec{T: int64(n), Seq: s.NextSeq()}); err != nil {
+				t.Fatal(err)
+			}
+			if n%4096 == 0 && n >= sets*per/8 {
+				idx := 0
+				for _, s := range ss {
+					idx += s.idx.bytes()
+				}
+				b := float64(idx) / float64(n+1)
+				lo, hi = min(lo, b), max(hi, b)
+			}
+		}
+		return lo, hi
+	}
+	lo, hi := run(true)
+	t.Logf("staggered: index %.2f to %.2f bytes a record, average of a step %.2f", lo, hi, avg)
+	if lo < avg-0.4 || hi > avg+0.4 {
+		t.Errorf("staggered: index %.2f to %.2f bytes a record, want within 0.4 of %.2f", lo, hi, avg)
+	}
+	lo, hi = run(false)
+	t.Logf("one phase: index %.2f to %.2f bytes a record", lo, hi)
+	if hi < avg+1 {
+		t.Errorf("one phase: index peaked at %.2f bytes a record, expected a peak well above %.2f", hi, avg)
 	}
 }
