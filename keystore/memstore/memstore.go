@@ -113,7 +113,7 @@ type shard struct {
 	free    []uint32 // indexes of unused entries
 	// done is the compact tier: completed keys with an empty result and no
 	// request fingerprint, as 96-bit keyed fingerprints with their expiry
-	// and fencing token (20 bytes a record plus the index), in expiry
+	// and fencing token (16 or 17 bytes a record plus the index), in expiry
 	// order, dropped from the front as they expire. A key is in m or in
 	// done, never both. Created on first use.
 	done *compact.Set
