@@ -350,7 +350,7 @@ func TestStaggeredGrowth(t *testing.T) {
 			if staggered {
 				phase = float64(i) / sets
 			}
-			ss[i].SetGrowth(f, phase)
+			ss[i].SetGrowth(f, phase, migrateStep)
 		}
 		lo, hi = math.Inf(1), 0
 		r := rand.New(rand.NewPCG(5, 6))
