@@ -29,11 +29,12 @@
 //     [0.25, 0.92]; its sizes follow a geometric schedule (Set.SetGrowth):
 //     by default each is 1.35× the last (load 0.92 down to 0.68), so it
 //     costs 5.8 to 7.8 bytes an id. Sets used together can grow by more
-//     with their schedules offset (memstore's 64 shards: 1.6×, phases i/64),
-//     so that they grow one after another and together hold a step's
-//     average, 7.3 bytes an id at 1.6× (TestStaggeredGrowth: 7.1 to 7.6
-//     over a fill of 32 sets, 5.9 to 9.1 with one phase for all), with
-//     1/(f−1) = 1.7 moves a record instead of 2.9.
+//     with their schedules offset (memstore's 64 shards: 1.5×, phases
+//     i/64), so that they grow one after another and together hold a
+//     step's average, 5⅓·f·ln f/((f−1)·0.92) bytes an id: 7.0 at 1.5×,
+//     with 1/(f−1) = 2 moves a record instead of 2.9 (TestStaggeredGrowth,
+//     32 sets at 1.6×: 7.1 to 7.6 bytes an id over a fill, against 5.9 to
+//     9.1 with one phase for all).
 //     Growth is incremental (grow.go): a second index, into which each
 //     Append moves 32 records, read sequentially from the chunks (their
 //     home groups loaded first in a tight loop, so their cache misses
