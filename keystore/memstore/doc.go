@@ -23,10 +23,14 @@
 // A key completed with an empty result and no request fingerprint (what
 // [keystore.Do] stores for a nil result) moves to a compact tier: a 96-bit
 // keyed fingerprint of scope and key, its exact expiry and its exact
-// fencing token, 17 bytes in expiry order plus an index slot: 23.8 bytes
-// a key at 10M keys, 24.8 at 1M (where the 64 shards' partly filled
-// chunks weigh more), against 150.9 before issue 16, in memory the garbage
-// collector does not scan; the tier drops expired keys from its front, a
+// fencing token, 16 bytes in expiry order (17 when a shard's keys complete
+// out of the order they were reserved in: a byte of token skew) plus an
+// index slot. The 64 shards' indexes grow by 1.5× at sizes offset by a
+// 64th of a step each, so that they grow one after another and together
+// hold a step's average, 7.0 bytes a key, instead of each peaking at once:
+// 23.5 to 23.7 bytes a key at 10M keys, 24.3 at 1M (where the shards'
+// partly filled chunks weigh more), against 150.9 before issue 16, in
+// memory the garbage collector does not scan; the tier drops expired keys from its front, a
 // cheap step each call takes. While it is in progress such a key (reserved without a
 // fingerprint) waits in a small per-shard open-addressing table by the
 // same fingerprint, with its lease expiry, token and name (the caller's
@@ -37,9 +41,9 @@
 // touch the map tier. Complete finds it by its token (a hint slot per
 // token, checked against the slot's token, key and scope), so only
 // Reserve hashes and validates the key. Filling a store that way (BenchmarkCompact)
-// took 1.9 to 2.8× a Go map's insert in process CPU time at 10M keys, 1.7
-// to 2.9× at 1M (seven rounds on a loaded machine, 2.6 to 2.9× in the
-// quietest; docs/benchmarks.md): two calls, each with a
+// took 2.3 to 2.7× a Go map's insert in process CPU time at 10M keys, 2.6
+// to 3.7× at 1M (six rounds on a quiet machine, 540 to 660 ns a key at
+// 10M; docs/benchmarks.md): two calls, each with a
 // shard lock and a clock read, one key check and one SipHash (which picks
 // the shard) in Reserve, plus one index cache miss and the index's growth
 // a key. Such keys are compared
