@@ -168,11 +168,33 @@ func (p *adminPage) csrfOf(id []byte) string {
 	return base64.RawURLEncoding.EncodeToString(p.sign("csrf", id))
 }
 
+// cookie returns the session cookie, Secure when the browser reached the
+// page over HTTPS: over TLS to this server, or through a proxy that
+// terminated TLS and says so (X-Forwarded-Proto or Forwarded proto=https).
+// The headers are trusted for this only: Secure restricts where the
+// browser sends the cookie, so a forged header can only keep a forger's
+// own cookie off plain HTTP.
 func (p *adminPage) cookie(r *http.Request, value string, maxAge int) *http.Cookie {
 	return &http.Cookie{
 		Name: sessionCookie, Value: value, Path: pagePath, MaxAge: maxAge,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil || forwardedHTTPS(r.Header),
 	}
+}
+
+// forwardedHTTPS reports whether the first proxy hop recorded in h, the
+// one the browser connected to, says it was reached over HTTPS.
+func forwardedHTTPS(h http.Header) bool {
+	if v := h.Get("X-Forwarded-Proto"); v != "" {
+		first, _, _ := strings.Cut(v, ",")
+		return strings.EqualFold(strings.TrimSpace(first), "https")
+	}
+	first, _, _ := strings.Cut(h.Get("Forwarded"), ",")
+	for _, pair := range strings.Split(first, ";") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(pair), "="); ok && strings.EqualFold(k, "proto") {
+			return strings.EqualFold(strings.Trim(v, `"`), "https")
+		}
+	}
+	return false
 }
 
 func (p *adminPage) login(w http.ResponseWriter, r *http.Request) {

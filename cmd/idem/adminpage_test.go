@@ -285,6 +285,50 @@ func TestAdminPageSecureCookie(t *testing.T) {
 	}
 }
 
+// TestAdminPageSecureCookieBehindProxy: over plain HTTP from a proxy that
+// terminated TLS and says so, the session cookie is Secure too; a proxy
+// that says it was reached over HTTP, or no header, leaves it off.
+func TestAdminPageSecureCookieBehindProxy(t *testing.T) {
+	t.Parallel()
+	_, srv := newPageServer(t, storetest.NewRefStore(), false)
+	for _, tc := range []struct {
+		header, value string
+		secure        bool
+	}{
+		{"X-Forwarded-Proto", "https", true},
+		{"X-Forwarded-Proto", "HTTPS, http", true},
+		{"X-Forwarded-Proto", "http", false},
+		{"X-Forwarded-Proto", "http, https", false}, // the browser's hop was HTTP
+		{"Forwarded", `for=192.0.2.60;proto=https;by=203.0.113.43`, true},
+		{"Forwarded", `for=192.0.2.60;proto="https", for=198.51.100.17;proto=http`, true},
+		{"Forwarded", `for=192.0.2.60;proto=http`, false},
+		{"Forwarded", `for=192.0.2.60`, false},
+		{"", "", false},
+	} {
+		req, _ := http.NewRequest("POST", srv.URL+pagePath+"/login", strings.NewReader(url.Values{"token": {testAdminToken}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if tc.header != "" {
+			req.Header.Set(tc.header, tc.value)
+		}
+		c := srv.Client()
+		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+		res, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		var got *http.Cookie
+		for _, ck := range res.Cookies() {
+			if ck.Name == sessionCookie {
+				got = ck
+			}
+		}
+		if res.StatusCode != http.StatusSeeOther || got == nil || got.Secure != tc.secure {
+			t.Errorf("%s: %s: %d, cookie %+v: want Secure=%v", tc.header, tc.value, res.StatusCode, got, tc.secure)
+		}
+	}
+}
+
 // TestAdminPageEscapes: keys and route patterns are user-controlled; the
 // page shows them as text.
 func TestAdminPageEscapes(t *testing.T) {
@@ -500,4 +544,24 @@ func TestAdminPageHeld(t *testing.T) {
 	if !mine.MatchString(body) || !theirs.MatchString(body) {
 		t.Fatalf("rows lack the route and age, or the other-process note:\n%s", body)
 	}
+}
+
+// FuzzForwardedHTTPS: any header values parse without a panic, and a yes
+// needs "https" in the header it came from.
+func FuzzForwardedHTTPS(f *testing.F) {
+	f.Add("https", "")
+	f.Add("", `for=192.0.2.60;proto="https"`)
+	f.Add("http, https", "proto=https")
+	f.Fuzz(func(t *testing.T, xfp, fwd string) {
+		h := http.Header{}
+		if xfp != "" {
+			h.Set("X-Forwarded-Proto", xfp)
+		}
+		if fwd != "" {
+			h.Set("Forwarded", fwd)
+		}
+		if forwardedHTTPS(h) && !strings.Contains(strings.ToLower(h.Get("X-Forwarded-Proto")+h.Get("Forwarded")), "https") {
+			t.Fatalf("X-Forwarded-Proto %q, Forwarded %q: HTTPS without https", xfp, fwd)
+		}
+	})
 }
