@@ -23,6 +23,11 @@ func TestSetMatchesModel(t *testing.T) {
 				s = NewSetAux()
 			}
 			s.homeMask = mask
+			if rapid.Bool().Draw(rt, "schedule") {
+				// Another size schedule, as memstore's shards use.
+				f := rapid.SampledFrom([]float64{1.2, 1.5, 2.9}).Draw(rt, "growth")
+				s.SetGrowth(f, rapid.Float64Range(0, 0.999).Draw(rt, "phase"), rapid.SampledFrom([]int{1, 32, 128}).Draw(rt, "schedstep"))
+			}
 			if rapid.Bool().Draw(rt, "incremental") {
 				// Grow incrementally from the smallest index, moving 1 or 8
 				// records an append (with 1, the new index fills before
@@ -380,4 +385,28 @@ func TestStaggeredGrowth(t *testing.T) {
 	if hi < avg+1 {
 		t.Errorf("one phase: index peaked at %.2f bytes a record, expected a peak well above %.2f", hi, avg)
 	}
+}
+
+// TestSizing checks the size schedule: a growth always takes a larger
+// size, by between half a step and a step and a half, and a rebuild's size
+// holds its records at maxLoad/f at most.
+func TestSizing(t *testing.T) {
+	t.Parallel()
+	rapid.Check(t, func(rt *rapid.T) {
+		z := sizing{f: rapid.Float64Range(1.05, 3).Draw(rt, "f"), phase: rapid.Float64Range(0, 0.999).Draw(rt, "phase")}
+		ng := nextPrime(rapid.Uint64Range(minGroups, 1<<28).Draw(rt, "ng"))
+		next := z.after(ng)
+		if lo, hi := float64(ng)*math.Sqrt(z.f)*0.999, float64(ng)*z.f*math.Sqrt(z.f)*1.001+1; float64(next) < lo || float64(next) > hi {
+			rt.Fatalf("after(%d) = %d with f %.3f: want in [%.0f, %.0f]", ng, next, z.f, lo, hi)
+		}
+		n := rapid.IntRange(0, 1<<31).Draw(rt, "n")
+		g := z.groups(n)
+		if g < minGroups || float64(n) > float64(g)*groupLen*maxLoadPct/100/z.f*1.000001 {
+			rt.Fatalf("groups(%d) = %d with f %.3f: load %.3f over %.3f", n, g, z.f, float64(n)/float64(g*groupLen), maxLoadPct/100/z.f)
+		}
+		// (Small sizes are rounded up to whole groups by more than a step.)
+		if g > 1000 && float64(n) <= float64(g)/z.f*groupLen*maxLoadPct/100/z.f*0.999 {
+			rt.Fatalf("groups(%d) = %d with f %.3f: a size a step smaller would hold it", n, g, z.f)
+		}
+	})
 }
