@@ -30,7 +30,9 @@ import (
 // AddBatch, 100 at a time. "window" also reports max-us/64adds, the
 // longest wall time of 64 consecutive Adds (a growth's pause, or a wait
 // for a core on a loaded machine). BenchmarkCompactSteady
-// measures the steady state.
+// measures the steady state. "window-capacity" and "map-sized" fill a
+// Dedup made WithCapacity(n) and a map made with a size hint of n: both
+// sized up front, neither grows.
 func BenchmarkCompact(b *testing.B) {
 	for n, name := range benchSizes() {
 		strs, raws := compactbench.UUIDs(n)
@@ -79,6 +81,23 @@ func BenchmarkCompact(b *testing.B) {
 			}
 		})
 		b.Run(name+"/map", func(b *testing.B) { compactbench.Map(b, raws, "ns/insert") })
+		// Both sized up front for the n ids: window.WithCapacity and a
+		// map's size hint. No growth on either side.
+		b.Run(name+"/window-capacity", func(b *testing.B) {
+			for b.Loop() {
+				before := compactbench.HeapInUse()
+				start := compactbench.Start()
+				d, _ := window.New(time.Hour, window.WithCapacity(n))
+				for i, s := range strs {
+					if dup, _, err := d.Add("orders", s, t0.Add(time.Duration(i))); dup || err != nil {
+						b.Fatal("duplicate or error", err)
+					}
+				}
+				compactbench.Report(b, n, before, start, "ns/insert")
+				runtime.KeepAlive(d)
+			}
+		})
+		b.Run(name+"/map-sized", func(b *testing.B) { compactbench.MapSized(b, raws, "ns/insert") })
 		strs, raws = nil, nil
 		runtime.GC()
 	}

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/idem-go/idem"
 
 	"pgregory.net/rapid"
 )
@@ -143,5 +146,51 @@ func TestMemoryIsReleased(t *testing.T) {
 	// Sequences continue across all of it.
 	if dup, orig := d.Seen("scope", "again", t0.Add(time.Hour)); dup || orig != burst+11 {
 		t.Fatalf("Seen after expiry = (%v, %d), want (false, %d)", dup, orig, burst+11)
+	}
+}
+
+// TestWithCapacity: a Dedup sized for n ids fills to n without growing its
+// index, holds that index when they expire, and refuses a bad capacity.
+func TestWithCapacity(t *testing.T) {
+	t.Parallel()
+	if _, err := New(time.Second, WithCapacity(0)); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Fatalf("WithCapacity(0): %v", err)
+	}
+	const n = 100_000
+	d, err := New(time.Second, WithCapacity(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	floor := d.Bytes()
+	if floor < n*5 {
+		t.Fatalf("a Dedup sized for %d ids holds %d bytes", n, floor)
+	}
+	t0 := time.Unix(1_700_000_000, 0)
+	for i := range n {
+		if dup, _ := d.Seen("scope", fmt.Sprintf("id-%08d", i), t0); dup {
+			t.Fatalf("id %d: duplicate", i)
+		}
+		if g := d.set.GrowthBytes(); g != 0 {
+			t.Fatalf("id %d: the index grew (%d bytes of old index)", i, g)
+		}
+	}
+	if b := d.Bytes(); b > 22*n {
+		t.Fatalf("%d ids in %d bytes", n, b)
+	}
+	if d.Expire(t0.Add(time.Hour)); d.Len() != 0 || d.Bytes() < floor-16<<10 {
+		t.Fatalf("after expiry: %d ids in %d bytes, index floor %d", d.Len(), d.Bytes(), floor)
+	}
+	// A snapshot loaded into it keeps the floor.
+	path := filepath.Join(t.TempDir(), "w.snap")
+	d.Seen("scope", "one", t0.Add(time.Hour))
+	if err := d.SaveSnapshot(path); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := New(time.Second, WithCapacity(n))
+	if err := e.LoadSnapshot(path); err != nil {
+		t.Fatal(err)
+	}
+	if dup, _ := e.Seen("scope", "one", t0.Add(time.Hour)); !dup || e.Bytes() < floor {
+		t.Fatalf("restored: dup %v, %d bytes, floor %d", dup, e.Bytes(), floor)
 	}
 }

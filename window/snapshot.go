@@ -118,6 +118,11 @@ func (d *Dedup) ReadSnapshot(r io.Reader) error {
 		return fmt.Errorf("window: %d live ids with next sequence %d: %w", count, next, ErrCorruptSnapshot)
 	}
 	set := compact.NewSet()
+	// WithCapacity's index, held as New holds it, and one sized for the
+	// ids the snapshot holds, so that loading them does not grow it step
+	// by step.
+	set.Reserve(d.capacity)
+	set.SizeFor(int(count))
 	prev := int64(0)
 	var rb [snapRecordLen]byte
 	for i := range count {

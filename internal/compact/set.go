@@ -157,6 +157,8 @@ type Set struct {
 	syncBelow int
 	// size is the index's schedule of sizes.
 	size sizing
+	// floor is the least number of groups the index keeps (Reserve).
+	floor uint64
 	// homeMask is applied to the 32 fingerprint bits that choose a home
 	// slot; tests narrow it to force long probe chains.
 	homeMask uint32
@@ -183,6 +185,32 @@ func (s *Set) SetGrowth(f, phase float64, step int) {
 	s.size = sizing{f: f, phase: phase}
 	s.grow.step = step
 }
+
+// Reserve sizes the index for n records at maxLoad, as a size hint to
+// make(map, n) does, so that a set filled to n records never grows it: no
+// record moves and no second index. The index never shrinks below that
+// size afterwards (5⅓/0.92 = 5.8 bytes a reserved record, held whatever the
+// count). A Reserve of no more than the index holds does nothing.
+func (s *Set) Reserve(n int) {
+	s.floor = max(s.floor, nextPrime(max(groupsAtMax(n), minGroups))) // the size newIndex makes
+	if s.floor > s.idx.ng {
+		s.rebuild(s.floor)
+	}
+}
+
+// SizeFor grows the index now, in one rebuild, to the size a rebuild of n
+// records takes (load maxLoad/f), if it is smaller: a set about to be
+// filled with n records (a snapshot's) then does not grow step by step,
+// and is not full when they are in. Unlike Reserve it keeps no floor: the
+// index shrinks as usual once records are dropped.
+func (s *Set) SizeFor(n int) {
+	if g := s.size.groups(n); g > s.idx.ng {
+		s.rebuild(g)
+	}
+}
+
+// groupsAtMax is the size that holds n records at maxLoad.
+func groupsAtMax(n int) uint64 { return uint64(max(n, 0))*100/(maxLoadPct*groupLen) + 1 }
 
 // NewSetAux returns an empty set that also keeps Rec.Aux: 16 bytes a
 // record plus the index while aux values run exactly one apart, at most 17
@@ -393,7 +421,7 @@ func (s *Set) DropThrough(t int64) int {
 			s.releaseFront()
 		}
 	}
-	if dropped > 0 && s.idx.ng > minGroups && s.count*100 < s.idx.slots()*shrinkLoadPct {
+	if dropped > 0 && s.idx.ng > max(minGroups, s.floor) && s.count*100 < s.idx.slots()*shrinkLoadPct {
 		s.rebuild(s.size.groups(s.count))
 	}
 	return dropped
@@ -477,7 +505,7 @@ func (s *Set) releaseFront() {
 // so the CPU has them all in flight at once instead of one cache miss after
 // another), the second inserts them.
 func (s *Set) rebuild(groups uint64) {
-	x := newIndex(groups)
+	x := newIndex(max(groups, s.floor))
 	const batch = 32
 	var homes [batch]uint64
 	for p := range s.chunks {

@@ -410,3 +410,52 @@ func TestSizing(t *testing.T) {
 		}
 	})
 }
+
+// TestSetReserve: a set reserved for n records fills to n without growing
+// its index, keeps that index when its records are dropped, and grows as
+// usual past n; SizeFor sizes without a floor.
+func TestSetReserve(t *testing.T) {
+	t.Parallel()
+	const n = 50_000
+	s := NewSet()
+	s.Reserve(n)
+	ng := s.idx.ng
+	if float64(n) > float64(s.idx.slots())*maxLoadPct/100 {
+		t.Fatalf("reserved %d slots for %d records", s.idx.slots(), n)
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	for i := range n {
+		if err := s.Append(FP{Lo: r.Uint64(), Hi: r.Uint32()}, Rec{T: int64(i), Seq: uint64(i)}); err != nil {
+			t.Fatal(err)
+		}
+		if s.idx.ng != ng || s.GrowthBytes() != 0 {
+			t.Fatalf("record %d: index %d groups (reserved %d), growth %d bytes", i, s.idx.ng, ng, s.GrowthBytes())
+		}
+	}
+	s.Reserve(n / 2) // smaller: nothing
+	groups := &s.idx.groups[0]
+	for cut := int64(0); cut < n; cut += 1000 { // each drop under the shrink load
+		s.DropThrough(cut)
+	}
+	if s.DropThrough(n); s.Len() != 0 || s.idx.ng != ng || &s.idx.groups[0] != groups {
+		t.Fatalf("after dropping all: %d records, index %d groups (reserved %d), rebuilt %v", s.Len(), s.idx.ng, ng, &s.idx.groups[0] != groups)
+	}
+	for i := range 2 * n {
+		if err := s.Append(FP{Lo: r.Uint64(), Hi: r.Uint32()}, Rec{T: int64(n + i), Seq: uint64(n + i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.idx.ng <= ng {
+		t.Fatalf("past the reservation: index %d groups, reserved %d", s.idx.ng, ng)
+	}
+
+	u := NewSet()
+	u.SizeFor(n)
+	if sized := u.idx.ng; sized <= minGroups || u.DropThrough(0) != 0 {
+		t.Fatalf("SizeFor(%d): %d groups", n, sized)
+	}
+	u.Append(FP{Lo: 1}, Rec{T: 1, Seq: 1})
+	if u.DropThrough(1); u.idx.ng != minGroups {
+		t.Fatalf("SizeFor keeps a floor: %d groups after dropping all", u.idx.ng)
+	}
+}

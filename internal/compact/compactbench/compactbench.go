@@ -83,11 +83,19 @@ func Report(b *testing.B, n int, before uint64, start Mark, perKey string) {
 
 // Map is the baseline: a map[[16]byte]int64 filled from empty by
 // insert-if-absent, reported as Report does.
-func Map(b *testing.B, raws [][16]byte, perKey string) {
+func Map(b *testing.B, raws [][16]byte, perKey string) { fillMap(b, raws, perKey, 0) }
+
+// MapSized is Map with the map made with a size hint of len(raws): the
+// baseline of a structure sized up front.
+func MapSized(b *testing.B, raws [][16]byte, perKey string) {
+	fillMap(b, raws, perKey, len(raws))
+}
+
+func fillMap(b *testing.B, raws [][16]byte, perKey string, hint int) {
 	for b.Loop() {
 		before := HeapInUse()
 		start := Start()
-		m := map[[16]byte]int64{}
+		m := make(map[[16]byte]int64, hint)
 		for i, k := range raws {
 			if _, ok := m[k]; ok {
 				b.Fatal("duplicate")
