@@ -22,7 +22,9 @@ import (
 // Each iteration fills a store from empty and reports heapB/key (live heap
 // after runtime.GC, minus the heap before) and ns/key. "memstore-result"
 // completes with an 8-byte result instead, so its keys stay in the map
-// tier: the cost of a key with a result.
+// tier: the cost of a key with a result. "memstore-capacity" and
+// "map-sized" are sized up front for the n keys (memstore.WithCapacity, a
+// map's size hint): neither grows.
 func BenchmarkCompact(b *testing.B) {
 	sizes := map[int]string{1_000_000: "keys=1M"}
 	if os.Getenv("IDEM_BENCH_10M") == "1" {
@@ -31,11 +33,11 @@ func BenchmarkCompact(b *testing.B) {
 	ctx := context.Background()
 	for n, name := range sizes {
 		strs, raws := compactbench.UUIDs(n)
-		fill := func(b *testing.B, result []byte) {
+		fill := func(b *testing.B, result []byte, opts ...memstore.Option) {
 			for b.Loop() {
 				before := compactbench.HeapInUse()
 				start := compactbench.Start()
-				s, err := memstore.New(memstore.WithMaxKeys(2 * n))
+				s, err := memstore.New(append([]memstore.Option{memstore.WithMaxKeys(2 * n)}, opts...)...)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -55,8 +57,12 @@ func BenchmarkCompact(b *testing.B) {
 		idem := func() {
 			b.Run(name+"/memstore", func(b *testing.B) { fill(b, nil) })
 			b.Run(name+"/memstore-result", func(b *testing.B) { fill(b, []byte("result-8")) })
+			b.Run(name+"/memstore-capacity", func(b *testing.B) { fill(b, nil, memstore.WithCapacity(n)) })
 		}
-		base := func() { b.Run(name+"/map", func(b *testing.B) { compactbench.Map(b, raws, "ns/key") }) }
+		base := func() {
+			b.Run(name+"/map", func(b *testing.B) { compactbench.Map(b, raws, "ns/key") })
+			b.Run(name+"/map-sized", func(b *testing.B) { compactbench.MapSized(b, raws, "ns/key") })
+		}
 		// IDEM_BENCH_MAP_FIRST=1 runs the map first: alternate it from one
 		// process (round) to the next, so neither side always meets the
 		// heap the other left (-count repeats each side in a row).

@@ -29,8 +29,10 @@
 // 64th of a step each, so that they grow one after another and together
 // hold a step's average, 7.0 bytes a key, instead of each peaking at once:
 // 23.5 to 23.7 bytes a key at 10M keys, 24.3 at 1M (where the shards'
-// partly filled chunks weigh more), against 150.9 before issue 16, in
-// memory the garbage collector does not scan; the tier drops expired keys from its front, a
+// partly filled chunks weigh more), 22.1 at 10M when sized up front with
+// [WithCapacity] (no index then grows while the store fills to it),
+// against 150.9 before issue 16, in memory the garbage collector does not
+// scan; the tier drops expired keys from its front, a
 // cheap step each call takes. While it is in progress such a key (reserved without a
 // fingerprint) waits in a small per-shard open-addressing table by the
 // same fingerprint, with its lease expiry, token and name (the caller's

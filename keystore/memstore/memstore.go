@@ -39,6 +39,7 @@ type Option func(*config) error
 
 type config struct {
 	maxKeys   int
+	capacity  int
 	maxResult int
 	clock     func() time.Time
 	clockSet  bool
@@ -51,6 +52,18 @@ type config struct {
 // effect run twice.
 func WithMaxKeys(n int) Option {
 	return option.Check("memstore", n > 0, func(c *config) { c.maxKeys = n }, "max keys %d is not positive", n)
+}
+
+// WithCapacity sizes the compact tier's indexes (completed keys with an
+// empty result and no request fingerprint, see the package documentation)
+// for n such keys (n > 0) from the start, as a size hint to make(map, n)
+// does: filling the store up to n of them then never grows an index (no
+// keys moved, no second index while they move). The indexes, 5.8 bytes a
+// key of n, are held from New on whatever the count, and are not shrunk
+// below it when keys expire; records are still allocated as keys
+// complete. It does not bound the store: see WithMaxKeys.
+func WithCapacity(n int) Option {
+	return option.Check("memstore", n > 0, func(c *config) { c.capacity = n }, "capacity %d is not positive", n)
 }
 
 // WithMaxResultSize sets the largest result Complete accepts, in bytes
@@ -98,6 +111,10 @@ type core struct {
 	base      time.Time // times are kept as nanoseconds since base
 	maxKeys   int64
 	maxResult int
+	// doneReserve is the keys each shard's compact tier is sized for
+	// (WithCapacity): its share of the capacity, plus three standard
+	// deviations of a random key's shard, since shards fill unevenly.
+	doneReserve int
 	count     atomic.Int64
 	closed    atomic.Bool
 }
@@ -194,6 +211,10 @@ func configure(opts []Option) (config, error) {
 // as the wall clock has not been set back past them.
 func newCore(cfg config, fpKey *compact.Hasher) *core {
 	c := &core{fpKey: fpKey, clock: cfg.clock, mono: !cfg.clockSet, maxKeys: int64(cfg.maxKeys), maxResult: cfg.maxResult}
+	if cfg.capacity > 0 {
+		per := float64(cfg.capacity) / numShards
+		c.doneReserve = int(per + 3*math.Sqrt(per) + 1)
+	}
 	c.base = c.clock()
 	start := uint64(max(c.base.UnixNano(), 0))
 	for i := range c.shards {
@@ -202,6 +223,9 @@ func newCore(cfg config, fpKey *compact.Hasher) *core {
 		c.shards[i].doneHead = math.MaxInt64
 		c.shards[i].minExp.Store(math.MaxInt64)
 		c.shards[i].tokens = start
+		if c.doneReserve > 0 {
+			c.shards[i].done = c.shards[i].newDone(c)
+		}
 	}
 	return c
 }
@@ -436,7 +460,7 @@ func (s *Store) appendDone(sh *shard, fp compact.FP, token uint64, exp int64) bo
 		return false // its forgotten record is still in the tier
 	}
 	if sh.done == nil {
-		sh.done = sh.newDone()
+		sh.done = sh.newDone(s.c)
 	}
 	if last, ok := sh.done.Newest(); ok && exp < last {
 		return false
@@ -466,9 +490,11 @@ const (
 	doneStep   = 128
 )
 
-// newDone returns an empty compact tier for the shard.
-func (sh *shard) newDone() *compact.Set {
+// newDone returns an empty compact tier for the shard of c, sized for
+// c.doneReserve keys if WithCapacity asked.
+func (sh *shard) newDone(c *core) *compact.Set {
 	s := compact.NewSetAux()
 	s.SetGrowth(doneGrowth, float64(sh.idx)/numShards, doneStep)
+	s.Reserve(c.doneReserve)
 	return s
 }
