@@ -115,8 +115,8 @@ type core struct {
 	// (WithCapacity): its share of the capacity, plus three standard
 	// deviations of a random key's shard, since shards fill unevenly.
 	doneReserve int
-	count     atomic.Int64
-	closed    atomic.Bool
+	count       atomic.Int64
+	closed      atomic.Bool
 }
 
 type shard struct {
