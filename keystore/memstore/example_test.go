@@ -93,3 +93,28 @@ func ExampleLoad() {
 	// Output:
 	// after the restart: done
 }
+
+// A consumer's seen-set for a day of keys at a known rate, sized up front:
+// keystore.Do with a nil result completes each key into the compact tier,
+// whose indexes are allocated once, for the whole day's keys.
+func ExampleWithCapacity() {
+	ctx := context.Background()
+	const perDay = 1_000_000
+	store, err := memstore.New(memstore.WithCapacity(perDay), memstore.WithMaxKeys(2*perDay))
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	for _, key := range []string{"msg-1", "msg-2", "msg-1"} {
+		_, _, err := keystore.Do(ctx, store, key, nil, func(context.Context) ([]byte, error) {
+			fmt.Println("processing", key)
+			return nil, nil
+		}, keystore.WithTTL(24*time.Hour))
+		if err != nil {
+			panic(err)
+		}
+	}
+	// Output:
+	// processing msg-1
+	// processing msg-2
+}
