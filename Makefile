@@ -3,7 +3,7 @@ GO      ?= go
 TIMEOUT ?= 20m
 FUZZTIME ?= 15s
 
-.PHONY: test deps lint unit modules bench bench-compact bench-scale bench-keystore-scale soak fuzz demo chaos
+.PHONY: test deps lint unit modules bench bench-compact bench-compact-curve bench-scale bench-keystore-scale soak fuzz demo chaos
 
 # Every package of every module in go.work. In workspace mode `./...` at the
 # root covers only the root module, so the targets name each module's tree.
@@ -43,6 +43,17 @@ bench-compact:
 		IDEM_BENCH_10M=1 $(GO) test -run '^$$' -bench '^BenchmarkCompactSteady$$' -benchtime 1000000x -timeout 60m ./window || exit 1; \
 	done
 	IDEM_BENCH_10M=1 $(GO) test -run '^$$' -bench '^BenchmarkCompactGC$$' -benchtime 1x -timeout 60m ./window
+
+## bench-compact-curve: the compact sets' bytes a key every 2% from 100k to
+## 10M keys (window's one set, memstore's 64 staggered sets and two
+## unstaggered contrasts; Set.Bytes), drawn to docs/img/compact-memory.svg.
+## About 15 s. `make test` runs it to 300k.
+COMPACT_CURVE_CSV ?= /tmp/idem-compact-curve.csv
+bench-compact-curve:
+	rm -f $(COMPACT_CURVE_CSV)
+	IDEM_COMPACT_CURVE_CSV=$(COMPACT_CURVE_CSV) $(GO) test -run '^TestMemoryCurve$$' -count=1 -v ./internal/compact
+	cp $(COMPACT_CURVE_CSV) docs/img/compact-memory.csv
+	cd tools/benchchart && $(GO) run . -kind compact -in ../../docs/img/compact-memory.csv -out ../../docs/img/compact-memory.svg
 
 ## bench-scale: the inbox scale curve (msg/s per million keys, UUIDv4 against
 ## UUIDv7, bytes/key) on SQLite and PostgreSQL (fsync on) and, to

@@ -4,10 +4,17 @@
 //
 //	engine,layout,keys,msgs_per_s,buckets,bytes_per_key
 //
+// and, with -kind compact, the memory curve of the compact in-memory sets
+// (docs/img/compact-memory.svg) from the rows in the same columns that
+// TestMemoryCurve in internal/compact appends to IDEM_COMPACT_CURVE_CSV
+// (make bench-compact-curve): bytes a key only, against a logarithmic
+// count.
+//
 // It is a module of its own so that idem's core does not depend on the
 // plotting library.
 //
 //	go run ./tools/benchchart -in /tmp/idem-scale.csv -out docs/img/inbox-scale.svg
+//	go run ./tools/benchchart -kind compact -in /tmp/compact.csv -out docs/img/compact-memory.svg
 package main
 
 import (
@@ -33,10 +40,20 @@ import (
 type point struct{ keys, rate, bpk float64 }
 
 func main() {
-	in := flag.String("in", "", "CSV from TestScaleCurve (IDEM_SCALE_CSV)")
+	in := flag.String("in", "", "CSV from TestScaleCurve (IDEM_SCALE_CSV) or TestMemoryCurve (IDEM_COMPACT_CURVE_CSV)")
 	out := flag.String("out", "docs/img/inbox-scale.svg", "SVG to write")
+	kind := flag.String("kind", "inbox", "inbox (rate and bytes a key) or compact (bytes a key, log count)")
 	flag.Parse()
-	if err := run(*in, *out); err != nil {
+	var err error
+	switch *kind {
+	case "inbox":
+		err = run(*in, *out)
+	case "compact":
+		err = runCompact(*in, *out)
+	default:
+		err = fmt.Errorf("-kind %q: want inbox or compact", *kind)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchchart:", err)
 		os.Exit(1)
 	}
@@ -113,6 +130,76 @@ func run(in, out string) error {
 		return err
 	}
 	return o.Close()
+}
+
+// runCompact draws the compact sets' bytes a key against their count, on
+// a logarithmic axis, one line per series.
+func runCompact(in, out string) error {
+	if in == "" {
+		return errors.New("-in is required")
+	}
+	f, err := os.Open(in)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	series, err := read(f)
+	if err != nil {
+		return err
+	}
+	if len(series) == 0 {
+		return errors.New("no curve rows in " + in)
+	}
+	p := plot.New()
+	p.Title.Text = "compact in-memory dedup: bytes a key as the set fills (Set.Bytes)"
+	p.X.Label.Text = "keys (millions, logarithmic)"
+	p.Y.Label.Text = "B/key"
+	var ticks []plot.Tick
+	for _, v := range []float64{0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100} {
+		ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'g', -1, 64)})
+	}
+	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.ConstantTicks(ticks)
+	p.Y.Min = 16 // room for the legend under the curves
+	p.Legend.Top, p.Legend.Left = false, false
+	names := make([]string, 0, len(series))
+	for n := range series {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for i, n := range names {
+		pts := series[n]
+		sort.Slice(pts, func(a, b int) bool { return pts[a].keys < pts[b].keys })
+		var xy plotter.XYs
+		for _, pt := range pts {
+			if pt.keys > 0 && pt.bpk > 0 {
+				xy = append(xy, plotter.XY{X: pt.keys / 1e6, Y: pt.bpk})
+			}
+		}
+		l, err := plotter.NewLine(xy)
+		if err != nil {
+			return err
+		}
+		l.Color = palette[i%len(palette)]
+		if strings.Contains(n, "one phase") {
+			l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		}
+		p.Add(l)
+		p.Legend.Add(n, l)
+	}
+	goal, err := plotter.NewLine(plotter.XYs{{X: 0.1, Y: 24}, {X: 100, Y: 24}})
+	if err != nil {
+		return err
+	}
+	goal.Color, goal.Dashes = color.Gray{Y: 0x80}, []vg.Length{vg.Points(1), vg.Points(3)}
+	p.Add(goal)
+	p.Legend.Add("24 B/key (issue 16's goal)", goal)
+	p.X.Max = 0
+	for _, pts := range series {
+		for _, pt := range pts {
+			p.X.Max = max(p.X.Max, pt.keys/1e6)
+		}
+	}
+	return p.Save(9*vg.Inch, 6*vg.Inch, out)
 }
 
 func newPlot(title, y string) *plot.Plot {
