@@ -174,7 +174,7 @@ func TestWithCapacity(t *testing.T) {
 			t.Fatalf("id %d: the index grew (%d bytes of old index)", i, g)
 		}
 	}
-	if b := d.Bytes(); b > 22*n {
+	if b := d.Bytes(); b > 22.2*n { // 21.8 and the chunk directory and newest chunk's 0.2 at 100k
 		t.Fatalf("%d ids in %d bytes", n, b)
 	}
 	if d.Expire(t0.Add(time.Hour)); d.Len() != 0 || d.Bytes() < floor-16<<10 {

@@ -69,7 +69,7 @@ func WithCapacity(n int) Option {
 // Each live id costs 16 bytes of record (its 96-bit fingerprint and a
 // 4-byte time offset, in arrival order; the sequence is implied by the
 // position) plus an index slot of 5⅓ bytes at a load of 0.68 to 0.92: 21.8
-// to 23.9 bytes an id whatever the length of scope and id, in structures
+// to 24 bytes an id whatever the length of scope and id, in structures
 // without pointers for the garbage collector to trace. Expired ids are
 // dropped from the front of the arrival-ordered ring at the start of each
 // call, one index deletion each (amortised O(1)), so no call scans the

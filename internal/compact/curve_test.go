@@ -71,8 +71,14 @@ func TestMemoryCurve(t *testing.T) {
 				row("window", "one set", n, float64(s.Bytes())/float64(n))
 				between := float64(s.Bytes()-s.GrowthBytes()) / float64(n)
 				row("window", "one set without a growth's old index", n, between)
-				if between < 21.8 || between > 24 {
-					t.Errorf("one set of %d records: %.2f bytes a record between growths, documented 21.8 to 24", n, between)
+				// Below 1M the chunk directory and the newest chunk add up
+				// to 0.2 bytes a record (window's documentation says so).
+				limit := 24.0
+				if n < 1_000_000 {
+					limit = 24.2
+				}
+				if between < 21.8 || between > limit {
+					t.Errorf("one set of %d records: %.2f bytes a record between growths, documented 21.8 to 24 (24.2 below 1M)", n, between)
 				}
 			}
 		}
