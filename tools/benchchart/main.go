@@ -60,28 +60,12 @@ func main() {
 }
 
 func run(in, out string) error {
-	if in == "" {
-		return errors.New("-in is required")
-	}
-	f, err := os.Open(in)
+	series, names, err := load(in)
 	if err != nil {
 		return err
-	}
-	defer f.Close()
-	series, err := read(f)
-	if err != nil {
-		return err
-	}
-	if len(series) == 0 {
-		return errors.New("no curve rows in " + in)
 	}
 	rate := newPlot("inbox ProcessBatchSet, 100 msg/tx: rate as the key table grows", "msg/s")
 	size := newPlot("bytes per key (table + indexes)", "B/key")
-	names := make([]string, 0, len(series))
-	for n := range series {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	for i, n := range names {
 		pts := series[n]
 		sort.Slice(pts, func(a, b int) bool { return pts[a].keys < pts[b].keys })
@@ -135,20 +119,9 @@ func run(in, out string) error {
 // runCompact draws the compact sets' bytes a key against their count, on
 // a logarithmic axis, one line per series.
 func runCompact(in, out string) error {
-	if in == "" {
-		return errors.New("-in is required")
-	}
-	f, err := os.Open(in)
+	series, names, err := load(in)
 	if err != nil {
 		return err
-	}
-	defer f.Close()
-	series, err := read(f)
-	if err != nil {
-		return err
-	}
-	if len(series) == 0 {
-		return errors.New("no curve rows in " + in)
 	}
 	p := plot.New()
 	p.Title.Text = "compact in-memory dedup: bytes a key as the set fills (Set.Bytes)"
@@ -161,11 +134,6 @@ func runCompact(in, out string) error {
 	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.ConstantTicks(ticks)
 	p.Y.Min = 16 // room for the legend under the curves
 	p.Legend.Top, p.Legend.Left = false, false
-	names := make([]string, 0, len(series))
-	for n := range series {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	for i, n := range names {
 		pts := series[n]
 		sort.Slice(pts, func(a, b int) bool { return pts[a].keys < pts[b].keys })
@@ -200,6 +168,32 @@ func runCompact(in, out string) error {
 		}
 	}
 	return p.Save(9*vg.Inch, 6*vg.Inch, out)
+}
+
+// load reads the curve rows of the CSV at in and returns them by series,
+// with the series' names sorted.
+func load(in string) (map[string][]point, []string, error) {
+	if in == "" {
+		return nil, nil, errors.New("-in is required")
+	}
+	f, err := os.Open(in)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	series, err := read(f)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(series) == 0 {
+		return nil, nil, errors.New("no curve rows in " + in)
+	}
+	names := make([]string, 0, len(series))
+	for n := range series {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return series, names, nil
 }
 
 func newPlot(title, y string) *plot.Plot {
