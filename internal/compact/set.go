@@ -330,7 +330,7 @@ func (s *Set) check(id uint32, fp FP) (Rec, bool) {
 func (s *Set) Append(fp FP, r Rec) error {
 	c := s.tail()
 	if c == nil || c.n == chunkLen || r.T < c.lastBase() || r.Seq != c.seq+uint64(c.n) {
-		if s.count >= MaxRecords || len(s.chunks) >= MaxRecords/chunkLen {
+		if int64(s.count) >= MaxRecords || len(s.chunks) >= MaxRecords/chunkLen { // int64: MaxRecords exceeds a 32-bit int
 			return fmt.Errorf("%w: %d records in %d chunks", ErrFull, s.count, len(s.chunks))
 		}
 		c = s.newChunk(r)
