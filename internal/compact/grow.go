@@ -45,6 +45,7 @@ type growth struct {
 func (s *Set) startGrowth() {
 	s.grow.old = s.idx
 	s.idx = newIndex(s.size.after(s.idx.ng))
+	s.publish()
 	s.grow.p, s.grow.j, s.grow.left = 0, s.head, s.count-1
 	if s.grow.left == 0 {
 		s.grow.old = index{}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -162,11 +163,16 @@ type Set struct {
 	// homeMask is applied to the 32 fingerprint bits that choose a home
 	// slot; tests narrow it to force long probe chains.
 	homeMask uint32
+	// hint is the index as Prefetch, which takes no lock, sees it; see
+	// prefetch.go.
+	hint atomic.Pointer[probeHint]
 }
 
 // NewSet returns an empty set: 16 bytes a record plus the index.
 func NewSet() *Set {
-	return &Set{idx: newIndex(minGroups), size: defaultSizing, homeMask: ^uint32(0), syncBelow: syncGrowBelow, grow: growth{step: migrateStep}}
+	s := &Set{idx: newIndex(minGroups), size: defaultSizing, homeMask: ^uint32(0), syncBelow: syncGrowBelow, grow: growth{step: migrateStep}}
+	s.publish()
+	return s
 }
 
 // SetGrowth sets the empty set's index to grow by factor f (1 < f ≤ 3)
@@ -530,5 +536,6 @@ func (s *Set) rebuild(groups uint64) {
 		}
 	}
 	s.idx = x
+	s.publish()
 	s.grow.left, s.grow.old = 0, index{} // every record is in x
 }

@@ -24,6 +24,7 @@ func TestSetMatchesModel(t *testing.T) {
 				s = NewSetAux()
 			}
 			s.homeMask = mask
+			s.publish()
 			if rapid.Bool().Draw(rt, "schedule") {
 				// Another size schedule, as memstore's shards use.
 				f := rapid.SampledFrom([]float64{1.2, 1.5, 2.9}).Draw(rt, "growth")

@@ -43,12 +43,14 @@
 // touch the map tier. Complete finds it by its token (a hint slot per
 // token, checked against the slot's token, key and scope), so only
 // Reserve hashes and validates the key. Filling a store that way (BenchmarkCompact)
-// took 2.3 to 2.7× a Go map's insert in process CPU time at 10M keys, 2.6
-// to 3.7× at 1M (six rounds on a quiet machine, 540 to 660 ns a key at
-// 10M; docs/benchmarks.md): two calls, each with a
+// took 1.8 to 2.3× a Go map's insert in process CPU time at 10M keys (2×
+// or less in four rounds of six, 605 to 731 ns a key), 2.0 to 2.6× at 1M
+// (docs/benchmarks.md): two calls, each with a
 // shard lock and a clock read, one key check and one SipHash (which picks
 // the shard) in Reserve, plus one index cache miss and the index's growth
-// a key. Such keys are compared
+// a key. Reserve prefetches the key's index group as soon as it has the
+// fingerprint (a prefetch instruction), so that the miss runs while it
+// checks the key, locks the shard and reads the clock. Such keys are compared
 // by fingerprint, not byte for byte, in progress and done: a new key is
 // wrongly found in progress or completed with probability n/2⁹⁶ among n
 // such keys (any pair collides with about n²/2⁹⁷: 6.3×10⁻¹² at 10⁹ keys),

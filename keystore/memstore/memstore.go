@@ -134,6 +134,10 @@ type shard struct {
 	// order, dropped from the front as they expire. A key is in m or in
 	// done, never both. Created on first use.
 	done *compact.Set
+	// prefetchDone is done, for lock's call of Prefetch before it takes
+	// mu: the one field read without the lock. Set with done, and cleared
+	// by Close so that the records can be collected.
+	prefetchDone atomic.Pointer[compact.Set]
 	// pending holds keys in progress reserved without a request
 	// fingerprint, by compact fingerprint and by token; see pendTable. A
 	// key is in m, pending or done, never in two.
@@ -224,7 +228,7 @@ func newCore(cfg config, fpKey *compact.Hasher) *core {
 		c.shards[i].minExp.Store(math.MaxInt64)
 		c.shards[i].tokens = start
 		if c.doneReserve > 0 {
-			c.shards[i].done = c.shards[i].newDone(c)
+			c.shards[i].newDone(c)
 		}
 	}
 	return c
@@ -266,6 +270,7 @@ func (s *Store) Close() error {
 		sh := &s.c.shards[i]
 		sh.mu.Lock()
 		sh.m, sh.entries, sh.free, sh.done, sh.pending, sh.forgotten = nil, nil, nil, nil, pendTable{}, nil
+		sh.prefetchDone.Store(nil)
 		sh.mu.Unlock()
 	}
 	s.c.count.Store(0)
@@ -294,19 +299,31 @@ func (s *Store) ikey(buf *keyBuf, key string) []byte {
 // keyBuf holds an internal key: the scope's prefix, then the key.
 type keyBuf [2 + keystore.MaxScopeLen + idem.MaxKeyLen]byte
 
-// lock returns invalid (the call's argument check) or ctx's error, or locks
-// the shard of key and returns it with the internal key, written in buf,
-// and the key's fingerprint. op names the call in errors. On an error (bad
-// argument, ctx ended, store closed) nothing is left locked.
-func (s *Store) lock(ctx context.Context, op, key string, buf *keyBuf, invalid error) (*shard, []byte, compact.FP, error) {
-	if invalid != nil {
-		return nil, nil, compact.FP{}, invalid
+// lock returns the error of check (the call's argument check) or ctx's,
+// or locks the shard of key and returns it with the internal key, written
+// in buf, and the key's fingerprint. op names the call in errors. On an
+// error (bad argument, ctx ended, store closed) nothing is left locked.
+//
+// A key of a valid length is hashed before check runs: the compact tier's
+// index group for it is then prefetched first, and its cache miss
+// overlaps the check, the lock and what the caller does before its lookup.
+func (s *Store) lock(ctx context.Context, op, key string, buf *keyBuf, check func() error) (*shard, []byte, compact.FP, error) {
+	if len(key) > idem.MaxKeyLen {
+		if err := check(); err != nil {
+			return nil, nil, compact.FP{}, err // not hashed: too long to be a key
+		}
+	}
+	kfp := s.c.fpKey.Sum(s.prefix, key)
+	sh := s.c.shard(kfp)
+	if d := sh.prefetchDone.Load(); d != nil {
+		d.Prefetch(kfp)
+	}
+	if err := check(); err != nil {
+		return nil, nil, compact.FP{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, nil, compact.FP{}, fmt.Errorf("memstore: %s: %w", op, err)
 	}
-	kfp := s.c.fpKey.Sum(s.prefix, key)
-	sh := s.c.shard(kfp)
 	sh.mu.Lock()
 	if sh.m == nil {
 		sh.mu.Unlock()
@@ -460,7 +477,7 @@ func (s *Store) appendDone(sh *shard, fp compact.FP, token uint64, exp int64) bo
 		return false // its forgotten record is still in the tier
 	}
 	if sh.done == nil {
-		sh.done = sh.newDone(s.c)
+		sh.newDone(s.c)
 	}
 	if last, ok := sh.done.Newest(); ok && exp < last {
 		return false
@@ -490,11 +507,13 @@ const (
 	doneStep   = 128
 )
 
-// newDone returns an empty compact tier for the shard of c, sized for
-// c.doneReserve keys if WithCapacity asked.
-func (sh *shard) newDone(c *core) *compact.Set {
+// newDone gives the shard of c an empty compact tier, sized for
+// c.doneReserve keys if WithCapacity asked. Called with the shard locked
+// (or not yet shared).
+func (sh *shard) newDone(c *core) {
 	s := compact.NewSetAux()
 	s.SetGrowth(doneGrowth, float64(sh.idx)/numShards, doneStep)
 	s.Reserve(c.doneReserve)
-	return s
+	sh.done = s
+	sh.prefetchDone.Store(s)
 }

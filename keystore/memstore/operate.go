@@ -18,7 +18,7 @@ import (
 // keystore.ErrLeaseLost and changes nothing.
 func (s *Store) Extend(ctx context.Context, cl keystore.Claim, lease time.Duration) (keystore.Claim, error) {
 	var buf keyBuf
-	sh, k, kfp, err := s.lock(ctx, "extend", cl.Key, &buf, keystore.ValidateExtend(cl, lease))
+	sh, k, kfp, err := s.lock(ctx, "extend", cl.Key, &buf, func() error { return keystore.ValidateExtend(cl, lease) })
 	if err != nil {
 		return keystore.Claim{}, err
 	}
@@ -46,7 +46,7 @@ func (s *Store) Extend(ctx context.Context, cl keystore.Claim, lease time.Durati
 // the compact tier has token, expiry and an empty result, no fingerprint.
 func (s *Store) Inspect(ctx context.Context, key string) (keystore.KeyInfo, error) {
 	var buf keyBuf
-	sh, k, kfp, err := s.lock(ctx, "inspect", key, &buf, keystore.ValidateInspect(ctx, key))
+	sh, k, kfp, err := s.lock(ctx, "inspect", key, &buf, func() error { return keystore.ValidateInspect(ctx, key) })
 	if err != nil {
 		return keystore.KeyInfo{}, err
 	}
@@ -133,7 +133,7 @@ func (s *Store) listShard(sh *shard, out []keystore.KeyInfo, opts keystore.ListO
 // expired.
 func (s *Store) Forget(ctx context.Context, key string) error {
 	var buf keyBuf
-	sh, k, kfp, err := s.lock(ctx, "forget", key, &buf, keystore.ValidateInspect(ctx, key))
+	sh, k, kfp, err := s.lock(ctx, "forget", key, &buf, func() error { return keystore.ValidateInspect(ctx, key) })
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,7 @@ import (
 // for a new key, inspects at most a few other entries of that shard.
 func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.Duration) (keystore.Claim, error) {
 	var buf keyBuf
-	sh, k, kfp, err := s.lock(ctx, "reserve", key, &buf, keystore.ValidateReserve(key, fp, lease))
+	sh, k, kfp, err := s.lock(ctx, "reserve", key, &buf, func() error { return keystore.ValidateReserve(key, fp, lease) })
 	if err != nil {
 		return keystore.Claim{}, err
 	}
@@ -103,7 +103,7 @@ func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, 
 		}
 	}
 	var buf keyBuf
-	sh, k, kfp, err := s.lock(ctx, "complete", cl.Key, &buf, keystore.ValidateComplete(cl, result, ttl, s.c.maxResult))
+	sh, k, kfp, err := s.lock(ctx, "complete", cl.Key, &buf, func() error { return keystore.ValidateComplete(cl, result, ttl, s.c.maxResult) })
 	if err != nil {
 		return err
 	}
@@ -153,7 +153,7 @@ func (s *Store) Release(ctx context.Context, cl keystore.Claim) error {
 		}
 	}
 	var buf keyBuf
-	sh, k, kfp, err := s.lock(ctx, "release", cl.Key, &buf, keystore.ValidateRelease(cl))
+	sh, k, kfp, err := s.lock(ctx, "release", cl.Key, &buf, func() error { return keystore.ValidateRelease(cl) })
 	if err != nil {
 		return err
 	}

@@ -349,7 +349,7 @@ func (rd *restorer) done(sh *shard, i int) error {
 			continue
 		}
 		if sh.done == nil {
-			sh.done = sh.newDone(rd.c)
+			sh.newDone(rd.c)
 		}
 		if _, dup := sh.done.Find(fp); dup {
 			return rd.corrupt(i, "compact key %d repeats a fingerprint", j)
