@@ -74,7 +74,11 @@ type Store interface {
 
 	// Release gives the key back (state absent) so that a retry may run the
 	// effect at once; use it when the effect failed and did not happen. A
-	// stale token gives ErrLeaseLost and deletes nothing.
+	// stale token gives ErrLeaseLost and deletes nothing. Releasing the same
+	// claim again, before the key is reserved anew, deletes nothing either:
+	// it returns nil in a store that keeps a released key's token (so that a
+	// client's retry of a Release that landed is not reported as a lost
+	// lease: dynamostore), ErrLeaseLost in one that deletes the key.
 	//
 	// Crash: if the process dies before Release lands, the lease expires on
 	// its own, later.

@@ -199,6 +199,36 @@ func TestConcurrentReserve(t *testing.T) {
 	}
 }
 
+// TestRepeatedRelease: a Release repeated before the key is reserved again
+// (a client's retry of one whose answer was lost) finds the item released
+// under its own token and returns nil, as keystore.Store documents; once
+// the key is reserved anew, the old token's Release is ErrLeaseLost and
+// leaves the new claim in place.
+func TestRepeatedRelease(t *testing.T) {
+	api, _ := client(t, "")
+	s := newStore(t, api)
+	ctx := context.Background()
+	first, err := s.Reserve(ctx, "pay-rel", nil, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := s.Release(ctx, first); err != nil {
+			t.Fatalf("Release %d of the same claim: %v, want nil", i+1, err)
+		}
+	}
+	next, err := s.Reserve(ctx, "pay-rel", nil, time.Minute)
+	if err != nil || next.State != keystore.Acquired || next.Token <= first.Token {
+		t.Fatalf("Reserve after the releases: %+v %v; want acquired with a token above %d", next, err, first.Token)
+	}
+	if err := s.Release(ctx, first); !errors.Is(err, keystore.ErrLeaseLost) {
+		t.Fatalf("Release of the first claim after a new Reserve: %v, want ErrLeaseLost", err)
+	}
+	if it := rawItem(t, api, s, "pay-rel"); attrN(it, "tok") != fmt.Sprint(next.Token) || attrN(it, "st") != "1" {
+		t.Fatalf("after the stale Release the item is %v: want token %d, in progress", it, next.Token)
+	}
+}
+
 // TestTakeoverAndStaleComplete: a lease lapses (by the store's clock, moved
 // ahead), a second holder takes the key over with a higher token, and the
 // first holder's late Complete is ErrLeaseLost and writes nothing: the item

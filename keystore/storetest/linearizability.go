@@ -64,6 +64,11 @@ type mstate struct {
 	last   uint64 // highest token the key has had; survives Release
 	fp     string
 	result string
+	// released is the token of the Release that made the key absent, until
+	// the next Reserve: releasing it again may return nil (a store that
+	// keeps a released key's token answers a repeated Release as it does a
+	// repeated Complete; see keystore.Store) or ErrLeaseLost.
+	released uint64
 }
 
 func conflict(stored, got string) bool { return stored != "" && got != "" && stored != got }
@@ -98,8 +103,11 @@ func step(s mstate, in lin, out lout) (bool, mstate) {
 		}
 		return out.out == outLeaseLost, s
 	default: // opRelease
-		if s.state == 1 && in.token == s.token {
-			return out.out == outOK, mstate{last: s.last}
+		switch {
+		case s.state == 1 && in.token == s.token:
+			return out.out == outOK, mstate{last: s.last, released: in.token}
+		case s.state == 0 && s.released != 0 && in.token == s.released:
+			return out.out == outOK || out.out == outLeaseLost, s // the same claim releasing again
 		}
 		return out.out == outLeaseLost, s
 	}

@@ -54,6 +54,31 @@ func TestModelRejectsBrokenHistories(t *testing.T) {
 			op(lin{kind: opReserve, fp: "a"}, 6, 7, lout{state: keystore.Done, result: "a"}),
 			op(lin{kind: opRelease, token: 1}, 8, 9, lout{out: outLeaseLost}),
 		}},
+		{"repeated release, answered either way", true, []porcupine.Operation{
+			op(lin{kind: opReserve}, 0, 1, acq(1)),
+			op(lin{kind: opRelease, token: 1}, 2, 3, lout{}),
+			op(lin{kind: opRelease, token: 1}, 4, 5, lout{}), // a store that keeps the released token
+			op(lin{kind: opRelease, token: 1}, 6, 7, lout{out: outLeaseLost}),
+			op(lin{kind: opReserve}, 8, 9, acq(2)),
+		}},
+		{"stale release accepted while another holds the key", false, []porcupine.Operation{
+			op(lin{kind: opReserve}, 0, 1, acq(1)),
+			op(lin{kind: opRelease, token: 1}, 2, 3, lout{}),
+			op(lin{kind: opReserve}, 4, 5, acq(2)),
+			op(lin{kind: opRelease, token: 1}, 6, 7, lout{}),
+		}},
+		{"release of a token never released accepted on an absent key", false, []porcupine.Operation{
+			op(lin{kind: opReserve}, 0, 1, acq(1)),
+			op(lin{kind: opRelease, token: 1}, 2, 3, lout{}),
+			op(lin{kind: opRelease, token: 7}, 4, 5, lout{}),
+		}},
+		{"a key released, reserved and released again: the first token is stale", false, []porcupine.Operation{
+			op(lin{kind: opReserve}, 0, 1, acq(1)),
+			op(lin{kind: opRelease, token: 1}, 2, 3, lout{}),
+			op(lin{kind: opReserve}, 4, 5, acq(2)),
+			op(lin{kind: opRelease, token: 2}, 6, 7, lout{}),
+			op(lin{kind: opRelease, token: 1}, 8, 9, lout{}),
+		}},
 	}
 	for _, tc := range tests {
 		if got := porcupine.CheckOperations(model, tc.h); got != tc.ok {
