@@ -23,7 +23,8 @@ unit:
 	$(GO) test -race -timeout $(TIMEOUT) $(PKGS)
 
 ## lint: gofmt, go vet and staticcheck (pinned in go.mod as a go tool), and
-## the root module built for 386 and arm64 too.
+## the root module built for 386 and arm64 too (and the test helpers vetted
+## for macOS).
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
@@ -31,10 +32,12 @@ lint:
 	$(GO) tool staticcheck $(PKGS)
 	@# The root module on a 32-bit target and on arm64: internal/compact
 	@# has assembly for amd64 and arm64 (vet checks it against its Go
-	@# declarations) and a fallback elsewhere.
+	@# declarations) and a fallback elsewhere. testenv has a Linux-only
+	@# part (the parent-death signal).
 	GOARCH=386 $(GO) vet ./internal/compact ./window ./keystore/memstore ./sequence
 	GOARCH=386 $(GO) build ./...
 	GOARCH=arm64 $(GO) vet ./internal/compact
+	GOOS=darwin GOARCH=arm64 $(GO) vet ./internal/compact ./internal/testenv
 
 ## bench: the benchmarks, each beside its baseline in the same run.
 bench: deps

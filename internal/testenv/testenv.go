@@ -237,7 +237,8 @@ func command(dir string, cred *syscall.Credential, bin string, args ...string) (
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true, Credential: cred}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
+	dieWithParent(cmd.SysProcAttr)
 	return cmd, logf, nil
 }
 
