@@ -118,8 +118,15 @@ func (in *Inbox) SchemaSQL() []string { return append([]string(nil), in.q.schema
 // (only the horizon table is added): moving it to buckets is
 // [Inbox.MigrateLayout]'s job. A new table gets the layout of
 // [WithLayout].
+//
+// A dialect that does not match the database (sqldialect.SQLite given a
+// PostgreSQL pool) fails here with an error wrapping
+// [sqldialect.ErrWrongDialect] that names the dialect to pass.
 func (in *Inbox) Migrate(ctx context.Context) error {
 	if err := in.createSchema(ctx); err != nil {
+		if m := in.mismatch(ctx, err); m != nil {
+			return m
+		}
 		return err
 	}
 	if err := in.ready(ctx); err != nil {

@@ -12,11 +12,18 @@ import (
 	"github.com/idem-go/idem/sqldialect"
 )
 
-// ErrUnsafeTable is wrapped when the key table is missing or cannot be
+// ErrUnsafeTable is wrapped when the key table exists but cannot be
 // trusted to reject a second (consumer, idem_key): with such a table every
 // redelivery would be applied again, or a fresh message dropped as a
 // duplicate, so the Inbox refuses to work on it.
 var ErrUnsafeTable = errors.New("inbox: key table cannot dedupe")
+
+// ErrNotMigrated is wrapped when the key table does not exist (in either
+// layout): [Inbox.Migrate] was not called and [Inbox.SchemaSQL] was not
+// applied, or the Inbox is pointed at another database or table than the
+// one migrated. Nothing was recorded or applied; it is a deployment error,
+// which no retry cures.
+var ErrNotMigrated = errors.New("inbox: not migrated")
 
 // uniqueIndex is one unique index or primary key of the key table, as the
 // catalog describes it.
@@ -39,7 +46,8 @@ func (u uniqueIndex) String() string {
 
 // Verify checks, with the database's catalog, that the key table enforces
 // exactly the uniqueness the inbox relies on, and returns an error wrapping
-// [ErrUnsafeTable] that names the table and the problem otherwise:
+// [ErrUnsafeTable] that names the table and the problem otherwise (an error
+// wrapping [ErrNotMigrated] when the table does not exist at all):
 //
 //   - a unique index or primary key on exactly (consumer, idem_key), in any
 //     order: not partial, not on expressions or column prefixes, not
@@ -99,12 +107,34 @@ func (in *Inbox) verify(ctx context.Context) (*buckets, error) {
 		if errors.Is(err, ErrUnsafeTable) {
 			return nil, err
 		}
+		if m := in.mismatch(ctx, err); m != nil {
+			return nil, m
+		}
 		return nil, fmt.Errorf("inbox: verify table %s: %w", in.cfg.table, err)
 	}
 	if b != nil {
 		return b, nil
 	}
 	return nil, in.verifyRows(ctx)
+}
+
+// mismatch returns an error wrapping a [sqldialect.MismatchError] (and
+// err) when the database is not of the Inbox's dialect, and nil otherwise:
+// the server's own error (a syntax error, an unknown table sqlite_master)
+// does not say what to change. It runs on error paths only.
+func (in *Inbox) mismatch(ctx context.Context, err error) error {
+	if err == nil || errors.Is(err, ErrUnsafeTable) || errors.Is(err, ErrNotMigrated) {
+		return nil
+	}
+	var m error
+	_ = in.readTx(ctx, func(tx *sql.Tx) error {
+		m = in.dialect.Mismatch(ctx, tx, "the inbox", err)
+		return nil
+	})
+	if m != nil {
+		return fmt.Errorf("inbox: %w", m)
+	}
+	return nil
 }
 
 func (in *Inbox) verifyRows(ctx context.Context) error {
@@ -123,6 +153,9 @@ func (in *Inbox) verifyRows(ctx context.Context) error {
 		err = v.mysql(ctx, tx, in.cfg.table)
 	}
 	if err != nil {
+		if m := in.mismatch(ctx, err); m != nil {
+			return m
+		}
 		return err
 	}
 	return v.judge(in.cfg.table)
@@ -141,7 +174,7 @@ func (v *verifier) flawf(format string, args ...any) {
 
 func (v *verifier) judge(table string) error {
 	if v.missing {
-		return fmt.Errorf("inbox: table %s does not exist: call Migrate or apply SchemaSQL: %w", table, ErrUnsafeTable)
+		return fmt.Errorf("inbox: table %s does not exist: call Migrate or apply SchemaSQL(): %w", table, ErrNotMigrated)
 	}
 	if len(v.flaws) > 0 {
 		return fmt.Errorf("inbox: table %s: %s: %w", table, strings.Join(v.flaws, "; "), ErrUnsafeTable)

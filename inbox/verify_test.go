@@ -132,7 +132,7 @@ func TestVerifyRefusesHandMadeTables(t *testing.T) {
 			t.Fatalf("Verify on the table Migrate made: %v", err)
 		}
 		missing, _ := inbox.New(e.db, b.d, "wallet-consumer", inbox.WithTable("no_such_table"))
-		if err := missing.Verify(ctx); !errors.Is(err, inbox.ErrUnsafeTable) || !strings.Contains(err.Error(), "does not exist") {
+		if err := missing.Verify(ctx); !errors.Is(err, inbox.ErrNotMigrated) || !strings.Contains(err.Error(), "does not exist") {
 			t.Fatalf("Verify of a missing table: %v", err)
 		}
 	})
