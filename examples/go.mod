@@ -3,7 +3,7 @@ module github.com/idem-go/idem/examples
 go 1.26.0
 
 require (
-	github.com/idem-go/idem v0.0.0
+	github.com/idem-go/idem v0.1.0
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	modernc.org/sqlite v1.62.0
@@ -30,7 +30,3 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 )
-
-// Inside the repository go.work resolves these; the replaces keep
-// GOWORK=off builds (and go mod tidy) working.
-replace github.com/idem-go/idem => ..

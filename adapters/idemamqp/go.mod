@@ -3,8 +3,8 @@ module github.com/idem-go/idem/adapters/idemamqp
 go 1.26.0
 
 require (
-	github.com/idem-go/idem v0.0.0
-	github.com/idem-go/idem/internal/consume/spantest v0.0.0
+	github.com/idem-go/idem v0.1.0
+	github.com/idem-go/idem/internal/consume/spantest v0.1.0
 	github.com/rabbitmq/amqp091-go v1.16.0
 	modernc.org/sqlite v1.62.0
 )
@@ -17,7 +17,7 @@ require (
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-sql-driver/mysql v1.10.1 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/idem-go/idem/idemotel v0.0.0 // indirect
+	github.com/idem-go/idem/idemotel v0.1.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/pgx/v5 v5.12.0 // indirect
@@ -38,12 +38,4 @@ require (
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
-)
-
-// Inside the repository go.work resolves these; the replaces keep
-// GOWORK=off builds (and go mod tidy) working.
-replace (
-	github.com/idem-go/idem => ../..
-	github.com/idem-go/idem/idemotel => ../../idemotel
-	github.com/idem-go/idem/internal/consume/spantest => ../../internal/consume/spantest
 )

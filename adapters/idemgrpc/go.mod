@@ -3,7 +3,7 @@ module github.com/idem-go/idem/adapters/idemgrpc
 go 1.26.0
 
 require (
-	github.com/idem-go/idem v0.0.0
+	github.com/idem-go/idem v0.1.0
 	go.uber.org/goleak v1.3.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1
 	google.golang.org/grpc v1.85.0
@@ -17,5 +17,3 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 )
-
-replace github.com/idem-go/idem => ../..

@@ -4,9 +4,9 @@ go 1.26.0
 
 require (
 	github.com/google/uuid v1.6.0
-	github.com/idem-go/idem v0.0.0
-	github.com/idem-go/idem/idemotel v0.0.0
-	github.com/idem-go/idem/internal/consume/spantest v0.0.0
+	github.com/idem-go/idem v0.1.0
+	github.com/idem-go/idem/idemotel v0.1.0
+	github.com/idem-go/idem/internal/consume/spantest v0.1.0
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kadm v1.20.0
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
@@ -43,12 +43,4 @@ require (
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
-)
-
-// Inside the repository go.work resolves these; the replaces keep
-// GOWORK=off builds (and go mod tidy) working.
-replace (
-	github.com/idem-go/idem => ../..
-	github.com/idem-go/idem/idemotel => ../../idemotel
-	github.com/idem-go/idem/internal/consume/spantest => ../../internal/consume/spantest
 )

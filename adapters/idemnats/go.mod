@@ -3,9 +3,9 @@ module github.com/idem-go/idem/adapters/idemnats
 go 1.26.0
 
 require (
-	github.com/idem-go/idem v0.0.0
-	github.com/idem-go/idem/internal/consume/spantest v0.0.0
-	github.com/idem-go/idem/internal/natsenv v0.0.0
+	github.com/idem-go/idem v0.1.0
+	github.com/idem-go/idem/internal/consume/spantest v0.1.0
+	github.com/idem-go/idem/internal/natsenv v0.1.0
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	modernc.org/sqlite v1.62.0
@@ -21,7 +21,7 @@ require (
 	github.com/go-sql-driver/mysql v1.10.1 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/idem-go/idem/idemotel v0.0.0 // indirect
+	github.com/idem-go/idem/idemotel v0.1.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/pgx/v5 v5.12.0 // indirect
@@ -49,13 +49,4 @@ require (
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
-)
-
-// Inside the repository go.work resolves these; the replaces keep
-// GOWORK=off builds (and go mod tidy) working.
-replace (
-	github.com/idem-go/idem => ../..
-	github.com/idem-go/idem/idemotel => ../../idemotel
-	github.com/idem-go/idem/internal/consume/spantest => ../../internal/consume/spantest
-	github.com/idem-go/idem/internal/natsenv => ../../internal/natsenv
 )

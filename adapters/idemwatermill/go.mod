@@ -4,9 +4,9 @@ go 1.26.0
 
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
-	github.com/idem-go/idem v0.0.0
-	github.com/idem-go/idem/idemotel v0.0.0
-	github.com/idem-go/idem/internal/consume/spantest v0.0.0
+	github.com/idem-go/idem v0.1.0
+	github.com/idem-go/idem/idemotel v0.1.0
+	github.com/idem-go/idem/internal/consume/spantest v0.1.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.uber.org/goleak v1.3.0
@@ -43,12 +43,4 @@ require (
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
-)
-
-// Inside the repository go.work resolves these; the replaces keep
-// GOWORK=off builds (and go mod tidy) working.
-replace (
-	github.com/idem-go/idem => ../..
-	github.com/idem-go/idem/idemotel => ../../idemotel
-	github.com/idem-go/idem/internal/consume/spantest => ../../internal/consume/spantest
 )

@@ -1,3 +1,5 @@
+// The binary is a module of its own so that the core module's users get
+// none of its dependencies (the CLI, the cloud and broker clients).
 module github.com/idem-go/idem/cmd/idem
 
 go 1.26.0
@@ -6,13 +8,13 @@ require (
 	github.com/chromedp/chromedp v0.23.0
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/goccy/go-yaml v1.19.2
-	github.com/idem-go/idem v0.0.0
-	github.com/idem-go/idem/idemhttp/idemhttpprom v0.0.0
-	github.com/idem-go/idem/idemotel v0.0.0
-	github.com/idem-go/idem/keystore/dynamostore v0.0.0
-	github.com/idem-go/idem/keystore/keystoreprom v0.0.0-00010101000000-000000000000
-	github.com/idem-go/idem/keystore/natsstore v0.0.0
-	github.com/idem-go/idem/keystore/redisstore v0.0.0
+	github.com/idem-go/idem v0.1.0
+	github.com/idem-go/idem/idemhttp/idemhttpprom v0.1.0
+	github.com/idem-go/idem/idemotel v0.1.0
+	github.com/idem-go/idem/keystore/dynamostore v0.1.0
+	github.com/idem-go/idem/keystore/keystoreprom v0.1.0
+	github.com/idem-go/idem/keystore/natsstore v0.1.0
+	github.com/idem-go/idem/keystore/redisstore v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
@@ -89,19 +91,4 @@ require (
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
-)
-
-// The binary is a module of its own so that the core module's users get
-// none of its dependencies (the CLI, the cloud and broker clients). In the
-// repository, go.work resolves these; the replaces keep GOWORK=off builds
-// working from a checkout.
-replace (
-	github.com/idem-go/idem => ../..
-	github.com/idem-go/idem/idemhttp/idemhttpprom => ../../idemhttp/idemhttpprom
-	github.com/idem-go/idem/idemotel => ../../idemotel
-	github.com/idem-go/idem/internal/natsenv => ../../internal/natsenv
-	github.com/idem-go/idem/keystore/dynamostore => ../../keystore/dynamostore
-	github.com/idem-go/idem/keystore/keystoreprom => ../../keystore/keystoreprom
-	github.com/idem-go/idem/keystore/natsstore => ../../keystore/natsstore
-	github.com/idem-go/idem/keystore/redisstore => ../../keystore/redisstore
 )

@@ -3,7 +3,7 @@ module github.com/idem-go/idem/idemhttp/idemhttpprom
 go 1.26.0
 
 require (
-	github.com/idem-go/idem v0.0.0
+	github.com/idem-go/idem v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 )
 
@@ -19,7 +19,3 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
-
-// Inside the repository go.work resolves these; the replaces keep
-// GOWORK=off builds (and go mod tidy) working.
-replace github.com/idem-go/idem => ../..

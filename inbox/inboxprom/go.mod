@@ -3,9 +3,9 @@ module github.com/idem-go/idem/inbox/inboxprom
 go 1.26.0
 
 require (
-	github.com/idem-go/idem v0.0.0
-	github.com/idem-go/idem/idemhttp/idemhttpprom v0.0.0
-	github.com/idem-go/idem/keystore/keystoreprom v0.0.0
+	github.com/idem-go/idem v0.1.0
+	github.com/idem-go/idem/idemhttp/idemhttpprom v0.1.0
+	github.com/idem-go/idem/keystore/keystoreprom v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 	modernc.org/sqlite v1.62.0
 )
@@ -30,12 +30,4 @@ require (
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
-)
-
-// Inside the repository go.work resolves these; the replaces keep
-// GOWORK=off builds (and go mod tidy) working.
-replace (
-	github.com/idem-go/idem => ../..
-	github.com/idem-go/idem/idemhttp/idemhttpprom => ../../idemhttp/idemhttpprom
-	github.com/idem-go/idem/keystore/keystoreprom => ../../keystore/keystoreprom
 )

@@ -9,7 +9,7 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.74.0
 	github.com/aws/smithy-go v1.28.9
 	github.com/google/uuid v1.6.0
-	github.com/idem-go/idem v0.0.0
+	github.com/idem-go/idem v0.1.0
 )
 
 require (
@@ -43,5 +43,3 @@ require (
 	modernc.org/memory v1.12.1 // indirect
 	modernc.org/sqlite v1.62.0 // indirect
 )
-
-replace github.com/idem-go/idem => ../..

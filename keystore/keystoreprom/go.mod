@@ -3,7 +3,7 @@ module github.com/idem-go/idem/keystore/keystoreprom
 go 1.26.0
 
 require (
-	github.com/idem-go/idem v0.0.0
+	github.com/idem-go/idem v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 )
 
@@ -36,7 +36,3 @@ require (
 	modernc.org/memory v1.12.1 // indirect
 	modernc.org/sqlite v1.62.0 // indirect
 )
-
-// Inside the repository go.work resolves these; the replaces keep
-// GOWORK=off builds (and go mod tidy) working.
-replace github.com/idem-go/idem => ../..

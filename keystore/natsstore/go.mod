@@ -4,8 +4,8 @@ go 1.26.0
 
 require (
 	github.com/google/uuid v1.6.0
-	github.com/idem-go/idem v0.0.0
-	github.com/idem-go/idem/internal/natsenv v0.0.0
+	github.com/idem-go/idem v0.1.0
+	github.com/idem-go/idem/internal/natsenv v0.1.0
 	github.com/nats-io/nats.go v1.55.0
 	go.uber.org/goleak v1.3.0
 )
@@ -39,9 +39,4 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 	modernc.org/sqlite v1.62.0 // indirect
-)
-
-replace (
-	github.com/idem-go/idem => ../..
-	github.com/idem-go/idem/internal/natsenv => ../../internal/natsenv
 )

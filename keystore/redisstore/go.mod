@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/google/uuid v1.6.0
-	github.com/idem-go/idem v0.0.0
+	github.com/idem-go/idem v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/goleak v1.3.0
 )
@@ -31,7 +31,3 @@ require (
 	modernc.org/memory v1.12.1 // indirect
 	modernc.org/sqlite v1.62.0 // indirect
 )
-
-// Inside the repository go.work resolves these; the replaces keep
-// GOWORK=off builds (and go mod tidy) working.
-replace github.com/idem-go/idem => ../..

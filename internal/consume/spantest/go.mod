@@ -3,8 +3,8 @@ module github.com/idem-go/idem/internal/consume/spantest
 go 1.26.0
 
 require (
-	github.com/idem-go/idem v0.0.0
-	github.com/idem-go/idem/idemotel v0.0.0
+	github.com/idem-go/idem v0.1.0
+	github.com/idem-go/idem/idemotel v0.1.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
@@ -36,11 +36,4 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 	modernc.org/sqlite v1.62.0 // indirect
-)
-
-// Inside the repository go.work resolves these; the replaces keep
-// GOWORK=off builds (and go mod tidy) working.
-replace (
-	github.com/idem-go/idem => ../../..
-	github.com/idem-go/idem/idemotel => ../../../idemotel
 )
