@@ -3,7 +3,7 @@ GO      ?= go
 TIMEOUT ?= 20m
 FUZZTIME ?= 15s
 
-.PHONY: test deps lint unit modules bench bench-compact bench-compact-curve bench-scale bench-keystore-scale soak fuzz demo chaos
+.PHONY: test deps lint unit modules install-test apicheck bench bench-compact bench-compact-curve bench-scale bench-keystore-scale soak fuzz demo chaos
 
 # Every package of every module in go.work. In workspace mode `./...` at the
 # root covers only the root module, so the targets name each module's tree.
@@ -21,6 +21,14 @@ modules:
 
 unit:
 	$(GO) test -race -timeout $(TIMEOUT) $(PKGS)
+
+## install-test: the released modules, zipped into a file-system module
+## proxy at a throwaway version, installed the way a user does: a program
+## importing every public package built outside the workspace, and
+## `go install github.com/idem-go/idem/cmd/idem@VERSION` (docs/releasing.md).
+## `make unit` runs it too.
+install-test:
+	$(GO) test -count=1 -run '^TestInstallFromProxy$$' -v -timeout $(TIMEOUT) ./tools/release
 
 ## lint: gofmt, go vet and staticcheck (pinned in go.mod as a go tool), and
 ## the root module built for 386 and arm64 too (and the test helpers vetted
