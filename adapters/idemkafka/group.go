@@ -45,14 +45,15 @@ func (g *group) start(kopts []kgo.Opt, apply func(context.Context, []*kgo.Record
 		kgo.OnPartitionsRevoked(g.onRevoked),
 		kgo.OnPartitionsLost(g.onLost),
 	)
-	cl, err := kgo.NewClient(append(all, extra...)...)
+	all = append(all, extra...)
+	cl, err := kgo.NewClient(all...)
 	if err != nil {
-		return fmt.Errorf("idemkafka: client: %w: %w", idem.ErrInvalidOption, err)
+		return clientError(all, err)
 	}
 	name, _ := cl.OptValue(kgo.ConsumerGroup).(string)
 	if name == "" {
 		cl.Close()
-		return invalid("kopts must set kgo.ConsumerGroup")
+		return errNoGroup
 	}
 	g.cl, g.name, g.apply = cl, name, apply
 	g.loop = loop{p: cl, closeCl: cl.CloseAllowingRebalance, batch: g.cfg.BatchSize, log: g.cfg.Logger, process: g.processFetches}

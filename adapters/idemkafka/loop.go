@@ -37,8 +37,12 @@ type loop struct {
 func (l *loop) run(ctx context.Context) error {
 	l.mu.Lock()
 	if l.closed || l.started {
+		err := errRanOnce
+		if l.closed {
+			err = errClosed
+		}
 		l.mu.Unlock()
-		return errClosed
+		return err
 	}
 	l.started = true
 	ctx, cancel := context.WithCancel(ctx)

@@ -39,6 +39,19 @@ var (
 	errClosed = fmt.Errorf("idemkafka: consumer closed: %w", idem.ErrClosed)
 )
 
+// errRanOnce is a second Run's error. It matches idem.ErrClosed (the
+// consumer will not consume again), but says why: Run was called before,
+// not Close.
+var errRanOnce error = ranOnceError{}
+
+type ranOnceError struct{}
+
+func (ranOnceError) Error() string {
+	return "idemkafka: Run was already called; a consumer runs once: Close it and build a new one"
+}
+
+func (ranOnceError) Is(target error) bool { return target == idem.ErrClosed }
+
 // Event reports one record to [WithObserver]: its outcome (idem.Applied,
 // idem.Duplicate, idem.Retried before a run again in this process, or
 // idem.DeadLettered with an idem.Reason), its key ("" for an OffsetConsumer

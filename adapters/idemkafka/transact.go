@@ -131,7 +131,7 @@ func NewTransactional(transactionalID string, h TransactHandler, kopts []kgo.Opt
 	)
 	s, err := kgo.NewGroupTransactSession(all...)
 	if err != nil {
-		return nil, fmt.Errorf("idemkafka: client: %w: %w", idem.ErrInvalidOption, err)
+		return nil, clientError(all, err)
 	}
 	group, _ := s.Client().OptValue(kgo.ConsumerGroup).(string)
 	c := &TransactConsumer{s: s, h: h, cfg: cfg, group: group, txnID: transactionalID}
