@@ -13,7 +13,8 @@
 //	                          (uuid on PostgreSQL; a BLOB with a unique index on
 //	                          SQLite, whose rows stay in arrival order)
 //	expires_at             -- lease end (in progress) or result end (done); indexed
-//	token                  -- fencing token, from TABLE_token
+//	token                  -- fencing token: TABLE_token + 1, floored by the
+//	                          database's clock in µs (see docs/ha.md)
 //	takeovers              -- expired leases taken over in a row
 //	state                  -- 1 in progress, 2 done
 //	name                   -- scope, a zero byte, the key: not indexed

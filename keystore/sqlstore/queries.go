@@ -252,9 +252,9 @@ func newQueries(d sqldialect.Dialect, n names, l Layout) *queries {
 			reserve: `WITH lk AS (SELECT pg_advisory_xact_lock(` + reserveLockClass + `, $5::integer)),
 up AS (
 	INSERT INTO {T} AS t (` + keyCols + `, state, token, takeovers, fingerprint, result, expires_at)
-	SELECT ` + keyTypes + `, 1, nextval('{SEQ}'), 0, $3::bytea, NULL::bytea, now() + $4::bigint * interval '1 microsecond' FROM lk
+	SELECT ` + keyTypes + `, 1, ` + pgNextToken + `, 0, $3::bytea, NULL::bytea, now() + $4::bigint * interval '1 microsecond' FROM lk
 	ON CONFLICT (` + conflict + `) DO UPDATE SET
-		` + setName + `state = 1, token = EXCLUDED.token,
+		` + setName + `state = 1, token = GREATEST(EXCLUDED.token, t.token + 1),
 		takeovers = CASE WHEN t.state = 1` + sameT + ` THEN t.takeovers + 1 ELSE 0 END,
 		fingerprint = EXCLUDED.fingerprint, result = NULL, expires_at = EXCLUDED.expires_at
 	WHERE t.expires_at <= now()
@@ -290,9 +290,9 @@ WHERE ` + match + ` AND token = $3 AND state = 1`,
 			// Take the key if absent or expired; RETURNING yields no row when
 			// the key is live, and the caller then reads it with lookup.
 			reserve: `INSERT INTO {T} (` + keyCols + `, state, token, takeovers, fingerprint, result, expires_at)
-VALUES ($1, $2, 1, (SELECT v + 1 FROM {SEQ} WHERE id = 1), 0, $3, NULL, ` + nowSQLite + ` + $4)
+VALUES ($1, $2, 1, ` + sqliteNextToken + `, 0, $3, NULL, ` + nowSQLite + ` + $4)
 ON CONFLICT (` + conflict + `) DO UPDATE SET
-	` + setName + `state = 1, token = excluded.token,
+	` + setName + `state = 1, token = max(excluded.token, {T}.token + 1),
 	takeovers = CASE WHEN {T}.state = 1` + sameX + ` THEN {T}.takeovers + 1 ELSE 0 END,
 	fingerprint = excluded.fingerprint, result = NULL, expires_at = excluded.expires_at
 WHERE {T}.expires_at <= ` + nowSQLite + `
