@@ -194,7 +194,9 @@ const migrateLock = `SELECT pg_advisory_xact_lock(7305104735812733)`
 // one transaction. A table made by an earlier release keeps [LayoutRows]
 // (Migrate only completes its schema; see [Store.MigrateLayout]). On
 // PostgreSQL it takes a transaction-scoped advisory lock, so several nodes
-// may call it at start-up at once.
+// may call it at start-up at once. A dialect that does not match the
+// database fails with an error wrapping [sqldialect.ErrWrongDialect] that
+// names the dialect to pass.
 func (s *Store) Migrate(ctx context.Context) error {
 	err := s.retry(ctx, func() error {
 		tx, err := s.db.BeginTx(ctx, nil)
@@ -222,6 +224,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 	})
 	s.sh.cur.Store(nil)
 	if err != nil {
+		if m := s.d.Mismatch(ctx, s.db, "the key store", err); m != nil {
+			return fmt.Errorf("sqlstore: migrate: %w", m)
+		}
 		return fmt.Errorf("sqlstore: migrate: %w", err)
 	}
 	return nil
