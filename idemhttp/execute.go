@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idem-go/idem/internal/handlerctx"
 	"github.com/idem-go/idem/keystore"
 )
 
@@ -17,9 +18,6 @@ type attempt struct {
 	wrote      atomic.Bool // a connection to the upstream carried (some of) the request
 	madeUp     atomic.Bool // the proxy answered itself: no upstream response
 	bodyFailed atomic.Bool // the upstream's response body broke off
-	// lease ends only when the lease is lost (see keystore.KeepAlive) or
-	// the handler has returned; the client's disconnect does not end it.
-	lease context.Context
 }
 
 type attemptKey struct{}
@@ -30,26 +28,22 @@ func attemptOf(ctx context.Context) *attempt {
 }
 
 // execute runs the handler under the claim and stores or releases the key.
-// While the handler runs, the lease is renewed when the store can (see
-// keystore.KeepAlive), and the handler's context is cancelled, with a cause
-// wrapping keystore.ErrLeaseLost, if the lease is lost. Store calls after
-// the handler use a context that the client's disconnect does not cancel:
-// the effect has happened and must be recorded.
-func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, claim keystore.Claim, echo string) Outcome {
+// The handler runs under the context of internal/handlerctx: not cancelled
+// by the client's disconnect; cancelled, with a cause wrapping
+// keystore.ErrLeaseLost, if the lease is lost (renewed meanwhile when the
+// store can, see keystore.KeepAlive), and by the handler timeout and Abort.
+// Store calls after the handler use a context that the client's disconnect
+// does not cancel: the effect has happened and must be recorded.
+func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, key string, claim keystore.Claim, echo string) Outcome {
 	rec := newRecorder(w, &m.cfg, echo)
 	defer rec.resetDeadline()
 	att := &attempt{}
 	base := context.WithValue(r.Context(), attemptKey{}, att)
-	lease, stopLease := keystore.KeepAlive(context.WithoutCancel(base), m.store, claim, m.cfg.lease)
-	att.lease = lease
-	hctx, hcancel := context.WithCancelCause(base)
-	unhook := context.AfterFunc(lease, func() { hcancel(context.Cause(lease)) })
+	hctx, stop := handlerctx.Start(base, m.store, key, claim, m.cfg.lease, m.handlerConfig())
 	finish := func() {
-		unhook()
-		if _, err := stopLease(); err != nil {
+		if _, err := stop(); err != nil {
 			m.cfg.logger.WarnContext(base, "idemhttp: the lease was lost while the handler ran; its context was cancelled", "err", err)
 		}
-		hcancel(context.Canceled)
 	}
 	r = r.WithContext(hctx)
 	start := time.Now()

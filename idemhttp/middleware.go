@@ -22,13 +22,19 @@ import (
 // Middleware applies Idempotency-Key semantics to a handler. It is safe for
 // concurrent use and starts no goroutines.
 type Middleware struct {
-	store  keystore.Store
-	cfg    config
-	budget *budget
-	took   ewma.Duration
+	store   keystore.Store
+	cfg     config
+	budget  *budget
+	took    ewma.Duration
+	aborted context.Context // ends on Abort
+	abort   context.CancelFunc
 }
 
-// New returns a Middleware that keeps keys and responses in s.
+// New returns a Middleware that keeps keys and responses in s. It does no
+// I/O: call [keystore.Check] at start-up to learn that s is unreachable or
+// not migrated (a SQL store whose Migrate was never called) before the
+// first request does; the middleware answers every keyed request 500
+// "store-not-migrated" while the store is not migrated.
 func New(s keystore.Store, opts ...Option) (*Middleware, error) {
 	if s == nil {
 		return nil, invalid("nil store")
@@ -44,7 +50,9 @@ func New(s keystore.Store, opts ...Option) (*Middleware, error) {
 	if b.max < cfg.maxRequest+1 {
 		return nil, invalid("max buffered bytes %d must exceed the request body limit %d", b.max, cfg.maxRequest)
 	}
-	return &Middleware{store: s, cfg: cfg, budget: b}, nil
+	m := &Middleware{store: s, cfg: cfg, budget: b}
+	m.aborted, m.abort = context.WithCancel(context.Background())
+	return m, nil
 }
 
 // Handler wraps next.
@@ -52,7 +60,10 @@ func New(s keystore.Store, opts ...Option) (*Middleware, error) {
 // Store calls run under a context that the client's disconnect does not
 // cancel, bounded by the store timeout: a reservation is never left half
 // made. If the client is gone once the key is reserved, the handler does not
-// run and the key is released, so the retry executes.
+// run and the key is released, so the retry executes. Once the handler
+// runs, the client's disconnect does not cancel its context either (see
+// [WithHandlerTimeout], [WithClientCancel] and [Middleware.Abort]), and its
+// response is stored for the retry even if it cannot be delivered.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -134,6 +145,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		// took); the retry executes.
 		m.cfg.logger.DebugContext(r.Context(), "idemhttp: client gone before the handler ran", "err", err)
 		return OutcomeClientGone
+	case errors.Is(err, keystore.ErrNotMigrated):
+		// Not transient: a 503 would have clients retry forever.
+		m.cfg.logger.ErrorContext(r.Context(), "idemhttp: the key store is not migrated; call its Migrate (or apply its SchemaSQL) before serving", "err", err)
+		m.problem(w, http.StatusInternalServerError, probNotMigrated, "the request was not executed: the idempotency key store is not migrated (its table does not exist); the operator must call the store's Migrate, or apply its SchemaSQL, and restart", nil)
+		return OutcomeStoreError
 	case err != nil:
 		m.cfg.logger.ErrorContext(r.Context(), "idemhttp: store unavailable", "err", err)
 		m.problem(w, http.StatusServiceUnavailable, probStore, "the request was not executed; retry later with the same key", map[string]string{"Retry-After": "1"})
@@ -143,7 +159,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
-	return m.execute(w, r, next, claim, echo)
+	return m.execute(w, r, next, key, claim, echo)
 }
 
 // wait is how a request waits for a key in progress: WithWait's bound,

@@ -70,6 +70,9 @@ type config struct {
 	transport      http.RoundTripper
 	forwarded      func(in *http.Request, out http.Header)
 	streamTypes    map[string]bool
+	handlerTimeout time.Duration // 0: none
+	clientCancel   bool
+	route          string // WithRoute; "": the ServeMux pattern
 }
 
 func defaultConfig() config {

@@ -31,6 +31,7 @@ const (
 	probBusy        = "busy"
 	probTimeout     = "request-timeout"
 	probBodyRead    = "request-body-incomplete"
+	probNotMigrated = "store-not-migrated"
 )
 
 var problemTitles = map[string]string{
@@ -49,6 +50,7 @@ var problemTitles = map[string]string{
 	probBusy:        "The server is holding too many request bodies",
 	probTimeout:     "The request body did not arrive in time",
 	probBodyRead:    "The request body could not be read",
+	probNotMigrated: "The idempotency store is not migrated",
 }
 
 func (m *Middleware) problem(w http.ResponseWriter, status int, typ, detail string, hdr map[string]string) {

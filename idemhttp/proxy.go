@@ -27,21 +27,21 @@ import (
 // upstream has acted: if its body then breaks off, the key is completed as
 // "response-lost" (502 on every retry) and never executed again.
 type Proxy struct {
-	m        *Middleware
-	rp       *httputil.ReverseProxy
-	handler  http.Handler
-	abortCtx context.Context
-	abort    context.CancelFunc
+	m       *Middleware
+	rp      *httputil.ReverseProxy
+	handler http.Handler
 }
 
-// NewProxy returns a Proxy to target. The upstream call of a keyed request is
-// bounded by the lease, so the proxy never acts on a key it no longer holds:
-// with a store that renews leases (keystore.Extender), the lease is renewed
-// while the call runs and the call is cancelled if the lease is lost (the
-// key was released or taken over, or the store could not renew it in time);
-// with a store that cannot, the call times out when the lease ends (504).
-// It is not cancelled when the client disconnects, so that a response that
-// was produced is stored for the client's retry.
+// NewProxy returns a Proxy to target. The upstream call of a keyed request
+// runs under the handler's context of a [Middleware] (see
+// [WithHandlerTimeout]), so it is bounded by the lease and the proxy never
+// acts on a key it no longer holds: with a store that renews leases
+// (keystore.Extender), the lease is renewed while the call runs and the
+// call is cancelled if the lease is lost (the key was released or taken
+// over, or the store could not renew it in time); with a store that
+// cannot, the call times out when the lease ends (504). It is not
+// cancelled when the client disconnects (unless [WithClientCancel]), so
+// that a response that was produced is stored for the client's retry.
 func NewProxy(target *url.URL, s keystore.Store, opts ...Option) (*Proxy, error) {
 	if target == nil || target.Scheme == "" || target.Host == "" {
 		return nil, invalid("upstream URL %v must have a scheme and a host", target)
@@ -55,7 +55,6 @@ func NewProxy(target *url.URL, s keystore.Store, opts ...Option) (*Proxy, error)
 		transport = upstreamTransport()
 	}
 	p := &Proxy{m: m}
-	p.abortCtx, p.abort = context.WithCancel(context.Background())
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
@@ -71,9 +70,10 @@ func NewProxy(target *url.URL, s keystore.Store, opts ...Option) (*Proxy, error)
 			}
 			hideFromTransport(pr.Out.Header)
 			m.injectTrace(pr.In.Context(), pr.Out.Header)
-			ctx, cancel := upstreamCtx(pr.In.Context(), att, m)
-			stop := context.AfterFunc(p.abortCtx, cancel)
-			done := context.CancelFunc(func() { stop(); cancel() })
+			// pr.In's context is the handler's (execute): it ends on lease
+			// loss, the handler timeout and Abort, not when the client
+			// disconnects.
+			ctx, done := context.WithCancel(pr.In.Context())
 			// Once a connection is in hand, some of the request may have
 			// reached the upstream even if writing it then fails (an
 			// upstream can act on the headers and reset the connection
@@ -103,18 +103,6 @@ func NewProxy(target *url.URL, s keystore.Store, opts ...Option) (*Proxy, error)
 	}
 	p.handler = m.Handler(p.rp)
 	return p, nil
-}
-
-// upstreamCtx is the context of a keyed upstream call: not cancelled when
-// the client disconnects, and bounded by the lease. With a store that
-// renews leases, that is the renewed lease: the call is cancelled when the
-// lease is lost (or cannot be renewed before it ends); with one that
-// cannot, the call times out when the lease ends.
-func upstreamCtx(in context.Context, att *attempt, m *Middleware) (context.Context, context.CancelFunc) {
-	if keystore.CanExtend(m.store) && att.lease != nil {
-		return context.WithCancel(att.lease)
-	}
-	return context.WithTimeout(context.WithoutCancel(in), m.cfg.lease)
 }
 
 // hideFromTransport keeps net/http's Transport from sending a keyed request
@@ -220,7 +208,7 @@ func (b *cancelBody) Close() error {
 // answers 502 and releases its key, so the client's retry executes (on this
 // or another proxy); one whose upstream status line had arrived is completed
 // as response-lost. Requests that arrive after Abort fail the same way.
-func (p *Proxy) Abort() { p.abort() }
+func (p *Proxy) Abort() { p.m.Abort() }
 
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.handler.ServeHTTP(w, r) }

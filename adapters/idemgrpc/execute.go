@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/internal/handlerctx"
 	"github.com/idem-go/idem/keystore"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
@@ -18,23 +19,18 @@ import (
 )
 
 // execute runs the handler under the claim and stores or releases the key.
-// While the handler runs, the lease is renewed when the store can (see
-// keystore.KeepAlive) and the handler's context ends if the lease is lost;
-// with a store that cannot renew, it ends when the lease does. A panic
-// releases the key and continues.
-func (i *Interceptor) execute(ctx context.Context, req any, handler grpc.UnaryHandler, claim keystore.Claim) (any, Outcome, error) {
+// The handler's context is idemhttp's (internal/handlerctx): the client's
+// cancellation or deadline does not end it; the lease's loss (renewed
+// meanwhile when the store can, see keystore.KeepAlive; with a store that
+// cannot, its end), the handler timeout and Abort do. A panic releases the
+// key and continues.
+func (i *Interceptor) execute(ctx context.Context, req any, handler grpc.UnaryHandler, key string, claim keystore.Claim) (any, Outcome, error) {
 	cap := &capture{inner: grpc.ServerTransportStreamFromContext(ctx)}
 	hctx := grpc.NewContextWithServerTransportStream(ctx, cap)
-	hctx = context.WithValue(hctx, claimKey{}, claim)
-	if !keystore.CanExtend(i.store) {
-		var cancel context.CancelFunc
-		hctx, cancel = context.WithTimeout(hctx, i.cfg.lease)
-		defer cancel()
-	}
-	hctx, stopLease := keystore.KeepAlive(hctx, i.store, claim, i.cfg.lease)
+	hctx, stop := handlerctx.Start(hctx, i.store, key, claim, i.cfg.lease, i.handlerConfig())
 	finished := false
 	defer func() {
-		_, _ = stopLease() // stop renewing before the release below
+		_, _ = stop() // stop renewing before the release below
 		if !finished {
 			i.release(ctx, claim, "handler panicked")
 		}
@@ -42,7 +38,7 @@ func (i *Interceptor) execute(ctx context.Context, req any, handler grpc.UnaryHa
 	start := time.Now()
 	resp, herr := handler(hctx, req)
 	finished = true
-	if _, err := stopLease(); err != nil {
+	if _, err := stop(); err != nil {
 		i.cfg.logger.WarnContext(ctx, "idemgrpc: the lease was lost while the handler ran; its context was cancelled", "err", err)
 	}
 	i.took.Observe(time.Since(start))

@@ -215,12 +215,13 @@ func TestDeadlineExpiresWhileHandlerRuns(t *testing.T) {
 	// copy of the deadline fires a little earlier than the client's, and a
 	// reply sent in between would reach the client in time.
 	gaveUp := make(chan struct{})
+	var ctxEnded atomic.Bool
 	svc := &payments{charge: func(ctx context.Context, n int64, req *testpb.ChargeRequest) (*testpb.ChargeReply, error) {
-		<-ctx.Done() // the client's deadline; the effect goes on regardless
-		<-gaveUp
+		<-gaveUp // the client's deadline has passed; the effect goes on
 		if n == 1 {
 			defer close(done)
 		}
+		ctxEnded.Store(ctx.Err() != nil) // the handler's context outlives the client's deadline
 		return &testpb.ChargeReply{Id: "ch_slow", Amount: req.GetAmount()}, nil
 	}}
 	srv := serve(t, svc, fs, []idemgrpc.Option{idemgrpc.WithWait(10 * time.Second)})
@@ -241,6 +242,9 @@ func TestDeadlineExpiresWhileHandlerRuns(t *testing.T) {
 	}
 	if svc.calls.Load() != 1 || fs.completes.Load() != 1 || fs.cancelledCompletes.Load() != 0 {
 		t.Fatalf("%d executions, %d completes (%d under a cancelled ctx)", svc.calls.Load(), fs.completes.Load(), fs.cancelledCompletes.Load())
+	}
+	if ctxEnded.Load() {
+		t.Fatal("the handler's context ended with the client's deadline")
 	}
 }
 

@@ -44,6 +44,8 @@ type config struct {
 	logger         *slog.Logger
 	hooks          Hooks
 	tracer         idem.Tracer
+	handlerTimeout time.Duration // 0: none
+	clientCancel   bool
 }
 
 func defaultConfig() config {

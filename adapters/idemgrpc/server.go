@@ -27,14 +27,19 @@ import (
 // interceptors that authenticate the caller (a scope function reads what
 // they found) and before those that must run once per execution.
 type Interceptor struct {
-	store keystore.Store
-	cfg   config
-	took  ewma.Duration
+	store   keystore.Store
+	cfg     config
+	took    ewma.Duration
+	aborted context.Context // ends on Abort
+	abort   context.CancelFunc
 }
 
 // New returns an Interceptor that keeps keys and responses in s. Options
 // are validated here; a bad one returns an error wrapping
-// idem.ErrInvalidOption.
+// idem.ErrInvalidOption. It does no I/O: call keystore.Check at start-up to
+// learn that s is unreachable or not migrated (a SQL store whose Migrate
+// was never called) before the first call does; while it is not migrated,
+// keyed calls fail with FailedPrecondition (reason [ReasonNotMigrated]).
 func New(s keystore.Store, opts ...Option) (*Interceptor, error) {
 	if s == nil {
 		return nil, invalid("nil store")
@@ -43,17 +48,9 @@ func New(s keystore.Store, opts ...Option) (*Interceptor, error) {
 	if err := option.Apply("idemgrpc", &cfg, opts); err != nil {
 		return nil, err
 	}
-	return &Interceptor{store: s, cfg: cfg}, nil
-}
-
-type claimKey struct{}
-
-// ClaimFrom returns the claim under which the handler runs. Pass its Token
-// to downstream systems that fence stale writers, and look at Takeover to
-// learn that an earlier holder's lease ran out (it may have acted).
-func ClaimFrom(ctx context.Context) (keystore.Claim, bool) {
-	c, ok := ctx.Value(claimKey{}).(keystore.Claim)
-	return c, ok
+	ic := &Interceptor{store: s, cfg: cfg}
+	ic.aborted, ic.abort = context.WithCancel(context.Background())
+	return ic, nil
 }
 
 // Unary is the grpc.UnaryServerInterceptor. For a call of a configured
@@ -66,9 +63,13 @@ func ClaimFrom(ctx context.Context) (keystore.Claim, bool) {
 // end (bounded by the store timeout): a reservation is never left half
 // made, and an effect that happened is recorded even if the client has
 // gone. If the client is gone once the key is reserved, the handler does
-// not run and the key is released. The lease is renewed while the handler
-// runs when the store can, and the handler's context ends if the lease is
-// lost; with a store that cannot renew, it ends when the lease does.
+// not run and the key is released. Once the handler runs, the client's
+// cancellation or deadline does not end its context either: the retry is
+// expected, and replays the stored response (see [WithHandlerTimeout],
+// [WithClientCancel], [Interceptor.Abort]). The lease is renewed while the
+// handler runs when the store can, and the handler's context ends if the
+// lease is lost; with a store that cannot renew, it ends when the lease
+// does.
 //
 // If the process dies after the reservation and before the response is
 // stored, the key stays in progress until its lease ends (retries get
@@ -170,13 +171,17 @@ func (i *Interceptor) keyed(ctx context.Context, req any, info *grpc.UnaryServer
 		// took); the retry executes.
 		i.cfg.logger.DebugContext(ctx, "idemgrpc: client gone before the handler ran", "method", info.FullMethod, "err", err)
 		return nil, idemhttp.OutcomeClientGone, statusOf(ctx.Err()).Err()
+	case errors.Is(err, keystore.ErrNotMigrated):
+		// Not transient: Unavailable would have clients retry forever.
+		i.cfg.logger.ErrorContext(ctx, "idemgrpc: the key store is not migrated; call its Migrate (or apply its SchemaSQL) before serving", "method", info.FullMethod, "err", err)
+		return nil, idemhttp.OutcomeStoreError, failure(codes.FailedPrecondition, ReasonNotMigrated, "the call was not executed: the idempotency key store is not migrated (its table does not exist); the operator must call the store's Migrate, or apply its SchemaSQL, and restart")
 	case err != nil:
 		i.cfg.logger.ErrorContext(ctx, "idemgrpc: store unavailable", "method", info.FullMethod, "err", err)
 		return nil, idemhttp.OutcomeStoreError, failure(codes.Unavailable, ReasonStore, "the idempotency store is unavailable; the call was not executed, retry with the same key")
 	case claim.State == keystore.Done:
 		return i.replay(ctx, claim)
 	}
-	return i.execute(ctx, req, handler, claim)
+	return i.execute(ctx, req, handler, key, claim)
 }
 
 // Fingerprint returns the SHA-256 digest stored beside a key to detect a key

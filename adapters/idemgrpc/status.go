@@ -29,6 +29,7 @@ const (
 	ReasonNotStored         = "RESPONSE_NOT_STORED"     // FailedPrecondition: executed, response too large to keep
 	ReasonCorrupt           = "STORED_RESPONSE_CORRUPT" // Internal: the stored record cannot be replayed
 	ReasonUnfingerprintable = "REQUEST_NOT_PROTOBUF"    // Internal: the request is not a proto.Message
+	ReasonNotMigrated       = "STORE_NOT_MIGRATED"      // FailedPrecondition: the store's table does not exist (call its Migrate)
 )
 
 // failure builds the status of one of idemgrpc's own answers.

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 
 	"github.com/idem-go/idem/internal/uuidtext"
+	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -204,8 +205,9 @@ type querier interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-// errNoTable: neither layout's table exists.
-var errNoTable = errors.New("table does not exist (call Migrate or apply SchemaSQL)")
+// errNoTable: neither layout's table exists. It wraps
+// keystore.ErrNotMigrated, on which idemhttp and idemgrpc branch.
+var errNoTable = fmt.Errorf("table does not exist (call Migrate or apply SchemaSQL): %w", keystore.ErrNotMigrated)
 
 // detect reads which layout the table has: the digest layout if its meta
 // table exists, the rows layout if only the key table does. It returns
