@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -28,10 +29,11 @@ func (e *handlerError) Unwrap() error { return e.err }
 // each partition's next offset in the database, in the same transaction as
 // the records' effects, instead of a key per record.
 type OffsetConsumer struct {
-	g  *group
-	db *sql.DB
-	d  sqldialect.Dialect
-	h  Handler
+	g   *group
+	db  *sql.DB
+	d   sqldialect.Dialect
+	h   Handler
+	pos positions // the stored offset each partition's next batch expects
 }
 
 // NewOffsetConsumer builds an OffsetConsumer: the next offset to consume of
@@ -42,10 +44,15 @@ type OffsetConsumer struct {
 // record, as long as every effect of h is in db. Commits to Kafka still
 // happen (for lag monitoring) but are never read back.
 //
-// The offset update is conditional (the stored offset must not be past the
-// batch), so a member that lost its partitions without knowing (a zombie)
-// cannot commit a batch that the new owner has already applied: it rolls
-// back and re-seeks. Supported dialects: PostgreSQL and SQLite. Call Migrate,
+// The offset update is conditional: the stored offset must be exactly the
+// one this consumer read or wrote last for the partition (where its fetch
+// position came from). A member that lost its partitions without knowing
+// (a zombie) so cannot commit a batch that the new owner has already
+// applied, and a database that lost its last commits (a failover to a
+// standby that lagged, which database/sql follows silently by reconnecting)
+// cannot be written over the gap: either way the transaction rolls back
+// and the consumer seeks to the stored offset, forward or back, and
+// consumes from there. Supported dialects: PostgreSQL and SQLite. Call Migrate,
 // or apply SchemaSQL, before Run. kopts are as for NewConsumer, and
 // NewOffsetConsumer adds its kgo.AdjustFetchOffsetsFn. The options that
 // apply: WithOffsetsTable, WithMaxAttempts, WithBackoff, WithDeadLetter,
@@ -126,6 +133,7 @@ func (c *OffsetConsumer) adjustOffsets(ctx context.Context, offs map[string]map[
 				c.g.cfg.Logger.Error("idemkafka: reading stored offset", "topic", topic, "partition", p, "err", err)
 				return nil, err
 			}
+			c.pos.set(topic, p, next, ok)
 			if ok {
 				ps[p] = kgo.NewOffset().At(next).WithEpoch(-1)
 			}
@@ -149,13 +157,20 @@ func (c *OffsetConsumer) storedOffset(ctx context.Context, topic string, p int32
 }
 
 // advance sets the partition's next offset to next inside tx, unless the
-// stored offset is already past first (errFenced).
+// stored offset is not the one expected (errFenced): the one this consumer
+// last read or wrote, or, when it knows none (no row was stored when the
+// partition was assigned), one not past first.
 func (c *OffsetConsumer) advance(ctx context.Context, tx *sql.Tx, topic string, p int32, first, next int64) error {
 	ph := c.d.Placeholder
+	cond := ".next_offset <= " + ph(5)
+	arg := first
+	if want, ok := c.pos.get(topic, p); ok {
+		cond, arg = ".next_offset = "+ph(5), want
+	}
 	q := "INSERT INTO " + c.g.cfg.table + " (group_id, topic, partition_id, next_offset) VALUES (" +
 		c.d.Placeholders(1, 4) + ") ON CONFLICT (group_id, topic, partition_id) DO UPDATE SET next_offset = excluded.next_offset WHERE " +
-		c.g.cfg.table + ".next_offset <= " + ph(5)
-	res, err := tx.ExecContext(ctx, q, c.g.name, topic, p, next, first)
+		c.g.cfg.table + cond
+	res, err := tx.ExecContext(ctx, q, c.g.name, topic, p, next, arg)
 	if err != nil {
 		return fmt.Errorf("idemkafka: store offset: %w", err)
 	}
@@ -199,8 +214,12 @@ func (c *OffsetConsumer) tryTx(ctx context.Context, topic string, p int32, first
 		return err
 	}
 	if err := tx.Commit(); err != nil {
+		// Unknown: the next batch's fence decides, against what the
+		// database then has.
+		c.pos.forget(topic, p)
 		return fmt.Errorf("idemkafka: commit (outcome unknown): %w", err)
 	}
+	c.pos.set(topic, p, next, true)
 	return nil
 }
 
@@ -302,15 +321,58 @@ func (c *OffsetConsumer) applyOne(ctx context.Context, d *delivery) (consume.Dec
 }
 
 // reseek moves consumption of the partition to the offset stored in the
-// database, after another member was found to have moved it.
+// database, after it was found elsewhere than expected: moved forward by
+// another member, or back by a database that lost its last commits (the
+// records after it are consumed again).
 func (c *OffsetConsumer) reseek(ctx context.Context, topic string, p int32) error {
 	next, ok, err := c.storedOffset(ctx, topic, p)
 	if err != nil {
 		return err
 	}
-	c.g.cfg.Logger.Warn("idemkafka: offset moved by another member; seeking", "topic", topic, "partition", p, "offset", next)
+	c.pos.set(topic, p, next, ok)
+	c.g.cfg.Logger.Warn("idemkafka: stored offset is not where this consumer left it (moved by another member, or a database failover lost commits); seeking", "topic", topic, "partition", p, "offset", next, "stored", ok)
 	if ok {
 		c.g.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{topic: {p: {Epoch: -1, Offset: next}}})
 	}
 	return nil
+}
+
+// positions is, per partition, the stored offset the next batch's fence
+// expects: read when the partition was assigned or re-sought, written by
+// the last commit. A partition without one (no row stored yet, or a commit
+// whose outcome is unknown) is fenced only against offsets past the batch.
+type positions struct {
+	mu sync.Mutex
+	m  map[topicPartition]int64
+}
+
+type topicPartition struct {
+	topic string
+	p     int32
+}
+
+func (ps *positions) set(topic string, p int32, next int64, ok bool) {
+	if !ok {
+		ps.forget(topic, p)
+		return
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.m == nil {
+		ps.m = make(map[topicPartition]int64)
+	}
+	ps.m[topicPartition{topic, p}] = next
+}
+
+func (ps *positions) get(topic string, p int32) (int64, bool) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	v, ok := ps.m[topicPartition{topic, p}]
+	return v, ok
+}
+
+func (ps *positions) forget(topic string, p int32) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	delete(ps.m, topicPartition{topic, p})
 }
