@@ -30,7 +30,8 @@ unit:
 install-test:
 	$(GO) test -count=1 -run '^TestInstallFromProxy$$' -v -timeout $(TIMEOUT) ./tools/release
 
-## lint: gofmt, go vet and staticcheck (pinned in go.mod as a go tool), and
+## lint: gofmt, go vet and staticcheck (pinned in go.mod as a go tool), the
+## API check against the last release (tools/release apicheck), and
 ## the root module built for 386 and arm64 too (and the test helpers vetted
 ## for macOS).
 lint:
@@ -38,6 +39,8 @@ lint:
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) tool staticcheck $(PKGS)
+	@# The public API against the last release's snapshot (docs/releasing.md).
+	$(GO) run ./tools/release apicheck
 	@# The root module on a 32-bit target and on arm64: internal/compact
 	@# has assembly for amd64 and arm64 (vet checks it against its Go
 	@# declarations) and a fallback elsewhere. testenv has a Linux-only

@@ -16,6 +16,12 @@ if [ -n "$missing" ]; then
 fi
 echo "check-modules: $(echo "$have" | wc -l) module(s), all in go.work"
 
+# Every go.mod requires its siblings at the version in versions.txt and has no
+# replace directive: a user gets each module with go get, and
+# `go install github.com/idem-go/idem/cmd/idem@version` works
+# (docs/releasing.md).
+$go run ./tools/release check
+
 # A program that imports only the core (the inbox and the memory key store)
 # must not get a broker client, Watermill, the CLI's libraries, a Redis client
 # or Prometheus in its module graph: those live in modules of their own.
