@@ -69,7 +69,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		start := time.Now()
 		o := m.serveTraced(w, r, next)
 		if m.cfg.hooks != nil {
-			m.cfg.hooks.Request(o, time.Since(start))
+			m.report(r, o, time.Since(start))
 		}
 	})
 }

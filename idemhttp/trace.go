@@ -25,9 +25,9 @@ import (
 // call's, work.
 //
 // The span records the hash of the client's Idempotency-Key
-// (idem.key_hash; never the key), the route pattern (idem.route) when
-// the request was routed by an http.ServeMux pattern before reaching the
-// middleware, and the [Outcome] (idem.outcome: executed, replayed,
+// (idem.key_hash; never the key), the route (idem.route: [WithRoute]'s
+// name, or the http.ServeMux pattern that routed the request before it
+// reached the middleware), and the [Outcome] (idem.outcome: executed, replayed,
 // in_progress, mismatch, lease_lost, store_error, …). A span whose
 // outcome is store_error or lease_lost is marked failed.
 func WithTracer(t idem.Tracer) Option {
@@ -45,8 +45,8 @@ func (m *Middleware) startSpan(r *http.Request) (*http.Request, idem.Span) {
 		return r, tracing.Nop
 	}
 	ctx, sp := m.cfg.tracer.Start(r.Context(), idem.OpHTTPRequest)
-	if r.Pattern != "" {
-		sp.Attr(idem.AttrRoute, r.Pattern)
+	if route := m.namedRoute(r); route != "" {
+		sp.Attr(idem.AttrRoute, route)
 	}
 	sp.Link(headers(r.Header))
 	return r.WithContext(ctx), sp

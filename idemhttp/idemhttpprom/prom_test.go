@@ -2,6 +2,8 @@ package idemhttpprom_test
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/idemhttp/idemhttpprom"
+	"github.com/idem-go/idem/keystore/memstore"
 )
 
 func TestHooks(t *testing.T) {
@@ -20,13 +23,14 @@ func TestHooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.Request(idemhttp.OutcomeReplayed, time.Millisecond)
-	h.Request(idemhttp.OutcomeReplayed, time.Millisecond)
-	h.Request(idemhttp.OutcomeExecuted, time.Second)
+	h.RequestRoute("POST /orders", idemhttp.OutcomeReplayed, time.Millisecond)
+	h.RequestRoute("POST /orders", idemhttp.OutcomeExecuted, time.Second)
 	want := `
-# HELP idem_http_requests_total Requests seen by the idempotency middleware, by outcome.
+# HELP idem_http_requests_total Requests seen by the idempotency middleware, by outcome and route.
 # TYPE idem_http_requests_total counter
-idem_http_requests_total{outcome="executed"} 1
-idem_http_requests_total{outcome="replayed"} 2
+idem_http_requests_total{outcome="executed",route="POST /orders"} 1
+idem_http_requests_total{outcome="replayed",route="POST /orders"} 1
+idem_http_requests_total{outcome="replayed",route="default"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "idem_http_requests_total"); err != nil {
 		t.Fatal(err)
@@ -36,6 +40,56 @@ idem_http_requests_total{outcome="replayed"} 2
 	}
 	if _, err := idemhttpprom.New(reg); err == nil {
 		t.Fatal("registering twice succeeded")
+	}
+	if _, err := idemhttpprom.New(prometheus.NewRegistry(), idemhttpprom.WithConstLabels(prometheus.Labels{"route": "x"})); err == nil {
+		t.Fatal("a constant route label was accepted")
+	}
+}
+
+// The middleware reports each request's route: WithRoute's name, else the
+// ServeMux pattern that routed it, else "default"; never the raw path.
+func TestRouteLabel(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h, err := idemhttpprom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) })
+	named, err := idemhttp.New(store, idemhttp.WithHooks(h), idemhttp.WithRoute("payments"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unnamed, err := idemhttp.New(store, idemhttp.WithHooks(h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders/{id}", unnamed.Handler(ok))
+	mux.Handle("POST /pay", named.Handler(ok))
+	for i, target := range []string{"/orders/1", "/orders/2", "/pay", "/unrouted"} {
+		req := httptest.NewRequest(http.MethodPost, target, strings.NewReader("{}"))
+		req.Header.Set("Idempotency-Key", fmt.Sprint("k", i))
+		req.Header.Set("Authorization", "Bearer a")
+		if target == "/unrouted" {
+			unnamed.Handler(ok).ServeHTTP(httptest.NewRecorder(), req)
+			continue
+		}
+		mux.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	want := `
+# HELP idem_http_requests_total Requests seen by the idempotency middleware, by outcome and route.
+# TYPE idem_http_requests_total counter
+idem_http_requests_total{outcome="executed",route="POST /orders/{id}"} 2
+idem_http_requests_total{outcome="executed",route="default"} 1
+idem_http_requests_total{outcome="executed",route="payments"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "idem_http_requests_total"); err != nil {
+		t.Fatal(err)
 	}
 }
 
