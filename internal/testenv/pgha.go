@@ -354,8 +354,8 @@ func (p *walProxy) accept() {
 		}
 		p.conns = append(p.conns, c, up)
 		p.mu.Unlock()
-		go p.copy(c, up, false)
-		go p.copy(up, c, true)
+		go p.copy(c, up, true) // the primary's WAL to the standby: held
+		go p.copy(up, c, false)
 	}
 }
 
