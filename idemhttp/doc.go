@@ -25,7 +25,10 @@
 // | proxy: the upstream never answered (refused, reset, timed out) | 502/504, never stored in any mode; key released |
 // | response larger than the limit, or a stream (text/event-stream, Hijack) | delivered once, never re-executed; a retry gets 410 problem+json "response-not-stored" |
 // | client gone once the key is reserved | handler not run, key released |
+// | client disconnects or times out while the handler runs | the handler's context does not end (unless [WithClientCancel]); its response is stored though it cannot be delivered, and the retry replays it |
+// | lease lost, [WithHandlerTimeout] passed, or [Middleware.Abort] | the handler's context ends; its response is settled as any other (5xx releases the key) |
 // | store unreachable | 503, handler not run (fail closed) |
+// | store not migrated (a SQL store whose Migrate was never called; see [keystore.Check]) | 500 "store-not-migrated" naming the fix, no Retry-After, handler not run |
 //
 // Every answer to a keyed request carries its Idempotency-Key header back.
 // Never replayed: Set-Cookie, hop-by-hop headers, Date, request ids (the
@@ -53,7 +56,16 @@
 //     downstream (to the payment provider's own Idempotency-Key) so that a
 //     repeat is absorbed there, and set the lease longer than the handler's
 //     longest run.
+//   - The client disconnects or times out while the handler runs: the
+//     handler runs on under a context that keeps the request's values but
+//     not its cancellation (the retry is expected: a handler cut off
+//     mid-effect would release its key and act again on the retry); its
+//     response is stored and the retry replays it.
 //   - After the response is stored: retries replay it.
+//
+// The handler reads the parsed key ([KeyFrom]), to pass downstream, and
+// the claim ([ClaimFrom]): its fencing token and whether it took over an
+// expired lease.
 //
 // Errors are RFC 9457 problem details (application/problem+json) whose type
 // links to docs/http.md.

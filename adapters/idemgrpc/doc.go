@@ -23,12 +23,15 @@
 // | no principal (default: no authorization metadata) | Unauthenticated NO_PRINCIPAL, unless WithAllowAnonymous |
 // | scope function failed | InvalidArgument INVALID_SCOPE |
 // | store unreachable | Unavailable STORE_UNAVAILABLE, handler not run |
+// | store not migrated (a SQL store whose Migrate was never called; see keystore.Check) | FailedPrecondition STORE_NOT_MIGRATED naming the fix, handler not run; not retried by clients |
 // | same key, another method or request message | FailedPrecondition KEY_REUSED; the first record untouched |
 // | same key, call still running | Unavailable IN_PROGRESS + trailer grpc-retry-pushback-ms + RetryInfo (or wait: WithWait) |
 // | key completed | the stored message or status, metadata, idempotent-replayed: true |
 // | handler returned OK or a stored code | stored and replayed |
 // | handler returned a release code ([DefaultReleaseCodes]) or panicked | key released: a retry executes |
 // | client gone after the reservation, before the handler | key released, handler not run |
+// | client cancels, or its deadline passes, while the handler runs | the handler's context does not end (unless [WithClientCancel]); its answer is stored and the client's retry gets the replay |
+// | lease lost, [WithHandlerTimeout] passed, or [Interceptor.Abort] | the handler's context ends; its answer is settled as any other (a release code releases the key) |
 // | response larger than WithMaxResponseSize or the store's limit | delivered once; replays get FailedPrecondition RESPONSE_NOT_STORED |
 //
 // Handler codes, by default ([WithReleaseCodes] changes the list):
@@ -57,6 +60,13 @@
 // cannot be told (a response that could not be stored, a failed release);
 // [WithTracer] makes each keyed call a span.
 //
+// The handler's context keeps the call's values (metadata, peer, auth
+// info) but not its cancellation or deadline: the retry is expected, and a
+// handler cut off mid-effect would release its key and act again on the
+// retry. [KeyFrom] and [ClaimFrom] give the handler the parsed key (to pass
+// downstream) and the claim (its fencing token, and whether it took over an
+// expired lease).
+//
 // Principals: by default a SHA-256 of the call's authorization metadata;
 // [WithScopeTLS] uses the verified client certificate, [WithScopeFunc]
 // what an authentication interceptor found. One principal never receives
@@ -71,8 +81,13 @@
 //     executes. Pass the key downstream so that a repeat is absorbed there.
 //   - After the response is stored: retries replay it.
 //   - The client cancels or its deadline passes while the handler runs: the
-//     handler's answer is still stored (store calls do not end with the
-//     client's context), and the client's retry gets the replay.
+//     handler's context does not end, so it completes its effect; its
+//     answer is stored (store calls do not end with the client's context
+//     either), and the client's retry gets the replay.
+//   - The server shuts down: grpc.Server.GracefulStop waits for handlers;
+//     if they outlast the grace period, [Interceptor.Abort] ends their
+//     contexts, so that they answer and their keys are settled before
+//     Stop.
 //
 // Lease keep-alive: with a store that renews leases (keystore.Extender),
 // the lease is renewed every third of its length while the handler runs, so
