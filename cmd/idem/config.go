@@ -96,8 +96,13 @@ type route struct {
 }
 
 // parseConfig parses and validates a --config file on its own (what does
-// not depend on the flags). name prefixes every error, with the line.
+// not depend on the flags). name prefixes every error, with the line. A
+// file too large or nested too deep is refused before the YAML parser runs
+// (checkConfigShape), so that no file can exhaust the process's memory.
 func parseConfig(name string, data []byte) ([]route, error) {
+	if err := checkConfigShape(name, data); err != nil {
+		return nil, err
+	}
 	var f configFile
 	if err := yaml.UnmarshalWithOptions(data, &f, yaml.Strict()); err != nil {
 		return nil, yamlError(name, err, 0)

@@ -204,7 +204,8 @@ func TestForwardedHeaders(t *testing.T) {
 }
 
 // FuzzParseConfig: the parser never panics, what it accepts can be
-// registered in a ServeMux, and garbage is an errConfig.
+// registered in a ServeMux, garbage is an errConfig, and no file the shape
+// check accepts nests deeper than maxConfigDepth.
 func FuzzParseConfig(f *testing.F) {
 	if b, err := os.ReadFile("../../docs/examples/idem-serve.yaml"); err == nil {
 		f.Add(b)
@@ -214,7 +215,27 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("routes:\n  - {pattern: '/a/{x}', scope: {cookie: s, anonymous: true}, methods: [POST]}\n"))
 	f.Add([]byte("routes: [&a {pattern: /a}, *a]\n"))
 	f.Add([]byte("\x00\xff{["))
+	// Hostile shapes (issue 28): deep nesting, and an alias bomb.
+	f.Add([]byte("routes: " + strings.Repeat("[", 200)))
+	f.Add([]byte("routes:\n  - pattern: /a\n    scope: " + strings.Repeat("{a: ", 200)))
+	f.Add([]byte("routes:\n" + strings.Repeat("  - ", 100) + "x\n"))
+	f.Add([]byte("routes:\n  - pattern: |\n      [[[[\n    methods: ['[[', \"{{\"] # [[\n"))
+	laughs := "routes:\n  - pattern: /a\n    methods: &a [x,x,x,x,x,x,x,x,x,x]\n"
+	for i, prev := 0, "a"; i < 8; i++ {
+		n := string(rune('b' + i))
+		laughs += "    fingerprint-headers: &" + n + " [" + strings.Repeat("*"+prev+",", 9) + "*" + prev + "]\n"
+		prev = n
+	}
+	f.Add([]byte(laughs))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// The resource bound: what the shape check lets through nests no
+		// deeper than its limit in the parser's own tree, so the parser's
+		// memory (quadratic in the depth) stays bounded.
+		if checkConfigShape("f.yaml", data) == nil {
+			if d := yamlDepth(data); d > maxConfigDepth {
+				t.Fatalf("the shape check let through a file %d levels deep", d)
+			}
+		}
 		routes, err := parseConfig("f.yaml", data)
 		if err != nil {
 			if !errors.Is(err, errConfig) {

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -272,9 +271,9 @@ func (g *gateway) loadFile(path string) (*policySet, error) {
 }
 
 func readConfig(path string) ([]route, error) {
-	data, err := os.ReadFile(path)
+	data, err := readConfigFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errConfig, err)
+		return nil, err
 	}
 	return parseConfig(path, data)
 }
