@@ -288,8 +288,8 @@ func (in *Inbox) batchFast(ctx context.Context, msgs []Message, set SetHandler, 
 			}
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		return nil, &CommitError{Key: fmt.Sprintf("batch of %d", len(msgs)), Err: err}
+	if err := commit(ctx, tx, fmt.Sprintf("batch of %d", len(msgs))); err != nil {
+		return nil, err
 	}
 	return results, nil
 }
@@ -360,9 +360,9 @@ func (in *Inbox) insertMany(ctx context.Context, tx *sql.Tx, msgs []Message, idx
 // which): it finds the new keys one insert at a time, then calls set once
 // for them.
 func (in *Inbox) batchSlowSet(ctx context.Context, msgs []Message, set SetHandler) ([]Result, error) {
-	tx, err := in.db.BeginTx(ctx, nil)
+	tx, err := in.beginDetached(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("inbox: begin: %w", err)
+		return nil, err
 	}
 	defer tx.Rollback()
 	results := make([]Result, len(msgs))
@@ -393,8 +393,8 @@ func (in *Inbox) batchSlowSet(ctx context.Context, msgs []Message, set SetHandle
 			return nil, &HandlerError{Key: fmt.Sprintf("batch of %d", len(msgs)), Err: err}
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		return nil, &CommitError{Key: fmt.Sprintf("batch of %d", len(msgs)), Err: err}
+	if err := commit(ctx, tx, fmt.Sprintf("batch of %d", len(msgs))); err != nil {
+		return nil, err
 	}
 	return results, nil
 }
@@ -429,8 +429,8 @@ func (in *Inbox) batchSlow(ctx context.Context, msgs []Message, fn BatchHandler)
 			return nil, fmt.Errorf("inbox: release savepoint: %w", err)
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		return nil, &CommitError{Key: fmt.Sprintf("batch of %d", len(msgs)), Err: err}
+	if err := commit(ctx, tx, fmt.Sprintf("batch of %d", len(msgs))); err != nil {
+		return nil, err
 	}
 	return results, nil
 }

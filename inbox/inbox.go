@@ -188,7 +188,12 @@ func execCommit(ctx context.Context, tx *sql.Tx, what string, stmts []string) er
 // An error from fn rolls the transaction back and is returned wrapped; the key
 // is not recorded, so a redelivery runs fn again. Serialization failures,
 // deadlocks and SQLITE_BUSY, from the insert or from fn, are retried in a new
-// transaction (see [WithRetry]).
+// transaction (see [WithRetry]), and so is a COMMIT the database reports
+// rolled back (MySQL 1213: Galera's certification failure). Cancelling ctx
+// rolls back until COMMIT starts; a COMMIT in progress is not interrupted
+// (on PostgreSQL a cancelled wait for a synchronous standby answers success
+// for a commit the standby may not have), and Process returns when the
+// database answers.
 func (in *Inbox) Process(ctx context.Context, key string, fn Handler) (applied bool, err error) {
 	return in.ProcessMessage(ctx, Message{Key: key}, fn)
 }
@@ -242,11 +247,7 @@ func (in *Inbox) begin(ctx context.Context) (*sql.Tx, error) {
 	if err := in.prepare(ctx); err != nil {
 		return nil, err
 	}
-	tx, err := in.db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("inbox: begin: %w", err)
-	}
-	return tx, nil
+	return in.beginDetached(ctx) // commit.go
 }
 
 func (in *Inbox) processOnce(ctx context.Context, m Message, fn Handler) (bool, error) {
@@ -266,8 +267,8 @@ func (in *Inbox) processOnce(ctx context.Context, m Message, fn Handler) (bool, 
 	if err := fn(ctx, tx); err != nil {
 		return false, &HandlerError{Key: m.Key, Err: err}
 	}
-	if err := tx.Commit(); err != nil {
-		return false, &CommitError{Key: m.Key, Err: err}
+	if err := commit(ctx, tx, m.Key); err != nil {
+		return false, err
 	}
 	return true, nil
 }
@@ -355,7 +356,7 @@ func (in *Inbox) withRetry(ctx context.Context, f func() error) error {
 func (in *Inbox) retryable(err error) bool {
 	var ce *CommitError
 	if errors.As(err, &ce) {
-		return false // the commit may have landed
+		return rolledBack(in.dialect, ce) // else the commit may have landed
 	}
 	if errors.Is(err, errBucketsChanged) || errors.Is(err, errLayoutChanged) {
 		return true // nothing committed; rerun on the fresh list or layout

@@ -92,8 +92,8 @@ func (in *Inbox) keyTx(ctx context.Context, consumer, key string, f func(tx *sql
 		if err != nil {
 			return err
 		}
-		if err := tx.Commit(); err != nil {
-			return &CommitError{Key: key, Err: err}
+		if err := commit(ctx, tx, key); err != nil {
+			return err
 		}
 		if after != nil {
 			after()
