@@ -3,7 +3,7 @@ GO      ?= go
 TIMEOUT ?= 20m
 FUZZTIME ?= 15s
 
-.PHONY: test deps lint unit modules install-test apicheck bench bench-compact bench-compact-curve bench-scale bench-keystore-scale soak fuzz demo chaos
+.PHONY: failover test deps lint unit modules install-test apicheck bench bench-compact bench-compact-curve bench-scale bench-keystore-scale soak fuzz demo chaos
 
 # Every package of every module in go.work. In workspace mode `./...` at the
 # root covers only the root module, so the targets name each module's tree.
@@ -133,3 +133,9 @@ demo:
 CHAOS_MESSAGES ?= 50000
 chaos: deps
 	IDEM_CHAOS_LONG=$(CHAOS_MESSAGES) $(GO) test -run '^TestLongRun$$' -v -count=1 -timeout 0 ./cmd/idem/internal/chaos/
+
+## failover: the database failover tests (docs/ha.md): a PostgreSQL primary
+## and streaming standby per test, replication held back, kill -9 of the
+## primary and promotion of the standby; also run by `make test`.
+failover: deps
+	$(GO) test -race -count=1 -run 'PGHA|Failover|CheckReplication|TokensAfterLostTail|OffsetsDatabaseLostTail|CommitRolledBack' ./internal/testenv ./inbox ./keystore/sqlstore ./sqldialect ./adapters/idemkafka
