@@ -3,7 +3,7 @@ GO      ?= go
 TIMEOUT ?= 20m
 FUZZTIME ?= 15s
 
-.PHONY: failover test deps lint unit modules install-test apicheck bench bench-compact bench-compact-curve bench-scale bench-keystore-scale soak fuzz demo chaos
+.PHONY: failover test deps lint unit modules install-test bench bench-compact bench-compact-curve bench-scale bench-keystore-scale soak fuzz demo chaos
 
 # Every package of every module in go.work. In workspace mode `./...` at the
 # root covers only the root module, so the targets name each module's tree.
