@@ -5,6 +5,7 @@ import (
 	"github.com/idem-go/idem/internal/testenv"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -191,5 +192,35 @@ func TestServeConfigSIGHUP(t *testing.T) {
 	}
 	if n := up.count("/very-slow"); n != 3 {
 		t.Fatalf("/very-slow executions %d, want 3 (running once, fresh twice)", n)
+	}
+}
+
+// Issue 28 item 7: a SIGHUP with a file nested 100,000 deep (which made
+// the parser take gigabytes) is refused with the file and line, logged,
+// and the old policy keeps serving.
+func TestServeConfigSIGHUPRefusesDeepNesting(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	p, cfg := startWithConfig(t, up, "routes:\n  - pattern: POST /v1/charges\n    key: required\n")
+	for i, hostile := range []string{
+		"routes:\n  - pattern: POST /v1/charges\n    methods: " + strings.Repeat("[", 100_000) + "\n",
+		"routes:\n  - pattern: POST /v1/charges\n    scope: " + strings.Repeat("{a: ", 100_000) + "\n",
+	} {
+		writeFile(t, cfg, hostile)
+		hup(t, p, "config", "error", strconv.Itoa(i+1))
+		if r := post(t, p.url, "/v1/charges", "", "x"); r.status != 400 || !strings.Contains(r.body, "missing-key") {
+			t.Fatalf("after the refused reload #%d: %d %s, want the old policy's 400 missing-key", i+1, r.status, r.body)
+		}
+		if r := post(t, p.url, "/v1/charges", "c"+strconv.Itoa(i), "x"); r.status != 201 {
+			t.Fatalf("after the refused reload #%d, a keyed request: %d %s", i+1, r.status, r.body)
+		}
+	}
+	if logs := p.out.String(); !strings.Contains(logs, "the config file was refused") || !strings.Contains(logs, cfg+":3: nesting deeper than 64 levels") {
+		t.Fatalf("the log does not say why the reload was refused:\n%s", logs)
+	}
+	// --check-config refuses the same file the same way.
+	out, err := idemCmd("serve", "--check-config", cfg).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), cfg+":3: nesting deeper than 64 levels") {
+		t.Fatalf("--check-config: exit %v, output %q", err, out)
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -96,7 +95,7 @@ type proxyProc struct {
 	url   string
 	admin string
 	cmd   *exec.Cmd
-	out   *bytes.Buffer
+	out   *syncBuffer // stdout and stderr, readable while it runs
 }
 
 func freeAddr(t *testing.T) string {
@@ -112,7 +111,7 @@ func freeAddr(t *testing.T) string {
 // startServe runs `idem serve` and waits until it answers.
 func startServe(t *testing.T, upstream, store string, flags ...string) *proxyProc {
 	t.Helper()
-	p := &proxyProc{out: &bytes.Buffer{}}
+	p := &proxyProc{out: &syncBuffer{}}
 	listen, admin := freeAddr(t), freeAddr(t)
 	p.url, p.admin = "http://"+listen, "http://"+admin
 	args := append([]string{"serve", "--listen", listen, "--admin-listen", admin, "--upstream", upstream, "--store", store}, flags...)
