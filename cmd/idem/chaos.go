@@ -63,9 +63,9 @@ Strategies:
 	fl.IntVar(&f.partitions, "partitions", chaos.DefaultPartitions, "producers (sequence partitions) of idem-sequence")
 	fl.Uint64Var(&f.seed, "seed", 0, "seed of the fault schedule (0: pick one and print it)")
 	fl.BoolVar(&f.asJSON, "json", false, "print the report as JSON")
-	fl.DurationVar(&f.timeout, "timeout", 30*time.Minute, "give up after this long")
-	fl.DurationVar(&f.visibility, "visibility", chaos.DefaultVisibility, "redeliver a delivery unacknowledged for this long")
-	fl.DurationVar(&f.lease, "lease", chaos.DefaultLease, "keystore lease")
+	durationVar(fl, &f.timeout, "timeout", 30*time.Minute, "give up after this long")
+	durationVar(fl, &f.visibility, "visibility", chaos.DefaultVisibility, "redeliver a delivery unacknowledged for this long")
+	durationVar(fl, &f.lease, "lease", chaos.DefaultLease, "keystore lease")
 	fl.BoolVar(&f.keep, "keep", false, "keep the databases for inspection")
 	fl.BoolVar(&f.verbose, "verbose", false, "log worker restarts and errors to stderr")
 	return cmd

@@ -56,7 +56,18 @@ var daysRE = regexp.MustCompile(`^(-?)(\d{1,5})d(.*)$`)
 
 // UnmarshalYAML implements yaml.BytesUnmarshaler.
 func (d *duration) UnmarshalYAML(b []byte) error {
-	s := strings.Trim(strings.TrimSpace(string(b)), `"'`)
+	v, err := parseDuration(strings.Trim(strings.TrimSpace(string(b)), `"'`))
+	if err != nil {
+		return err
+	}
+	*d = duration(v)
+	return nil
+}
+
+// parseDuration is the duration syntax of the --config file and of every
+// duration flag: a Go duration, with whole days allowed in front.
+func parseDuration(s string) (time.Duration, error) {
+	in := s
 	var days time.Duration
 	neg := false
 	if m := daysRE.FindStringSubmatch(s); m != nil {
@@ -68,14 +79,13 @@ func (d *duration) UnmarshalYAML(b []byte) error {
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil || (days > 0 && strings.HasPrefix(s, "-")) {
-		return fmt.Errorf("duration %q: want a Go duration such as 90s or 24h, or days such as 7d", string(b))
+		return 0, fmt.Errorf("duration %q: want a Go duration such as 90s or 24h, or days such as 7d", in)
 	}
 	v += days
 	if neg {
 		v = -v
 	}
-	*d = duration(v)
-	return nil
+	return v, nil
 }
 
 // route is one validated route of a --config file. Nil and zero fields were

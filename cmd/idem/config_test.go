@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/tls"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -259,4 +260,39 @@ func FuzzParseConfig(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Issue 28: the duration flags take the config file's syntax, days
+// included, and refuse what it refuses with the same message.
+func TestDurationFlagsTakeDays(t *testing.T) {
+	t.Parallel()
+	serve := newServe()
+	if err := serve.ParseFlags([]string{"--ttl", "7d", "--lease", "1d12h", "--wait", "90s", "--drain", "0d", "--store-timeout", "2s"}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"ttl": "168h0m0s", "lease": "36h0m0s", "wait": "1m30s", "drain": "0", "store-timeout": "2s", "idle-timeout": "2m0s"} {
+		if got := serve.Flags().Lookup(name).Value.String(); got != want {
+			t.Errorf("--%s: %s, want %s", name, got, want)
+		}
+	}
+	if err := newServe().ParseFlags([]string{"--ttl", "soon"}); err == nil || !strings.Contains(err.Error(), "want a Go duration such as 90s or 24h, or days such as 7d") {
+		t.Errorf("--ttl soon: %v", err)
+	}
+	for _, args := range [][]string{
+		{"inbox", "migrate-layout", "--retention", "30d"},
+		{"plan", "--horizon", "7d"},
+		{"chaos", "--timeout", "1d"},
+	} {
+		cmd, rest, err := newRoot(io.Discard, io.Discard).Find(args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.ParseFlags(rest); err != nil {
+			t.Errorf("idem %v: %v", args, err)
+		}
+	}
+	out, err := run(t, "serve", "--ttl", "7d", "--check-config", "../../docs/examples/idem-serve.yaml")
+	if err != nil || !strings.Contains(out, "ok") {
+		t.Fatalf("serve --ttl 7d --check-config: %v %s", err, out)
+	}
 }

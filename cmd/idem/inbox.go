@@ -182,8 +182,8 @@ retention (the width is a quarter of it, at least a minute) or the width.`,
 			}, opts...)
 		},
 	}
-	cmd.Flags().DurationVar(&retention, "retention", 0, "how long keys are kept (inbox.WithRetention); the bucket width is a quarter of it")
-	cmd.Flags().DurationVar(&width, "bucket-width", 0, "the bucket width itself (inbox.WithBucketWidth), whole seconds, at least 1s")
+	durationVar(cmd.Flags(), &retention, "retention", 0, "how long keys are kept (inbox.WithRetention); the bucket width is a quarter of it")
+	durationVar(cmd.Flags(), &width, "bucket-width", 0, "the bucket width itself (inbox.WithBucketWidth), whole seconds, at least 1s")
 	return cmd
 }
 
@@ -233,7 +233,7 @@ sealed for a width. On the rows layout it deletes the consumer's rows older than
 			})
 		},
 	}
-	cmd.Flags().DurationVar(&olderThan, "older-than", 0, "the sweep's age: keys older than this go (required; not below the redelivery horizon)")
+	durationVar(cmd.Flags(), &olderThan, "older-than", 0, "the sweep's age: keys older than this go (required; not below the redelivery horizon)")
 	cmd.Flags().IntVar(&batch, "batch", 10_000, fmt.Sprintf("rows a transaction deletes on the rows layout, 1 to %d", inbox.MaxSweepBatch))
 	_ = cmd.MarkFlagRequired("older-than")
 	return cmd

@@ -93,8 +93,8 @@ key measured by idem's benchmarks on this project's machine.`,
 	}
 	fl := cmd.Flags()
 	fl.Float64Var(&f.rate, "rate", 0, "unique messages per second (required)")
-	fl.DurationVar(&f.horizon, "horizon", 0, "duplicate horizon: keep keys at least this long (required)")
-	fl.DurationVar(&f.window, "window", 2*time.Minute, "broker-side dedup window (JetStream default 2m, SQS FIFO 5m)")
+	durationVar(fl, &f.horizon, "horizon", 0, "duplicate horizon: keep keys at least this long (required)")
+	durationVar(fl, &f.window, "window", 2*time.Minute, "broker-side dedup window (JetStream default 2m, SQS FIFO 5m)")
 	fl.IntVar(&f.producers, "producers", 100, "producers, for sequence marks")
 	fl.IntVar(&f.partitions, "partitions", 1, "partitions per producer, for sequence marks")
 	fl.IntVar(&f.resultBytes, "result-bytes", 0, "stored result per key (key store, HTTP responses)")

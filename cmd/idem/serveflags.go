@@ -63,12 +63,12 @@ func checkServeFlags(f serveFlags) error {
 
 // addLimitFlags declares the timeouts and bounds of idem serve.
 func addLimitFlags(fl *pflag.FlagSet, f *serveFlags) {
-	fl.DurationVar(&f.readHeaderTimeout, "read-header-timeout", 10*time.Second, "time a client has to send its request headers")
-	fl.DurationVar(&f.readTimeout, "read-timeout", 60*time.Second, "time a client has to send its whole request, headers and body (every request)")
-	fl.DurationVar(&f.bodyTimeout, "body-timeout", 30*time.Second, "time a keyed request's body has to arrive once the proxy reads it (later: 408)")
-	fl.DurationVar(&f.idleTimeout, "idle-timeout", 120*time.Second, "how long an idle keep-alive connection stays open")
-	fl.DurationVar(&f.writeTimeout, "write-timeout", 30*time.Second, "bound on each write of a keyed response to a client that stopped reading (the response is still stored)")
-	fl.DurationVar(&f.storeTimeout, "store-timeout", 5*time.Second, "bound on each key-store call, and on the start-up store check")
+	durationVar(fl, &f.readHeaderTimeout, "read-header-timeout", 10*time.Second, "time a client has to send its request headers")
+	durationVar(fl, &f.readTimeout, "read-timeout", 60*time.Second, "time a client has to send its whole request, headers and body (every request)")
+	durationVar(fl, &f.bodyTimeout, "body-timeout", 30*time.Second, "time a keyed request's body has to arrive once the proxy reads it (later: 408)")
+	durationVar(fl, &f.idleTimeout, "idle-timeout", 120*time.Second, "how long an idle keep-alive connection stays open")
+	durationVar(fl, &f.writeTimeout, "write-timeout", 30*time.Second, "bound on each write of a keyed response to a client that stopped reading (the response is still stored)")
+	durationVar(fl, &f.storeTimeout, "store-timeout", 5*time.Second, "bound on each key-store call, and on the start-up store check")
 	fl.Int64Var(&f.maxBuffered, "max-buffered", 128<<20, "request bytes all keyed requests may buffer at once (beyond: 503 with Retry-After)")
 	fl.StringVar(&f.storeCheck, "store-check", "fail", "at start-up, if the store does not answer: fail (exit), or warn (log, start, /readyz unready)")
 }
@@ -86,4 +86,33 @@ func addGatewayFlags(fl *pflag.FlagSet, f *serveFlags) {
 	fl.StringVar(&f.upstreamCA, "upstream-ca", "", "PEM file of the CA certificates an https:// upstream is verified with (instead of the system roots)")
 	fl.StringVar(&f.upstreamCert, "upstream-cert", "", "PEM client certificate presented to the upstream; re-read on SIGHUP")
 	fl.StringVar(&f.upstreamKey, "upstream-key", "", "the PEM private key of --upstream-cert")
+}
+
+// flagDuration is a duration flag that takes the --config file's syntax
+// (parseDuration): --ttl 7d as well as --ttl 168h.
+type flagDuration struct{ d *time.Duration }
+
+// String is "0" for zero, which pflag's help takes for no default.
+func (f flagDuration) String() string {
+	if f.d == nil || *f.d == 0 {
+		return "0"
+	}
+	return f.d.String()
+}
+
+func (f flagDuration) Set(s string) error {
+	v, err := parseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return err
+	}
+	*f.d = v
+	return nil
+}
+
+func (flagDuration) Type() string { return "duration" }
+
+// durationVar is pflag's DurationVar with days allowed ("7d", "1d12h").
+func durationVar(fl *pflag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	fl.Var(flagDuration{p}, name, usage)
 }
