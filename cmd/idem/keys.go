@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -16,7 +14,6 @@ import (
 
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/keystore"
-	"github.com/idem-go/idem/keystore/memstore"
 )
 
 // keyView is one key as idem keys and the admin API show it.
@@ -70,7 +67,8 @@ func releaseKey(ctx context.Context, s keystore.Store, key string, token uint64)
 }
 
 type keysFlags struct {
-	store, scope, output string
+	store, scope, output  string
+	admin, adminTokenFile string
 }
 
 func newKeys() *cobra.Command {
@@ -87,53 +85,79 @@ and frees the ones that are stuck.
   idem keys forget KEY                       delete a done key: the next request executes again
 
 release is fenced: it succeeds only while T (from list or show) is still the key's
-lease, so a holder that completed meanwhile, or a new holder, is never disturbed.`,
+lease, so a holder that completed meanwhile, or a new holder, is never disturbed.
+
+A key of idem serve is a digest of the client's principal and Idempotency-Key
+(stores keep only the digest). show, release and forget find it from the
+client's request instead of KEY:
+
+  idem keys show --idempotency-key '"order-1"' -H 'X-Account-Id: a1' \
+      --config gateway.yaml --route 'POST /v1/charges'
+
+--config and --route take the route's scope from the file idem serve runs with.
+
+With --admin, keys talks to a running idem serve's admin API (its
+--admin-listen address, with the token of its --admin-token-file) instead of
+opening a store: the only way to reach a memory store, and the same for any.
+
+  idem keys --admin http://127.0.0.1:9090 --admin-token-file admin.token list`,
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&f.store, "store", "sqlite:idem.db", "key store: memory, sqlite:PATH, postgres://…, redis://…")
+	pf.StringVar(&f.store, "store", "sqlite:idem.db", "key store: memory, sqlite:PATH, postgres://…, redis://… (a memory store lives in its idem serve: use --admin)")
 	pf.StringVar(&f.scope, "scope", "", "the store's scope (default: the one idem serve uses)")
 	pf.StringVarP(&f.output, "output", "o", "text", "text or json (one object per line)")
+	pf.StringVar(&f.admin, "admin", "", "instead of --store: the admin API of a running idem serve, http://HOST:PORT (its --admin-listen)")
+	pf.StringVar(&f.adminTokenFile, "admin-token-file", "", "with --admin: the file of idem serve's --admin-token-file")
 	cmd.AddCommand(newKeysList(&f), newKeysShow(&f), newKeysRelease(&f), newKeysForget(&f))
 	return cmd
 }
 
-// withStore opens the store of f for one command.
-func withStore(cmd *cobra.Command, f *keysFlags, fn func(ctx context.Context, s keystore.Store) error) error {
-	if f.output != "text" && f.output != "json" {
-		return fmt.Errorf("keys: --output %q: want text or json", f.output)
-	}
-	spec, err := parseStoreSpec(f.store)
-	if err != nil {
-		return fmt.Errorf("keys: %w", err)
-	}
-	ctx := cmd.Context()
-	opened, err := openStore(ctx, spec, keystore.DefaultMaxResultSize)
-	if err != nil {
-		return fmt.Errorf("keys: open store: %w", err)
-	}
-	defer opened.close()
-	var s = opened.Store
-	if f.scope != "" {
-		if s, err = keystore.Scope(s, f.scope); err != nil {
-			return fmt.Errorf("keys: %w", err)
+// withKeys runs fn on the keys f names: through idem serve's admin API
+// with --admin, else on the store it opens. Errors start with
+// "keys <verb>:".
+func withKeys(cmd *cobra.Command, f *keysFlags, verb string, fn func(ctx context.Context, ops keyOps) error) error {
+	err := func() error {
+		if f.output != "text" && f.output != "json" {
+			return fmt.Errorf("--output %q: want text or json", f.output)
 		}
-	}
-	return fn(ctx, s)
-}
-
-// withInspector is withStore for a command that lists or inspects keys;
-// its errors start with "keys <verb>:".
-func withInspector(cmd *cobra.Command, f *keysFlags, verb string, fn func(ctx context.Context, in keystore.Inspector) error) error {
-	return withStore(cmd, f, func(ctx context.Context, s keystore.Store) error {
-		in, err := inspector(s)
-		if err == nil {
-			err = fn(ctx, in)
+		ctx := cmd.Context()
+		if f.admin != "" {
+			if cmd.Flags().Changed("store") || f.scope != "" {
+				return errors.New("--admin talks to idem serve, which has its store: drop --store and --scope")
+			}
+			ops, err := newAdminOps(f.admin, f.adminTokenFile)
+			if err != nil {
+				return err
+			}
+			return fn(ctx, ops)
 		}
+		if f.adminTokenFile != "" {
+			return errors.New("--admin-token-file goes with --admin")
+		}
+		spec, err := parseStoreSpec(f.store)
 		if err != nil {
-			return fmt.Errorf("keys %s: %w", verb, err)
+			return err
 		}
-		return nil
-	})
+		if spec.kind == "memory" && spec.arg == "" {
+			return fmt.Errorf("--store %s: a memory store lives inside its idem serve process; reach it through the admin API: --admin http://ADMIN-LISTEN --admin-token-file FILE", f.store)
+		}
+		opened, err := openStore(ctx, spec, keystore.DefaultMaxResultSize)
+		if err != nil {
+			return fmt.Errorf("open store: %w", err)
+		}
+		defer opened.close()
+		var s = opened.Store
+		if f.scope != "" {
+			if s, err = keystore.Scope(s, f.scope); err != nil {
+				return err
+			}
+		}
+		return fn(ctx, storeOps{s})
+	}()
+	if err != nil {
+		return fmt.Errorf("keys %s: %w", verb, err)
+	}
+	return nil
 }
 
 func newKeysList(f *keysFlags) *cobra.Command {
@@ -148,8 +172,8 @@ func newKeysList(f *keysFlags) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("keys list: --state: %w", err)
 			}
-			return withInspector(cmd, f, "list", func(ctx context.Context, in keystore.Inspector) error {
-				keys, next, err := in.List(ctx, keystore.ListOptions{State: st, After: after, Limit: limit})
+			return withKeys(cmd, f, "list", func(ctx context.Context, ops keyOps) error {
+				keys, next, err := ops.list(ctx, keystore.ListOptions{State: st, After: after, Limit: limit})
 				if err != nil {
 					return err
 				}
@@ -164,12 +188,18 @@ func newKeysList(f *keysFlags) *cobra.Command {
 	return cmd
 }
 
-func printKeys(out, errOut io.Writer, format string, keys []keystore.KeyInfo, next string) error {
-	now := time.Now()
+// hashedKeyNote follows a text listing with idem serve's keys in it: the
+// store holds only their digest.
+const hashedKeyNote = `http:… keys are idem serve's: a digest of the client's principal and
+Idempotency-Key, the only form the store keeps (the header's text is never
+stored). Find a client's key from its request:
+  idem keys show --idempotency-key VALUE -H 'Authorization: …' [--config FILE --route 'POST /path']`
+
+func printKeys(out, errOut io.Writer, format string, keys []keyView, next string) error {
 	if format == "json" {
 		enc := json.NewEncoder(out)
-		for _, k := range keys {
-			if err := enc.Encode(viewOf(k, now)); err != nil {
+		for _, v := range keys {
+			if err := enc.Encode(v); err != nil {
 				return err
 			}
 		}
@@ -180,12 +210,13 @@ func printKeys(out, errOut io.Writer, format string, keys []keystore.KeyInfo, ne
 	}
 	tw := tabwriter.NewWriter(out, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tSTATE\tTOKEN\tEXPIRES\tFINGERPRINT\tRESULT")
-	for _, k := range keys {
-		v := viewOf(k, now)
+	hashed := false
+	for _, v := range keys {
 		state := v.State
 		if v.Lapsed {
 			state += " (lapsed)"
 		}
+		hashed = hashed || idemhttp.IsStoreKey(v.Key)
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d B\n", v.Key, state, v.Token, v.Expires.Format(time.RFC3339), v.Fingerprint, v.ResultSize)
 	}
 	if err := tw.Flush(); err != nil {
@@ -193,6 +224,9 @@ func printKeys(out, errOut io.Writer, format string, keys []keystore.KeyInfo, ne
 	}
 	if next != "" {
 		fmt.Fprintf(out, "more: --after %s\n", next)
+	}
+	if hashed {
+		fmt.Fprintf(errOut, "\n%s\n", hashedKeyNote)
 	}
 	return nil
 }
@@ -204,19 +238,19 @@ func newKeysShow(f *keysFlags) *cobra.Command {
 		Short: "Show one key: state, token, expiry, fingerprint, result (an HTTP key's stored status)",
 		Long: `show prints one key. For a key of idem serve, name it by the client's request
 instead of the store key: --idempotency-key and the headers that scope it
-(-H 'Authorization: Bearer …' by default, or the --scope-header idem serve uses).`,
+(-H 'Authorization: Bearer …' by default, or the header of the route's scope:
+--config FILE --route 'POST /path', or --scope-header as idem serve runs).`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key, err := hk.storeKey(args)
 			if err != nil {
 				return fmt.Errorf("keys show: %w", err)
 			}
-			return withInspector(cmd, f, "show", func(ctx context.Context, in keystore.Inspector) error {
-				k, err := in.Inspect(ctx, key)
+			return withKeys(cmd, f, "show", func(ctx context.Context, ops keyOps) error {
+				v, err := ops.show(ctx, key)
 				if err != nil {
 					return err
 				}
-				v := viewOf(k, time.Now())
 				out := cmd.OutOrStdout()
 				if f.output == "json" {
 					return json.NewEncoder(out).Encode(v)
@@ -240,100 +274,61 @@ instead of the store key: --idempotency-key and the headers that scope it
 			})
 		},
 	}
-	fl := cmd.Flags()
-	fl.StringVar(&hk.key, "idempotency-key", "", "the client's Idempotency-Key header value (instead of KEY)")
-	fl.StringArrayVarP(&hk.headers, "header", "H", nil, "a header of the client's request, 'Name: value' (repeatable)")
-	fl.StringVar(&hk.scopeHeader, "scope-header", "", "the --scope-header idem serve runs with")
-	fl.StringVar(&hk.scopeCookie, "scope-cookie", "", "the --scope-cookie idem serve runs with")
-	fl.BoolVar(&hk.anonymous, "allow-anonymous", false, "idem serve runs with --allow-anonymous")
+	addHTTPKeyFlags(cmd.Flags(), &hk)
 	return cmd
-}
-
-// httpKeyFlags name an HTTP key by the client's request.
-type httpKeyFlags struct {
-	key, scopeHeader, scopeCookie string
-	headers                       []string
-	anonymous                     bool
-}
-
-// storeKey is args[0], or the store key of the request the flags describe.
-func (h *httpKeyFlags) storeKey(args []string) (string, error) {
-	switch {
-	case len(args) == 1 && h.key == "":
-		return args[0], nil
-	case len(args) == 1 || h.key == "":
-		return "", errors.New("give either KEY or --idempotency-key")
-	}
-	r, _ := http.NewRequest(http.MethodPost, "/", nil)
-	r.Header.Set(idemhttp.HeaderKey, h.key)
-	for _, hv := range h.headers {
-		name, value, ok := strings.Cut(hv, ":")
-		if !ok {
-			return "", fmt.Errorf("--header %q: want 'Name: value'", hv)
-		}
-		r.Header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
-	}
-	opts := []idemhttp.Option{idemhttp.WithAllowAnonymous(h.anonymous)}
-	if h.scopeHeader != "" {
-		opts = append(opts, idemhttp.WithScopeHeader(h.scopeHeader))
-	}
-	if h.scopeCookie != "" {
-		opts = append(opts, idemhttp.WithScopeCookie(h.scopeCookie))
-	}
-	ms, err := memstore.New() // no store I/O: only the key is derived
-	if err != nil {
-		return "", err
-	}
-	defer ms.Close()
-	m, err := idemhttp.New(ms, opts...)
-	if err != nil {
-		return "", err
-	}
-	return m.StoreKey(r)
 }
 
 func newKeysRelease(f *keysFlags) *cobra.Command {
 	var token string
+	var hk httpKeyFlags
 	cmd := &cobra.Command{
-		Use:   "release KEY --token T",
+		Use:   "release (KEY | --idempotency-key K -H …) --token T",
 		Short: "Free an in-progress key whose holder is known dead (fenced by its token)",
-		Args:  cobra.ExactArgs(1),
+		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			tok, err := strconv.ParseUint(token, 10, 64)
 			if err != nil || tok == 0 {
 				return fmt.Errorf("keys release: --token %q: want the key's token from 'idem keys show' (a positive integer)", token)
 			}
-			return withStore(cmd, f, func(ctx context.Context, s keystore.Store) error {
-				if err := releaseKey(ctx, s, args[0], tok); err != nil {
-					return fmt.Errorf("keys release: %w", err)
+			key, err := hk.storeKey(args)
+			if err != nil {
+				return fmt.Errorf("keys release: %w", err)
+			}
+			return withKeys(cmd, f, "release", func(ctx context.Context, ops keyOps) error {
+				if err := ops.release(ctx, key, tok); err != nil {
+					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "released %s (token %d): the next request with this key executes\n", args[0], tok)
+				fmt.Fprintf(cmd.OutOrStdout(), "released %s (token %d): the next request with this key executes\n", key, tok)
 				return nil
 			})
 		},
 	}
 	cmd.Flags().StringVar(&token, "token", "", "the lease's token, from 'idem keys show' (required)")
 	_ = cmd.MarkFlagRequired("token")
+	addHTTPKeyFlags(cmd.Flags(), &hk)
 	return cmd
 }
 
 func newKeysForget(f *keysFlags) *cobra.Command {
-	return &cobra.Command{
-		Use:   "forget KEY",
+	var hk httpKeyFlags
+	cmd := &cobra.Command{
+		Use:   "forget (KEY | --idempotency-key K -H …)",
 		Short: "Delete a done key's stored result: the next request with it executes again",
-		Args:  cobra.ExactArgs(1),
+		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withStore(cmd, f, func(ctx context.Context, s keystore.Store) error {
-				fg, ok := keystore.As[keystore.Forgetter](s)
-				if !ok {
-					return fmt.Errorf("keys forget: %w: %T cannot forget keys (no keystore.Forgetter): %w", errKeysUnsupported, s, errors.ErrUnsupported)
+			key, err := hk.storeKey(args)
+			if err != nil {
+				return fmt.Errorf("keys forget: %w", err)
+			}
+			return withKeys(cmd, f, "forget", func(ctx context.Context, ops keyOps) error {
+				if err := ops.forget(ctx, key); err != nil {
+					return err
 				}
-				if err := fg.Forget(ctx, args[0]); err != nil {
-					return fmt.Errorf("keys forget: %w", err)
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "forgot %s: the next request with this key executes again\n", args[0])
+				fmt.Fprintf(cmd.OutOrStdout(), "forgot %s: the next request with this key executes again\n", key)
 				return nil
 			})
 		},
 	}
+	addHTTPKeyFlags(cmd.Flags(), &hk)
+	return cmd
 }
