@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/keystore/memstore"
 )
@@ -87,11 +88,12 @@ func (h *httpKeyFlags) storeKey(args []string) (string, error) {
 		return "", err
 	}
 	key, err := m.StoreKey(r)
-	if errors.Is(err, idemhttp.ErrNoPrincipal) {
-		return "", fmt.Errorf("--idempotency-key: %w; %s", err, h.principalHint(p))
-	}
-	if err != nil {
-		return "", fmt.Errorf("--idempotency-key %q: %w", h.key, err)
+	switch {
+	case errors.Is(err, idem.ErrInvalidKey) || errors.Is(err, idem.ErrMissingKey):
+		return "", fmt.Errorf("--idempotency-key %q: %w (idem serve answers such a request 400)", h.key, err)
+	case err != nil:
+		// No principal, or not the one the scope wants.
+		return "", fmt.Errorf("the request carries no principal the gateway accepts: %w; %s", err, h.principalHint(p))
 	}
 	return key, nil
 }
