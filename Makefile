@@ -3,7 +3,7 @@ GO      ?= go
 TIMEOUT ?= 20m
 FUZZTIME ?= 15s
 
-.PHONY: failover test deps lint unit modules install-test bench bench-compact bench-compact-curve bench-scale bench-keystore-scale soak fuzz demo chaos
+.PHONY: failover failover-long test deps lint unit modules install-test bench bench-compact bench-compact-curve bench-scale bench-keystore-scale soak fuzz demo chaos
 
 # Every package of every module in go.work. In workspace mode `./...` at the
 # root covers only the root module, so the targets name each module's tree.
@@ -138,4 +138,11 @@ chaos: deps
 ## and streaming standby per test, replication held back, kill -9 of the
 ## primary and promotion of the standby; also run by `make test`.
 failover: deps
-	$(GO) test -race -count=1 -run 'PGHA|Failover|CheckReplication|TokensAfterLostTail|OffsetsDatabaseLostTail|CommitRolledBack' ./internal/testenv ./inbox ./keystore/sqlstore ./sqldialect ./adapters/idemkafka
+	$(GO) test -race -count=1 -run 'PGHA|Failover|CheckReplication|TokensAfterLostTail|OffsetsDatabaseLostTail|CommitRolledBack' ./internal/testenv ./internal/failoverprobe ./inbox ./keystore/sqlstore ./sqldialect ./adapters/idemkafka
+
+## failover-long: the failover probe of docs/ha.md at full size: every
+## scenario (asynchronous and synchronous standby, rows and bucketed inbox,
+## Process and ProcessBatch) with 20,000 messages and 2,000 keys, one at a
+## time, printing a table row per scenario.
+failover-long: deps
+	IDEM_FAILOVER_LONG=1 $(GO) test -race -count=1 -run 'FailoverProbe' -v -timeout 0 ./internal/failoverprobe
