@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the servers idem's tests use, from Debian's packages, when they are
-# missing: PostgreSQL, MariaDB, Redis, RabbitMQ and Chromium (headless, for the
+# missing: PostgreSQL, MariaDB (with galera-4 and rsync), Redis, RabbitMQ and Chromium (headless, for the
 # operator page's browser test). NATS and Kafka run
 # in-process. dynalite (a DynamoDB-API server, for keystore/dynamostore) comes
 # from npm, on Debian's nodejs, into /usr/local/lib/idem-dynalite, where
@@ -14,6 +14,10 @@ have_pg() {
 }
 have_pg || need+=(postgresql)
 { command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || [ -x /usr/sbin/mysqld ]; } || need+=(mariadb-server)
+# A 3-node Galera cluster (internal/testenv/galera.go): the provider library,
+# and rsync for the state transfer to joining nodes.
+{ [ -e /usr/lib/galera/libgalera_smm.so ] || [ -e /usr/lib/libgalera_smm.so ]; } || need+=(galera-4)
+command -v rsync >/dev/null 2>&1 || need+=(rsync)
 { command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ]; } || need+=(redis-server)
 { command -v rabbitmq-server >/dev/null 2>&1 || [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; } || need+=(rabbitmq-server)
 # Headless Chromium drives the operator page's browser test (cmd/idem, chromedp).
