@@ -87,7 +87,7 @@ func TestServeDraftCases(t *testing.T) {
 	}
 	m, _ := io.ReadAll(res.Body)
 	res.Body.Close()
-	if !strings.Contains(string(m), `idem_http_requests_total{outcome="replayed"} 1`) {
+	if !strings.Contains(string(m), `idem_http_requests_total{outcome="replayed",route="default"} 1`) {
 		t.Errorf("metrics lack the replay:\n%s", m)
 	}
 	// The key store is wrapped too: the replay was a Reserve that found the
