@@ -119,10 +119,21 @@ func (in *Inbox) SchemaSQL() []string { return append([]string(nil), in.q.schema
 // [Inbox.MigrateLayout]'s job. A new table gets the layout of
 // [WithLayout].
 //
+// On a MariaDB Galera cluster a new table must be of the rows layout
+// ([WithLayout]([LayoutRows])): Migrate refuses to create a bucketed one,
+// whose exactness across buckets rests on gap locks Galera does not
+// replicate (an error wrapping [ErrUnsafeTable]).
+//
+// Migrate ends by checking how the database acknowledges commits relative
+// to its standbys: see [WithReplicationCheck].
+//
 // A dialect that does not match the database (sqldialect.SQLite given a
 // PostgreSQL pool) fails here with an error wrapping
 // [sqldialect.ErrWrongDialect] that names the dialect to pass.
 func (in *Inbox) Migrate(ctx context.Context) error {
+	if err := in.refuseGalera(ctx); err != nil {
+		return err
+	}
 	if err := in.createSchema(ctx); err != nil {
 		if m := in.mismatch(ctx, err); m != nil {
 			return m
@@ -132,7 +143,11 @@ func (in *Inbox) Migrate(ctx context.Context) error {
 	if err := in.ready(ctx); err != nil {
 		return err
 	}
-	return in.ensureBuckets(ctx)
+	if err := in.ensureBuckets(ctx); err != nil {
+		return err
+	}
+	in.checkReplication(ctx) // replication.go
+	return nil
 }
 
 func (in *Inbox) createSchema(ctx context.Context) error {

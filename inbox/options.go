@@ -8,6 +8,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/option"
 	"github.com/idem-go/idem/internal/retry"
+	"github.com/idem-go/idem/sqldialect"
 )
 
 // Option configures an [Inbox]. Options are validated once, by [New].
@@ -28,6 +29,9 @@ type config struct {
 	// filterBytes bounds the lookup filters' memory (filter.go).
 	filterBytes int64
 	noPack      bool // WithBucketPacking(false) (pack.go)
+	// replication receives what Migrate's replication check found
+	// (replication.go); nil: only logged.
+	replication func(sqldialect.Replication)
 }
 
 func defaultConfig() config {

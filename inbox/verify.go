@@ -101,6 +101,13 @@ func (in *Inbox) verify(ctx context.Context) (*buckets, error) {
 			}
 			return nil
 		}
+		if in.dialect == sqldialect.MySQL {
+			if galera, err := mysqlGalera(ctx, tx); err != nil {
+				return err
+			} else if galera {
+				return fmt.Errorf("%w: table %s: %w", ErrUnsafeTable, in.cfg.table, errGaleraBuckets)
+			}
+		}
 		return in.verifyBuckets(ctx, tx, b)
 	})
 	if err != nil {

@@ -1,9 +1,11 @@
 package failoverprobe_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -157,19 +159,28 @@ func probe(t *testing.T, sc scenario, l load) result {
 	db := testenv.Open(t, "pgx", h.URL())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	in, err := inbox.New(db, sqldialect.Postgres, "probe", inbox.WithLayout(sc.layout), inbox.WithRetention(time.Hour))
+	// The start-up warning: the inbox logs the replication hazards at
+	// Warn, the key store hands them to WithReplicationCheck's function.
+	var logged bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	in, err := inbox.New(db, sqldialect.Postgres, "probe", inbox.WithLayout(sc.layout), inbox.WithRetention(time.Hour), inbox.WithLogger(log))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := in.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ks, err := sqlstore.New(db, sqldialect.Postgres)
+	var hazards []string
+	ks, err := sqlstore.New(db, sqldialect.Postgres, sqlstore.WithReplicationCheck(func(r sqldialect.Replication) { hazards = r.Hazards }))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := ks.Migrate(ctx); err != nil {
 		t.Fatal(err)
+	}
+	async := sc.mode == testenv.PGAsync
+	if warned := strings.Contains(logged.String(), "asynchronous"); warned != async || (len(hazards) > 0) != async {
+		t.Errorf("asynchronous standby %v: the inbox logged %q, the key store's check got %q", async, logged.String(), hazards)
 	}
 	if _, err := db.ExecContext(ctx, `CREATE TABLE probe_effects (id int NOT NULL)`); err != nil {
 		t.Fatal(err)

@@ -21,9 +21,10 @@ const DefaultTable = "idem_keys"
 
 // config is what the options set.
 type config struct {
-	table     string
-	scope     string
-	maxResult int
+	table       string
+	scope       string
+	maxResult   int
+	replication func(sqldialect.Replication) // replication.go
 }
 
 // Option configures [New]. Options are checked once, by New; a bad one makes
@@ -63,6 +64,8 @@ type Store struct {
 	grp       *group  // SQLite: group commit, shared with scoped views; nil for PostgreSQL
 	scope     string
 	maxResult int
+	// replication is WithReplicationCheck's function, or nil.
+	replication func(sqldialect.Replication)
 }
 
 var (
@@ -101,7 +104,7 @@ func New(db *sql.DB, d sqldialect.Dialect, opts ...Option) (*Store, error) {
 	}
 	sh := &shared{n: n, rows: newQueries(d, n, LayoutRows), dig: newQueries(d, n, LayoutDigest), salt: make([]byte, 16), digest: sum}
 	_, _ = rand.Read(sh.salt)
-	st := &Store{db: db, d: d, sh: sh, st: &stmts{m: map[string]*sql.Stmt{}}, scope: cfg.scope, maxResult: cfg.maxResult}
+	st := &Store{db: db, d: d, sh: sh, st: &stmts{m: map[string]*sql.Stmt{}}, scope: cfg.scope, maxResult: cfg.maxResult, replication: cfg.replication}
 	if d == sqldialect.SQLite {
 		st.grp = &group{}
 	}
@@ -196,7 +199,9 @@ const migrateLock = `SELECT pg_advisory_xact_lock(7305104735812733)`
 // PostgreSQL it takes a transaction-scoped advisory lock, so several nodes
 // may call it at start-up at once. A dialect that does not match the
 // database fails with an error wrapping [sqldialect.ErrWrongDialect] that
-// names the dialect to pass.
+// names the dialect to pass. With [WithReplicationCheck] it ends by
+// reporting how the database acknowledges commits relative to its
+// standbys.
 func (s *Store) Migrate(ctx context.Context) error {
 	err := s.retry(ctx, func() error {
 		tx, err := s.db.BeginTx(ctx, nil)
@@ -229,6 +234,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		}
 		return fmt.Errorf("sqlstore: migrate: %w", err)
 	}
+	s.checkReplication(ctx) // replication.go
 	return nil
 }
 
