@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -25,6 +26,27 @@ type Report struct {
 	RaceApplied   int
 	RaceBalance   int64
 	RaceDelivered int
+}
+
+// RunTemp runs the scenarios on a SQLite file in a new temporary directory,
+// removed afterwards unless keep is set, and fails if a duplicate applied
+// twice: it is `idem demo`.
+func RunTemp(ctx context.Context, keep bool, w io.Writer) error {
+	dir, err := os.MkdirTemp("", "idem-demo-")
+	if err != nil {
+		return err
+	}
+	if !keep {
+		defer os.RemoveAll(dir)
+	}
+	r, err := Run(ctx, dir, w)
+	if err != nil {
+		return err
+	}
+	if r.RaceApplied != 1 || r.GatedBalance != 50 {
+		return fmt.Errorf("demo: effectively-once violated: %+v", r)
+	}
+	return nil
 }
 
 // Run executes the scenarios on a SQLite file in dir and writes the report

@@ -30,7 +30,7 @@ import (
 // the p50 and p99 latency; "added" metrics are the proxy's latency minus the
 // direct upstream's in the same run.
 //
-//	go test -run '^$' -bench Proxy -benchtime 3s ./cmd/idem
+//	go test -run '^$' -bench Proxy -benchtime 3s ./cmd/idem/idemd
 //
 // It lives beside the binary because it compares every store the binary
 // opens, Redis included, and the core module does not depend on Redis.

@@ -148,7 +148,7 @@ func TestServeConfigRefused(t *testing.T) {
 	if err == nil || !strings.Contains(string(outb), "bad.yaml:4:") || !strings.Contains(string(outb), "bad.yaml:7:") {
 		t.Fatalf("--check-config on a bad file: exit %v, output %q; want both errors (lines 4 and 7)", err, outb)
 	}
-	outb, err = idemCmd("serve", "--check-config", "../../docs/examples/idem-serve.yaml").CombinedOutput()
+	outb, err = idemCmd("serve", "--check-config", "../../../docs/examples/idem-serve.yaml").CombinedOutput()
 	if err != nil || !strings.Contains(string(outb), "ok") {
 		t.Fatalf("--check-config on the shipped example: exit %v, output %q", err, outb)
 	}

@@ -94,7 +94,7 @@ func TestConfigShapeAccepts(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if b, err := os.ReadFile("../../docs/examples/idem-serve.yaml"); err == nil {
+	if b, err := os.ReadFile("../../../docs/examples/idem-serve.yaml"); err == nil {
 		if err := checkConfigShape("idem-serve.yaml", b); err != nil {
 			t.Errorf("docs/examples/idem-serve.yaml: %v", err)
 		}

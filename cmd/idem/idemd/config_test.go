@@ -89,7 +89,7 @@ routes:
 // The shipped example passes the same checks as --check-config.
 func TestExampleConfig(t *testing.T) {
 	t.Parallel()
-	const path = "../../docs/examples/idem-serve.yaml"
+	const path = "../../../docs/examples/idem-serve.yaml"
 	routes, err := readConfig(path)
 	if err != nil {
 		t.Fatal(err)
@@ -208,7 +208,7 @@ func TestForwardedHeaders(t *testing.T) {
 // registered in a ServeMux, garbage is an errConfig, and no file the shape
 // check accepts nests deeper than maxConfigDepth.
 func FuzzParseConfig(f *testing.F) {
-	if b, err := os.ReadFile("../../docs/examples/idem-serve.yaml"); err == nil {
+	if b, err := os.ReadFile("../../../docs/examples/idem-serve.yaml"); err == nil {
 		f.Add(b)
 	}
 	f.Add([]byte("routes:\n  - pattern: POST /v1/charges\n    key: required\n    ttl: 24h\n"))
@@ -291,7 +291,7 @@ func TestDurationFlagsTakeDays(t *testing.T) {
 			t.Errorf("idem %v: %v", args, err)
 		}
 	}
-	out, err := run(t, "serve", "--ttl", "7d", "--check-config", "../../docs/examples/idem-serve.yaml")
+	out, err := run(t, "serve", "--ttl", "7d", "--check-config", "../../../docs/examples/idem-serve.yaml")
 	if err != nil || !strings.Contains(out, "ok") {
 		t.Fatalf("serve --ttl 7d --check-config: %v %s", err, out)
 	}
