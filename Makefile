@@ -25,7 +25,7 @@ unit:
 ## install-test: the released modules, zipped into a file-system module
 ## proxy at a throwaway version, installed the way a user does: a program
 ## importing every public package built outside the workspace, and
-## `go install github.com/idem-go/idem/cmd/idem@VERSION` (docs/releasing.md).
+## `go install github.com/idem-go/idem/cmd/idem/...@VERSION` (docs/releasing.md).
 ## `make unit` runs it too.
 install-test:
 	$(GO) test -count=1 -run '^TestInstallFromProxy$$' -v -timeout $(TIMEOUT) ./tools/release

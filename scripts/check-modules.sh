@@ -18,7 +18,7 @@ echo "check-modules: $(echo "$have" | wc -l) module(s), all in go.work"
 
 # Every go.mod requires its siblings at the version in versions.txt and has no
 # replace directive: a user gets each module with go get, and
-# `go install github.com/idem-go/idem/cmd/idem@version` works
+# `go install github.com/idem-go/idem/cmd/idem/...@version` works
 # (docs/releasing.md).
 $go run ./tools/release check
 

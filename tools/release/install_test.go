@@ -21,7 +21,8 @@ import (
 // module, zipped from the tree at a version no proxy or module cache has
 // seen, served from a file-system module proxy; outside the workspace, a
 // program that imports every public package is tidied, built and run, and
-// `go install github.com/idem-go/idem/cmd/idem@VERSION` builds the CLI. It
+// `go install github.com/idem-go/idem/cmd/idem/...@VERSION` builds the CLI
+// (the idem launcher and idemd, which it runs). It
 // fails if a go.mod requires a version that does not exist, needs a
 // replace, or a public package does not build as a dependency.
 //
@@ -121,25 +122,44 @@ func TestInstallFromProxy(t *testing.T) {
 	t.Logf("go build of the program importing every public package: %v", time.Since(step).Round(time.Millisecond))
 
 	step = time.Now()
+	// The launcher alone first: a command that runs in idemd says how to
+	// install it, at the launcher's own version.
 	runCmd(t, user, env, goCmd, "install", "github.com/idem-go/idem/cmd/idem@"+v)
 	idem := filepath.Join(gobin, "idem"+exeSuffix())
+	if out, err := exec.Command(idem, "plan", "--rate", "1000", "--horizon", "1h").CombinedOutput(); err == nil ||
+		!strings.Contains(string(out), "go install github.com/idem-go/idem/cmd/idem/idemd@"+v) {
+		t.Errorf("idem plan without idemd: %v\n%s", err, out)
+	}
+	runCmd(t, user, env, goCmd, "install", "github.com/idem-go/idem/cmd/idem/...@"+v)
 	help := runCmd(t, user, nil, idem, "--help")
-	if !strings.Contains(help, "Usage:") {
+	if !strings.Contains(help, "Usage:") || !strings.Contains(help, "serve") {
 		t.Errorf("idem --help printed:\n%s", help)
 	}
-	info, err := buildinfo.ReadFile(idem)
-	if err != nil {
-		t.Fatal(err)
+	// idem hands plan to the idemd beside it.
+	if out := runCmd(t, user, nil, idem, "plan", "--rate", "1000", "--horizon", "1h"); !strings.Contains(out, "keys retained") {
+		t.Errorf("idem plan printed:\n%s", out)
 	}
-	if info.Main.Path != "github.com/idem-go/idem/cmd/idem" || info.Main.Version != v {
-		t.Errorf("the installed binary is %s %s, want github.com/idem-go/idem/cmd/idem %s", info.Main.Path, info.Main.Version, v)
+	if out := runCmd(t, user, nil, idem, "version"); strings.TrimSpace(out) != "idem "+v {
+		t.Errorf("idem version printed %q, want idem %s", out, v)
 	}
-	for _, d := range info.Deps {
-		if repo.byPath(d.Path) != nil && (d.Version != v || d.Replace != nil) {
-			t.Errorf("the installed binary has %s %s (replace %v), want %s", d.Path, d.Version, d.Replace, v)
+	for _, bin := range []struct{ name, pkg string }{
+		{"idem", "github.com/idem-go/idem/cmd/idem"},
+		{"idemd", "github.com/idem-go/idem/cmd/idem/idemd"},
+	} {
+		info, err := buildinfo.ReadFile(filepath.Join(gobin, bin.name+exeSuffix()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Path != bin.pkg || info.Main.Version != v {
+			t.Errorf("the installed %s is %s %s, want %s %s", bin.name, info.Path, info.Main.Version, bin.pkg, v)
+		}
+		for _, d := range info.Deps {
+			if repo.byPath(d.Path) != nil && (d.Version != v || d.Replace != nil) {
+				t.Errorf("the installed %s has %s %s (replace %v), want %s", bin.name, d.Path, d.Version, d.Replace, v)
+			}
 		}
 	}
-	t.Logf("go install github.com/idem-go/idem/cmd/idem@%s: %v; whole test %v", v, time.Since(step).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	t.Logf("go install github.com/idem-go/idem/cmd/idem/...@%s: %v; whole test %v", v, time.Since(step).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 }
 
 // publicPackages lists the importable packages of the public modules (not
