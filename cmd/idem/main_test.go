@@ -100,7 +100,14 @@ func TestFromSource(t *testing.T) {
 	if sourceDir() == "" {
 		t.Skip("no source tree beside the test binary (-trimpath)")
 	}
-	stdout, stderr, _, code := launcher(t, []string{"XDG_CACHE_HOME=" + t.TempDir()}, "plan", "--rate", "100000", "--horizon", "24h")
+	// idemd goes to a fresh cache directory, so the build line is printed;
+	// go build keeps its own cache (GOCACHE would follow XDG_CACHE_HOME).
+	gocache, err := exec.Command("go", "env", "GOCACHE").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"XDG_CACHE_HOME=" + t.TempDir(), "GOCACHE=" + strings.TrimSpace(string(gocache))}
+	stdout, stderr, _, code := launcher(t, env, "plan", "--rate", "100000", "--horizon", "24h")
 	if code != 0 {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 	}
