@@ -44,7 +44,7 @@ func TestTokensAfterLostTail(t *testing.T) {
 		// The lost tail: the counter back, the completed key's row gone,
 		// the taken key's lease expired.
 		setCounter(t, db, d, seq, saved)
-		if _, err := db.Exec(`DELETE FROM ` + sqlstore.DefaultTable + ` WHERE token = ` + d.Placeholder(1), int64(before["completed"])); err != nil {
+		if _, err := db.Exec(`DELETE FROM `+sqlstore.DefaultTable+` WHERE token = `+d.Placeholder(1), int64(before["completed"])); err != nil {
 			t.Fatal(err)
 		}
 		expire := `UPDATE ` + sqlstore.DefaultTable + ` SET expires_at = now() - interval '1 second'`
