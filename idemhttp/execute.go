@@ -40,9 +40,10 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	att := &attempt{}
 	base := context.WithValue(r.Context(), attemptKey{}, att)
 	hctx, stop := handlerctx.Start(base, m.store, key, claim, m.cfg.lease, m.handlerConfig())
+	var lost error // why the lease was lost while the handler ran, if it was
 	finish := func() {
-		if _, err := stop(); err != nil {
-			m.cfg.logger.WarnContext(base, "idemhttp: the lease was lost while the handler ran; its context was cancelled", "err", err)
+		if _, lost = stop(); errors.Is(lost, keystore.ErrLeaseNotRenewed) {
+			m.cfg.logger.WarnContext(base, "idemhttp: the lease could not be renewed in time while the handler ran; its context was cancelled", "err", lost)
 		}
 	}
 	r = r.WithContext(hctx)
@@ -51,14 +52,14 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		if p := recover(); p != nil {
 			finish()
 			m.took.Observe(time.Since(start))
-			m.settle(base, claim, rec, att, true)
+			m.settle(base, claim, rec, att, true, lost)
 			panic(p)
 		}
 	}()
 	next.ServeHTTP(rec, r)
 	finish()
 	m.took.Observe(time.Since(start))
-	return m.settle(base, claim, rec, att, false)
+	return m.settle(base, claim, rec, att, false, lost)
 }
 
 // settle stores or releases the key once the handler has returned or
@@ -67,9 +68,27 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 // completed, with the response if it is whole, or as "response-lost" if the
 // handler panicked or the upstream's body broke off. A response the proxy
 // made up (the upstream never answered) is never stored.
-func (m *Middleware) settle(ctx context.Context, claim keystore.Claim, rec *recorder, att *attempt, panicked bool) Outcome {
+//
+// lost is why the lease was lost while the handler ran (nil if it was
+// not). If the store refused a renewal (the key was released by an
+// operator, taken over or swept), the key is no longer this claim's:
+// nothing is released or stored, since the store would refuse either. A
+// lease that could not be renewed in time (keystore.ErrLeaseNotRenewed) may
+// still be this claim's, and is settled as usual.
+func (m *Middleware) settle(ctx context.Context, claim keystore.Claim, rec *recorder, att *attempt, panicked bool, lost error) Outcome {
 	storable := func() bool {
 		return rec.status != 0 && !notExecuted[rec.status] && (rec.status < 500 || m.cfg.store5xx)
+	}
+	if lost != nil && !errors.Is(lost, keystore.ErrLeaseNotRenewed) {
+		if rec.status == 0 && !panicked {
+			rec.WriteHeader(http.StatusOK) // handler wrote nothing: net/http sends 200
+		}
+		if storable() && !att.madeUp.Load() {
+			m.cfg.logger.WarnContext(ctx, "idemhttp: the key was released by an operator (or taken over) while in progress; the handler's response was delivered but not stored, and a retry executes again", "status", rec.status, "err", lost)
+		} else {
+			m.cfg.logger.InfoContext(ctx, "idemhttp: the key was released by an operator (or taken over) while in progress; nothing to release", "status", rec.status, "err", lost)
+		}
+		return OutcomeLeaseLost
 	}
 	switch {
 	case att.madeUp.Load():

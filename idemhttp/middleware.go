@@ -173,11 +173,17 @@ func (m *Middleware) wait() keystore.Wait {
 	return w
 }
 
-// release gives the key back, so that a retry executes.
+// release gives the key back, so that a retry executes. A stale token
+// (ErrLeaseLost) means the key is already free or another's: an operator
+// released it, or another request took it over once the lease lapsed.
 func (m *Middleware) release(ctx context.Context, c keystore.Claim, why string) {
 	sctx, cancel := m.storeCtx(ctx)
 	defer cancel()
-	if err := m.store.Release(sctx, c); err != nil {
+	err := m.store.Release(sctx, c)
+	switch {
+	case errors.Is(err, keystore.ErrLeaseLost):
+		m.cfg.logger.InfoContext(sctx, "idemhttp: the key was released by an operator (or taken over) while in progress; nothing to release", "why", why, "err", err)
+	case err != nil:
 		m.cfg.logger.ErrorContext(sctx, "idemhttp: release failed; the key stays in progress until its lease ends", "why", why, "err", err)
 	}
 }

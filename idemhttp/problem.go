@@ -32,6 +32,7 @@ const (
 	probTimeout     = "request-timeout"
 	probBodyRead    = "request-body-incomplete"
 	probNotMigrated = "store-not-migrated"
+	probLeaseLost   = "lease-lost"
 )
 
 var problemTitles = map[string]string{
@@ -51,6 +52,7 @@ var problemTitles = map[string]string{
 	probTimeout:     "The request body did not arrive in time",
 	probBodyRead:    "The request body could not be read",
 	probNotMigrated: "The idempotency store is not migrated",
+	probLeaseLost:   "The lease on this Idempotency-Key was lost while the request ran",
 }
 
 func (m *Middleware) problem(w http.ResponseWriter, status int, typ, detail string, hdr map[string]string) {

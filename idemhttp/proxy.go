@@ -38,8 +38,10 @@ type Proxy struct {
 // acts on a key it no longer holds: with a store that renews leases
 // (keystore.Extender), the lease is renewed while the call runs and the
 // call is cancelled if the lease is lost (the key was released or taken
-// over, or the store could not renew it in time); with a store that
-// cannot, the call times out when the lease ends (504). It is not
+// over, or the store could not renew it in time), and the client is
+// answered 503 "lease-lost" with Retry-After: a key released by an operator
+// is free, so the retry executes; with a store that cannot, the call times
+// out when the lease ends (504). It is not
 // cancelled when the client disconnects (unless [WithClientCancel]), so
 // that a response that was produced is stored for the client's retry.
 func NewProxy(target *url.URL, s keystore.Store, opts ...Option) (*Proxy, error) {
@@ -86,16 +88,23 @@ func NewProxy(target *url.URL, s keystore.Store, opts ...Option) (*Proxy, error)
 		},
 		Transport: cancelOnClose{transport},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			att := attemptOf(r.Context())
+			if att != nil {
+				att.madeUp.Store(true)
+			}
+			if detail, ok := leaseLostDetail(context.Cause(r.Context()), att); ok {
+				// Not a 502 "the key was released": the key is no
+				// longer this request's to release (settle logs why).
+				m.problem(w, http.StatusServiceUnavailable, probLeaseLost, detail, map[string]string{"Retry-After": "1"})
+				return
+			}
 			status := http.StatusBadGateway
 			if errors.Is(err, context.DeadlineExceeded) {
 				status = http.StatusGatewayTimeout
 			}
 			detail := "the request did not reach the upstream; the key was released and a retry will execute"
-			if att := attemptOf(r.Context()); att != nil {
-				att.madeUp.Store(true)
-				if att.wrote.Load() {
-					detail = "the request was sent but the upstream gave no response, so its outcome is unknown; the key was released and a retry will execute, carrying the same Idempotency-Key to the upstream"
-				}
+			if att != nil && att.wrote.Load() {
+				detail = "the request was sent but the upstream gave no response, so its outcome is unknown; the key was released and a retry will execute, carrying the same Idempotency-Key to the upstream"
 			}
 			m.cfg.logger.WarnContext(r.Context(), "idemhttp: upstream failed", "err", err)
 			m.problem(w, status, probUpstream, detail, nil)
@@ -103,6 +112,28 @@ func NewProxy(target *url.URL, s keystore.Store, opts ...Option) (*Proxy, error)
 	}
 	p.handler = m.Handler(p.rp)
 	return p, nil
+}
+
+// leaseLostDetail is the detail of the 503 lease-lost answer when cause,
+// the cause of the upstream call's context, says the lease was lost while
+// the call ran: an operator released the key, another holder took it over,
+// or the store could not renew the lease in time. ok is false for any
+// other cause, and for the end of a lease that the store cannot renew
+// (handlerctx.ErrLeaseEnded, which also wraps DeadlineExceeded): that
+// remains the 504 of a lease timeout, whose key is still this request's
+// to release.
+func leaseLostDetail(cause error, att *attempt) (detail string, ok bool) {
+	if !errors.Is(cause, keystore.ErrLeaseLost) || errors.Is(cause, context.DeadlineExceeded) {
+		return "", false
+	}
+	outcome := "the upstream call was cancelled and its outcome is unknown"
+	if att != nil && !att.wrote.Load() {
+		outcome = "the upstream call was cancelled before the request reached the upstream"
+	}
+	if errors.Is(cause, keystore.ErrLeaseNotRenewed) {
+		return "the idempotency store could not renew this key's lease in time while the request ran; " + outcome + "; retry with the same key", true
+	}
+	return "an operator released this key (or another holder took it over) while the request ran; " + outcome + "; retry with the same key", true
 }
 
 // hideFromTransport keeps net/http's Transport from sending a keyed request
