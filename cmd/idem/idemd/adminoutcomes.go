@@ -48,7 +48,8 @@ func newOutcomeLog() *outcomeLog {
 }
 
 // hooks returns the idemhttp.Hooks of route: it records each outcome, then
-// passes it to next (nil: none).
+// passes it to next (nil: none), with the route when next takes one
+// (idemhttpprom's route label).
 func (l *outcomeLog) hooks(route string, next idemhttp.Hooks) idemhttp.Hooks {
 	return routeHooks{l: l, route: route, next: next}
 }
@@ -62,7 +63,9 @@ type routeHooks struct {
 // Request implements idemhttp.Hooks.
 func (h routeHooks) Request(o idemhttp.Outcome, d time.Duration) {
 	h.l.record(h.route, o, d)
-	if h.next != nil {
+	if rh, ok := h.next.(idemhttp.RouteHooks); ok {
+		rh.RequestRoute(h.route, o, d)
+	} else if h.next != nil {
 		h.next.Request(o, d)
 	}
 }

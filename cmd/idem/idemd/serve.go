@@ -32,6 +32,7 @@ type serveFlags struct {
 	readHeaderTimeout, readTimeout time.Duration
 	bodyTimeout, idleTimeout       time.Duration
 	writeTimeout, storeTimeout     time.Duration
+	handlerTimeout                 time.Duration // 0: none besides the lease
 	storeCheck                     string
 	adminTokenFile                 string
 	// the gateway: per-route policies, TLS, forwarding (serveflags.go)
@@ -134,11 +135,8 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		return fmt.Errorf("serve: open store: %w", err)
 	}
 	defer store.close()
-	if err := checkStore(ctx, store, f.storeTimeout); err != nil {
-		if f.storeCheck == "fail" {
-			return fmt.Errorf("serve: --store %s does not answer (start it, or pass --store-check=warn to start anyway): %w", redactURL(f.store), err)
-		}
-		log.Error("STORE DOES NOT ANSWER: starting anyway (--store-check=warn); keyed requests get 503 and /readyz is unready until it does", "store", redactURL(f.store), "err", err)
+	if err := startupStoreCheck(ctx, log, store, f); err != nil {
+		return err
 	}
 
 	reg := prometheus.NewRegistry()

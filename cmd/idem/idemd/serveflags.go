@@ -30,6 +30,7 @@ func checkServeFlags(f serveFlags) error {
 	positive("lease", f.lease)
 	notNegative("wait", f.wait)
 	notNegative("drain", f.drain)
+	notNegative("handler-timeout", f.handlerTimeout)
 	positive("read-header-timeout", f.readHeaderTimeout)
 	positive("read-timeout", f.readTimeout)
 	positive("idle-timeout", f.idleTimeout)
@@ -69,6 +70,7 @@ func addLimitFlags(fl *pflag.FlagSet, f *serveFlags) {
 	durationVar(fl, &f.idleTimeout, "idle-timeout", 120*time.Second, "how long an idle keep-alive connection stays open")
 	durationVar(fl, &f.writeTimeout, "write-timeout", 30*time.Second, "bound on each write of a keyed response to a client that stopped reading (the response is still stored)")
 	durationVar(fl, &f.storeTimeout, "store-timeout", 5*time.Second, "bound on each key-store call, and on the start-up store check")
+	durationVar(fl, &f.handlerTimeout, "handler-timeout", 0, "bound on a keyed request's upstream call (later: 504, key released) (0: none besides the lease, which is renewed while the upstream works)")
 	fl.Int64Var(&f.maxBuffered, "max-buffered", 128<<20, "request bytes all keyed requests may buffer at once (beyond: 503 with Retry-After)")
 	fl.StringVar(&f.storeCheck, "store-check", "fail", "at start-up, if the store does not answer: fail (exit), or warn (log, start, /readyz unready)")
 }

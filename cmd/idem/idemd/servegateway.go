@@ -218,8 +218,9 @@ func (g *gateway) handlerFor(p policy, route string) (http.Handler, error) {
 		idemhttp.WithClientWriteTimeout(g.f.writeTimeout), idemhttp.WithBudget(g.budget),
 		idemhttp.WithStoreTimeout(g.f.storeTimeout), idemhttp.WithUpstreamTransport(g.transport),
 		idemhttp.WithForwarded(g.forwarded), idemhttp.WithHooks(g.outcomes.hooks(route, g.hooks)),
+		idemhttp.WithRoute(route), idemhttp.WithHandlerTimeout(g.f.handlerTimeout),
 	}
-	opts = append(opts, g.traceOptions(route)...)
+	opts = append(opts, g.traceOptions()...)
 	if len(p.fpHeaders) > 0 {
 		opts = append(opts, idemhttp.WithFingerprintHeaders(p.fpHeaders...))
 	}

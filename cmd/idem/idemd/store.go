@@ -176,13 +176,43 @@ func openStore(ctx context.Context, spec storeSpec, maxResult int) (*openedStore
 	return nil, fmt.Errorf("%w: unknown store kind %q", errStoreSpec, spec.kind)
 }
 
-// checkStore asks the store to answer once, within timeout: a store nobody
-// listens on (a redis:// address, say) is otherwise only found by the first
-// request.
+// checkStore asks the store to answer once, within timeout, then whether it
+// is ready to serve (keystore.Check: a key looked up, nothing changed): a
+// store nobody listens on (a redis:// address, say), or a SQL store whose
+// table does not exist (keystore.ErrNotMigrated), is otherwise only found
+// by the first request.
 func checkStore(ctx context.Context, s *openedStore, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return s.ping(ctx)
+	if err := s.ping(ctx); err != nil {
+		return err
+	}
+	return keystore.Check(ctx, s.Store)
+}
+
+// startupStoreCheck is idem serve's check of its store at start-up
+// (--store-check): nil to start; the error that stops it with
+// --store-check=fail; with --store-check=warn, the problem is logged and it
+// starts anyway.
+func startupStoreCheck(ctx context.Context, log *slog.Logger, s *openedStore, f serveFlags) error {
+	err := checkStore(ctx, s, f.storeTimeout)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, keystore.ErrNotMigrated):
+		// idem serve migrates the SQL stores it opens: a table missing
+		// now was dropped since, or is not where the connection looks.
+		const fix = "restart idem serve, which creates the table when it opens the store (its database user needs the right to create tables), or apply the store's SchemaSQL with your migration tool; check that --store names the database you meant"
+		if f.storeCheck == "fail" {
+			return fmt.Errorf("serve: --store %s is not migrated (its table does not exist): %s (or pass --store-check=warn to start anyway): %w", redactURL(f.store), fix, err)
+		}
+		log.Error("STORE NOT MIGRATED: starting anyway (--store-check=warn); keyed requests get 500 store-not-migrated until it is: "+fix, "store", redactURL(f.store), "err", err)
+		return nil
+	case f.storeCheck == "fail":
+		return fmt.Errorf("serve: --store %s does not answer (start it, or pass --store-check=warn to start anyway): %w", redactURL(f.store), err)
+	}
+	log.Error("STORE DOES NOT ANSWER: starting anyway (--store-check=warn); keyed requests get 503 and /readyz is unready until it does", "store", redactURL(f.store), "err", err)
+	return nil
 }
 
 // memorySnapshotEvery is how often, by default (idem serve

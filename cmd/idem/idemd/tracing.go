@@ -73,34 +73,12 @@ func startTracing(f otlpFlags, log *slog.Logger) (idem.Tracer, func(), error) {
 	return t, stop, nil
 }
 
-// traceOptions is the idemhttp option that traces a route's requests, the
-// route named on their spans; none without a tracer.
-func (g *gateway) traceOptions(route string) []idemhttp.Option {
+// traceOptions is the idemhttp option that traces a route's requests
+// (handlerFor names the route with idemhttp.WithRoute, which the request
+// spans carry as idem.route); none without a tracer.
+func (g *gateway) traceOptions() []idemhttp.Option {
 	if g.tracer == nil {
 		return nil
 	}
-	return []idemhttp.Option{idemhttp.WithTracer(routeTracer{g.tracer, route})}
-}
-
-// routeTracer names the route (the --config pattern, or "default") on
-// the request spans of one route's handler.
-type routeTracer struct {
-	idem.Tracer
-	route string
-}
-
-// Inject implements idem.Injector when the wrapped tracer does, so that
-// the proxy sends the upstream the request span's trace context.
-func (t routeTracer) Inject(ctx context.Context, set func(name, value string)) {
-	if inj, ok := t.Tracer.(idem.Injector); ok {
-		inj.Inject(ctx, set)
-	}
-}
-
-func (t routeTracer) Start(ctx context.Context, op string) (context.Context, idem.Span) {
-	ctx, s := t.Tracer.Start(ctx, op)
-	if op == idem.OpHTTPRequest {
-		s.Attr(idem.AttrRoute, t.route)
-	}
-	return ctx, s
+	return []idemhttp.Option{idemhttp.WithTracer(g.tracer)}
 }
