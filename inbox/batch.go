@@ -288,7 +288,7 @@ func (in *Inbox) batchFast(ctx context.Context, msgs []Message, set SetHandler, 
 			}
 		}
 	}
-	if err := commit(ctx, tx, fmt.Sprintf("batch of %d", len(msgs))); err != nil {
+	if err := in.commit(ctx, tx, fmt.Sprintf("batch of %d", len(msgs))); err != nil {
 		return nil, err
 	}
 	return results, nil
@@ -393,7 +393,7 @@ func (in *Inbox) batchSlowSet(ctx context.Context, msgs []Message, set SetHandle
 			return nil, &HandlerError{Key: fmt.Sprintf("batch of %d", len(msgs)), Err: err}
 		}
 	}
-	if err := commit(ctx, tx, fmt.Sprintf("batch of %d", len(msgs))); err != nil {
+	if err := in.commit(ctx, tx, fmt.Sprintf("batch of %d", len(msgs))); err != nil {
 		return nil, err
 	}
 	return results, nil
@@ -429,7 +429,7 @@ func (in *Inbox) batchSlow(ctx context.Context, msgs []Message, fn BatchHandler)
 			return nil, fmt.Errorf("inbox: release savepoint: %w", err)
 		}
 	}
-	if err := commit(ctx, tx, fmt.Sprintf("batch of %d", len(msgs))); err != nil {
+	if err := in.commit(ctx, tx, fmt.Sprintf("batch of %d", len(msgs))); err != nil {
 		return nil, err
 	}
 	return results, nil

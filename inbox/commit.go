@@ -47,14 +47,28 @@ func (in *Inbox) beginDetached(ctx context.Context) (*sql.Tx, error) {
 
 // commit commits tx, begun by beginDetached, unless ctx has ended (then it
 // rolls back: nothing is recorded). A failed COMMIT is a *CommitError: the
-// outcome is unknown.
-func commit(ctx context.Context, tx *sql.Tx, key string) error {
+// outcome is unknown. With WithWaitReplicas it then waits for the
+// standbys (waitreplicas.go); a wait that fails is a *CommitError too.
+func (in *Inbox) commit(ctx context.Context, tx *sql.Tx, key string) error {
 	if err := ctx.Err(); err != nil {
 		_ = tx.Rollback()
 		return fmt.Errorf("inbox: %s: rolled back before COMMIT: %w", key, err)
 	}
+	var mark sqldialect.CommitMark
+	if in.cfg.wait.Standbys > 0 {
+		var err error
+		if mark, err = sqldialect.MarkCommit(ctx, tx); err != nil {
+			_ = tx.Rollback()
+			return fmt.Errorf("inbox: %s: %w", key, err) // before COMMIT: nothing recorded
+		}
+	}
 	if err := tx.Commit(); err != nil {
 		return &CommitError{Key: key, Err: err}
+	}
+	if in.cfg.wait.Standbys > 0 {
+		if err := in.waitReplicas(ctx, mark); err != nil {
+			return &CommitError{Key: key, Err: err}
+		}
 	}
 	return nil
 }

@@ -86,6 +86,9 @@ func New(db Beginner, d sqldialect.Dialect, consumer string, opts ...Option) (*I
 	if cfg.horizon > 0 && cfg.retention > 0 && cfg.retention < cfg.horizon {
 		return nil, invalid("retention %v is shorter than the redelivery horizon %v: duplicates arriving in between would be applied again", cfg.retention, cfg.horizon)
 	}
+	if cfg.wait.Standbys > 0 && d != sqldialect.Postgres {
+		return nil, invalid("WithWaitReplicas: %v has no standbys to wait for (PostgreSQL only)", d)
+	}
 	if cfg.layout == 0 {
 		cfg.layout = LayoutBuckets
 	}
@@ -277,12 +280,17 @@ func (in *Inbox) processOnce(ctx context.Context, m Message, fn Handler) (bool, 
 	}
 	if !inserted {
 		// Duplicate. Nothing to commit: the transaction only read.
-		return false, in.checkFingerprint(ctx, tx, m)
+		if err := in.checkFingerprint(ctx, tx, m); err != nil || in.cfg.wait.Standbys == 0 {
+			return false, err
+		}
+		// With WithWaitReplicas the key found may be a commit the
+		// standbys lack: wait for them as for a commit of our own.
+		return false, in.commit(ctx, tx, m.Key)
 	}
 	if err := fn(ctx, tx); err != nil {
 		return false, &HandlerError{Key: m.Key, Err: err}
 	}
-	if err := commit(ctx, tx, m.Key); err != nil {
+	if err := in.commit(ctx, tx, m.Key); err != nil {
 		return false, err
 	}
 	return true, nil

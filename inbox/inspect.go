@@ -92,7 +92,7 @@ func (in *Inbox) keyTx(ctx context.Context, consumer, key string, f func(tx *sql
 		if err != nil {
 			return err
 		}
-		if err := commit(ctx, tx, key); err != nil {
+		if err := in.commit(ctx, tx, key); err != nil {
 			return err
 		}
 		if after != nil {

@@ -32,6 +32,8 @@ type config struct {
 	// replication receives what Migrate's replication check found
 	// (replication.go); nil: only logged.
 	replication func(sqldialect.Replication)
+	// wait is WithWaitReplicas's (waitreplicas.go); Standbys 0: none.
+	wait sqldialect.ReplicaWait
 }
 
 func defaultConfig() config {

@@ -72,6 +72,9 @@ func (s *Store) do(ctx context.Context, fn func(context.Context, runner) error) 
 	if g == nil {
 		dctx, cancel := keystore.Detach(ctx)
 		defer cancel()
+		if s.wait.Standbys > 0 {
+			return s.doWaited(dctx, fn) // waitreplicas.go
+		}
 		return fn(dctx, runner{s: s})
 	}
 	op := &groupOp{ctx: ctx, fn: fn, done: make(chan bool, 1)}

@@ -25,6 +25,7 @@ type config struct {
 	scope       string
 	maxResult   int
 	replication func(sqldialect.Replication) // replication.go
+	wait        sqldialect.ReplicaWait       // waitreplicas.go
 }
 
 // Option configures [New]. Options are checked once, by New; a bad one makes
@@ -66,6 +67,8 @@ type Store struct {
 	maxResult int
 	// replication is WithReplicationCheck's function, or nil.
 	replication func(sqldialect.Replication)
+	// wait is WithWaitReplicas's; Standbys 0: writes are not waited for.
+	wait sqldialect.ReplicaWait
 }
 
 var (
@@ -98,13 +101,16 @@ func New(db *sql.DB, d sqldialect.Dialect, opts ...Option) (*Store, error) {
 	if d != sqldialect.Postgres && d != sqldialect.SQLite {
 		return nil, fmt.Errorf("sqlstore: %w: %v has no key store: %w", sqldialect.ErrUnknownDialect, d, idem.ErrInvalidOption)
 	}
+	if cfg.wait.Standbys > 0 && d != sqldialect.Postgres {
+		return nil, fmt.Errorf("sqlstore: WithWaitReplicas: %v has no standbys to wait for (PostgreSQL only): %w", d, idem.ErrInvalidOption)
+	}
 	n, err := tableNames(d, cfg.table)
 	if err != nil {
 		return nil, fmt.Errorf("sqlstore: %w: %w", err, idem.ErrInvalidOption)
 	}
 	sh := &shared{n: n, rows: newQueries(d, n, LayoutRows), dig: newQueries(d, n, LayoutDigest), salt: make([]byte, 16), digest: sum}
 	_, _ = rand.Read(sh.salt)
-	st := &Store{db: db, d: d, sh: sh, st: &stmts{m: map[string]*sql.Stmt{}}, scope: cfg.scope, maxResult: cfg.maxResult, replication: cfg.replication}
+	st := &Store{db: db, d: d, sh: sh, st: &stmts{m: map[string]*sql.Stmt{}}, scope: cfg.scope, maxResult: cfg.maxResult, replication: cfg.replication, wait: cfg.wait}
 	if d == sqldialect.SQLite {
 		st.grp = &group{}
 	}
@@ -280,6 +286,9 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 		return err
 	})
 	if err != nil {
+		if notReplicated(err) && r.acquired {
+			s.releaseUnreplicated(ctx, l, key, r.token.Int64)
+		}
 		return keystore.Claim{}, fmt.Errorf("sqlstore: reserve: %w", err)
 	}
 	c := keystore.Claim{Key: key, Expires: time.UnixMicro(r.expires.Int64)}
