@@ -38,10 +38,19 @@ func (i *Interceptor) execute(ctx context.Context, req any, handler grpc.UnaryHa
 	start := time.Now()
 	resp, herr := handler(hctx, req)
 	finished = true
-	if _, err := stop(); err != nil {
-		i.cfg.logger.WarnContext(ctx, "idemgrpc: the lease was lost while the handler ran; its context was cancelled", "err", err)
-	}
+	_, lost := stop()
 	i.took.Observe(time.Since(start))
+	if lost != nil && !errors.Is(lost, keystore.ErrLeaseNotRenewed) {
+		// The store refused a renewal: the key was released by an
+		// operator, taken over or swept. It is no longer this claim's, so
+		// nothing is stored or released (the store would refuse either),
+		// and the client is told to retry: its retry executes.
+		i.cfg.logger.InfoContext(ctx, "idemgrpc: the key was released by an operator (or taken over) while in progress; nothing to release", "code", statusOf(herr).Code().String(), "err", lost)
+		return nil, idemhttp.OutcomeLeaseLost, failure(codes.Unavailable, ReasonLeaseLost, "idempotency: the key was released by an operator (or taken over) while the call ran; its outcome is unknown; retry with the same key", retryInfo(time.Second))
+	}
+	if lost != nil {
+		i.cfg.logger.WarnContext(ctx, "idemgrpc: the lease was lost while the handler ran; its context was cancelled", "err", lost)
+	}
 	return resp, i.settle(ctx, claim, cap, resp, herr), herr
 }
 

@@ -234,7 +234,11 @@ func (i *Interceptor) storeCtx(ctx context.Context) (context.Context, context.Ca
 func (i *Interceptor) release(ctx context.Context, c keystore.Claim, why string) {
 	sctx, cancel := i.storeCtx(ctx)
 	defer cancel()
-	if err := i.store.Release(sctx, c); err != nil {
+	err := i.store.Release(sctx, c)
+	switch {
+	case errors.Is(err, keystore.ErrLeaseLost):
+		i.cfg.logger.InfoContext(sctx, "idemgrpc: the key was released by an operator (or taken over) while in progress; nothing to release", "why", why, "err", err)
+	case err != nil:
 		i.cfg.logger.ErrorContext(sctx, "idemgrpc: release failed; the key stays in progress until its lease ends", "why", why, "err", err)
 	}
 }

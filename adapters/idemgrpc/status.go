@@ -17,7 +17,9 @@ const ErrorDomain = "idem.dev/idemgrpc"
 
 // The Reason of the ErrorInfo detail of each status idemgrpc returns. The
 // handler did not run for any of them, except ReasonNotStored, whose call
-// was executed once, earlier.
+// was executed once, earlier, and ReasonLeaseLost, whose handler ran while
+// its key was released or taken over (its outcome is unknown; the retry
+// executes).
 const (
 	ReasonMissingKey        = "MISSING_KEY"             // InvalidArgument: WithRequired and no key
 	ReasonInvalidKey        = "INVALID_KEY"             // InvalidArgument: malformed or repeated key
@@ -30,6 +32,7 @@ const (
 	ReasonCorrupt           = "STORED_RESPONSE_CORRUPT" // Internal: the stored record cannot be replayed
 	ReasonUnfingerprintable = "REQUEST_NOT_PROTOBUF"    // Internal: the request is not a proto.Message
 	ReasonNotMigrated       = "STORE_NOT_MIGRATED"      // FailedPrecondition: the store's table does not exist (call its Migrate)
+	ReasonLeaseLost         = "LEASE_LOST"              // Unavailable + RetryInfo: the key was released (or taken over) while the handler ran; it ran, its outcome is unknown
 )
 
 // failure builds the status of one of idemgrpc's own answers.
