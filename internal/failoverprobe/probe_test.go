@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,28 @@ type scenario struct {
 	mode   testenv.PGHAMode
 	layout inbox.Layout
 	batch  bool // ProcessBatch (batches of batchSize) instead of Process
+	wait   bool // inbox and key store WithWaitReplicas(1, waitFor)
+	fault  fault
+}
+
+// fault is how the primary goes away.
+type fault int
+
+const (
+	// faultKill holds replication back for holdFor, then kills the
+	// primary with SIGKILL and promotes the standby.
+	faultKill fault = iota
+	// faultCut cuts the standby off (replication held, never resumed)
+	// for cutFor, longer than wal_sender_timeout (5 s), so that the
+	// primary drops it from pg_stat_replication; then the kill.
+	faultCut
+	// faultSwitchover stops the primary cleanly (fast shutdown), waits
+	// until the standby has received everything, and promotes it.
+	faultSwitchover
+)
+
+func (f fault) String() string {
+	return [...]string{"kill -9 after 1 s of lag", "standby cut off 6 s, then kill -9", "clean switchover"}[f]
 }
 
 // load is how much goes through a scenario, and how fast: the messages
@@ -39,6 +62,8 @@ const (
 	workers   = 4
 	batchSize = 20
 	holdFor   = time.Second // replication held back before the kill
+	cutFor    = 6 * time.Second
+	waitFor   = 5 * time.Second // WithWaitReplicas's timeout
 	lease     = 2 * time.Second
 )
 
@@ -60,22 +85,42 @@ const (
 func TestFailoverProbe(t *testing.T) {
 	t.Parallel()
 	scenarios := []scenario{
-		{"async, rows, Process", testenv.PGAsync, inbox.LayoutRows, false},
-		{"sync, buckets, ProcessBatch", testenv.PGSync, inbox.LayoutBuckets, true},
+		named(scenario{mode: testenv.PGAsync, layout: inbox.LayoutRows}),
+		named(scenario{mode: testenv.PGSync, layout: inbox.LayoutBuckets, batch: true}),
+		named(scenario{mode: testenv.PGAsync, layout: inbox.LayoutRows, wait: true}),
 	}
 	l := load{messages: 400, keys: 200, rate: 200, keyRate: 100}
 	if os.Getenv("IDEM_FAILOVER_LONG") == "1" {
 		scenarios = nil
-		for _, m := range []testenv.PGHAMode{testenv.PGAsync, testenv.PGSync} {
-			for _, lay := range []inbox.Layout{inbox.LayoutRows, inbox.LayoutBuckets} {
-				for _, b := range []bool{false, true} {
-					scenarios = append(scenarios, scenario{name(m, lay, b), m, lay, b})
+		for _, f := range []fault{faultKill, faultCut, faultSwitchover} {
+			for _, m := range []testenv.PGHAMode{testenv.PGAsync, testenv.PGSync, waitMode} {
+				for _, lay := range []inbox.Layout{inbox.LayoutRows, inbox.LayoutBuckets} {
+					for _, b := range []bool{false, true} {
+						if f != faultKill && (lay != inbox.LayoutRows || b) {
+							continue // one inbox path is enough for the other faults
+						}
+						sc := scenario{mode: m, layout: lay, batch: b, fault: f}
+						if m == waitMode {
+							sc.mode, sc.wait = testenv.PGAsync, true
+						}
+						scenarios = append(scenarios, named(sc))
+					}
 				}
 			}
 		}
 		l = load{messages: 20000, keys: 2000, rate: 1000, keyRate: 100}
 	} else if testing.Short() {
 		t.Skip("-short: the failover probe starts a primary and a standby per scenario")
+	}
+	if only := os.Getenv("IDEM_FAILOVER_ONLY"); only != "" {
+		re := regexp.MustCompile(only)
+		kept := scenarios[:0]
+		for _, sc := range scenarios {
+			if re.MatchString(sc.name) {
+				kept = append(kept, sc)
+			}
+		}
+		scenarios = kept
 	}
 	var (
 		mu   sync.Mutex
@@ -97,20 +142,34 @@ func TestFailoverProbe(t *testing.T) {
 	t.Logf("\n| scenario | inbox: acknowledged, effect gone | inbox: effect applied twice | key store: effect ran twice (completion forgotten + crash window) | key store: tokens reused / lower | outage | promotion |\n|---|---|---|---|---|---|---|\n%s", strings.Join(rows, "\n"))
 }
 
-func name(m testenv.PGHAMode, l inbox.Layout, batch bool) string {
+// waitMode stands for asynchronous replication with WithWaitReplicas in
+// the long run's loop.
+const waitMode testenv.PGHAMode = -1
+
+// named sets sc's name from its settings.
+func named(sc scenario) scenario {
 	s := "async"
-	if m == testenv.PGSync {
+	switch {
+	case sc.mode == testenv.PGSync:
 		s = "sync"
+	case sc.wait:
+		s = "async + WaitReplicas(1)"
 	}
-	if l == inbox.LayoutRows {
+	if sc.layout == inbox.LayoutRows {
 		s += ", rows"
 	} else {
 		s += ", buckets"
 	}
-	if batch {
-		return s + ", ProcessBatch"
+	if sc.batch {
+		s += ", ProcessBatch"
+	} else {
+		s += ", Process"
 	}
-	return s + ", Process"
+	if sc.fault != faultKill {
+		s += ", " + sc.fault.String()
+	}
+	sc.name = s
+	return sc
 }
 
 // result is what a scenario measured.
@@ -159,19 +218,25 @@ func probe(t *testing.T, sc scenario, l load) result {
 	db := testenv.Open(t, "pgx", h.URL())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	var hazards []string
 	// The start-up warning: the inbox logs the replication hazards at
 	// Warn, the key store hands them to WithReplicationCheck's function.
 	var logged bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	in, err := inbox.New(db, sqldialect.Postgres, "probe", inbox.WithLayout(sc.layout), inbox.WithRetention(time.Hour), inbox.WithLogger(log))
+	inOpts := []inbox.Option{inbox.WithLayout(sc.layout), inbox.WithRetention(time.Hour), inbox.WithLogger(log)}
+	ksOpts := []sqlstore.Option{sqlstore.WithReplicationCheck(func(r sqldialect.Replication) { hazards = r.Hazards })}
+	if sc.wait {
+		inOpts = append(inOpts, inbox.WithWaitReplicas(1, waitFor))
+		ksOpts = append(ksOpts, sqlstore.WithWaitReplicas(1, waitFor))
+	}
+	in, err := inbox.New(db, sqldialect.Postgres, "probe", inOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := in.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var hazards []string
-	ks, err := sqlstore.New(db, sqldialect.Postgres, sqlstore.WithReplicationCheck(func(r sqldialect.Replication) { hazards = r.Hazards }))
+	ks, err := sqlstore.New(db, sqldialect.Postgres, ksOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,15 +269,10 @@ func probe(t *testing.T, sc scenario, l load) result {
 		go func() { defer wg.Done(); callKeys(ctx, ks, keys, r) }()
 	}
 
-	// 40% of the way in: hold replication for a second, kill, promote.
+	// 40% of the way in: the fault, then the promotion.
 	planned := time.Duration(float64(l.messages) / l.rate * float64(time.Second))
 	time.Sleep(time.Until(start.Add(planned * 4 / 10)))
-	h.HoldReplication()
-	time.Sleep(holdFor)
-	r.kill.Store(time.Now().UnixNano())
-	h.KillPrimary()
-	r.dead.Store(time.Now().UnixNano())
-	res := result{promote: h.Promote()}
+	res := result{promote: failPGHA(t, h, sc, r)}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
 		t.Fatalf("the load did not finish: %v", err)
@@ -285,13 +345,46 @@ func probe(t *testing.T, sc scenario, l load) result {
 	if res.reused > 0 || res.lower > 0 {
 		t.Errorf("fencing tokens: %d handed to their key again, %d lower than the key's previous one", res.reused, res.lower)
 	}
-	if sc.mode == testenv.PGSync && (res.lost > 0 || res.forgotten > 0) {
-		t.Errorf("synchronous replication: %d acknowledged messages lost, %d completed keys forgotten", res.lost, res.forgotten)
+	if (sc.mode == testenv.PGSync || sc.wait || sc.fault == faultSwitchover) && (res.lost > 0 || res.forgotten > 0) {
+		t.Errorf("%s: %d acknowledged messages lost, %d completed keys forgotten", sc.name, res.lost, res.forgotten)
 	}
 	if res.acked != l.messages {
 		t.Errorf("%d of %d messages acknowledged", res.acked, l.messages)
 	}
 	return res
+}
+
+// failPGHA runs sc's fault on h and promotes the standby; it returns how
+// long the promotion took. With WithWaitReplicas the new primary takes
+// writes only once a standby streams from it: the old primary rejoins as
+// one (a fresh base backup), and the outage includes that.
+func failPGHA(t *testing.T, h *testenv.PGHA, sc scenario, r *run) time.Duration {
+	switch sc.fault {
+	case faultKill, faultCut:
+		h.HoldReplication()
+		if sc.fault == faultCut {
+			time.Sleep(cutFor)
+		} else {
+			time.Sleep(holdFor)
+		}
+		r.kill.Store(time.Now().UnixNano())
+		h.KillPrimary()
+	case faultSwitchover:
+		r.kill.Store(time.Now().UnixNano())
+		if err := h.StopPrimary(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.dead.Store(time.Now().UnixNano())
+	promote := h.Promote()
+	if sc.wait {
+		began := time.Now()
+		if err := h.Rejoin(); err != nil {
+			t.Fatalf("rejoin: %v", err)
+		}
+		t.Logf("the old primary rejoined as a standby in %v", time.Since(began).Round(10*time.Millisecond))
+	}
+	return promote
 }
 
 // pace sends 0..n-1 to out at rate per second (in batches of batchSize if

@@ -293,6 +293,63 @@ func (h *PGHA) Promote() time.Duration {
 	return time.Since(start)
 }
 
+// StopPrimary shuts the primary down cleanly (SIGINT: PostgreSQL's fast
+// shutdown, what pg_ctl stop -m fast sends): backends are terminated, the
+// shutdown checkpoint is written and the walsenders send everything to the
+// standby before they exit. It then waits until the standby's connection
+// closed (it has received all the primary sent), so that a Promote after it
+// is a clean switchover: nothing committed is lost, in either mode.
+func (h *PGHA) StopPrimary() error {
+	h.mu.Lock()
+	p := h.nodes[0]
+	_ = p.srv.cmd.Process.Signal(syscall.SIGINT)
+	_ = p.srv.cmd.Wait()
+	p.dead = true
+	h.mu.Unlock()
+	db := h.admin(1)
+	return poll(30*time.Second, 20*time.Millisecond, func() error {
+		var n int
+		if err := db.QueryRow(`SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming'`).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return errors.New("the standby still streams from the stopped primary")
+		}
+		return nil
+	})
+}
+
+// Rejoin makes the first primary, killed or stopped, a streaming standby of
+// the promoted one: a fresh base backup (what an operator, or Patroni when
+// pg_rewind cannot run, does), streaming directly, asynchronously. A
+// primary whose clients wait for a standby (synchronous replication,
+// WithWaitReplicas) takes writes again once it streams.
+func (h *PGHA) Rejoin() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n, primary := h.nodes[0], h.nodes[1]
+	if !n.dead || h.primary != 1 {
+		return errors.New("testenv: rejoin: the first primary is alive or the standby was not promoted")
+	}
+	n.srv.logf.Close()
+	if err := os.RemoveAll(n.data()); err != nil {
+		return err
+	}
+	conn := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres application_name=standby0", primary.port)
+	if err := runToEnd(n.dir, h.cred, filepath.Join(h.bin, "pg_basebackup"), "-D", n.data(), "-d", conn, "-X", "stream", "-R", "--no-sync"); err != nil {
+		return err
+	}
+	if err := h.run(n, "-c", "synchronous_standby_names=", "-c", "wal_retrieve_retry_interval=200ms"); err != nil {
+		return err
+	}
+	n.dead = false
+	db := h.admin(1)
+	return poll(30*time.Second, 20*time.Millisecond, func() error {
+		var state string
+		return db.QueryRow(`SELECT state FROM pg_stat_replication WHERE application_name = 'standby0' AND state = 'streaming'`).Scan(&state)
+	})
+}
+
 func (h *PGHA) stop() {
 	if h.proxy != nil {
 		h.proxy.close()
