@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the servers idem's tests use, from Debian's packages, when they are
-# missing: PostgreSQL, MariaDB (with galera-4 and rsync), Redis, RabbitMQ and Chromium (headless, for the
+# missing: PostgreSQL (with Patroni and etcd), MariaDB (with galera-4 and rsync), Redis, RabbitMQ and Chromium (headless, for the
 # operator page's browser test). NATS and Kafka run
 # in-process. dynalite (a DynamoDB-API server, for keystore/dynamostore) comes
 # from npm, on Debian's nodejs, into /usr/local/lib/idem-dynalite, where
@@ -18,6 +18,9 @@ have_pg || need+=(postgresql)
 # and rsync for the state transfer to joining nodes.
 { [ -e /usr/lib/galera/libgalera_smm.so ] || [ -e /usr/lib/libgalera_smm.so ]; } || need+=(galera-4)
 command -v rsync >/dev/null 2>&1 || need+=(rsync)
+# PostgreSQL under Patroni with etcd (internal/testenv/patroni.go).
+command -v patroni >/dev/null 2>&1 || need+=(patroni)
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 { command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ]; } || need+=(redis-server)
 { command -v rabbitmq-server >/dev/null 2>&1 || [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; } || need+=(rabbitmq-server)
 # Headless Chromium drives the operator page's browser test (cmd/idem, chromedp).

@@ -1,0 +1,76 @@
+package testenv_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/internal/testenv"
+)
+
+// A 3-member Patroni cluster in synchronous_mode: a commit on the leader is
+// on the synchronous standby, so it survives the leader's kill -9; clients
+// on the multi-host URL reach the new leader once Patroni promoted it (the
+// leader key's ttl, then a loop); a switchover hands the lead over again.
+func TestPatroni(t *testing.T) {
+	t.Parallel()
+	began := time.Now()
+	p := testenv.StartPatroni(t, 3, true)
+	t.Logf("3 members started in %v", time.Since(began).Round(10*time.Millisecond))
+	db := testenv.Open(t, "pgx", p.URL())
+	for _, q := range []string{`CREATE TABLE t (id int PRIMARY KEY)`, `INSERT INTO t VALUES (1)`} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	killed, err := p.KillLeader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		_, err = db.ExecContext(ctx, `INSERT INTO t VALUES (2)`)
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("no write on a new leader within a minute of %s's kill: %v", killed, err)
+	}
+	leader, err := p.WaitLeader(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("leader %s killed; %s leads, first write %v after the kill (ttl %v, loop_wait %v)", killed, leader, time.Since(start).Round(10*time.Millisecond), testenv.PatroniTTL, testenv.PatroniLoopWait)
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM t`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("after the failover: %d rows, %v; want 2 (synchronous: nothing lost)", n, err)
+	}
+	began = time.Now()
+	next, err := p.Switchover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("switchover to %s in %v", next, time.Since(began).Round(10*time.Millisecond))
+	if next == leader {
+		t.Fatalf("switchover: %s still leads", next)
+	}
+	if err := poll(func() error { _, err := db.Exec(`INSERT INTO t VALUES (3)`); return err }); err != nil {
+		t.Fatalf("write after the switchover to %s: %v", next, err)
+	}
+}
+
+// poll retries f for up to a minute: a pool's connections to a member that
+// is no longer the leader fail once each.
+func poll(f func() error) error {
+	var err error
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if err = f(); err == nil {
+			return nil
+		}
+	}
+	return err
+}
