@@ -1,0 +1,124 @@
+package diskwindow
+
+import "math/bits"
+
+// u128 is a fingerprint of up to 96 bits as one unsigned number.
+type u128 struct{ hi, lo uint64 }
+
+func (a u128) less(b u128) bool { return a.hi < b.hi || a.hi == b.hi && a.lo < b.lo }
+
+// rsh returns a >> s for s < 128.
+func (a u128) rsh(s uint) u128 {
+	switch {
+	case s == 0:
+		return a
+	case s >= 64:
+		return u128{0, a.hi >> (s - 64)}
+	}
+	return u128{a.hi >> s, a.lo>>s | a.hi<<(64-s)}
+}
+
+// low returns the w low bits of a (w ≤ 128).
+func (a u128) low(w uint) u128 {
+	if w >= 64 {
+		return u128{a.hi & (1<<(w-64) - 1), a.lo}
+	}
+	return u128{0, a.lo & (1<<w - 1)}
+}
+
+// getWords returns the w ≤ 64 bits at bit p of the little-endian bit
+// stream in ws (bit k is bit k%64 of ws[k/64]).
+func getWords(ws []uint64, p uint64, w uint) uint64 {
+	if w == 0 {
+		return 0
+	}
+	i, off := p/64, uint(p%64)
+	v := ws[i] >> off
+	if off+w > 64 {
+		v |= ws[i+1] << (64 - off)
+	}
+	return v & (1<<w - 1)
+}
+
+// putWords ors the w ≤ 64 low bits of v into ws at bit p.
+func putWords(ws []uint64, p uint64, w uint, v uint64) {
+	if w == 0 {
+		return
+	}
+	v &= 1<<w - 1
+	i, off := p/64, uint(p%64)
+	ws[i] |= v << off
+	if off+w > 64 {
+		ws[i+1] |= v >> (64 - off)
+	}
+}
+
+// getBytes returns the w ≤ 64 bits at bit p of the little-endian bit
+// stream in b (bit k is bit k%8 of b[k/8]), reading b[p/8 : (p+w+7)/8].
+func getBytes(b []byte, p uint64, w uint) uint64 {
+	var v uint64
+	got := uint(0)
+	for got < w {
+		i, off := (p+uint64(got))/8, uint((p+uint64(got))%8)
+		take := min(8-off, w-got)
+		v |= uint64(b[i]>>off&(1<<take-1)) << got
+		got += take
+	}
+	return v
+}
+
+// getWide returns the w ≤ 128 bits at bit p of b.
+func getWide(b []byte, p uint64, w uint) u128 {
+	if w <= 64 {
+		return u128{0, getBytes(b, p, w)}
+	}
+	return u128{getBytes(b, p+64, w-64), getBytes(b, p, 64)}
+}
+
+// selectInWord returns the position of the k-th (k ≥ 1) set bit of x,
+// which has at least k.
+func selectInWord(x uint64, k uint64) uint {
+	for ; k > 1; k-- {
+		x &= x - 1
+	}
+	return uint(bits.TrailingZeros64(x))
+}
+
+// bitWriter appends a little-endian bit stream to whole bytes.
+type bitWriter struct {
+	acc  uint64 // pending bits, the oldest lowest
+	n    uint   // pending bit count, < 8 after flushes
+	emit func(b byte)
+}
+
+func (w *bitWriter) put(v uint64, width uint) {
+	for width > 0 {
+		take := min(width, 56-w.n)
+		w.acc |= (v & (1<<take - 1)) << w.n
+		w.n += take
+		v >>= take
+		width -= take
+		for w.n >= 8 {
+			w.emit(byte(w.acc))
+			w.acc >>= 8
+			w.n -= 8
+		}
+	}
+}
+
+func (w *bitWriter) putWide(v u128, width uint) {
+	if width <= 64 {
+		w.put(v.lo, width)
+		return
+	}
+	w.put(v.lo, 64)
+	w.put(v.hi, width-64)
+}
+
+// flush emits the last partial byte, zero-padded.
+func (w *bitWriter) flush() {
+	if w.n > 0 {
+		w.emit(byte(w.acc))
+		w.acc, w.n = 0, 0
+	}
+}

@@ -1,0 +1,470 @@
+package diskwindow
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math/bits"
+	"os"
+)
+
+// A sealed generation is one immutable file of the sorted f-bit
+// fingerprints of the ids first accepted in a span of time, in an
+// Elias–Fano code split in three:
+//
+//   - upper: the top u = ⌊log₂ n⌋ bits of each value, in unary (value i
+//     sets bit high(i)+i): n + 2ᵘ bits, 1.5 to 2 bits an id;
+//   - mid: the next midBits bits of each value, packed;
+//   - low: the remaining f−u−midBits bits of each value, packed, in
+//     blocks of blockSize bytes, each with its own CRC-32C.
+//
+// Upper and mid (with the block checksums) are read into memory when the
+// file is opened, checksummed as a whole: they are the generation's
+// filter and index, under 1 byte an id. A lookup finds its bucket in
+// upper, compares mid bits in memory, and reads the low bits from disk
+// only for an id whose upper and mid bits match one of the file's: a
+// false match costs one block read with probability about n/2ᵘ⁺ᵐⁱᵈᴮⁱᵗˢ
+// (2⁻⁵ to 2⁻⁴) per generation probed for a new id.
+//
+// Layout, little-endian:
+//
+//	0   magic "IDEMDWG1"
+//	8   version uint32 (1)
+//	12  f, u, mid bits, 0 (one byte each)
+//	16  generation sequence uint64
+//	24  n uint64
+//	32  tmin, tmax int64: first accept of the oldest and newest id, Unix ns
+//	48  upper words, mid words, low bytes uint64
+//	72  key check uint64: which set's key fingerprinted the values
+//	80  CRC-32C of bytes 0–79 uint32, 0 uint32
+//	88  upper words, mid words (uint64 each), one CRC-32C uint32 a low
+//	    block, then the CRC-32C of every byte from 0 to here
+//	... zeros to the next multiple of blockSize: lowOff
+//	lowOff  low bytes, zero-padded to whole blocks; the file ends there.
+const (
+	genMagic     = "IDEMDWG1"
+	genVersion   = 1
+	genHeaderLen = 88
+	blockSize    = 4096
+	midBits      = 5
+	sampleShift  = 9 // one sample every 512 buckets
+	// MaxGeneration is the most ids one generation file holds.
+	maxGenIDs = 1 << 32
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// layout is the shape of a generation file of n f-bit values.
+type layout struct {
+	n                               uint64
+	f, u, r, lw                     uint
+	upperWords, midWords, lowBytes  uint64
+	nblocks, metaLen, lowOff, total uint64
+}
+
+func newLayout(n uint64, f uint) layout {
+	l := layout{n: n, f: f, r: midBits}
+	l.u = uint(bits.Len64(n)) - 1
+	l.lw = f - l.u - l.r
+	l.upperWords = (n + 1<<l.u + 63) / 64
+	l.midWords = (n*uint64(l.r) + 63) / 64
+	l.lowBytes = (n*uint64(l.lw) + 7) / 8
+	l.lowBytes = (l.lowBytes + blockSize - 1) / blockSize * blockSize
+	l.nblocks = l.lowBytes / blockSize
+	l.metaLen = genHeaderLen + 8*l.upperWords + 8*l.midWords + 4*l.nblocks + 4
+	l.lowOff = (l.metaLen + blockSize - 1) / blockSize * blockSize
+	l.total = l.lowOff + l.lowBytes
+	return l
+}
+
+// gen is an open sealed generation.
+type gen struct {
+	path       string
+	file       *os.File
+	seq, n     uint64
+	tmin, tmax int64
+	l          layout
+	upper, mid []uint64
+	samples    []uint64 // bit position in upper where bucket k<<sampleShift starts
+	crcs       []uint32
+	// One or two low blocks read last, for the lookup that follows.
+	buf          []byte
+	cached, ncah int64
+}
+
+// writeGen writes vals (f-bit values, reordered in place) as generation
+// seq in dir, fsyncs it and renames it into place, and returns its path.
+func writeGen(dir string, seq uint64, f uint, keyCheck uint64, vals []u128, tmin, tmax int64) (string, error) {
+	n := uint64(len(vals))
+	if n == 0 || n >= maxGenIDs {
+		return "", fmt.Errorf("diskwindow: generation of %d ids", n)
+	}
+	l := newLayout(n, f)
+	L := f - l.u
+	sortByHigh(vals, L, l.u)
+	upper := make([]uint64, l.upperWords)
+	mid := make([]uint64, l.midWords)
+	for i, v := range vals {
+		h := v.rsh(L).lo
+		p := h + uint64(i)
+		upper[p/64] |= 1 << (p % 64)
+		putWords(mid, uint64(i)*uint64(l.r), l.r, v.rsh(l.lw).lo)
+	}
+
+	path := genPath(dir, seq)
+	tmp := path + ".tmp"
+	file, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("diskwindow: %w", err)
+	}
+	fail := func(err error) (string, error) {
+		file.Close()
+		os.Remove(tmp)
+		return "", fmt.Errorf("diskwindow: writing %s: %w", path, err)
+	}
+	// The low blocks first, from lowOff, checksummed as they go.
+	if _, err := file.Seek(int64(l.lowOff), io.SeekStart); err != nil {
+		return fail(err)
+	}
+	bw := bufio.NewWriterSize(file, 1<<20)
+	crcs := make([]uint32, 0, l.nblocks)
+	block := make([]byte, 0, blockSize)
+	endBlock := func() {
+		block = block[:blockSize] // zero-padded: block was cleared
+		crcs = append(crcs, crc32.Checksum(block, castagnoli))
+		bw.Write(block)
+		clear(block)
+		block = block[:0]
+	}
+	w := bitWriter{emit: func(b byte) {
+		block = append(block, b)
+		if len(block) == blockSize {
+			endBlock()
+		}
+	}}
+	for _, v := range vals {
+		w.putWide(v.low(l.lw), l.lw)
+	}
+	w.flush()
+	if len(block) > 0 {
+		endBlock()
+	}
+	if err := bw.Flush(); err != nil {
+		return fail(err)
+	}
+	if uint64(len(crcs)) != l.nblocks {
+		return fail(fmt.Errorf("%d low blocks, want %d", len(crcs), l.nblocks))
+	}
+	meta := make([]byte, genHeaderLen, l.metaLen)
+	copy(meta, genMagic)
+	binary.LittleEndian.PutUint32(meta[8:], genVersion)
+	meta[12], meta[13], meta[14] = byte(f), byte(l.u), byte(l.r)
+	binary.LittleEndian.PutUint64(meta[16:], seq)
+	binary.LittleEndian.PutUint64(meta[24:], n)
+	binary.LittleEndian.PutUint64(meta[32:], uint64(tmin))
+	binary.LittleEndian.PutUint64(meta[40:], uint64(tmax))
+	binary.LittleEndian.PutUint64(meta[48:], l.upperWords)
+	binary.LittleEndian.PutUint64(meta[56:], l.midWords)
+	binary.LittleEndian.PutUint64(meta[64:], l.lowBytes)
+	binary.LittleEndian.PutUint64(meta[72:], keyCheck)
+	binary.LittleEndian.PutUint32(meta[80:], crc32.Checksum(meta[:80], castagnoli))
+	for _, x := range upper {
+		meta = binary.LittleEndian.AppendUint64(meta, x)
+	}
+	for _, x := range mid {
+		meta = binary.LittleEndian.AppendUint64(meta, x)
+	}
+	for _, c := range crcs {
+		meta = binary.LittleEndian.AppendUint32(meta, c)
+	}
+	meta = binary.LittleEndian.AppendUint32(meta, crc32.Checksum(meta, castagnoli))
+	if _, err := file.WriteAt(meta, 0); err != nil {
+		return fail(err)
+	}
+	if err := file.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := file.Close(); err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("diskwindow: writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("diskwindow: %w", err)
+	}
+	return path, syncDir(dir)
+}
+
+// sortByHigh sorts vals: a counting sort on the u bits above bit L (the
+// values are uniform, so buckets hold one or two), then insertion sort in
+// each bucket.
+func sortByHigh(vals []u128, L, u uint) {
+	nb := uint64(1) << u
+	start := make([]uint32, nb+1)
+	for _, v := range vals {
+		start[v.rsh(L).lo+1]++
+	}
+	for i := uint64(1); i <= nb; i++ {
+		start[i] += start[i-1]
+	}
+	out := make([]u128, len(vals))
+	next := start[:nb:nb]
+	next = append([]uint32(nil), next...)
+	for _, v := range vals {
+		h := v.rsh(L).lo
+		out[next[h]] = v
+		next[h]++
+	}
+	for h := uint64(0); h < nb; h++ {
+		b := out[start[h]:start[h+1]]
+		for i := 1; i < len(b); i++ {
+			for j := i; j > 0 && b[j].less(b[j-1]); j-- {
+				b[j], b[j-1] = b[j-1], b[j]
+			}
+		}
+	}
+	copy(vals, out)
+}
+
+// openGen opens the generation file at path, checking that it belongs to
+// a set of f-bit values under the key keyCheck names. It reads and
+// checksums the header and the in-memory part; the low blocks are
+// checksummed as lookups read them, or all now if verify is set. A file
+// that fails any check is refused with a *CorruptError naming it, before
+// anything larger than the file is allocated.
+func openGen(path string, f uint, keyCheck uint64, verify bool) (*gen, error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("diskwindow: %w", err)
+	}
+	g, err := readGen(path, file, f, keyCheck, verify)
+	if err != nil {
+		file.Close()
+		return nil, err
+	}
+	return g, nil
+}
+
+func readGen(path string, file *os.File, f uint, keyCheck uint64, verify bool) (*gen, error) {
+	bad := func(format string, args ...any) error {
+		return &CorruptError{File: path, Reason: fmt.Sprintf(format, args...)}
+	}
+	st, err := file.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("diskwindow: %w", err)
+	}
+	size := uint64(st.Size())
+	var h [genHeaderLen]byte
+	if _, err := file.ReadAt(h[:], 0); err != nil {
+		return nil, bad("header: %v", err)
+	}
+	if string(h[:8]) != genMagic {
+		return nil, bad("not a generation file (magic %q)", h[:8])
+	}
+	if c := crc32.Checksum(h[:80], castagnoli); c != binary.LittleEndian.Uint32(h[80:]) {
+		return nil, bad("header checksum mismatch")
+	}
+	if v := binary.LittleEndian.Uint32(h[8:]); v != genVersion {
+		return nil, bad("unsupported version %d", v)
+	}
+	if uint(h[12]) != f {
+		return nil, bad("%d-bit fingerprints, the set's are %d", h[12], f)
+	}
+	if k := binary.LittleEndian.Uint64(h[72:]); k != keyCheck {
+		return nil, bad("written under another set's key")
+	}
+	n := binary.LittleEndian.Uint64(h[24:])
+	if n == 0 || n >= maxGenIDs {
+		return nil, bad("%d ids", n)
+	}
+	l := newLayout(n, f)
+	if uint(h[13]) != l.u || uint(h[14]) != l.r || binary.LittleEndian.Uint64(h[48:]) != l.upperWords ||
+		binary.LittleEndian.Uint64(h[56:]) != l.midWords || binary.LittleEndian.Uint64(h[64:]) != l.lowBytes {
+		return nil, bad("layout does not match %d ids", n)
+	}
+	if size != l.total {
+		return nil, bad("%d bytes, %d ids take %d", size, n, l.total)
+	}
+	g := &gen{path: path, file: file, seq: binary.LittleEndian.Uint64(h[16:]), n: n, l: l, cached: -1,
+		tmin: int64(binary.LittleEndian.Uint64(h[32:])), tmax: int64(binary.LittleEndian.Uint64(h[40:]))}
+	if g.tmin > g.tmax {
+		return nil, bad("times out of order")
+	}
+	meta := make([]byte, l.metaLen) // at most the file's size, checked above
+	if _, err := file.ReadAt(meta, 0); err != nil {
+		return nil, bad("index: %v", err)
+	}
+	if c := crc32.Checksum(meta[:l.metaLen-4], castagnoli); c != binary.LittleEndian.Uint32(meta[l.metaLen-4:]) {
+		return nil, bad("index checksum mismatch")
+	}
+	p := meta[genHeaderLen:]
+	g.upper = make([]uint64, l.upperWords)
+	for i := range g.upper {
+		g.upper[i] = binary.LittleEndian.Uint64(p[8*i:])
+	}
+	p = p[8*l.upperWords:]
+	g.mid = make([]uint64, l.midWords)
+	for i := range g.mid {
+		g.mid[i] = binary.LittleEndian.Uint64(p[8*i:])
+	}
+	p = p[8*l.midWords:]
+	g.crcs = make([]uint32, l.nblocks)
+	for i := range g.crcs {
+		g.crcs[i] = binary.LittleEndian.Uint32(p[4*i:])
+	}
+	if err := g.index(); err != nil {
+		return nil, bad("%v", err)
+	}
+	g.buf = make([]byte, 2*blockSize)
+	if verify {
+		for b := uint64(0); b < l.nblocks; b++ {
+			if err := g.load(int64(b), 1); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return g, nil
+}
+
+// index checks upper (n ones, none past bit n+2ᵘ) and samples it.
+func (g *gen) index() error {
+	nbits := g.n + 1<<g.l.u
+	ones := uint64(0)
+	for i, x := range g.upper {
+		if uint64(i) == nbits/64 {
+			x &= 1<<(nbits%64) - 1
+			if x != g.upper[i] {
+				return fmt.Errorf("upper bits past the end")
+			}
+		}
+		ones += uint64(bits.OnesCount64(x))
+	}
+	if ones != g.n {
+		return fmt.Errorf("upper bits hold %d ids, header says %d", ones, g.n)
+	}
+	buckets := uint64(1) << g.l.u
+	g.samples = make([]uint64, 0, buckets>>sampleShift+1)
+	g.samples = append(g.samples, 0)
+	zeros, next := uint64(0), uint64(1)<<sampleShift
+	for i, x := range g.upper {
+		if next >= buckets {
+			break
+		}
+		z := uint64(bits.OnesCount64(^x))
+		for next < buckets && zeros+z >= next {
+			pos := uint64(i)*64 + uint64(selectInWord(^x, next-zeros))
+			g.samples = append(g.samples, pos+1)
+			next += 1 << sampleShift
+		}
+		zeros += z
+	}
+	return nil
+}
+
+// bucket returns the first index and the count of the values whose top
+// u bits are h.
+func (g *gen) bucket(h uint64) (first, count uint64) {
+	pos := g.samples[h>>sampleShift]
+	k := h & (1<<sampleShift - 1) // zeros to pass
+	for k > 0 {
+		w, off := pos/64, pos%64
+		x := ^g.upper[w] >> off
+		z := uint64(bits.OnesCount64(x))
+		if z < k {
+			k -= z
+			pos = (w + 1) * 64
+			continue
+		}
+		pos += uint64(selectInWord(x, k)) + 1
+		k = 0
+	}
+	first = pos - h
+	for {
+		w, off := pos/64, pos%64
+		run := uint64(bits.TrailingZeros64(^(g.upper[w] >> off)))
+		if run > 64-off {
+			run = 64 - off
+		}
+		count += run
+		if off+run < 64 {
+			return first, count
+		}
+		pos = (w + 1) * 64
+	}
+}
+
+// has reports whether v, an f-bit value, is in the generation.
+func (g *gen) has(v u128) (bool, error) {
+	L := g.l.f - g.l.u
+	first, count := g.bucket(v.rsh(L).lo)
+	m := v.rsh(g.l.lw).lo & (1<<g.l.r - 1)
+	low := v.low(g.l.lw)
+	for i := first; i < first+count; i++ {
+		mi := getWords(g.mid, i*uint64(g.l.r), g.l.r)
+		if mi > m {
+			break // sorted: the rest are larger
+		}
+		if mi < m {
+			continue
+		}
+		x, err := g.lowAt(i)
+		if err != nil {
+			return false, err
+		}
+		if x == low {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// maybe reports whether v passes the in-memory part (no disk read).
+func (g *gen) maybe(v u128) bool {
+	first, count := g.bucket(v.rsh(g.l.f - g.l.u).lo)
+	m := v.rsh(g.l.lw).lo & (1<<g.l.r - 1)
+	for i := first; i < first+count; i++ {
+		if getWords(g.mid, i*uint64(g.l.r), g.l.r) == m {
+			return true
+		}
+	}
+	return false
+}
+
+// lowAt reads value i's low bits from disk.
+func (g *gen) lowAt(i uint64) (u128, error) {
+	p := i * uint64(g.l.lw)
+	b0 := int64(p / 8 / blockSize)
+	b1 := int64((p + uint64(g.l.lw) - 1) / 8 / blockSize)
+	if err := g.load(b0, b1-b0+1); err != nil {
+		return u128{}, err
+	}
+	return getWide(g.buf, p-uint64(b0)*blockSize*8, g.l.lw), nil
+}
+
+// load reads k (1 or 2) low blocks from block b into buf and checks them.
+func (g *gen) load(b, k int64) error {
+	if g.cached == b && g.ncah >= k {
+		return nil
+	}
+	g.cached = -1
+	buf := g.buf[:k*blockSize]
+	if _, err := g.file.ReadAt(buf, int64(g.l.lowOff)+b*blockSize); err != nil {
+		return &CorruptError{File: g.path, Reason: fmt.Sprintf("low block %d: %v", b, err)}
+	}
+	for j := int64(0); j < k; j++ {
+		if crc32.Checksum(buf[j*blockSize:(j+1)*blockSize], castagnoli) != g.crcs[b+j] {
+			return &CorruptError{File: g.path, Reason: fmt.Sprintf("low block %d: checksum mismatch", b+j)}
+		}
+	}
+	g.cached, g.ncah = b, k
+	return nil
+}
+
+// memBytes is what the generation holds in memory.
+func (g *gen) memBytes() int {
+	return 8*(len(g.upper)+len(g.mid)+len(g.samples)) + 4*len(g.crcs) + len(g.buf)
+}
+
+func (g *gen) close() error { return g.file.Close() }

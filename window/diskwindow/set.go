@@ -1,0 +1,504 @@
+package diskwindow
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/compact"
+	"github.com/idem-go/idem/internal/option"
+)
+
+var (
+	// ErrClosed is returned by calls on a closed Set.
+	ErrClosed = errors.New("diskwindow: closed")
+	// ErrTooLong is returned when scope and id together exceed MaxKeyLen
+	// bytes. Nothing is recorded.
+	ErrTooLong = errors.New("diskwindow: scope and id are too long")
+	// ErrCorrupt is wrapped by every *CorruptError.
+	ErrCorrupt = errors.New("diskwindow: corrupt file")
+)
+
+// MaxKeyLen is the longest scope plus id, in bytes, a Set records.
+const MaxKeyLen = 64 << 10
+
+// CorruptError names a file of the set that failed a check: bad magic,
+// unknown version, wrong size, a checksum mismatch, another set's key, or
+// contents that break the format's invariants. Nothing of the file was
+// used. It wraps ErrCorrupt.
+type CorruptError struct {
+	File   string
+	Reason string
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("diskwindow: corrupt file %s: %s", e.File, e.Reason)
+}
+
+func (e *CorruptError) Unwrap() error { return ErrCorrupt }
+
+// Option configures Open.
+type Option func(*config) error
+
+type config struct {
+	gens    int
+	maxOpen int
+	f       int
+	verify  bool
+}
+
+// WithGenerations cuts the horizon into k generations (k > 0, default
+// 24: an hour each for a day): the open generation is sealed into a file
+// once its oldest id is horizon/k old. An id may be reported a duplicate
+// for up to horizon + horizon/k after its first accept (never less than
+// the horizon); more generations tighten that and cost a probe each.
+func WithGenerations(k int) Option {
+	return option.Check("diskwindow", k > 0, func(c *config) { c.gens = k }, "generations %d must be positive", k)
+}
+
+// WithMaxOpen seals the open generation when it holds n ids (n > 0,
+// default 2²⁵), whatever its age: the open generation costs about 22
+// bytes an id of memory, so n bounds that (2²⁵ ids: 740 MB).
+func WithMaxOpen(n int) Option {
+	return option.Check("diskwindow", n > 0 && n < compact.MaxRecords && uint64(n) < maxGenIDs,
+		func(c *config) { c.maxOpen = n }, "max open %d must be in [1, 2³¹)", n)
+}
+
+// WithFingerprintBits sets the fingerprint width f of a new set (64 ≤ f
+// ≤ 96, default 85). The chance that some new id is reported a duplicate
+// falsely is at most N·L/2^f for N ids added while at most L are live:
+// 85 bits hold the seeds' day (N = L = 8.64×10⁹) under 10⁻⁶. Each bit
+// costs one bit an id on disk. An existing set keeps the width it was
+// made with; a different one given here is an error.
+func WithFingerprintBits(f int) Option {
+	return option.Check("diskwindow", f >= 64 && f <= 96, func(c *config) { c.f = f }, "fingerprint bits %d must be in [64, 96]", f)
+}
+
+// WithVerify makes Open read and checksum every block of every sealed
+// file, instead of the in-memory part alone (the rest is checked as it
+// is read): a damaged file is then refused at Open rather than by the
+// first lookup that reads the damaged block.
+func WithVerify() Option { return func(c *config) error { c.verify = true; return nil } }
+
+// Set is a persistent, exact time-window dedup set: see the package
+// documentation. It is safe for concurrent use. One process at a time
+// may open a directory.
+type Set struct {
+	dir      string
+	w, span  int64
+	maxOpen  int
+	f        uint
+	hasher   *compact.Hasher
+	keyCheck uint64
+
+	syncMu  sync.Mutex    // the group commit leader; taken before mu
+	durable atomic.Uint64 // commits on disk
+	spare   []byte        // under syncMu
+
+	mu         sync.Mutex
+	err        error // sticky: a write or sync failed
+	closed     bool
+	latest     int64
+	open       *compact.Set
+	openSeq    uint64
+	log        *os.File
+	logBytes   int64
+	pending    []byte // journal records not yet written
+	pendingSeq uint64 // commits appended to pending, ever
+	gens       []*gen // oldest first
+}
+
+// Open opens the set in dir, creating dir and a new set if it holds
+// none, with the given horizon (> 0): an id is a duplicate while less
+// than the horizon has passed since its first accept. The horizon may
+// change between opens. Open reads every sealed generation's in-memory
+// part (under 1 byte an id) and replays the open generation's journal;
+// it refuses a damaged file with a *CorruptError naming it, and uses
+// nothing of it. A journal whose tail was torn by a crash (a group commit
+// that was never acknowledged) is cut back to its last whole record.
+func Open(dir string, horizon time.Duration, opts ...Option) (*Set, error) {
+	if horizon <= 0 {
+		return nil, fmt.Errorf("diskwindow: horizon %v must be positive: %w", horizon, idem.ErrInvalidOption)
+	}
+	c := config{gens: 24, maxOpen: 1 << 25}
+	if err := option.Apply("diskwindow", &c, opts); err != nil {
+		return nil, err
+	}
+	s := &Set{dir: dir, w: int64(horizon), span: max(int64(horizon)/int64(c.gens), 1), maxOpen: c.maxOpen}
+	if err := s.load(c); err != nil {
+		s.closeFiles()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Add reports whether (scope, id) was first accepted less than the
+// horizon ago, and records it if not. Ids are compared by a keyed
+// fingerprint: see the package documentation for the bound on false
+// duplicates; a true duplicate is never reported new.
+//
+// Durability: when Add returns dup == false with a nil error, the id is
+// on disk (its journal record fsync'd, alone or in a group commit with
+// concurrent calls): after a crash and Open it is still a duplicate. A
+// duplicate answer is returned only once the id it matched is on disk
+// too. If the process dies before Add returns, the id may or may not have
+// been recorded; the caller has acknowledged nothing, so a redelivery is
+// answered either way. On an error nothing may be assumed recorded: fail
+// closed (do not process, do not acknowledge). A write or fsync error
+// breaks the Set: every later call returns it.
+//
+// ctx is checked before anything is done; once the call has recorded an
+// id it waits for the fsync whatever ctx says.
+func (s *Set) Add(ctx context.Context, scope, id string, now time.Time) (dup bool, err error) {
+	var one [1]bool
+	r, err := s.AddBatch(ctx, scope, []string{id}, now, one[:0])
+	if err != nil {
+		return false, err
+	}
+	return r[0], nil
+}
+
+// AddBatch is Add for each of ids in order, in scope, all at now, with
+// one answer per id (true: duplicate) appended to dups (pass dups[:0] to
+// reuse its memory). An id repeated within the batch is a duplicate of
+// its first occurrence. The new ids of the batch are written to the
+// journal in one record and fsync'd once, which is what makes it the
+// fast call: where a consumer receives messages in batches, use it. The
+// sealed generations are probed in fingerprint order. On an error
+// (ErrTooLong for any id, a corrupt file, a failed write) the answers are
+// not returned; ids of the batch may have been recorded.
+func (s *Set) AddBatch(ctx context.Context, scope string, ids []string, now time.Time, dups []bool) ([]bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		if len(scope)+len(id) > MaxKeyLen {
+			return nil, fmt.Errorf("diskwindow: %d bytes, limit %d: %w", len(scope)+len(id), MaxKeyLen, ErrTooLong)
+		}
+	}
+	fps := make([]compact.FP, len(ids))
+	buf := new([16]byte)
+	for i, id := range ids {
+		fps[i] = s.hasher.SumBuf(scope, id, buf)
+	}
+	s.mu.Lock()
+	if err := s.usable(); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	s.advance(now.UnixNano())
+	if s.sealDue() {
+		// Seal before recording: a generation spans less than
+		// horizon/k of first accepts, so no id outlives horizon + horizon/k.
+		s.mu.Unlock()
+		if err := s.sealIf(false); err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		if err := s.usable(); err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
+		s.advance(now.UnixNano())
+	}
+	base := len(dups)
+	dups, err := s.answer(fps, dups)
+	target := s.pendingSeq
+	due := s.sealDue()
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.commit(target); err != nil {
+		return nil, err
+	}
+	if due {
+		if err := s.sealIf(false); err != nil {
+			return nil, err
+		}
+	}
+	return dups[:base+len(ids)], nil
+}
+
+// answer answers fps in order, under mu, appending new ids to the open
+// generation and their record to pending.
+func (s *Set) answer(fps []compact.FP, dups []bool) ([]bool, error) {
+	base := len(dups)
+	var cand []int // ids absent from the open generation
+	for i, fp := range fps {
+		_, ok := s.open.Find(fp)
+		dups = append(dups, ok)
+		if !ok {
+			cand = append(cand, i)
+		}
+	}
+	if len(s.gens) > 0 && len(cand) > 0 {
+		vals := make([]u128, len(fps))
+		for _, i := range cand {
+			vals[i] = s.value(fps[i])
+		}
+		slices.SortFunc(cand, func(a, b int) int {
+			if c := cmp.Compare(vals[a].hi, vals[b].hi); c != 0 {
+				return c
+			}
+			return cmp.Compare(vals[a].lo, vals[b].lo)
+		})
+		for gi := len(s.gens) - 1; gi >= 0 && len(cand) > 0; gi-- {
+			g := s.gens[gi]
+			left := cand[:0]
+			for _, i := range cand {
+				ok, err := g.has(vals[i])
+				if err != nil {
+					return nil, err
+				}
+				if ok {
+					dups[base+i] = true
+				} else {
+					left = append(left, i)
+				}
+			}
+			cand = left
+		}
+	}
+	var fresh []compact.FP
+	for i, fp := range fps {
+		if dups[base+i] {
+			continue
+		}
+		if _, ok := s.open.Find(fp); ok { // repeated within the batch
+			dups[base+i] = true
+			continue
+		}
+		if err := s.open.Append(fp, compact.Rec{T: s.latest, Seq: s.open.NextSeq()}); err != nil {
+			return nil, fmt.Errorf("diskwindow: %w", err)
+		}
+		fresh = append(fresh, fp)
+	}
+	if len(fresh) > 0 {
+		s.pending = appendRecords(s.pending, s.latest, fresh)
+		s.pendingSeq++
+	}
+	return dups, nil
+}
+
+// value is fp cut to the set's f bits.
+func (s *Set) value(fp compact.FP) u128 {
+	return u128{hi: uint64(fp.Hi) & (1<<(s.f-64) - 1), lo: fp.Lo}
+}
+
+func (s *Set) usable() error {
+	if s.closed {
+		return ErrClosed
+	}
+	return s.err
+}
+
+// advance moves the clock to nowNs (never backwards), drops the open
+// generation's expired ids and deletes the sealed generations whose
+// every id has expired.
+func (s *Set) advance(nowNs int64) {
+	if nowNs > s.latest {
+		s.latest = nowNs
+	}
+	cut := s.latest - s.w
+	if cut > s.latest {
+		return
+	}
+	s.open.DropThrough(cut)
+	for len(s.gens) > 0 && s.gens[0].tmax <= cut {
+		g := s.gens[0]
+		g.close()
+		os.Remove(g.path) // a file left by a crash is deleted at the next open
+		s.gens = s.gens[1:]
+	}
+}
+
+// sealDue reports whether the open generation should be sealed.
+func (s *Set) sealDue() bool {
+	if s.open.Len() >= s.maxOpen {
+		return true
+	}
+	t, ok := s.open.Oldest()
+	return ok && s.latest-t >= s.span
+}
+
+// commit waits until the journal holds the commits up to target: the
+// first caller in writes and fsyncs everything pending for all (group
+// commit), the others wait for it.
+func (s *Set) commit(target uint64) error {
+	if s.durable.Load() >= target {
+		return nil
+	}
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	s.mu.Lock()
+	if err := s.err; err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	if s.durable.Load() >= target {
+		s.mu.Unlock()
+		return nil
+	}
+	buf, seq, log := s.pending, s.pendingSeq, s.log
+	s.pending = s.spare[:0]
+	s.mu.Unlock()
+	_, err := log.Write(buf)
+	if err == nil {
+		err = log.Sync()
+	}
+	if err != nil {
+		err = fmt.Errorf("diskwindow: journal %s: %w", log.Name(), err)
+		s.mu.Lock()
+		s.err = err
+		s.mu.Unlock()
+		return err
+	}
+	s.mu.Lock()
+	s.logBytes += int64(len(buf))
+	s.mu.Unlock()
+	s.spare = buf
+	s.durable.Store(seq)
+	return nil
+}
+
+// Seal writes the open generation to a sealed file now, whatever its
+// size and age, and starts a new one. Add seals by itself (see
+// WithGenerations and WithMaxOpen); Seal is for tests and for callers
+// that want memory back before a quiet period.
+func (s *Set) Seal() error { return s.sealIf(true) }
+
+// Expire moves the set's clock to now (never backwards): expired ids are
+// dropped, expired files deleted, and the open generation sealed if it is
+// due. Add does this itself; Expire is for a set that receives nothing.
+func (s *Set) Expire(now time.Time) error {
+	s.mu.Lock()
+	if err := s.usable(); err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	s.advance(now.UnixNano())
+	s.mu.Unlock()
+	return s.sealIf(false)
+}
+
+func (s *Set) sealIf(force bool) error {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usable(); err != nil {
+		return err
+	}
+	if s.open.Len() == 0 || !force && !s.sealDue() {
+		return nil
+	}
+	if err := s.seal(); err != nil {
+		s.err = err
+		return err
+	}
+	return nil
+}
+
+// seal writes the open generation as a sealed file, then starts the next
+// generation's journal and deletes the sealed one's: a crash in between
+// leaves a file and the journal of the same generation, and Open keeps
+// the file. Called with syncMu and mu held.
+func (s *Set) seal() error {
+	vals := make([]u128, 0, s.open.Len())
+	s.open.Each(func(fp compact.FP, _ compact.Rec) { vals = append(vals, s.value(fp)) })
+	tmin, _ := s.open.Oldest()
+	tmax, _ := s.open.Newest()
+	path, err := writeGen(s.dir, s.openSeq, s.f, s.keyCheck, vals, tmin, tmax)
+	if err != nil {
+		return err
+	}
+	g, err := openGen(path, s.f, s.keyCheck, false)
+	if err != nil {
+		return err
+	}
+	s.gens = append(s.gens, g)
+	// Everything pending is in the file now.
+	s.pending = s.pending[:0]
+	s.durable.Store(s.pendingSeq)
+	old := s.log
+	log, err := createLog(s.dir, s.openSeq+1)
+	if err != nil {
+		return err
+	}
+	s.log, s.logBytes = log, logHeaderLen
+	s.openSeq++
+	s.open = compact.NewSet()
+	old.Close()
+	os.Remove(old.Name())
+	return nil
+}
+
+// Stats describes a Set's size.
+type Stats struct {
+	IDs         int   // ids held: open and sealed, expired ones in live files included
+	OpenIDs     int   // ids in the open generation
+	Generations int   // sealed files
+	DiskBytes   int64 // sealed files and the journal
+	SealedMem   int   // memory the sealed generations hold
+	OpenMem     int   // memory the open generation holds
+}
+
+// Stats reports the set's size.
+func (s *Set) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := Stats{OpenIDs: s.open.Len(), Generations: len(s.gens), OpenMem: s.open.Bytes(), DiskBytes: s.logBytes}
+	st.IDs = st.OpenIDs
+	for _, g := range s.gens {
+		st.IDs += int(g.n)
+		st.DiskBytes += int64(g.l.total)
+		st.SealedMem += g.memBytes()
+	}
+	return st
+}
+
+// Close writes what is pending, closes the files and releases the
+// memory. The open generation stays in its journal, replayed by the next
+// Open. Calls after Close return ErrClosed.
+func (s *Set) Close() error {
+	err := s.commit(s.pendingTarget())
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.closed = true
+	if cerr := s.closeFiles(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (s *Set) pendingTarget() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pendingSeq
+}
+
+func (s *Set) closeFiles() error {
+	var err error
+	if s.log != nil {
+		err = s.log.Close()
+		s.log = nil
+	}
+	for _, g := range s.gens {
+		g.close()
+	}
+	s.gens = nil
+	return err
+}

@@ -1,0 +1,202 @@
+package diskwindow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+var t0 = time.Unix(1_700_000_000, 0)
+
+func mustOpen(t testing.TB, dir string, w time.Duration, opts ...Option) *Set {
+	t.Helper()
+	s, err := Open(dir, w, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func add(t testing.TB, s *Set, scope, id string, now time.Time) bool {
+	t.Helper()
+	dup, err := s.Add(context.Background(), scope, id, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dup
+}
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		killChild()
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func TestAddSealRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := mustOpen(t, dir, time.Hour, WithMaxOpen(1000))
+	for i := range 3500 {
+		if add(t, s, "a", fmt.Sprint(i), t0) {
+			t.Fatalf("id %d: duplicate on first add", i)
+		}
+	}
+	if got := s.Stats().Generations; got != 3 {
+		t.Fatalf("%d generations, want 3", got)
+	}
+	checks := 0
+	check := func(s *Set) {
+		t.Helper()
+		checks++
+		for i := range 3500 {
+			if !add(t, s, "a", fmt.Sprint(i), t0.Add(time.Minute)) {
+				t.Fatalf("id %d: new on second add", i)
+			}
+		}
+		if add(t, s, "b", fmt.Sprint(checks), t0.Add(time.Minute)) {
+			t.Fatal("scope b shares scope a's ids")
+		}
+	}
+	check(s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Add(context.Background(), "a", "x", t0); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+	s = mustOpen(t, dir, time.Hour)
+	defer s.Close()
+	check(s)
+	st := s.Stats()
+	if st.IDs != 3501 && st.IDs != 3502 || st.Generations != 3 {
+		t.Fatalf("after restart: %+v", st)
+	}
+}
+
+func TestExpiry(t *testing.T) {
+	t.Parallel()
+	s := mustOpen(t, t.TempDir(), 10*time.Minute, WithGenerations(10)) // one a minute
+	defer s.Close()
+	first := map[int]time.Time{} // the model: each id's first accept
+	for m := range 30 {
+		now := t0.Add(time.Duration(m) * time.Minute)
+		if add(t, s, "", fmt.Sprint(m), now) {
+			t.Fatalf("minute %d: new id answered duplicate", m)
+		}
+		first[m] = now
+		for old := range m {
+			now := now.Add(time.Second)
+			age := now.Sub(first[old])
+			dup := add(t, s, "", fmt.Sprint(old), now)
+			switch {
+			case age < 10*time.Minute && !dup:
+				t.Fatalf("minute %d: id of minute %d (age %v) answered new", m, old, age)
+			case age >= 11*time.Minute && dup:
+				t.Fatalf("minute %d: id of minute %d (age %v) still a duplicate", m, old, age)
+			}
+			if !dup {
+				first[old] = now
+			}
+		}
+	}
+	if g := s.Stats().Generations; g > 12 {
+		t.Fatalf("%d generations kept for a 10-minute horizon cut in 10", g)
+	}
+}
+
+func TestAddBatch(t *testing.T) {
+	t.Parallel()
+	s := mustOpen(t, t.TempDir(), time.Hour, WithMaxOpen(100))
+	defer s.Close()
+	ctx := context.Background()
+	ids := []string{"a", "b", "a", "c"}
+	got, err := s.AddBatch(ctx, "s", ids, t0, nil)
+	if err != nil || fmt.Sprint(got) != "[false false true false]" {
+		t.Fatalf("%v %v", got, err)
+	}
+	if err := s.Seal(); err != nil {
+		t.Fatal(err)
+	}
+	got, err = s.AddBatch(ctx, "s", []string{"c", "d", "d", "a"}, t0, got[:0])
+	if err != nil || fmt.Sprint(got) != "[true false true true]" {
+		t.Fatalf("%v %v", got, err)
+	}
+	long := string(make([]byte, MaxKeyLen))
+	if _, err := s.AddBatch(ctx, "s", []string{long}, t0, nil); !errors.Is(err, ErrTooLong) {
+		t.Fatalf("long id: %v", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := s.Add(cctx, "s", "e", t0); !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled: %v", err)
+	}
+}
+
+func TestDamagedRefusedByName(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := mustOpen(t, dir, time.Hour)
+	for i := range 5000 {
+		add(t, s, "", fmt.Sprint(i), t0)
+	}
+	if err := s.Seal(); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	files, _ := filepath.Glob(filepath.Join(dir, "*.edf"))
+	if len(files) != 1 {
+		t.Fatalf("files %v", files)
+	}
+	b, _ := os.ReadFile(files[0])
+	b[len(b)-100] ^= 1
+	os.WriteFile(files[0], b, 0o600)
+	_, err := Open(dir, time.Hour, WithVerify())
+	var ce *CorruptError
+	if !errors.As(err, &ce) || ce.File != files[0] {
+		t.Fatalf("Open WithVerify: %v", err)
+	}
+	s = mustOpen(t, dir, time.Hour) // the index is intact: the lookup refuses
+	defer s.Close()
+	var lookupErr error
+	for i := range 5000 {
+		if _, err := s.Add(context.Background(), "", fmt.Sprint(i), t0); err != nil {
+			lookupErr = err
+			break
+		}
+	}
+	if !errors.As(lookupErr, &ce) || ce.File != files[0] {
+		t.Fatalf("lookup: %v", lookupErr)
+	}
+}
+
+func TestTornJournal(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := mustOpen(t, dir, time.Hour)
+	for i := range 100 {
+		add(t, s, "", fmt.Sprint(i), t0)
+	}
+	s.Close()
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	f, _ := os.OpenFile(logs[0], os.O_APPEND|os.O_WRONLY, 0)
+	f.Write([]byte{3, 0, 0, 0, 1, 2}) // half a record
+	f.Close()
+	s = mustOpen(t, dir, time.Hour)
+	defer s.Close()
+	for i := range 100 {
+		if !add(t, s, "", fmt.Sprint(i), t0) {
+			t.Fatalf("id %d forgotten", i)
+		}
+	}
+	if add(t, s, "", "new", t0) {
+		t.Fatal("new id answered duplicate")
+	}
+}
