@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bytes"
+	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -397,6 +398,28 @@ func (p *Patroni) Switchover() (string, error) {
 		return err
 	})
 	return next, err
+}
+
+// WaitReplicated waits until every replica streaming from the leader has
+// replayed everything the leader has written so far.
+func (p *Patroni) WaitReplicated(ctx context.Context) error {
+	leader, err := p.waitLeader(30 * time.Second)
+	if err != nil {
+		return err
+	}
+	db := p.Admin(leader)
+	var lsn string
+	if err := db.QueryRowContext(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
+		return err
+	}
+	return poll(30*time.Second, 20*time.Millisecond, func() error {
+		var behind int
+		err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_replication WHERE replay_lsn IS NULL OR replay_lsn < $1::pg_lsn`, lsn).Scan(&behind)
+		if err == nil && behind > 0 {
+			err = fmt.Errorf("%d replicas behind", behind)
+		}
+		return err
+	})
 }
 
 // postmasterPID reads the postmaster's pid from data's postmaster.pid.
