@@ -136,13 +136,16 @@ chaos: deps
 
 ## failover: the database failover tests (docs/ha.md): a PostgreSQL primary
 ## and streaming standby per test, replication held back, kill -9 of the
-## primary and promotion of the standby; also run by `make test`.
+## primary and promotion of the standby; a 3-member Patroni cluster (kill -9
+## of the leader, switchover); WithWaitReplicas; also run by `make test`.
 failover: deps
-	$(GO) test -race -count=1 -run 'PGHA|Failover|CheckReplication|TokensAfterLostTail|OffsetsDatabaseLostTail|CommitRolledBack' ./internal/testenv ./internal/failoverprobe ./inbox ./keystore/sqlstore ./sqldialect ./adapters/idemkafka
+	$(GO) test -race -count=1 -run 'PGHA|Patroni|Failover|WaitReplicas|CheckReplication|TokensAfterLostTail|OffsetsDatabaseLostTail|CommitRolledBack' ./internal/testenv ./internal/failoverprobe ./inbox ./keystore/sqlstore ./sqldialect ./adapters/idemkafka
 
 ## failover-long: the failover probe of docs/ha.md at full size: every
-## scenario (asynchronous and synchronous standby, rows and bucketed inbox,
-## Process and ProcessBatch) with 20,000 messages and 2,000 keys, one at a
-## time, printing a table row per scenario.
+## scenario (asynchronous, synchronous, asynchronous + WithWaitReplicas; rows
+## and bucketed inbox, Process and ProcessBatch; kill -9 after 1 s of lag, a
+## standby cut off 6 s, a clean switchover; StartPGHA and Patroni) with
+## 20,000 messages and 2,000 keys, one at a time, printing a table row per
+## scenario. IDEM_FAILOVER_ONLY=regexp runs the scenarios it names.
 failover-long: deps
 	IDEM_FAILOVER_LONG=1 $(GO) test -race -count=1 -run 'FailoverProbe' -v -timeout 0 ./internal/failoverprobe
