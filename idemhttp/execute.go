@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -77,7 +78,7 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 // still be this claim's, and is settled as usual.
 func (m *Middleware) settle(ctx context.Context, claim keystore.Claim, rec *recorder, att *attempt, panicked bool, lost error) Outcome {
 	storable := func() bool {
-		return rec.status != 0 && !notExecuted[rec.status] && (rec.status < 500 || m.cfg.store5xx)
+		return storedStatus(rec.status, &m.cfg)
 	}
 	if lost != nil && !errors.Is(lost, keystore.ErrLeaseNotRenewed) {
 		if rec.status == 0 && !panicked {
@@ -106,7 +107,7 @@ func (m *Middleware) settle(ctx context.Context, claim keystore.Claim, rec *reco
 		rec.WriteHeader(http.StatusOK) // handler wrote nothing: net/http sends 200
 	}
 	if !storable() {
-		m.release(ctx, claim, "5xx")
+		m.release(ctx, claim, strconv.Itoa(rec.status)+" is not stored")
 		return OutcomeReleased
 	}
 	if rec.overflow || rec.streamed {
@@ -162,6 +163,21 @@ var notExecuted = map[int]bool{
 	http.StatusRequestTimeout:  true, // 408
 	http.StatusTooEarly:        true, // 425
 	http.StatusTooManyRequests: true, // 429
+}
+
+// storedStatus is the one rule of which answers are kept: none of the
+// statuses that say "not acted on, retry" (notExecuted), 4xx unless
+// WithStore4xx(false), 5xx only with WithStore5xx.
+func storedStatus(status int, c *config) bool {
+	switch {
+	case status == 0 || notExecuted[status]:
+		return false
+	case status >= 500:
+		return c.store5xx
+	case status >= 400:
+		return c.store4xx
+	}
+	return true
 }
 
 // retryAfter is the 409's hint, in seconds: how long executions take

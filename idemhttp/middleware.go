@@ -43,6 +43,9 @@ func New(s keystore.Store, opts ...Option) (*Middleware, error) {
 	if err := option.Apply("idemhttp", &cfg, opts); err != nil {
 		return nil, err
 	}
+	if !cfg.keys.isDefault() && !cfg.requiredSet {
+		cfg.required = true
+	}
 	b := cfg.budget
 	if b == nil {
 		b = &budget{max: cfg.maxBuffered}
@@ -97,23 +100,57 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return OutcomePassThrough
 	}
-	key, err := ParseKey(r.Header, m.cfg.strict)
+	// A key in the body needs the body first, bounded as every keyed
+	// body is; otherwise the key is checked before the body is read.
+	jb := &jsonBody{}
+	read := false
+	var release func()
+	defer func() {
+		if release != nil {
+			release()
+		}
+	}()
+	readOnce := func() Outcome {
+		if read {
+			return ""
+		}
+		read = true
+		body, rel, o := m.readBody(w, r)
+		release, jb.raw = rel, body
+		if o == "" {
+			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		}
+		return o
+	}
+	if m.cfg.keys.needsBody(r) {
+		if o := readOnce(); o != "" {
+			return o
+		}
+	}
+	key, sender, err := m.cfg.keys.extract(r, jb, m.cfg.strict)
 	switch {
 	case errors.Is(err, idem.ErrMissingKey) && !m.cfg.required:
 		next.ServeHTTP(w, r)
 		return OutcomePassThrough
 	case errors.Is(err, idem.ErrMissingKey):
-		m.problem(w, http.StatusBadRequest, probMissingKey, "this endpoint requires an Idempotency-Key header on "+r.Method+" requests", nil)
+		m.problem(w, http.StatusBadRequest, probMissingKey, m.missingKeyDetail(r), nil)
+		return OutcomeBadRequest
+	case errors.Is(err, ErrJSONBody):
+		m.problem(w, http.StatusBadRequest, probBadJSON, err.Error()+"; the request was not executed", nil)
 		return OutcomeBadRequest
 	case err != nil:
 		m.problem(w, http.StatusBadRequest, probInvalidKey, err.Error(), nil)
 		return OutcomeBadRequest
 	}
 	sp.Key(key)
-	// Echoed on every answer from here on (executed, replayed, problem), as
-	// Stripe does, so that a client can correlate a response with its key.
-	echo := strings.Trim(r.Header.Get(HeaderKey), " \t")
-	w.Header().Set(HeaderKey, echo)
+	echo := ""
+	if m.cfg.keys.isDefault() {
+		// Echoed on every answer from here on (executed, replayed,
+		// problem), as Stripe does, so that a client can correlate a
+		// response with its key.
+		echo = strings.Trim(r.Header.Get(HeaderKey), " \t")
+		w.Header().Set(HeaderKey, echo)
+	}
 	scope, err := m.cfg.scopeOf(r)
 	switch {
 	case errors.Is(err, ErrNoPrincipal):
@@ -123,12 +160,16 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.problem(w, http.StatusBadRequest, probBadScope, err.Error(), nil)
 		return OutcomeBadRequest
 	}
-	body, release, o := m.readBody(w, r)
-	defer release()
-	if o != "" {
+	scope = senderScope(scope, sender)
+	if o := readOnce(); o != "" {
 		return o
 	}
-	fp := Fingerprint(r, body, m.cfg.fpHeaders)
+	fpBody, err := m.cfg.bodyFP.input(jb)
+	if err != nil {
+		m.problem(w, http.StatusBadRequest, probBadJSON, err.Error()+"; the request was not executed", nil)
+		return OutcomeBadRequest
+	}
+	fp := Fingerprint(r, fpBody, m.cfg.fpHeaders)
 	sk := storeKey(scope, key)
 
 	claim, err := keystore.Await(r.Context(), m.store, sk, fp, m.cfg.lease, m.wait())
@@ -157,8 +198,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	case claim.State == keystore.Done:
 		return m.replay(w, claim)
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	r.ContentLength = int64(len(body))
+	r.Body = io.NopCloser(bytes.NewReader(jb.raw))
+	r.ContentLength = int64(len(jb.raw))
 	return m.execute(w, r, next, key, claim, echo)
 }
 
@@ -216,11 +257,24 @@ func (m *Middleware) replay(w http.ResponseWriter, c keystore.Claim) Outcome {
 
 // StoreKey returns the key under which the middleware keeps r's response
 // in the store: a digest of r's scope (its principal, as the scope options
-// say) and its Idempotency-Key. Operators use it to find a client's key
-// (idem keys show); it does no store I/O. It fails as the middleware would
-// answer 400: no key, an invalid one, or no principal.
+// say) and its key (from the Idempotency-Key header, or where
+// [WithKeySource] says; a key in the body is read from r.Body). Operators
+// use it to find a client's key (idem keys show); it does no store I/O. It
+// fails as the middleware would answer 400: no key, an invalid one, or no
+// principal.
 func (m *Middleware) StoreKey(r *http.Request) (string, error) {
-	key, err := ParseKey(r.Header, m.cfg.strict)
+	jb := &jsonBody{}
+	if m.cfg.keys.needsBody(r) && r.Body != nil {
+		b, err := io.ReadAll(io.LimitReader(r.Body, m.cfg.maxRequest+1))
+		if err != nil {
+			return "", fmt.Errorf("idemhttp: reading the body: %w", err)
+		}
+		if int64(len(b)) > m.cfg.maxRequest {
+			return "", fmt.Errorf("idemhttp: the body is larger than %d bytes", m.cfg.maxRequest)
+		}
+		jb.raw = b
+	}
+	key, sender, err := m.cfg.keys.extract(r, jb, m.cfg.strict)
 	if err != nil {
 		return "", err
 	}
@@ -228,5 +282,5 @@ func (m *Middleware) StoreKey(r *http.Request) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return storeKey(scope, key), nil
+	return storeKey(senderScope(scope, sender), key), nil
 }

@@ -51,6 +51,10 @@ type config struct {
 	ttl, lease   time.Duration
 	wait         time.Duration
 	store5xx     bool
+	store4xx     bool       // default true (WithStore4xx)
+	requiredSet  bool       // WithRequired was given
+	keys         keySpec    // WithKeySource
+	bodyFP       bodyFPSpec // WithBodyFingerprint
 	scope        func(*http.Request) (string, error)
 	fpHeaders    []string
 	maxRequest   int64
@@ -80,6 +84,7 @@ func defaultConfig() config {
 		methods:      map[string]bool{http.MethodPost: true, http.MethodPatch: true},
 		ttl:          24 * time.Hour,
 		lease:        30 * time.Second,
+		store4xx:     true,
 		scope:        authorizationScope,
 		maxRequest:   8 << 20,
 		maxResponse:  1 << 20,
@@ -130,8 +135,10 @@ func WithMethods(methods ...string) Option {
 }
 
 // WithRequired makes a missing Idempotency-Key a 400 on configured methods.
+// Under a [WithKeySource] other than the Idempotency-Key header, a key is
+// required unless WithRequired(false) is given.
 func WithRequired(required bool) Option {
-	return func(c *config) error { c.required = required; return nil }
+	return func(c *config) error { c.required, c.requiredSet = required, true; return nil }
 }
 
 // WithStrictKey accepts only the Structured Field String form ("abc"),
@@ -169,6 +176,17 @@ func WithWait(d time.Duration) Option {
 // default a 5xx releases the key so that a retry executes.
 func WithStore5xx(store bool) Option {
 	return func(c *config) error { c.store5xx = store; return nil }
+}
+
+// WithStore4xx says whether 4xx responses are stored and replayed (default
+// true, as Stripe does: a request refused for what it is gets the same
+// refusal on every retry). With false, a 4xx releases the key, as a 5xx
+// does by default, so that a retry executes again: for APIs whose 4xx
+// answers depend on state that changes (a 404 for a resource not created
+// yet, a 402 until a card is updated, a 409 on a version). 408, 425 and
+// 429 release the key in every mode.
+func WithStore4xx(store bool) Option {
+	return func(c *config) error { c.store4xx = store; return nil }
 }
 
 // WithFingerprintHeaders adds request headers to the fingerprint (the

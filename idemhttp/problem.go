@@ -33,6 +33,7 @@ const (
 	probBodyRead    = "request-body-incomplete"
 	probNotMigrated = "store-not-migrated"
 	probLeaseLost   = "lease-lost"
+	probBadJSON     = "invalid-json-body"
 )
 
 var problemTitles = map[string]string{
@@ -53,6 +54,22 @@ var problemTitles = map[string]string{
 	probBodyRead:    "The request body could not be read",
 	probNotMigrated: "The idempotency store is not migrated",
 	probLeaseLost:   "The lease on this Idempotency-Key was lost while the request ran",
+	probBadJSON:     "The request body is not JSON this route can read",
+}
+
+// eventKeyTitles replace the titles that name the Idempotency-Key header on
+// a route whose key is elsewhere (WithKeySource).
+var eventKeyTitles = map[string]string{
+	probMissingKey: "The request's idempotency key is missing",
+	probInvalidKey: "The request's idempotency key is invalid",
+}
+
+// missingKeyDetail says where r's key was expected.
+func (m *Middleware) missingKeyDetail(r *http.Request) string {
+	if m.cfg.keys.isDefault() {
+		return "this endpoint requires an Idempotency-Key header on " + r.Method + " requests"
+	}
+	return "this endpoint takes the idempotency key of " + r.Method + " requests from " + m.cfg.keys.String() + ", and the request has none; it was not executed"
 }
 
 func (m *Middleware) problem(w http.ResponseWriter, status int, typ, detail string, hdr map[string]string) {
@@ -62,7 +79,11 @@ func (m *Middleware) problem(w http.ResponseWriter, status int, typ, detail stri
 	for k, v := range hdr {
 		h.Set(k, v)
 	}
-	b, _ := json.Marshal(problem{Type: m.cfg.docs + "#" + typ, Title: problemTitles[typ], Status: status, Detail: detail})
+	title := problemTitles[typ]
+	if !m.cfg.keys.isDefault() && (typ == probMissingKey || typ == probInvalidKey) {
+		title = eventKeyTitles[typ]
+	}
+	b, _ := json.Marshal(problem{Type: m.cfg.docs + "#" + typ, Title: title, Status: status, Detail: detail})
 	h.Set("Content-Length", strconv.Itoa(len(b)+1))
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
