@@ -64,26 +64,42 @@ func (b BodyFingerprint) String() string {
 // computed the old way.
 func WithBodyFingerprint(b BodyFingerprint) Option {
 	return func(c *config) error {
-		spec := bodyFPSpec{mode: b.mode}
-		switch b.mode {
-		case fpRaw, fpJSON:
-		case fpFields:
-			if len(b.exprs) == 0 {
-				return invalid("JSONFields needs at least one expression")
-			}
-			for _, e := range b.exprs {
-				p, err := compilePath(e)
-				if err != nil {
-					return err
-				}
-				spec.paths = append(spec.paths, p)
-			}
-		default:
-			return invalid("unknown body fingerprint")
+		spec, err := b.compile()
+		if err != nil {
+			return err
 		}
 		c.bodyFP = spec
 		return nil
 	}
+}
+
+// Validate reports what [WithBodyFingerprint] would refuse in b: no field,
+// or a JMESPath expression that does not compile. Its errors wrap
+// idem.ErrInvalidOption.
+func (b BodyFingerprint) Validate() error {
+	_, err := b.compile()
+	return err
+}
+
+func (b BodyFingerprint) compile() (bodyFPSpec, error) {
+	spec := bodyFPSpec{mode: b.mode}
+	switch b.mode {
+	case fpRaw, fpJSON:
+	case fpFields:
+		if len(b.exprs) == 0 {
+			return spec, invalid("JSONFields needs at least one expression")
+		}
+		for _, e := range b.exprs {
+			p, err := compilePath(e)
+			if err != nil {
+				return spec, err
+			}
+			spec.paths = append(spec.paths, p)
+		}
+	default:
+		return spec, invalid("unknown body fingerprint")
+	}
+	return spec, nil
 }
 
 type bodyFPSpec struct {

@@ -94,25 +94,41 @@ func (s KeySource) String() string {
 // Idempotency-Key header is echoed only under the default source.
 func WithKeySource(s KeySource) Option {
 	return func(c *config) error {
-		k := keySpec{KeySource: s}
-		switch s.kind {
-		case keyIdempotency, keyCloudEvents:
-		case keyHeader:
-			if s.header == "" || strings.ContainsAny(s.header, " \t:") {
-				return invalid("key header %q is not a header name", s.header)
-			}
-		case keyJSON:
-			p, err := compilePath(s.expr)
-			if err != nil {
-				return err
-			}
-			k.path = p
-		default:
-			return invalid("unknown key source")
+		k, err := s.compile()
+		if err != nil {
+			return err
 		}
 		c.keys = k
 		return nil
 	}
+}
+
+// Validate reports what [WithKeySource] would refuse in s: a header name
+// that is not one, or a JMESPath expression that does not compile. Its
+// errors wrap idem.ErrInvalidOption.
+func (s KeySource) Validate() error {
+	_, err := s.compile()
+	return err
+}
+
+func (s KeySource) compile() (keySpec, error) {
+	k := keySpec{KeySource: s}
+	switch s.kind {
+	case keyIdempotency, keyCloudEvents:
+	case keyHeader:
+		if s.header == "" || strings.ContainsAny(s.header, " \t:") {
+			return k, invalid("key header %q is not a header name", s.header)
+		}
+	case keyJSON:
+		p, err := compilePath(s.expr)
+		if err != nil {
+			return k, err
+		}
+		k.path = p
+	default:
+		return k, invalid("unknown key source")
+	}
+	return k, nil
 }
 
 // keySpec is a validated KeySource.

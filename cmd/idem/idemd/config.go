@@ -11,6 +11,7 @@ import (
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
+	"github.com/idem-go/idem/idemhttp"
 )
 
 // errConfig is wrapped by every error in a --config file; each names the
@@ -35,6 +36,10 @@ type routeFile struct {
 	FingerprintHeaders []string   `yaml:"fingerprint-headers"`
 	Scope              *scopeFile `yaml:"scope"`
 	Store5xx           *bool      `yaml:"store-5xx"`
+	Store4xx           *bool      `yaml:"store-4xx"`
+	KeyFrom            *keyFrom   `yaml:"key-from"`
+	Fingerprint        *string    `yaml:"fingerprint"` // raw | json | fields
+	FingerprintFields  []string   `yaml:"fingerprint-fields"`
 	MaxBody            *int64     `yaml:"max-body"`
 	MaxResponse        *int       `yaml:"max-response"`
 }
@@ -46,6 +51,15 @@ type scopeFile struct {
 	Cookie        string `yaml:"cookie"`
 	Authorization bool   `yaml:"authorization"`
 	Anonymous     bool   `yaml:"anonymous"`
+}
+
+// keyFrom names where a route's requests carry their key, when not in the
+// Idempotency-Key header: one of a header, CloudEvents, or a JMESPath
+// expression over the JSON body.
+type keyFrom struct {
+	Header      string `yaml:"header"`
+	CloudEvents bool   `yaml:"cloudevents"`
+	JSON        string `yaml:"json"`
 }
 
 // duration is a Go duration ("90s", "24h") that also takes whole days in
@@ -101,6 +115,9 @@ type route struct {
 	fpHeaders   []string
 	scope       *scopeFile
 	store5xx    *bool
+	store4xx    *bool
+	keySource   *idemhttp.KeySource
+	bodyFP      *idemhttp.BodyFingerprint
 	maxBody     int64
 	maxResponse int
 }
@@ -207,7 +224,8 @@ func parseRoute(name string, i int, n ast.Node) (route, error) {
 		}{
 			{"key", rf.Key != nil}, {"ttl", rf.TTL != nil}, {"lease", rf.Lease != nil}, {"methods", rf.Methods != nil},
 			{"fingerprint-headers", rf.FingerprintHeaders != nil}, {"scope", rf.Scope != nil}, {"store-5xx", rf.Store5xx != nil},
-			{"max-body", rf.MaxBody != nil}, {"max-response", rf.MaxResponse != nil},
+			{"max-body", rf.MaxBody != nil}, {"max-response", rf.MaxResponse != nil}, {"store-4xx", rf.Store4xx != nil},
+			{"key-from", rf.KeyFrom != nil}, {"fingerprint", rf.Fingerprint != nil}, {"fingerprint-fields", rf.FingerprintFields != nil},
 		} {
 			if f.set {
 				bad(f.name, "contradicts pass-through: true (a pass-through route uses no key)")
@@ -277,6 +295,56 @@ func parseRoute(name string, i int, n ast.Node) (route, error) {
 		r.scope = s
 	}
 	r.store5xx = rf.Store5xx
+	r.store4xx = rf.Store4xx
+	if k := rf.KeyFrom; k != nil {
+		var src idemhttp.KeySource
+		named := 0
+		if k.Header != "" {
+			named, src = named+1, idemhttp.KeyFromHeader(k.Header)
+		}
+		if k.CloudEvents {
+			named, src = named+1, idemhttp.KeyFromCloudEvents()
+		}
+		if k.JSON != "" {
+			named, src = named+1, idemhttp.KeyFromJSON(k.JSON)
+		}
+		switch err := src.Validate(); {
+		case named != 1:
+			bad("key-from", "name one of header, cloudevents: true or json")
+		case err != nil:
+			bad("key-from", "%s", strings.TrimPrefix(err.Error(), "idemhttp: "))
+		default:
+			r.keySource = &src
+			if r.required == nil && !r.passThrough {
+				req := true // a webhook route without its key is misconfigured: 400
+				r.required = &req
+			}
+		}
+	}
+	if rf.Fingerprint != nil || rf.FingerprintFields != nil {
+		mode := "fields"
+		if rf.Fingerprint != nil {
+			mode = *rf.Fingerprint
+		}
+		var fp idemhttp.BodyFingerprint
+		switch {
+		case mode == "raw" && rf.FingerprintFields == nil:
+			fp = idemhttp.RawBody()
+		case mode == "json" && rf.FingerprintFields == nil:
+			fp = idemhttp.CanonicalJSON()
+		case mode == "fields":
+			fp = idemhttp.JSONFields(rf.FingerprintFields...)
+		case mode == "raw" || mode == "json":
+			bad("fingerprint-fields", "contradicts fingerprint: %s (fingerprint-fields selects fields: fingerprint: fields)", mode)
+		default:
+			bad("fingerprint", "%q: want raw, json or fields", mode)
+		}
+		if err := fp.Validate(); err != nil {
+			bad("fingerprint-fields", "%s", strings.TrimPrefix(err.Error(), "idemhttp: "))
+		} else {
+			r.bodyFP = &fp
+		}
+	}
 	if rf.MaxBody != nil {
 		if *rf.MaxBody <= 0 {
 			bad("max-body", "%d must be positive", *rf.MaxBody)

@@ -45,6 +45,18 @@ func TestParseConfigRefuses(t *testing.T) {
 		{"syntax", "routes:\n  - pattern: /a\n   key: x\n", "f.yaml:3:", ""},
 		{"wrong type", "routes:\n  - pattern: /a\n    methods: POST\n", "f.yaml:3:", "sequence"},
 		{"not a mapping", "hello", "f.yaml:1:", "mapping"},
+		{"two key sources", "routes:\n  - pattern: /a\n    key-from: {header: X-GitHub-Delivery, cloudevents: true}\n", "f.yaml:3:", "key-from: name one of"},
+		{"no key source", "routes:\n  - pattern: /a\n    key-from: {}\n", "f.yaml:3:", "key-from: name one of"},
+		{"bad key header", "routes:\n  - pattern: /a\n    key-from: {header: 'X Delivery'}\n", "f.yaml:3:", "not a header name"},
+		{"bad key expression", "routes:\n  - pattern: /a\n\n    key-from: {json: 'detail.['}\n", "f.yaml:4:", "JMESPath expression"},
+		{"unknown key source", "routes:\n  - pattern: /a\n    key-from: {query: id}\n", "f.yaml:3:", `unknown field "query"`},
+		{"unknown fingerprint", "routes:\n  - pattern: /a\n    fingerprint: canonical\n", "f.yaml:3:", "want raw, json or fields"},
+		{"fields with json", "routes:\n  - pattern: /a\n    fingerprint: json\n    fingerprint-fields: [amount]\n", "f.yaml:4:", "contradicts fingerprint: json"},
+		{"fields without any", "routes:\n  - pattern: /a\n    fingerprint: fields\n", "f.yaml:", "at least one expression"},
+		{"bad field expression", "routes:\n  - pattern: /a\n    fingerprint-fields: [amount, 'customer..id']\n", "f.yaml:3:", "JMESPath expression"},
+		{"store-4xx not a bool", "routes:\n  - pattern: /a\n    store-4xx: sometimes\n", "f.yaml:3:", ""},
+		{"pass-through with a key source", "routes:\n  - pattern: /a\n    pass-through: true\n    key-from: {cloudevents: true}\n", "f.yaml:4:", "key-from: contradicts pass-through"},
+		{"pass-through with store-4xx", "routes:\n  - pattern: /a\n    pass-through: true\n    store-4xx: false\n", "f.yaml:4:", "store-4xx: contradicts pass-through"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -215,6 +227,9 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("routes:\n  - pattern: /a\n    pass-through: true\n    key: required\n"))
 	f.Add([]byte("routes:\n  - {pattern: '/a/{x}', scope: {cookie: s, anonymous: true}, methods: [POST]}\n"))
 	f.Add([]byte("routes: [&a {pattern: /a}, *a]\n"))
+	f.Add([]byte("routes:\n  - pattern: POST /hooks/github\n    key-from: {header: X-GitHub-Delivery}\n    store-4xx: false\n"))
+	f.Add([]byte("routes:\n  - pattern: POST /events\n    key-from: {cloudevents: true}\n    fingerprint: json\n"))
+	f.Add([]byte("routes:\n  - pattern: POST /pay\n    key-from: {json: 'detail.id'}\n    fingerprint-fields: [amount, currency, customer.id]\n"))
 	f.Add([]byte("\x00\xff{["))
 	// Hostile shapes (issue 28): deep nesting, and an alias bomb.
 	f.Add([]byte("routes: " + strings.Repeat("[", 200)))

@@ -28,6 +28,9 @@ type policy struct {
 	anonymous                bool
 	maxBody                  int64
 	maxResponse              int
+	store4xx                 *bool                     // nil: idemhttp's default (stored)
+	keySource                *idemhttp.KeySource       // nil: the Idempotency-Key header
+	bodyFP                   *idemhttp.BodyFingerprint // nil: the raw body
 }
 
 // flagPolicy is the policy the flags set: that of requests no route of the
@@ -72,6 +75,7 @@ func (p policy) with(r route) policy {
 	if r.maxResponse > 0 {
 		p.maxResponse = r.maxResponse
 	}
+	p.store4xx, p.keySource, p.bodyFP = r.store4xx, r.keySource, r.bodyFP
 	return p
 }
 
@@ -229,6 +233,15 @@ func (g *gateway) handlerFor(p policy, route string) (http.Handler, error) {
 	}
 	if p.scopeCookie != "" {
 		opts = append(opts, idemhttp.WithScopeCookie(p.scopeCookie))
+	}
+	if p.store4xx != nil {
+		opts = append(opts, idemhttp.WithStore4xx(*p.store4xx))
+	}
+	if p.keySource != nil {
+		opts = append(opts, idemhttp.WithKeySource(*p.keySource))
+	}
+	if p.bodyFP != nil {
+		opts = append(opts, idemhttp.WithBodyFingerprint(*p.bodyFP))
 	}
 	store := g.store
 	if g.held != nil {
