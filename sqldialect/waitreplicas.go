@@ -25,10 +25,19 @@ var ErrNotReplicated = errors.New("sqldialect: commit not confirmed by enough st
 //
 // How: inside the transaction, before COMMIT, [MarkCommit] notes which
 // server it runs on; after COMMIT, [ReplicaWait.Wait] reads the server's
-// WAL insert position (at or past the end of the commit record) and polls
-// pg_stat_replication, with backoff, until Standbys of its rows show a
-// flush_lsn (replay_lsn with Applied) at or past it. A standby's
-// flush_lsn is what it has fsynced: promoted, it has the commit.
+// WAL flush position (at or past the end of the commit record, which
+// COMMIT flushed before it returned and before the transaction became
+// visible to others) and polls pg_stat_replication, with backoff, until
+// Standbys of its rows show a flush_lsn (replay_lsn with Applied) at or
+// past it. A standby's flush_lsn is what it has fsynced: promoted, it has
+// the commit. (Not the insert position: records inserted after the commit
+// and not flushed yet, a row lock of another session's open transaction,
+// may stay unflushed, and so unsent, while nothing else commits.)
+//
+// So the session must flush its commits: synchronous_commit on (the
+// default), local, remote_write or remote_apply. With off, a COMMIT
+// returns before its record is flushed, and every wait fails at once,
+// naming the setting.
 //
 // It needs the role to see pg_stat_replication's positions (superuser or
 // pg_monitor); without them every wait fails at once, naming the grant.
@@ -57,7 +66,7 @@ func (w ReplicaWait) Validate() error {
 // CommitMark says which server a transaction ran on (its postmaster's
 // start time, address and port), so that a wait after COMMIT, which runs
 // on whatever connection the pool lends, is known to ask the same server.
-type CommitMark struct{ server string }
+type CommitMark struct{ server, syncCommit string }
 
 const pgServer = `pg_postmaster_start_time()::text || ' ' || coalesce(host(inet_server_addr()), 'local') || ':' || coalesce(inet_server_port(), 0)::text`
 
@@ -65,7 +74,7 @@ const pgServer = `pg_postmaster_start_time()::text || ' ' || coalesce(host(inet_
 // commit. One round trip.
 func MarkCommit(ctx context.Context, q RowQuerier) (CommitMark, error) {
 	var m CommitMark
-	if err := q.QueryRowContext(ctx, `SELECT `+pgServer).Scan(&m.server); err != nil {
+	if err := q.QueryRowContext(ctx, `SELECT `+pgServer+`, current_setting('synchronous_commit')`).Scan(&m.server, &m.syncCommit); err != nil {
 		return m, fmt.Errorf("sqldialect: mark commit: %w", err)
 	}
 	return m, nil
@@ -76,8 +85,9 @@ func MarkCommit(ctx context.Context, q RowQuerier) (CommitMark, error) {
 var waitBackoff = retry.Backoff{Min: 500 * time.Microsecond, Max: 20 * time.Millisecond}
 
 // Wait waits until w.Standbys standbys of the server marked by m have
-// every WAL record it had inserted when Wait began, which includes the
-// commit of the transaction m was taken in. It returns nil, or an error
+// every WAL record it had flushed when Wait began, which includes the
+// commit of the transaction m was taken in (and every commit visible to
+// it). It returns nil, or an error
 // wrapping [ErrNotReplicated] when the timeout passed, ctx ended, the
 // connection failed, q reached another server (a failover in between), or
 // the positions are hidden from the role. q is a pool (*sql.DB) or
@@ -86,6 +96,9 @@ func (w ReplicaWait) Wait(ctx context.Context, q RowQuerier, m CommitMark) error
 	if w.Standbys <= 0 {
 		return nil
 	}
+	if m.syncCommit == "off" {
+		return fmt.Errorf("%w: synchronous_commit=off: a COMMIT returns before its WAL is flushed, so there is no position to wait for; set synchronous_commit to on or local for these sessions", ErrNotReplicated)
+	}
 	ctx, cancel := context.WithTimeout(ctx, w.Timeout)
 	defer cancel()
 	col := "flush_lsn"
@@ -93,7 +106,7 @@ func (w ReplicaWait) Wait(ctx context.Context, q RowQuerier, m CommitMark) error
 		col = "replay_lsn"
 	}
 	// The first poll reads the position too; later ones compare with it.
-	first := `WITH w AS (SELECT pg_current_wal_insert_lsn() AS lsn)
+	first := `WITH w AS (SELECT pg_current_wal_flush_lsn() AS lsn)
 SELECT ` + pgServer + `, w.lsn::text,
 	(SELECT count(*) FROM pg_stat_replication r WHERE r.` + col + ` >= w.lsn),
 	(SELECT count(*) FROM pg_stat_replication r WHERE r.state IS NULL)
