@@ -19,7 +19,8 @@ import (
 // transaction of its own (BEGIN, the statement, one query noting the
 // server, COMMIT) followed by polls of pg_stat_replication; the role needs
 // pg_monitor. The caller's ctx is not looked at once the write started:
-// the wait ends when the standbys confirm or timeout passes.
+// the wait ends when the standbys confirm or timeout passes, and the whole
+// call, wait included, within [keystore.CallTimeout] (10 s).
 //
 // A write that fewer than n standbys confirmed in time returns an error
 // wrapping [sqldialect.ErrNotReplicated]: it happened on the primary, and
