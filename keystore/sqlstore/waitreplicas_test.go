@@ -3,6 +3,7 @@ package sqlstore_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,6 +51,16 @@ func TestWaitReplicasHeld(t *testing.T) {
 	h.ResumeReplication()
 	if err := s.Complete(ctx, c, []byte("r"), time.Hour); err != nil {
 		t.Fatalf("Complete again after resuming: %v", err)
+	}
+	// synchronous_commit=off: COMMIT returns before its flush, so there is
+	// no position to wait for; every wait fails, naming the setting.
+	off := testenv.Open(t, "pgx", h.URL()+"&synchronous_commit=off")
+	so, err := sqlstore.New(off, sqldialect.Postgres, sqlstore.WithWaitReplicas(1, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := so.Reserve(ctx, "off", nil, time.Minute); !errors.Is(err, sqldialect.ErrNotReplicated) || !strings.Contains(err.Error(), "synchronous_commit=off") {
+		t.Errorf("Reserve with synchronous_commit=off: %v; want ErrNotReplicated naming the setting", err)
 	}
 	if _, err := s.Inspect(ctx, "other"); !errors.Is(err, keystore.ErrNotFound) {
 		t.Errorf("the unreplicated Reserve's lease: Inspect = %v, want released (ErrNotFound)", err)
