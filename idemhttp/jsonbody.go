@@ -81,10 +81,14 @@ func (b *jsonBody) canonical() ([]byte, error) {
 
 // checkJSON walks raw's tokens once: one JSON value, valid UTF-8, nested at
 // most MaxJSONDepth deep, no object with a repeated name, no integer beyond
-// ±2^53. Lone surrogate escapes are refused by the canonicaliser.
+// ±2^53, no lone surrogate escape (encoding/json would read "\ud800" as
+// U+FFFD, the same string as "\ufffd").
 func checkJSON(raw []byte) error {
 	if !utf8.Valid(raw) {
 		return fmt.Errorf("%w: not valid UTF-8", ErrJSONBody)
+	}
+	if err := checkSurrogates(raw); err != nil {
+		return err
 	}
 	d := json.NewDecoder(bytes.NewReader(raw))
 	d.UseNumber()
@@ -145,6 +149,42 @@ func checkJSON(raw []byte) error {
 			return nil
 		}
 	}
+}
+
+// checkSurrogates refuses a \u escape of a surrogate that is not a high
+// one followed by a low one. A backslash appears only inside strings in
+// JSON, so escapes can be found without tracking strings; what is not JSON
+// at all is refused by the token walk.
+func checkSurrogates(raw []byte) error {
+	u := func(i int) (rune, bool) { // the \uXXXX escape at raw[i:], if it is one
+		if i+6 > len(raw) || raw[i] != '\\' || raw[i+1] != 'u' {
+			return 0, false
+		}
+		n, err := strconv.ParseUint(string(raw[i+2:i+6]), 16, 16)
+		return rune(n), err == nil
+	}
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		r, ok := u(i)
+		if !ok {
+			i++ // an escape of one character (\\ included)
+			continue
+		}
+		switch {
+		case r >= 0xd800 && r <= 0xdbff:
+			if lo, ok := u(i + 6); !ok || lo < 0xdc00 || lo > 0xdfff {
+				return fmt.Errorf("%w: a lone surrogate \\u%04x at byte %d", ErrJSONBody, r, i)
+			}
+			i += 11
+		case r >= 0xdc00 && r <= 0xdfff:
+			return fmt.Errorf("%w: a lone surrogate \\u%04x at byte %d", ErrJSONBody, r, i)
+		default:
+			i += 5
+		}
+	}
+	return nil
 }
 
 func checkNumber(s string) error {
