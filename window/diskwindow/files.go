@@ -207,22 +207,17 @@ func syncDir(dir string) error {
 	return nil
 }
 
-// createLog creates generation seq's empty journal, durably.
+// createLog creates generation seq's empty journal, durably: its header
+// is written to a temporary file and renamed into place, so that a crash
+// never leaves a journal without an intact header.
 func createLog(dir string, seq uint64) (*os.File, error) {
 	path := logPath(dir, seq)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
+	if err := writeFileSync(dir, filepath.Base(path), logHeader(seq)); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND, 0)
 	if err != nil {
 		return nil, fmt.Errorf("diskwindow: %w", err)
-	}
-	if _, err := f.Write(logHeader(seq)); err == nil {
-		err = f.Sync()
-	} else {
-		f.Close()
-		return nil, fmt.Errorf("diskwindow: %w", err)
-	}
-	if err := syncDir(dir); err != nil {
-		f.Close()
-		return nil, err
 	}
 	return f, nil
 }

@@ -421,15 +421,42 @@ func (g *gen) has(v u128) (bool, error) {
 }
 
 // maybe reports whether v passes the in-memory part (no disk read).
-func (g *gen) maybe(v u128) bool {
+func (g *gen) maybe(v u128) bool { return len(g.matches(v, nil)) > 0 }
+
+// matches appends the indexes of the values whose upper and mid bits are
+// v's: those whose low bits a lookup must read.
+func (g *gen) matches(v u128, out []uint64) []uint64 {
 	first, count := g.bucket(v.rsh(g.l.f - g.l.u).lo)
 	m := v.rsh(g.l.lw).lo & (1<<g.l.r - 1)
 	for i := first; i < first+count; i++ {
-		if getWords(g.mid, i*uint64(g.l.r), g.l.r) == m {
-			return true
+		mi := getWords(g.mid, i*uint64(g.l.r), g.l.r)
+		if mi > m {
+			break
+		}
+		if mi == m {
+			out = append(out, i)
 		}
 	}
-	return false
+	return out
+}
+
+// lowInto reads value i's low bits from disk into buf (2·blockSize
+// bytes), checking the blocks it reads: safe for concurrent use.
+func (g *gen) lowInto(i uint64, buf []byte) (u128, error) {
+	p := i * uint64(g.l.lw)
+	b0 := int64(p / 8 / blockSize)
+	b1 := int64((p + uint64(g.l.lw) - 1) / 8 / blockSize)
+	k := b1 - b0 + 1
+	buf = buf[:k*blockSize]
+	if _, err := g.file.ReadAt(buf, int64(g.l.lowOff)+b0*blockSize); err != nil {
+		return u128{}, &CorruptError{File: g.path, Reason: fmt.Sprintf("low block %d: %v", b0, err)}
+	}
+	for j := int64(0); j < k; j++ {
+		if crc32.Checksum(buf[j*blockSize:(j+1)*blockSize], castagnoli) != g.crcs[b0+j] {
+			return u128{}, &CorruptError{File: g.path, Reason: fmt.Sprintf("low block %d: checksum mismatch", b0+j)}
+		}
+	}
+	return getWide(buf, p-uint64(b0)*blockSize*8, g.l.lw), nil
 }
 
 // lowAt reads value i's low bits from disk.

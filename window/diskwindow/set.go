@@ -239,41 +239,32 @@ func (s *Set) answer(fps []compact.FP, dups []bool) ([]bool, error) {
 			cand = append(cand, i)
 		}
 	}
-	if len(s.gens) > 0 && len(cand) > 0 {
-		vals := make([]u128, len(fps))
-		for _, i := range cand {
-			vals[i] = s.value(fps[i])
+	vals := make([]u128, len(fps))
+	for _, i := range cand {
+		vals[i] = s.value(fps[i])
+	}
+	// In fingerprint order: sealed files are probed in order, and an id
+	// repeated within the batch lands next to its first occurrence.
+	slices.SortFunc(cand, func(a, b int) int {
+		if c := cmp.Compare(vals[a].hi, vals[b].hi); c != 0 {
+			return c
 		}
-		slices.SortFunc(cand, func(a, b int) int {
-			if c := cmp.Compare(vals[a].hi, vals[b].hi); c != 0 {
-				return c
-			}
-			return cmp.Compare(vals[a].lo, vals[b].lo)
-		})
-		for gi := len(s.gens) - 1; gi >= 0 && len(cand) > 0; gi-- {
-			g := s.gens[gi]
-			left := cand[:0]
-			for _, i := range cand {
-				ok, err := g.has(vals[i])
-				if err != nil {
-					return nil, err
-				}
-				if ok {
-					dups[base+i] = true
-				} else {
-					left = append(left, i)
-				}
-			}
-			cand = left
+		if c := cmp.Compare(vals[a].lo, vals[b].lo); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	if err := s.probeSealed(cand, vals, dups[base:]); err != nil {
+		return nil, err
+	}
+	for j := 1; j < len(cand); j++ {
+		if vals[cand[j]] == vals[cand[j-1]] {
+			dups[base+cand[j]] = true // repeated within the batch
 		}
 	}
 	var fresh []compact.FP
 	for i, fp := range fps {
 		if dups[base+i] {
-			continue
-		}
-		if _, ok := s.open.Find(fp); ok { // repeated within the batch
-			dups[base+i] = true
 			continue
 		}
 		if err := s.open.Append(fp, compact.Rec{T: s.latest, Seq: s.open.NextSeq()}); err != nil {
@@ -287,6 +278,66 @@ func (s *Set) answer(fps []compact.FP, dups []bool) ([]bool, error) {
 	}
 	return dups, nil
 }
+
+// probeSealed sets dups[i] for the ids cand[…] = i (sorted by value)
+// found in a sealed generation. The in-memory parts are probed first; the
+// disk reads they leave (a few in a hundred ids per generation, and every
+// true duplicate) are made concurrently, so that a cold page cache costs
+// the disk's parallel latency, not the sum of the reads'.
+func (s *Set) probeSealed(cand []int, vals []u128, dups []bool) error {
+	type read struct {
+		g   *gen
+		id  int
+		pos uint64
+	}
+	var reads []read
+	var pos []uint64
+	for gi := len(s.gens) - 1; gi >= 0; gi-- {
+		g := s.gens[gi]
+		for _, i := range cand {
+			pos = g.matches(vals[i], pos[:0])
+			for _, p := range pos {
+				reads = append(reads, read{g, i, p})
+			}
+		}
+	}
+	if len(reads) == 0 {
+		return nil
+	}
+	found := make([]bool, len(reads))
+	errs := make([]error, len(reads))
+	workers := min(len(reads), maxReaders)
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range workers {
+		wg.Go(func() {
+			buf := make([]byte, 2*blockSize)
+			for {
+				k := int(next.Add(1) - 1)
+				if k >= len(reads) {
+					return
+				}
+				r := reads[k]
+				low, err := r.g.lowInto(r.pos, buf)
+				errs[k] = err
+				found[k] = err == nil && low == vals[r.id].low(r.g.l.lw)
+			}
+		})
+	}
+	wg.Wait()
+	for k, r := range reads {
+		if errs[k] != nil {
+			return errs[k]
+		}
+		if found[k] {
+			dups[r.id] = true
+		}
+	}
+	return nil
+}
+
+// maxReaders bounds the concurrent block reads of one call.
+const maxReaders = 32
 
 // value is fp cut to the set's f bits.
 func (s *Set) value(fp compact.FP) u128 {

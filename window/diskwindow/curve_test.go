@@ -1,0 +1,236 @@
+package diskwindow
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/window"
+)
+
+// TestDedupDiskCurve adds IDEM_DEDUP_IDS random UUIDs (default 200k; `make
+// bench-dedup-disk` runs 2×10⁸) in batches of 4096 at 100k ids a second of
+// simulated time, every IDEM_DEDUP_STEP (default a tenth), with the page
+// cache of the sealed files dropped before each step, and the in-memory
+// window.Dedup on the same ids beside it. It prints a line a step, single
+// Add rates, the time to reopen the set, and a last line of totals. It
+// asserts no speed: only that every id was new and every id re-added a
+// duplicate.
+func TestDedupDiskCurve(t *testing.T) {
+	n, step := 200_000, 0
+	if v := os.Getenv("IDEM_DEDUP_IDS"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			t.Fatalf("IDEM_DEDUP_IDS=%q: %v", v, err)
+		}
+		n = int(f)
+	}
+	if v := os.Getenv("IDEM_DEDUP_STEP"); v != "" {
+		f, _ := strconv.ParseFloat(v, 64)
+		step = int(f)
+	}
+	if step <= 0 {
+		step = max(n/10, 1)
+	}
+	maxOpen := 1 << 25
+	if n < 10_000_000 {
+		maxOpen = max(n/7, 1000) // a few seals in the short run too
+	}
+	if v := os.Getenv("IDEM_DEDUP_MAXOPEN"); v != "" {
+		f, _ := strconv.ParseFloat(v, 64)
+		maxOpen = int(f)
+	}
+	dir := t.TempDir()
+	if v := os.Getenv("IDEM_DEDUP_DIR"); v != "" {
+		dir = filepath.Join(v, fmt.Sprintf("curve-%d", time.Now().UnixNano()))
+		defer os.RemoveAll(dir)
+	}
+	const horizon = 24 * time.Hour
+	s, err := Open(dir, horizon, WithMaxOpen(maxOpen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := window.New(horizon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var csv *os.File
+	if p := os.Getenv("IDEM_DEDUP_CSV"); p != "" {
+		if csv, err = os.Create(p); err != nil {
+			t.Fatal(err)
+		}
+		defer csv.Close()
+		fmt.Fprintln(csv, "ids,adds_per_s,window_adds_per_s,disk_B_per_id,mem_B_per_id,generations")
+	}
+	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	ctx := context.Background()
+	clock := func(i int) time.Time { return t0.Add(time.Duration(i) * 10 * time.Microsecond) }
+	const batch = 4096
+	var diskTime, winTime time.Duration
+	var first, last float64
+	var sample []string // a few ids of every step, re-added at the end
+	dups := make([]bool, 0, batch)
+	var res []window.Result
+	for done := 0; done < n; {
+		k := min(step, n-done)
+		ids := uuids(r, k)
+		sample = append(sample, ids[:min(len(ids), 2000)]...)
+		dropSealed(t, dir)
+		start := time.Now()
+		for i := 0; i < k; i += batch {
+			b := ids[i:min(i+batch, k)]
+			if dups, err = s.AddBatch(ctx, "p", b, clock(done+i), dups[:0]); err != nil {
+				t.Fatal(err)
+			}
+			for j, d := range dups {
+				if d {
+					t.Fatalf("fresh id %d answered duplicate", done+i+j)
+				}
+			}
+		}
+		el := time.Since(start)
+		diskTime += el
+		start = time.Now()
+		for i := 0; i < k; i += batch {
+			res = w.AddBatch("p", ids[i:min(i+batch, k)], clock(done+i), res[:0])
+		}
+		wel := time.Since(start)
+		winTime += wel
+		done += k
+		rate, wrate := float64(k)/el.Seconds(), float64(k)/wel.Seconds()
+		if first == 0 {
+			first = rate
+		}
+		last = rate
+		st := s.Stats()
+		diskB, memB := perID(st)
+		t.Logf("ids=%d adds_per_s=%.0f window_adds_per_s=%.0f disk_B_per_id=%.2f mem_B_per_id=%.3f generations=%d open_ids=%d load=%s",
+			done, rate, wrate, diskB, memB, st.Generations, st.OpenIDs, loadavg())
+		if csv != nil {
+			fmt.Fprintf(csv, "%d,%.0f,%.0f,%.3f,%.4f,%d\n", done, rate, wrate, diskB, memB, st.Generations)
+		}
+		ids = nil
+		runtime.GC()
+	}
+	st := s.Stats()
+	diskB, memB := perID(st)
+
+	// Duplicates, sealed files cold: each costs a block read.
+	dropSealed(t, dir)
+	start := time.Now()
+	for i := 0; i < len(sample); i += batch {
+		b := sample[i:min(i+batch, len(sample))]
+		if dups, err = s.AddBatch(ctx, "p", b, clock(n), dups[:0]); err != nil {
+			t.Fatal(err)
+		}
+		for j, d := range dups {
+			if !d {
+				t.Fatalf("id %q re-added: answered new", b[j])
+			}
+		}
+	}
+	t.Logf("duplicates (cold): %.0f a second over %d", float64(len(sample))/time.Since(start).Seconds(), len(sample))
+
+	// Single Add: one fsync a call alone, shared by concurrent callers.
+	single := uuids(r, 64*200)
+	start = time.Now()
+	for _, id := range single[:1000] {
+		if _, err := s.Add(ctx, "p", id, clock(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("single Add, 1 caller: %.0f a second", 1000/time.Since(start).Seconds())
+	start = time.Now()
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Go(func() {
+			for _, id := range single[1000+g*180 : 1000+(g+1)*180] {
+				if _, err := s.Add(ctx, "p", id, clock(n)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("single Add, 64 callers (group commit): %.0f a second", 64*180/time.Since(start).Seconds())
+
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dropSealed(t, dir)
+	start = time.Now()
+	s, err = Open(dir, horizon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Open after restart: %v for %d ids (%d sealed files, journal of %d ids)", time.Since(start), s.Stats().IDs, s.Stats().Generations, s.Stats().OpenIDs)
+	s.Close()
+	fmt.Printf("ids=%d disk_B_per_id=%.2f mem_B_per_id=%.3f adds_per_s=%.0f window_adds_per_s=%.0f last_over_first=%.2f\n",
+		n, diskB, memB, float64(n)/diskTime.Seconds(), float64(n)/winTime.Seconds(), last/first)
+}
+
+// perID is the disk bytes an id (sealed files and journal over all ids)
+// and the memory an id of the sealed generations.
+func perID(st Stats) (disk, mem float64) {
+	disk = float64(st.DiskBytes) / float64(max(st.IDs, 1))
+	if sealed := st.IDs - st.OpenIDs; sealed > 0 {
+		mem = float64(st.SealedMem) / float64(sealed)
+	}
+	return disk, mem
+}
+
+func dropSealed(t *testing.T, dir string) {
+	files, _ := filepath.Glob(filepath.Join(dir, "*.edf"))
+	for _, f := range files {
+		if err := dropCache(f); err != nil {
+			t.Logf("fadvise %s: %v", f, err)
+		}
+	}
+}
+
+// uuids returns k random canonical lowercase UUIDv4 texts.
+func uuids(r *rand.Rand, k int) []string {
+	ids := make([]string, k)
+	var u [16]byte
+	var b [36]byte
+	for i := range ids {
+		for j := 0; j < 16; j += 8 {
+			x := r.Uint64()
+			for m := range 8 {
+				u[j+m] = byte(x >> (8 * m))
+			}
+		}
+		u[6] = u[6]&0x0f | 0x40
+		u[8] = u[8]&0x3f | 0x80
+		hex.Encode(b[0:8], u[0:4])
+		b[8] = '-'
+		hex.Encode(b[9:13], u[4:6])
+		b[13] = '-'
+		hex.Encode(b[14:18], u[6:8])
+		b[18] = '-'
+		hex.Encode(b[19:23], u[8:10])
+		b[23] = '-'
+		hex.Encode(b[24:36], u[10:16])
+		ids[i] = string(b[:])
+	}
+	return ids
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil || len(b) < 14 {
+		return "?"
+	}
+	var a, b5, c float64
+	fmt.Sscan(string(b), &a, &b5, &c)
+	return fmt.Sprintf("%.2f/%.2f/%.2f", a, b5, c)
+}
