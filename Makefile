@@ -3,7 +3,7 @@ GO      ?= go
 TIMEOUT ?= 20m
 FUZZTIME ?= 15s
 
-.PHONY: failover failover-long test deps lint unit modules install-test bench bench-compact bench-compact-curve bench-scale bench-keystore-scale soak fuzz demo chaos
+.PHONY: failover failover-long test deps lint unit modules install-test bench bench-compact bench-compact-curve bench-dedup-disk bench-scale bench-keystore-scale soak fuzz demo chaos
 
 # Every package of every module in go.work. In workspace mode `./...` at the
 # root covers only the root module, so the targets name each module's tree.
@@ -75,6 +75,20 @@ bench-compact-curve:
 	IDEM_COMPACT_CURVE_CSV=$(COMPACT_CURVE_CSV) $(GO) test -run '^TestMemoryCurve$$' -count=1 -v ./internal/compact
 	cp $(COMPACT_CURVE_CSV) docs/img/compact-memory.csv
 	cd tools/benchchart && $(GO) run . -kind compact -in ../../docs/img/compact-memory.csv -out ../../docs/img/compact-memory.svg
+
+## bench-dedup-disk: window/diskwindow's curve (docs/dedup-disk.md): DEDUP_IDS
+## random UUIDs through AddBatch, a line every DEDUP_STEP, sealed files'
+## page cache dropped before each step, the in-memory window on the same ids
+## beside it; ends with one line of totals. 2x10^8 ids take about 1.6 GB of
+## disk under DEDUP_DIR and 6 GB of memory. `make test` runs it at 200k ids
+## (TestDedupDiskCurve) without asserting speed.
+DEDUP_IDS  ?= 200000000
+DEDUP_STEP ?= 10000000
+DEDUP_DIR  ?= /tmp
+DEDUP_CSV  ?= /tmp/idem-dedup-disk.csv
+bench-dedup-disk:
+	IDEM_DEDUP_IDS=$(DEDUP_IDS) IDEM_DEDUP_STEP=$(DEDUP_STEP) IDEM_DEDUP_DIR=$(DEDUP_DIR) IDEM_DEDUP_CSV=$(DEDUP_CSV) \
+		$(GO) test -run '^TestDedupDiskCurve$$' -v -count=1 -timeout 0 ./window/diskwindow
 
 ## bench-scale: the inbox scale curve (msg/s per million keys, UUIDv4 against
 ## UUIDv7, bytes/key) on SQLite and PostgreSQL (fsync on) and, to
