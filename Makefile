@@ -86,9 +86,11 @@ DEDUP_IDS  ?= 200000000
 DEDUP_STEP ?= 10000000
 DEDUP_DIR  ?= /tmp
 DEDUP_CSV  ?= /tmp/idem-dedup-disk.csv
+DEDUP_LOG  ?= /tmp/idem-dedup-disk.log
 bench-dedup-disk:
 	IDEM_DEDUP_IDS=$(DEDUP_IDS) IDEM_DEDUP_STEP=$(DEDUP_STEP) IDEM_DEDUP_DIR=$(DEDUP_DIR) IDEM_DEDUP_CSV=$(DEDUP_CSV) \
-		$(GO) test -run '^TestDedupDiskCurve$$' -v -count=1 -timeout 0 ./window/diskwindow
+		$(GO) test -run '^TestDedupDiskCurve$$' -v -count=1 -timeout 0 ./window/diskwindow 2>&1 | tee $(DEDUP_LOG)
+	@grep -q '^--- PASS' $(DEDUP_LOG) && grep '^ids=' $(DEDUP_LOG)
 
 ## bench-scale: the inbox scale curve (msg/s per million keys, UUIDv4 against
 ## UUIDv7, bytes/key) on SQLite and PostgreSQL (fsync on) and, to
