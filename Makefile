@@ -79,7 +79,7 @@ bench-compact-curve:
 ## bench-dedup-disk: window/diskwindow's curve (docs/dedup-disk.md): DEDUP_IDS
 ## random UUIDs through AddBatch, a line every DEDUP_STEP, sealed files'
 ## page cache dropped before each step, the in-memory window on the same ids
-## beside it; ends with one line of totals. 2x10^8 ids take about 1.6 GB of
+## beside it; redraws docs/img/dedup-disk.svg; ends with one line of totals. 2x10^8 ids take about 1.6 GB of
 ## disk under DEDUP_DIR and 6 GB of memory. `make test` runs it at 200k ids
 ## (TestDedupDiskCurve) without asserting speed.
 DEDUP_IDS  ?= 200000000
@@ -90,7 +90,10 @@ DEDUP_LOG  ?= /tmp/idem-dedup-disk.log
 bench-dedup-disk:
 	IDEM_DEDUP_IDS=$(DEDUP_IDS) IDEM_DEDUP_STEP=$(DEDUP_STEP) IDEM_DEDUP_DIR=$(DEDUP_DIR) IDEM_DEDUP_CSV=$(DEDUP_CSV) \
 		$(GO) test -run '^TestDedupDiskCurve$$' -v -count=1 -timeout 0 ./window/diskwindow 2>&1 | tee $(DEDUP_LOG)
-	@grep -q '^--- PASS' $(DEDUP_LOG) && grep '^ids=' $(DEDUP_LOG)
+	@grep -q '^--- PASS' $(DEDUP_LOG)
+	cp $(DEDUP_CSV) docs/img/dedup-disk.csv
+	cd tools/benchchart && $(GO) run . -kind dedupdisk -in ../../docs/img/dedup-disk.csv -out ../../docs/img/dedup-disk.svg
+	@grep '^ids=' $(DEDUP_LOG)
 
 ## bench-scale: the inbox scale curve (msg/s per million keys, UUIDv4 against
 ## UUIDv7, bytes/key) on SQLite and PostgreSQL (fsync on) and, to

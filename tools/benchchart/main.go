@@ -10,6 +10,10 @@
 // (make bench-compact-curve): bytes a key only, against a logarithmic
 // count.
 //
+// With -kind dedupdisk it draws window/diskwindow's curve
+// (docs/img/dedup-disk.svg) from TestDedupDiskCurve's IDEM_DEDUP_CSV (make
+// bench-dedup-disk).
+//
 // It is a module of its own so that idem's core does not depend on the
 // plotting library.
 //
@@ -42,7 +46,7 @@ type point struct{ keys, rate, bpk float64 }
 func main() {
 	in := flag.String("in", "", "CSV from TestScaleCurve (IDEM_SCALE_CSV) or TestMemoryCurve (IDEM_COMPACT_CURVE_CSV)")
 	out := flag.String("out", "docs/img/inbox-scale.svg", "SVG to write")
-	kind := flag.String("kind", "inbox", "inbox (rate and bytes a key) or compact (bytes a key, log count)")
+	kind := flag.String("kind", "inbox", "inbox (rate and bytes a key), compact (bytes a key, log count) or dedupdisk (window/diskwindow's curve)")
 	flag.Parse()
 	var err error
 	switch *kind {
@@ -50,8 +54,10 @@ func main() {
 		err = run(*in, *out)
 	case "compact":
 		err = runCompact(*in, *out)
+	case "dedupdisk":
+		err = runDedupDisk(*in, *out)
 	default:
-		err = fmt.Errorf("-kind %q: want inbox or compact", *kind)
+		err = fmt.Errorf("-kind %q: want inbox, compact or dedupdisk", *kind)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchchart:", err)
