@@ -112,8 +112,8 @@ func TestDedupDiskCurve(t *testing.T) {
 		last = rate
 		st := s.Stats()
 		diskB, memB := perID(st)
-		t.Logf("ids=%d adds_per_s=%.0f window_adds_per_s=%.0f disk_B_per_id=%.2f mem_B_per_id=%.3f generations=%d open_ids=%d load=%s",
-			done, rate, wrate, diskB, memB, st.Generations, st.OpenIDs, loadavg())
+		t.Logf("ids=%d adds_per_s=%.0f window_adds_per_s=%.0f disk_B_per_id=%.2f sealed_disk_B_per_id=%.2f mem_B_per_id=%.3f generations=%d open_ids=%d load=%s",
+			done, rate, wrate, diskB, sealedDisk(st), memB, st.Generations, st.OpenIDs, loadavg())
 		if csv != nil {
 			fmt.Fprintf(csv, "%d,%.0f,%.0f,%.3f,%.4f,%d\n", done, rate, wrate, diskB, memB, st.Generations)
 		}
@@ -122,6 +122,8 @@ func TestDedupDiskCurve(t *testing.T) {
 	}
 	st := s.Stats()
 	diskB, memB := perID(st)
+	t.Logf("at the end: %.2f B an id on disk in all (journal included), %.2f B an id in the sealed files, %.3f B an id of memory for the sealed generations",
+		diskB, sealedDisk(st), memB)
 
 	// Duplicates, sealed files cold: each costs a block read.
 	dropSealed(t, dir)
@@ -186,6 +188,14 @@ func perID(st Stats) (disk, mem float64) {
 		mem = float64(st.SealedMem) / float64(sealed)
 	}
 	return disk, mem
+}
+
+// sealedDisk is the sealed files' bytes an id they hold.
+func sealedDisk(st Stats) float64 {
+	if sealed := st.IDs - st.OpenIDs; sealed > 0 {
+		return float64(st.DiskBytes-st.JournalBytes) / float64(sealed)
+	}
+	return 0
 }
 
 func dropSealed(t *testing.T, dir string) {

@@ -494,19 +494,20 @@ func (s *Set) seal() error {
 
 // Stats describes a Set's size.
 type Stats struct {
-	IDs         int   // ids held: open and sealed, expired ones in live files included
-	OpenIDs     int   // ids in the open generation
-	Generations int   // sealed files
-	DiskBytes   int64 // sealed files and the journal
-	SealedMem   int   // memory the sealed generations hold
-	OpenMem     int   // memory the open generation holds
+	IDs          int   // ids held: open and sealed, expired ones in live files included
+	OpenIDs      int   // ids in the open generation
+	Generations  int   // sealed files
+	DiskBytes    int64 // sealed files and the journal
+	JournalBytes int64 // the journal alone (12 bytes an open id)
+	SealedMem    int   // memory the sealed generations hold
+	OpenMem      int   // memory the open generation holds
 }
 
 // Stats reports the set's size.
 func (s *Set) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := Stats{OpenIDs: s.open.Len(), Generations: len(s.gens), OpenMem: s.open.Bytes(), DiskBytes: s.logBytes}
+	st := Stats{OpenIDs: s.open.Len(), Generations: len(s.gens), OpenMem: s.open.Bytes(), DiskBytes: s.logBytes, JournalBytes: s.logBytes}
 	st.IDs = st.OpenIDs
 	for _, g := range s.gens {
 		st.IDs += int(g.n)
