@@ -67,7 +67,7 @@ func WithGenerations(k int) Option {
 // default 2²⁵), whatever its age: the open generation costs about 22
 // bytes an id of memory, so n bounds that (2²⁵ ids: 740 MB).
 func WithMaxOpen(n int) Option {
-	return option.Check("diskwindow", n > 0 && n < compact.MaxRecords && uint64(n) < maxGenIDs,
+	return option.Check("diskwindow", n > 0 && int64(n) < compact.MaxRecords,
 		func(c *config) { c.maxOpen = n }, "max open %d must be in [1, 2³¹)", n)
 }
 
