@@ -74,7 +74,7 @@ func TestDedupDiskCurve(t *testing.T) {
 	ctx := context.Background()
 	clock := func(i int) time.Time { return t0.Add(time.Duration(i) * 10 * time.Microsecond) }
 	const batch = 4096
-	var diskTime, winTime time.Duration
+	var diskTime, winTime, diskCPU, winCPU time.Duration
 	var first, last float64
 	var sample []string // a few ids of every step, re-added at the end
 	dups := make([]bool, 0, batch)
@@ -84,7 +84,7 @@ func TestDedupDiskCurve(t *testing.T) {
 		ids := uuids(r, k)
 		sample = append(sample, ids[:min(len(ids), 2000)]...)
 		dropSealed(t, dir)
-		start := time.Now()
+		start, cpu0 := time.Now(), cpuTime()
 		for i := 0; i < k; i += batch {
 			b := ids[i:min(i+batch, k)]
 			if dups, err = s.AddBatch(ctx, "p", b, clock(done+i), dups[:0]); err != nil {
@@ -96,14 +96,16 @@ func TestDedupDiskCurve(t *testing.T) {
 				}
 			}
 		}
-		el := time.Since(start)
+		el, cpu := time.Since(start), cpuTime()-cpu0
 		diskTime += el
-		start = time.Now()
+		diskCPU += cpu
+		start, cpu0 = time.Now(), cpuTime()
 		for i := 0; i < k; i += batch {
 			res = w.AddBatch("p", ids[i:min(i+batch, k)], clock(done+i), res[:0])
 		}
-		wel := time.Since(start)
+		wel, wcpu := time.Since(start), cpuTime()-cpu0
 		winTime += wel
+		winCPU += wcpu
 		done += k
 		rate, wrate := float64(k)/el.Seconds(), float64(k)/wel.Seconds()
 		if first == 0 {
@@ -112,8 +114,8 @@ func TestDedupDiskCurve(t *testing.T) {
 		last = rate
 		st := s.Stats()
 		diskB, memB := perID(st)
-		t.Logf("ids=%d adds_per_s=%.0f window_adds_per_s=%.0f disk_B_per_id=%.2f sealed_disk_B_per_id=%.2f mem_B_per_id=%.3f generations=%d open_ids=%d load=%s",
-			done, rate, wrate, diskB, sealedDisk(st), memB, st.Generations, st.OpenIDs, loadavg())
+		t.Logf("ids=%d adds_per_s=%.0f window_adds_per_s=%.0f adds_per_cpu_s=%.0f window_adds_per_cpu_s=%.0f disk_B_per_id=%.2f sealed_disk_B_per_id=%.2f mem_B_per_id=%.3f generations=%d open_ids=%d load=%s",
+			done, rate, wrate, perCPU(k, cpu), perCPU(k, wcpu), diskB, sealedDisk(st), memB, st.Generations, st.OpenIDs, loadavg())
 		if csv != nil {
 			fmt.Fprintf(csv, "%d,%.0f,%.0f,%.3f,%.4f,%d\n", done, rate, wrate, diskB, memB, st.Generations)
 		}
@@ -122,6 +124,7 @@ func TestDedupDiskCurve(t *testing.T) {
 	}
 	st := s.Stats()
 	diskB, memB := perID(st)
+	t.Logf("CPU time: %.0f adds a CPU-second, window %.0f (wall-clock rates share the 2 cores with the load above)", perCPU(n, diskCPU), perCPU(n, winCPU))
 	t.Logf("at the end: %.2f B an id on disk in all (journal included), %.2f B an id in the sealed files, %.3f B an id of memory for the sealed generations",
 		diskB, sealedDisk(st), memB)
 
@@ -188,6 +191,14 @@ func perID(st Stats) (disk, mem float64) {
 		mem = float64(st.SealedMem) / float64(sealed)
 	}
 	return disk, mem
+}
+
+// perCPU is k ids over cpu, 0 if unknown.
+func perCPU(k int, cpu time.Duration) float64 {
+	if cpu <= 0 {
+		return 0
+	}
+	return float64(k) / cpu.Seconds()
 }
 
 // sealedDisk is the sealed files' bytes an id they hold.

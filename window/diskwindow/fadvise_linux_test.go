@@ -5,6 +5,7 @@ package diskwindow
 import (
 	"os"
 	"syscall"
+	"time"
 )
 
 // dropCache asks the kernel to drop the file's pages from the page cache
@@ -20,4 +21,13 @@ func dropCache(path string) error {
 		return e
 	}
 	return nil
+}
+
+// cpuTime is the process's user plus system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
