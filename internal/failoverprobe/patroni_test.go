@@ -25,10 +25,12 @@ func failPatroni(t *testing.T, p *testenv.Patroni, sc scenario, r *run) time.Dur
 			t.Fatal(err)
 		}
 	case faultSwitchover:
-		r.dead.Store(time.Now().UnixNano())
+		// The old leader takes writes until Patroni stops it: the outage
+		// is measured to the first commit begun once the new leader runs.
 		if _, err := p.Switchover(); err != nil {
 			t.Fatal(err)
 		}
+		r.dead.Store(time.Now().UnixNano())
 	default:
 		t.Fatalf("%v: not on Patroni", sc.fault)
 	}
