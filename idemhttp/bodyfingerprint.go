@@ -107,9 +107,6 @@ type bodyFPSpec struct {
 	paths []jmespath.JMESPath
 }
 
-// needsJSON reports whether the body is read as JSON for the fingerprint.
-func (s *bodyFPSpec) needsJSON() bool { return s.mode != fpRaw }
-
 // input is what Fingerprint hashes as the body. The canonical modes are
 // tagged, so that no canonical form equals a raw body fingerprinted before
 // the route's mode changed.

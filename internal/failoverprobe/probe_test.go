@@ -200,12 +200,11 @@ func named(sc scenario) scenario {
 
 // result is what a scenario measured.
 type result struct {
-	acked, lost, doubled    int
-	forgotten, crashWindow  int // key store: effect ran twice
-	reused, lower           int // key store: a key's token handed to it again, or lower than its previous one
-	shared                  int // key store: tokens also handed to another key (not a fencing violation)
-	outage, promote         time.Duration
-	keysCompleted, keysDone int
+	acked, lost, doubled   int
+	forgotten, crashWindow int // key store: effect ran twice
+	reused, lower          int // key store: a key's token handed to it again, or lower than its previous one
+	shared                 int // key store: tokens also handed to another key (not a fencing violation)
+	outage, promote        time.Duration
 }
 
 func (r result) row(sc scenario, l load) string {

@@ -285,11 +285,9 @@ func runCmd(t *testing.T, dir string, env []string, name string, args ...string)
 	return stdout.String()
 }
 
-// goTool is the go command of the toolchain running the test.
+// goTool is the go command on $PATH, which runs the test: go test puts
+// its own toolchain's bin directory first.
 func goTool() string {
-	if p := filepath.Join(runtime.GOROOT(), "bin", "go"+exeSuffix()); fileExists(p) {
-		return p
-	}
 	return "go"
 }
 
