@@ -53,6 +53,15 @@ func newUpstream(t *testing.T) *counter {
 		switch r.URL.Path {
 		case "/slow":
 			time.Sleep(400 * time.Millisecond)
+		case "/hold": // the first time, until the proxy gives up on it (at most a minute)
+			if n > 1 {
+				break
+			}
+			select {
+			case <-time.After(time.Minute):
+			case <-r.Context().Done():
+				return
+			}
 		case "/very-slow": // slow the first time only
 			if n > 1 {
 				break

@@ -10,9 +10,10 @@ import (
 )
 
 // Issue 28 item 5: an operator releases, through idem keys --admin, the key
-// of a request idem serve (SQLite store, --lease 2s) is still proxying to a
-// slow upstream. The lease renewal fails, the upstream call is cancelled,
-// and the client is answered 503 lease-lost (not a 502 saying the proxy
+// of a request idem serve (SQLite store, --lease 2s) is still proxying to an
+// upstream that holds the request until it is cancelled (so the release
+// always comes first, however slow the machine). The lease renewal fails,
+// the upstream call is cancelled, and the client is answered 503 lease-lost (not a 502 saying the proxy
 // released the key), and the log says an operator released it (not that a
 // release failed).
 func TestServeOperatorReleaseWhileRunning(t *testing.T) {
@@ -29,8 +30,8 @@ func TestServeOperatorReleaseWhileRunning(t *testing.T) {
 	}
 
 	running := make(chan reply, 1)
-	go func() { running <- post(t, p.url, "/very-slow", "slow-1", "x") }()
-	waitFor(t, func() bool { return up.count("/very-slow") > 0 })
+	go func() { running <- post(t, p.url, "/hold", "slow-1", "x") }()
+	waitFor(t, func() bool { return up.count("/hold") > 0 })
 	out, stderr, ok := admin("list", "--state", "in_progress", "-o", "json")
 	var v keyView
 	if !ok || json.Unmarshal([]byte(out), &v) != nil || v.Token == 0 {
@@ -56,7 +57,7 @@ func TestServeOperatorReleaseWhileRunning(t *testing.T) {
 		t.Fatalf("idem serve logged a failure for a key an operator released:\n%s", log)
 	}
 	// The key is free: the retry executes.
-	if r := post(t, p.url, "/very-slow", "slow-1", "x"); r.status != 201 || r.header.Get("Idempotent-Replayed") != "" || up.count("/very-slow") != 2 {
-		t.Fatalf("retry: %d replayed=%q executions %d, want a new execution", r.status, r.header.Get("Idempotent-Replayed"), up.count("/very-slow"))
+	if r := post(t, p.url, "/hold", "slow-1", "x"); r.status != 201 || r.header.Get("Idempotent-Replayed") != "" || up.count("/hold") != 2 {
+		t.Fatalf("retry: %d replayed=%q executions %d, want a new execution", r.status, r.header.Get("Idempotent-Replayed"), up.count("/hold"))
 	}
 }
