@@ -1,0 +1,3 @@
+module github.com/idem-go/idem/keystore/storeurl
+
+go 1.26.0
