@@ -24,6 +24,11 @@ var (
 	ErrTooLong = errors.New("diskwindow: scope and id are too long")
 	// ErrCorrupt is wrapped by every *CorruptError.
 	ErrCorrupt = errors.New("diskwindow: corrupt file")
+	// ErrLocked is returned by Open when another Set, in this process or
+	// another, has the directory open (on Linux, macOS and the BSDs, by an
+	// advisory lock on the directory's LOCK file, released when the Set
+	// closes or its process dies).
+	ErrLocked = errors.New("diskwindow: directory in use")
 )
 
 // MaxKeyLen is the longest scope plus id, in bytes, a Set records.
@@ -110,9 +115,10 @@ type Set struct {
 	openSeq    uint64
 	log        *os.File
 	logBytes   int64
-	pending    []byte // journal records not yet written
-	pendingSeq uint64 // commits appended to pending, ever
-	gens       []*gen // oldest first
+	pending    []byte   // journal records not yet written
+	pendingSeq uint64   // commits appended to pending, ever
+	gens       []*gen   // oldest first
+	lock       *os.File // dir's LOCK file, locked while the Set is open
 }
 
 // Open opens the set in dir, creating dir and a new set if it holds
@@ -132,6 +138,14 @@ func Open(dir string, horizon time.Duration, opts ...Option) (*Set, error) {
 		return nil, err
 	}
 	s := &Set{dir: dir, w: int64(horizon), span: max(int64(horizon)/int64(c.gens), 1), maxOpen: c.maxOpen}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("diskwindow: %w", err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	s.lock = lock
 	if err := s.load(c); err != nil {
 		s.closeFiles()
 		return nil, err
@@ -552,5 +566,9 @@ func (s *Set) closeFiles() error {
 		g.close()
 	}
 	s.gens = nil
+	if s.lock != nil {
+		err = errors.Join(err, s.lock.Close()) // releases the lock
+		s.lock = nil
+	}
 	return err
 }
