@@ -146,6 +146,7 @@ func (m *Middleware) settle(ctx context.Context, claim keystore.Claim, rec *reco
 func (m *Middleware) complete(ctx context.Context, claim keystore.Claim, result []byte, status int, o Outcome) Outcome {
 	sctx := m.storeCall(ctx)
 	defer sctx.end()
+	noteStored(ctx, len(result))
 	err := m.store.Complete(sctx, claim, result, m.cfg.ttl)
 	if errors.Is(err, keystore.ErrResultTooLarge) && o == OutcomeExecuted {
 		o = OutcomeNotStored

@@ -27,7 +27,8 @@ type Middleware struct {
 	took    ewma.Duration
 	aborted context.Context // ends on Abort
 	abort   context.CancelFunc
-	proxied bool // a Proxy's: the handler's context carries the attempt
+	proxied bool    // a Proxy's: the handler's context carries the attempt
+	quotas  *quotas // WithQuota's accounting, else nil
 }
 
 // New returns a Middleware that keeps keys and responses in s. It does no
@@ -54,6 +55,9 @@ func New(s keystore.Store, opts ...Option) (*Middleware, error) {
 		return nil, invalid("max buffered bytes %d must exceed the request body limit %d", b.max, cfg.maxRequest)
 	}
 	m := &Middleware{store: s, cfg: cfg, budget: b}
+	if cfg.quota != nil {
+		m.quotas = newQuotas(*cfg.quota, cfg.ttl)
+	}
 	m.aborted, m.abort = context.WithCancel(context.Background())
 	return m, nil
 }
@@ -198,6 +202,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return m.replay(w, claim)
 	}
 	x.setBody(r, jb.raw)
+	if m.quotas != nil {
+		return m.executeCounted(w, r, next, x, key, claim, echo, scope)
+	}
 	return m.execute(w, r, next, x, key, claim, echo)
 }
 
