@@ -223,7 +223,7 @@ func (s *Set) AddBatch(ctx context.Context, scope string, ids []string, now time
 		s.advance(now.UnixNano())
 	}
 	base := len(dups)
-	dups, err := s.answer(fps, dups)
+	dups, err := s.answer(fps, dups, true)
 	target := s.pendingSeq
 	due := s.sealDue()
 	s.mu.Unlock()
@@ -241,9 +241,57 @@ func (s *Set) AddBatch(ctx context.Context, scope string, ids []string, now time
 	return dups[:base+len(ids)], nil
 }
 
-// answer answers fps in order, under mu, appending new ids to the open
-// generation and their record to pending.
-func (s *Set) answer(fps []compact.FP, dups []bool) ([]bool, error) {
+// SeenBatch reports, for each of ids in scope, whether it was first
+// accepted less than the horizon ago, without recording anything: one
+// answer per id appended to dups (an id repeated within ids is answered
+// the same each time). With AddBatch it records an id only once the work
+// it stands for is done: ask SeenBatch, do the work for the new ids, then
+// AddBatch them before acknowledging. A consumer that records first and
+// fails in between would skip the message on redelivery; one that records
+// after has only the window between its work and AddBatch in which a
+// redelivery repeats the work (its effect must absorb that, as any
+// at-least-once effect does).
+//
+// Like Add, a duplicate is answered only once the id it matched is on
+// disk: SeenBatch waits for a group commit in flight that holds it.
+func (s *Set) SeenBatch(ctx context.Context, scope string, ids []string, now time.Time, dups []bool) ([]bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		if len(scope)+len(id) > MaxKeyLen {
+			return nil, fmt.Errorf("diskwindow: %d bytes, limit %d: %w", len(scope)+len(id), MaxKeyLen, ErrTooLong)
+		}
+	}
+	fps := make([]compact.FP, len(ids))
+	buf := new([16]byte)
+	for i, id := range ids {
+		fps[i] = s.hasher.SumBuf(scope, id, buf)
+	}
+	s.mu.Lock()
+	if err := s.usable(); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	s.advance(now.UnixNano())
+	base := len(dups)
+	dups, err := s.answer(fps, dups, false)
+	target := s.pendingSeq
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if slices.Contains(dups[base:], true) {
+		if err := s.commit(target); err != nil {
+			return nil, err
+		}
+	}
+	return dups[:base+len(ids)], nil
+}
+
+// answer answers fps in order, under mu, and with record appends new ids
+// to the open generation and their record to pending.
+func (s *Set) answer(fps []compact.FP, dups []bool, record bool) ([]bool, error) {
 	base := len(dups)
 	var cand []int // ids absent from the open generation
 	for i, fp := range fps {
@@ -270,6 +318,9 @@ func (s *Set) answer(fps []compact.FP, dups []bool) ([]bool, error) {
 	})
 	if err := s.probeSealed(cand, vals, dups[base:]); err != nil {
 		return nil, err
+	}
+	if !record {
+		return dups, nil
 	}
 	for j := 1; j < len(cand); j++ {
 		if vals[cand[j]] == vals[cand[j-1]] {
