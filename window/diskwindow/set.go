@@ -189,25 +189,10 @@ func (s *Set) Add(ctx context.Context, scope, id string, now time.Time) (dup boo
 // (ErrTooLong for any id, a corrupt file, a failed write) the answers are
 // not returned; ids of the batch may have been recorded.
 func (s *Set) AddBatch(ctx context.Context, scope string, ids []string, now time.Time, dups []bool) ([]bool, error) {
-	if err := ctx.Err(); err != nil {
+	fps, err := s.begin(ctx, scope, ids, now)
+	if err != nil {
 		return nil, err
 	}
-	for _, id := range ids {
-		if len(scope)+len(id) > MaxKeyLen {
-			return nil, fmt.Errorf("diskwindow: %d bytes, limit %d: %w", len(scope)+len(id), MaxKeyLen, ErrTooLong)
-		}
-	}
-	fps := make([]compact.FP, len(ids))
-	buf := new([16]byte)
-	for i, id := range ids {
-		fps[i] = s.hasher.SumBuf(scope, id, buf)
-	}
-	s.mu.Lock()
-	if err := s.usable(); err != nil {
-		s.mu.Unlock()
-		return nil, err
-	}
-	s.advance(now.UnixNano())
 	if s.sealDue() {
 		// Seal before recording: a generation spans less than
 		// horizon/k of first accepts, so no id outlives horizon + horizon/k.
@@ -223,7 +208,7 @@ func (s *Set) AddBatch(ctx context.Context, scope string, ids []string, now time
 		s.advance(now.UnixNano())
 	}
 	base := len(dups)
-	dups, err := s.answer(fps, dups, true)
+	dups, err = s.answer(fps, dups, true)
 	target := s.pendingSeq
 	due := s.sealDue()
 	s.mu.Unlock()
@@ -255,6 +240,28 @@ func (s *Set) AddBatch(ctx context.Context, scope string, ids []string, now time
 // Like Add, a duplicate is answered only once the id it matched is on
 // disk: SeenBatch waits for a group commit in flight that holds it.
 func (s *Set) SeenBatch(ctx context.Context, scope string, ids []string, now time.Time, dups []bool) ([]bool, error) {
+	fps, err := s.begin(ctx, scope, ids, now)
+	if err != nil {
+		return nil, err
+	}
+	base := len(dups)
+	dups, err = s.answer(fps, dups, false)
+	target := s.pendingSeq
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if slices.Contains(dups[base:], true) {
+		if err := s.commit(target); err != nil {
+			return nil, err
+		}
+	}
+	return dups[:base+len(ids)], nil
+}
+
+// begin checks ids, fingerprints them in scope, and returns holding mu
+// with the clock advanced to now, unless it returns an error.
+func (s *Set) begin(ctx context.Context, scope string, ids []string, now time.Time) ([]compact.FP, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -274,19 +281,7 @@ func (s *Set) SeenBatch(ctx context.Context, scope string, ids []string, now tim
 		return nil, err
 	}
 	s.advance(now.UnixNano())
-	base := len(dups)
-	dups, err := s.answer(fps, dups, false)
-	target := s.pendingSeq
-	s.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
-	if slices.Contains(dups[base:], true) {
-		if err := s.commit(target); err != nil {
-			return nil, err
-		}
-	}
-	return dups[:base+len(ids)], nil
+	return fps, nil
 }
 
 // answer answers fps in order, under mu, and with record appends new ids
