@@ -1,0 +1,260 @@
+package idemcaddy_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// within is how long a condition may take to hold: generous, for a
+// machine at load 10 and more.
+const within = 90 * time.Second
+
+// waitFor polls cond until it holds or within passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// syncBuffer is Caddy's log, written by the process and read on failure.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// caddyProc is a Caddy process started from a Caddyfile.
+type caddyProc struct {
+	base, admin string
+	dir         string
+	vars        map[string]string
+	log         *syncBuffer
+	client      *http.Client
+}
+
+// startCaddy writes caddyfile (with {{NAME}} replaced by vars, and
+// {{PORT}} and {{ADMIN}} by free ports) and runs `caddy run` on it until
+// the test ends. It returns once the site answers GET /healthz.
+func startCaddy(t *testing.T, caddyfile string, vars map[string]string) *caddyProc {
+	t.Helper()
+	bin := needCaddy(t)
+	dir := t.TempDir()
+	p := &caddyProc{dir: dir, vars: map[string]string{}, log: &syncBuffer{},
+		// No keep-alive: after a reload each request reaches the new
+		// config.
+		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: within}}
+	for k, v := range vars {
+		p.vars[k] = v
+	}
+	p.vars["PORT"] = strconv.Itoa(freePort(t))
+	p.vars["ADMIN"] = strconv.Itoa(freePort(t))
+	p.base = "http://127.0.0.1:" + p.vars["PORT"]
+	p.admin = "http://127.0.0.1:" + p.vars["ADMIN"]
+	path := p.write(t, caddyfile)
+	cmd := exec.Command(bin, "run", "--config", path, "--adapter", "caddyfile")
+	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	cmd.Stdout, cmd.Stderr = p.log, p.log
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	dieWithParent(cmd.SysProcAttr)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("caddy's log:\n%s", p.log.String())
+		}
+	})
+	waitFor(t, "caddy answers GET /healthz (log:\n"+p.log.String()+")", func() bool {
+		select {
+		case <-exited:
+			t.Fatalf("caddy exited:\n%s", p.log.String())
+		default:
+		}
+		res, err := p.client.Get(p.base + "/healthz")
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK
+	})
+	return p
+}
+
+// write expands caddyfile and writes it to the process's directory.
+func (p *caddyProc) write(t *testing.T, caddyfile string) string {
+	t.Helper()
+	for k, v := range p.vars {
+		caddyfile = strings.ReplaceAll(caddyfile, "{{"+k+"}}", v)
+	}
+	if i := strings.Index(caddyfile, "{{"); i >= 0 {
+		t.Fatalf("caddyfile: unreplaced %q", caddyfile[i:min(len(caddyfile), i+20)])
+	}
+	path := filepath.Join(p.dir, "Caddyfile")
+	if err := os.WriteFile(path, []byte(caddyfile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// response is what a request got.
+type response struct {
+	status   int
+	body     string
+	replayed bool
+	header   http.Header
+}
+
+// post sends a POST with the key (none if empty), the principal in
+// Authorization (none if empty), and body.
+func (p *caddyProc) post(t *testing.T, path, key, auth, body string) response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, p.base+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("X-Case", key)
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	res, err := p.client.Do(req)
+	if err != nil {
+		t.Errorf("POST %s (key %q): %v", path, key, err)
+		return response{}
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return response{status: res.StatusCode, body: string(b), replayed: res.Header.Get("Idempotent-Replayed") == "true", header: res.Header}
+}
+
+// upstream is the API behind Caddy: it counts the calls per X-Case (the
+// test's key) and can hold a case's calls until released.
+type upstream struct {
+	srv     *httptest.Server
+	mu      sync.Mutex
+	calls   map[string]int
+	holds   map[string]chan struct{}
+	entered map[string]chan struct{}
+}
+
+func newUpstream(t *testing.T) *upstream {
+	u := &upstream{calls: map[string]int{}, holds: map[string]chan struct{}{}, entered: map[string]chan struct{}{}}
+	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := r.Header.Get("X-Case")
+		body, _ := io.ReadAll(r.Body)
+		u.mu.Lock()
+		u.calls[c]++
+		n := u.calls[c]
+		hold, entered := u.holds[c], u.entered[c]
+		u.mu.Unlock()
+		if entered != nil {
+			select {
+			case <-entered:
+			default:
+				close(entered)
+			}
+		}
+		if hold != nil {
+			<-hold
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"call":%d,"auth":%q,"body":%q}`, n, r.Header.Get("Authorization"), body)
+	}))
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+func (u *upstream) addr() string { return strings.TrimPrefix(u.srv.URL, "http://") }
+
+func (u *upstream) count(c string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.calls[c]
+}
+
+// hold makes calls with X-Case c wait until release; entered is closed
+// when the first arrives.
+func (u *upstream) hold(c string) (entered <-chan struct{}, release func()) {
+	h, e := make(chan struct{}), make(chan struct{})
+	u.mu.Lock()
+	u.holds[c], u.entered[c] = h, e
+	u.mu.Unlock()
+	return e, sync.OnceFunc(func() { close(h) })
+}
+
+// wait blocks until ch is closed, or fails t after within.
+func wait(t *testing.T, what string, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(within):
+		t.Fatalf("after %v: %s", within, what)
+	}
+}
+
+// runCaddy runs the Caddy binary with args (a CLI command such as
+// reload) and returns its output.
+func runCaddy(t *testing.T, args ...string) (string, error) {
+	cmd := exec.Command(needCaddy(t), args...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+type reloadError struct {
+	err error
+	out string
+}
+
+func (e *reloadError) Error() string { return "caddy reload: " + e.err.Error() + "\n" + e.out }
