@@ -146,8 +146,9 @@ func (c *config) handle(msg *message.Message, run func(ctx context.Context, d *c
 // records the key before the handler and keeps it on failure: the redelivery
 // is then acknowledged as a duplicate and the message is lost.)
 type Middleware struct {
-	s   keystore.Store
-	cfg config
+	s     keystore.Store
+	cfg   config
+	renew keystore.Store // s, when it renews leases and Do's lease is the default
 }
 
 // NewMiddleware returns a Middleware over s. Scope s (keystore.Scope) by
@@ -157,7 +158,11 @@ func NewMiddleware(s keystore.Store, opts ...Option) (*Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Middleware{s: s, cfg: cfg}, nil
+	m := &Middleware{s: s, cfg: cfg}
+	if len(cfg.doOpts) == 0 && keystore.CanExtend(s) {
+		m.renew = s
+	}
+	return m, nil
 }
 
 // Middleware is the message.HandlerMiddleware: router.AddMiddleware(m.Middleware).
@@ -183,7 +188,7 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		orig := msg.Context()
 		defer msg.SetContext(orig)
 		err := m.cfg.handle(msg, func(ctx context.Context, d *consume.Delivery[*message.Message]) (bool, error) {
-			res, replayed, err := keystore.Do(ctx, m.s, d.Key, d.Fingerprint, func(ctx context.Context) ([]byte, error) {
+			effect := func(ctx context.Context) ([]byte, error) {
 				msg.SetContext(ctx)
 				produced, err := h(msg)
 				if err != nil {
@@ -191,7 +196,12 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 				}
 				out = produced
 				return encode(produced)
-			}, m.cfg.doOpts...)
+			}
+			s := m.s
+			if m.renew != nil {
+				s, effect = noRenew{m.s}, m.renewing(d.Key, effect)
+			}
+			res, replayed, err := keystore.Do(ctx, s, d.Key, d.Fingerprint, effect, m.cfg.doOpts...)
 			if err == nil && replayed {
 				out, err = decode(res)
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -46,13 +47,26 @@ func main() {
 	flag.IntVar(&o.conc, "conc", o.conc, "concurrent HTTP clients")
 	flag.IntVar(&o.events, "events", o.events, "Watermill events, each published twice")
 	flag.StringVar(&o.only, "only", "", "run only these parts: http,wait,watermill,correct")
+	profile := flag.String("cpuprofile", "", "write this process's CPU profile (the Watermill runs, the clients) to `file`")
 	flag.Parse()
+	if *profile != "" {
+		f, err := os.Create(*profile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "peerbench:", err)
+			os.Exit(2)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if *short {
 		s := shortOptions()
 		s.only = o.only
 		o = s
 	}
 	if err := run(os.Stdout, o); err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
