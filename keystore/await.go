@@ -174,6 +174,9 @@ func (n *watch) arm(ctx context.Context) bool {
 	cancel()
 	n.stop()
 	if err != nil {
+		if errors.Is(err, errors.ErrUnsupported) {
+			n.can = false // this store cannot, after all: poll from now on
+		}
 		return false
 	}
 	n.wake, n.cancel = ch, stop

@@ -30,6 +30,10 @@ import (
 // goroutine or a connection a waiter: its memory grows with the keys being
 // waited for, not with the waiters.
 //
+// A store whose type has the method but cannot notify as configured (a
+// SQL store on SQLite, or without a listener) fails with an error wrapping
+// errors.ErrUnsupported; Await then polls.
+//
 // Notify writes nothing: a crash of the waiter or of the holder leaves
 // the key as it was, and the waiter's process, if alive, polls.
 type Notifier interface {

@@ -41,6 +41,7 @@ type config struct {
 	maxKeys   int
 	capacity  int
 	maxResult int
+	maxBytes  int64
 	clock     func() time.Time
 	clockSet  bool
 }
@@ -65,6 +66,24 @@ func WithMaxKeys(n int) Option {
 func WithCapacity(n int) Option {
 	return option.Check("memstore", n > 0, func(c *config) { c.capacity = n }, "capacity %d is not positive", n)
 }
+
+// WithMaxBytes bounds the bytes of stored results and request
+// fingerprints the store holds (default: unbounded; the results' memory is
+// then bounded only by WithMaxKeys times WithMaxResultSize). A Complete
+// whose result would take the store past n returns an error wrapping
+// keystore.ErrResultTooLarge, naming the budget: nothing is written and
+// the key stays in progress under the caller's lease, as for a result over
+// WithMaxResultSize (idemhttp then completes the key as "not stored": the
+// response was delivered, a retry gets 410). Results of up to
+// [SmallResult] bytes are always accepted, so that such a completion
+// never fails: WithMaxKeys bounds them.
+func WithMaxBytes(n int64) Option {
+	return option.Check("memstore", n > 0, func(c *config) { c.maxBytes = n }, "max bytes %d is not positive", n)
+}
+
+// SmallResult is the size up to which a result is accepted whatever
+// WithMaxBytes says.
+const SmallResult = 64
 
 // WithMaxResultSize sets the largest result Complete accepts, in bytes
 // (default keystore.DefaultMaxResultSize).
@@ -113,6 +132,7 @@ type core struct {
 	base      time.Time // times are kept as nanoseconds since base
 	maxKeys   int64
 	maxResult int
+	maxBytes  int64 // WithMaxBytes; 0: unbounded
 	// doneReserve is the keys each shard's compact tier is sized for
 	// (WithCapacity): its share of the capacity, plus three standard
 	// deviations of a random key's shard, since shards fill unevenly.
@@ -132,7 +152,8 @@ type shard struct {
 	// a map slot is 24 bytes instead of 56.
 	m       map[string]uint32
 	entries []entry
-	free    []uint32 // indexes of unused entries
+	free    []uint32     // indexes of unused entries
+	bytes   atomic.Int64 // len(data) of entries, for WithMaxBytes; written under mu
 	// done is the compact tier: completed keys with an empty result and no
 	// request fingerprint, as 96-bit keyed fingerprints with their expiry
 	// and fencing token (16 or 17 bytes a record plus the index), in expiry
@@ -219,7 +240,7 @@ func configure(opts []Option) (config, error) {
 // or without a snapshot) hands out larger ones than any before it, as long
 // as the wall clock has not been set back past them.
 func newCore(cfg config, fpKey *compact.Hasher) *core {
-	c := &core{fpKey: fpKey, clock: cfg.clock, mono: !cfg.clockSet, maxKeys: int64(cfg.maxKeys), maxResult: cfg.maxResult}
+	c := &core{fpKey: fpKey, clock: cfg.clock, mono: !cfg.clockSet, maxKeys: int64(cfg.maxKeys), maxResult: cfg.maxResult, maxBytes: cfg.maxBytes}
 	if cfg.capacity > 0 {
 		per := float64(cfg.capacity) / numShards
 		c.doneReserve = int(per + 3*math.Sqrt(per) + 1)
@@ -397,6 +418,7 @@ func (c *core) tokenShard(token uint64) *shard { return &c.shards[token%numShard
 // add stores e under the internal key k, which must be absent, reusing a
 // free slot if there is one. Called with the shard locked.
 func (sh *shard) add(k []byte, e entry) {
+	sh.bytes.Add(int64(len(e.data)))
 	var i uint32
 	if n := len(sh.free); n > 0 {
 		i, sh.free = sh.free[n-1], sh.free[:n-1]
@@ -411,9 +433,25 @@ func (sh *shard) add(k []byte, e entry) {
 // remove deletes the key k whose entry is at i. Called with the shard
 // locked.
 func (sh *shard) remove(k string, i uint32) {
+	sh.bytes.Add(-int64(len(sh.entries[i].data)))
 	delete(sh.m, k)
 	sh.entries[i] = entry{} // drop the fingerprint and result
 	sh.free = append(sh.free, i)
+}
+
+// set replaces the entry at i with e. Called with the shard locked.
+func (sh *shard) set(i uint32, e entry) {
+	sh.bytes.Add(int64(len(e.data) - len(sh.entries[i].data)))
+	sh.entries[i] = e
+}
+
+// heldBytes is the bytes of results and fingerprints held, all shards.
+func (c *core) heldBytes() int64 {
+	var n int64
+	for i := range c.shards {
+		n += c.shards[i].bytes.Load()
+	}
+	return n
 }
 
 // dropDone drops the compact tier's expired keys. Called with the shard

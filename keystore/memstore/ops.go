@@ -77,7 +77,7 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 	exp := after(now, lease)
 	n := entry{data: string(fp), exp: exp, token: token, fpLen: uint8(len(fp)), state: stInProgress}
 	if ok {
-		*e = n
+		sh.set(i, n)
 	} else {
 		sh.add(k, n)
 	}
@@ -95,6 +95,11 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 // or forged token, one already completed, one in the map tier, bad input)
 // takes the general path, which hashes and validates the key.
 func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, ttl time.Duration) error {
+	if s.c.maxBytes > 0 && len(result) > SmallResult {
+		if held := s.c.heldBytes(); held+int64(len(result)) > s.c.maxBytes {
+			return fmt.Errorf("memstore: complete %q: a %d-byte result would pass the store's byte budget (%d of %d bytes held, WithMaxBytes): %w", cl.Key, len(result), held, s.c.maxBytes, keystore.ErrResultTooLarge)
+		}
+	}
 	if cl.State == keystore.Acquired && cl.Token != 0 && ttl > 0 && len(result) <= s.c.maxResult {
 		if sh, j := s.lockToken(ctx, cl); j >= 0 {
 			s.completePending(sh, j, result, after(s.c.now(), ttl))
@@ -137,9 +142,7 @@ func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, 
 	if len(result) == 0 && e.fpLen == 0 && s.completeDone(sh, k, kfp, i, e, after(now, ttl)) {
 		return nil
 	}
-	e.exp = after(now, ttl)
-	e.state = stDone
-	e.data = e.fp() + string(result)
+	sh.set(i, entry{data: e.fp() + string(result), exp: after(now, ttl), token: e.token, fpLen: e.fpLen, state: stDone})
 	sh.lower(e.exp)
 	return nil
 }

@@ -264,8 +264,14 @@ SELECT true, state, token, takeovers, fingerprint, result, ` + pgMicros("expires
 UNION ALL
 SELECT false, state, token, takeovers, fingerprint, result, ` + pgMicros("expires_at") + `, ` + same + ` FROM {T}
 WHERE ` + lookupBy + ` AND expires_at > now() AND NOT EXISTS (SELECT 1 FROM up)`,
-			complete: `UPDATE {T} SET state = 2, result = $4, expires_at = now() + $5::bigint * interval '1 microsecond'
-WHERE ` + match + ` AND token = $3 AND state = 1`,
+			// Complete and Release notify the table's channel with the key's
+			// notification id ($6, $4; notify.go) when they change a row:
+			// PostgreSQL delivers it to the listeners at commit.
+			complete: `WITH u AS (UPDATE {T} SET state = 2, result = $4, expires_at = now() + $5::bigint * interval '1 microsecond'
+WHERE ` + match + ` AND token = $3 AND state = 1 RETURNING 1)
+SELECT pg_notify('{CHAN}', $6::text) FROM u`,
+			release: `WITH u AS (DELETE FROM {T} WHERE ` + match + ` AND token = $3 AND state = 1 RETURNING 1)
+SELECT pg_notify('{CHAN}', $4::text) FROM u`,
 		}
 		if l == LayoutDigest {
 			q.sweep = `DELETE FROM {T} WHERE d IN (
@@ -309,8 +315,10 @@ WHERE ` + match + ` AND token = $3 AND state = 1`,
 	q.layout = l
 	opsQueries(d, l, match, &q)
 	q.tokenOf = `SELECT state FROM {T} WHERE ` + match + ` AND token = $3`
-	q.release = `DELETE FROM {T} WHERE ` + match + ` AND token = $3 AND state = 1`
-	r := strings.NewReplacer("{SEQ}", n.seq, "{T}", n.table)
+	if q.release == "" {
+		q.release = `DELETE FROM {T} WHERE ` + match + ` AND token = $3 AND state = 1`
+	}
+	r := strings.NewReplacer("{SEQ}", n.seq, "{T}", n.table, "{CHAN}", notifyChannel(n.table))
 	for _, p := range []*string{&q.reserve, &q.lookup, &q.complete, &q.tokenOf, &q.release, &q.sweep, &q.extend, &q.inspect, &q.list, &q.forget} {
 		*p = r.Replace(*p)
 		if d == sqldialect.SQLite {

@@ -26,6 +26,7 @@ type config struct {
 	maxResult   int
 	replication func(sqldialect.Replication) // replication.go
 	wait        sqldialect.ReplicaWait       // waitreplicas.go
+	listener    Listener                     // notify.go
 }
 
 // Option configures [New]. Options are checked once, by New; a bad one makes
@@ -69,6 +70,9 @@ type Store struct {
 	replication func(sqldialect.Replication)
 	// wait is WithWaitReplicas's; Standbys 0: writes are not waited for.
 	wait sqldialect.ReplicaWait
+	// wake is the listening connection of WithListener (PostgreSQL), shared
+	// with scoped views; nil: Notify is unsupported.
+	wake *wake
 }
 
 var (
@@ -77,6 +81,7 @@ var (
 	_ keystore.Extender  = (*Store)(nil)
 	_ keystore.Inspector = (*Store)(nil)
 	_ keystore.Forgetter = (*Store)(nil)
+	_ keystore.Notifier  = (*Store)(nil)
 )
 
 // New returns a store on db in dialect d: sqldialect.Postgres, with a
@@ -114,6 +119,10 @@ func New(db *sql.DB, d sqldialect.Dialect, opts ...Option) (*Store, error) {
 	if d == sqldialect.SQLite {
 		st.grp = &group{}
 	}
+	if cfg.listener != nil && d != sqldialect.Postgres {
+		return nil, fmt.Errorf("sqlstore: WithListener: %v has no notifications (PostgreSQL only): %w", d, idem.ErrInvalidOption)
+	}
+	st.wake = newWake(d, cfg.listener, n.table)
 	return st, nil
 }
 
@@ -373,7 +382,11 @@ func (s *Store) Complete(ctx context.Context, c keystore.Claim, result []byte, t
 	var lost bool
 	err := s.write(ctx, func(ctx context.Context, l *layout, x runner) error {
 		lost = false
-		n, err := x.exec(ctx, l.q.complete, s.args(l, c.Key, int64(c.Token), result, micros(ttl))...)
+		args := s.args(l, c.Key, int64(c.Token), result, micros(ttl))
+		if s.d == sqldialect.Postgres {
+			args = append(args, s.notifyID(c.Key))
+		}
+		n, err := x.exec(ctx, l.q.complete, args...)
 		if err != nil || n == 1 {
 			return err
 		}
@@ -400,7 +413,11 @@ func (s *Store) Release(ctx context.Context, c keystore.Claim) error {
 	}
 	var n int64
 	err := s.write(ctx, func(ctx context.Context, l *layout, x runner) (err error) {
-		n, err = x.exec(ctx, l.q.release, s.args(l, c.Key, int64(c.Token))...)
+		args := s.args(l, c.Key, int64(c.Token))
+		if s.d == sqldialect.Postgres {
+			args = append(args, s.notifyID(c.Key))
+		}
+		n, err = x.exec(ctx, l.q.release, args...)
 		return err
 	})
 	if err != nil {

@@ -1,0 +1,21 @@
+package memstore_test
+
+import (
+	"testing"
+
+	"github.com/idem-go/idem/keystore"
+	"github.com/idem-go/idem/keystore/memstore"
+	"github.com/idem-go/idem/keystore/storetest"
+)
+
+// go test -run '^$' -bench BenchmarkWake -benchtime 100x ./keystore/memstore/
+func BenchmarkWake(b *testing.B) {
+	storetest.BenchmarkWake(b, func(b *testing.B) keystore.Store {
+		s, err := memstore.New()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		return s
+	})
+}

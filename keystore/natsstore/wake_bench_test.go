@@ -1,0 +1,13 @@
+package natsstore_test
+
+import (
+	"testing"
+
+	"github.com/idem-go/idem/keystore"
+	"github.com/idem-go/idem/keystore/storetest"
+)
+
+// go test -run '^$' -bench BenchmarkWake -benchtime 100x ./keystore/natsstore/
+func BenchmarkWake(b *testing.B) {
+	storetest.BenchmarkWake(b, func(b *testing.B) keystore.Store { return newStore(b) })
+}

@@ -1,0 +1,24 @@
+package sqlstore_test
+
+import (
+	"testing"
+
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/keystore"
+	"github.com/idem-go/idem/keystore/sqlstore"
+	"github.com/idem-go/idem/keystore/sqlstore/pglisten"
+	"github.com/idem-go/idem/keystore/storetest"
+	"github.com/idem-go/idem/sqldialect"
+)
+
+// go test -run '^$' -bench BenchmarkWake -benchtime 100x ./keystore/sqlstore/
+func BenchmarkWake(b *testing.B) {
+	storetest.BenchmarkWake(b, func(b *testing.B) keystore.Store {
+		db := testenv.Postgres(b)
+		l, err := pglisten.New(db)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return newStore(b, db, sqldialect.Postgres, sqlstore.WithListener(l))
+	})
+}
