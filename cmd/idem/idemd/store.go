@@ -84,6 +84,7 @@ func startupStoreCheck(ctx context.Context, log *slog.Logger, s *openedStore, f 
 	err := checkStore(ctx, s, f.storeTimeout)
 	switch {
 	case err == nil:
+		warnEviction(ctx, log, s, f)
 		return nil
 	case errors.Is(err, keystore.ErrNotMigrated):
 		// idem serve migrates the SQL stores it opens: a table missing
@@ -99,6 +100,20 @@ func startupStoreCheck(ctx context.Context, log *slog.Logger, s *openedStore, f 
 	}
 	log.Error("STORE DOES NOT ANSWER: starting anyway (--store-check=warn); keyed requests get 503 and /readyz is unready until it does", "store", redactURL(f.store), "err", err)
 	return nil
+}
+
+// warnEviction logs, at start-up, a store that may drop keys on its own
+// (redisstore.CheckEviction: a Redis whose maxmemory-policy evicts).
+func warnEviction(ctx context.Context, log *slog.Logger, s *openedStore, f serveFlags) {
+	ev, ok := s.Store.(interface{ CheckEviction(context.Context) error })
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
+	defer cancel()
+	if err := ev.CheckEviction(ctx); err != nil {
+		log.Warn("THE STORE MAY EVICT KEYS: a retry of an evicted key runs its effect again", "store", redactURL(f.store), "err", err)
+	}
 }
 
 // memorySnapshotEvery is how often, by default (idem serve
