@@ -25,21 +25,31 @@ import (
 // part of it: a retry that differs only in, say, User-Agent is the same
 // request.
 func Fingerprint(r *http.Request, body []byte, headers []string) []byte {
-	h := sha256.New()
-	var n [8]byte
-	part := func(b []byte) {
-		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
-		h.Write(n[:])
-		h.Write(b)
+	// The parts are laid out in one buffer and hashed at once when they
+	// are small, the usual case: one allocation (the digest), none for the
+	// hasher. A larger request streams through a hasher; both hash the
+	// same bytes.
+	var buf [1024]byte
+	b := buf[:0]
+	part := func(p string) {
+		b = binary.BigEndian.AppendUint64(b, uint64(len(p)))
+		b = append(b, p...)
 	}
-	part([]byte(strings.ToUpper(r.Method)))
-	part([]byte(r.URL.EscapedPath()))
-	part([]byte(canonicalQuery(r.URL.RawQuery)))
+	part(strings.ToUpper(r.Method))
+	part(r.URL.EscapedPath())
+	part(canonicalQuery(r.URL.RawQuery))
 	for _, name := range headers {
-		part([]byte(http.CanonicalHeaderKey(name)))
-		part([]byte(strings.Join(r.Header.Values(name), ", ")))
+		part(http.CanonicalHeaderKey(name))
+		part(strings.Join(r.Header.Values(name), ", "))
 	}
-	part(body)
+	b = binary.BigEndian.AppendUint64(b, uint64(len(body)))
+	if len(b)+len(body) <= len(buf) {
+		sum := sha256.Sum256(append(b, body...))
+		return sum[:]
+	}
+	h := sha256.New()
+	h.Write(b)
+	h.Write(body)
 	return h.Sum(nil)
 }
 

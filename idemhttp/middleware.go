@@ -87,11 +87,12 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 // client's key: a fixed-length digest, so scope and key may each be long,
 // and no scope can name another's key.
 func storeKey(scope, key string) string {
-	h := sha256.New()
-	h.Write([]byte(scope))
-	h.Write([]byte{0})
-	h.Write([]byte(key))
-	return "http:" + base64.RawURLEncoding.EncodeToString(h.Sum(nil))
+	var in [512]byte // a scope and a key of the usual sizes hash from the stack
+	sum := sha256.Sum256(append(append(append(in[:0], scope...), 0), key...))
+	var out [len("http:") + 43]byte
+	copy(out[:], "http:")
+	base64.RawURLEncoding.Encode(out[len("http:"):], sum[:])
+	return string(out[:])
 }
 
 // storeCall is the context of a store call: not cancelled by the client's

@@ -25,7 +25,12 @@ func authorizationScope(r *http.Request) (string, error) {
 	if a == "" {
 		return "", fmt.Errorf("%w (no Authorization header)", ErrNoPrincipal)
 	}
-	return "auth:" + digest(a), nil
+	var in [256]byte // a credential of the usual size hashes from the stack
+	sum := sha256.Sum256(append(in[:0], a...))
+	var out [len("auth:") + 32]byte
+	copy(out[:], "auth:")
+	hex.Encode(out[len("auth:"):], sum[:16])
+	return string(out[:]), nil
 }
 
 func digest(s string) string {

@@ -39,6 +39,7 @@ func shortOptions() options {
 func main() {
 	if os.Getenv(serveEnv) != "" {
 		serveChild()
+		os.Exit(0)
 	}
 	o := fullOptions()
 	short := flag.Bool("short", false, "seconds, not minutes: check the correctness assertions only")

@@ -9,6 +9,7 @@ import (
 func TestMain(m *testing.M) {
 	if os.Getenv(serveEnv) != "" {
 		serveChild()
+		os.Exit(0)
 	}
 	os.Exit(m.Run())
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"sync"
 	"time"
 
@@ -149,8 +150,20 @@ func (s *servers) Close() {
 const serveEnv = "PEERBENCH_SERVE"
 
 // serveChild runs the servers, prints "name address" lines and "ready",
-// and exits when its standard input closes.
+// and returns when its standard input closes. With PEERBENCH_SERVE_PROFILE
+// set, it writes its CPU profile there.
 func serveChild() {
+	if path := os.Getenv(serveEnv + "_PROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "peerbench: server profile:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	s, err := startServers()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "peerbench: servers:", err)
@@ -162,7 +175,6 @@ func serveChild() {
 	fmt.Println("ready")
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	s.Close()
-	os.Exit(0)
 }
 
 // child is the server process, seen from the parent.
