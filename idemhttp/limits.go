@@ -30,7 +30,9 @@ func WithBodyTimeout(d time.Duration) Option {
 // (default 30s). A client that stops reading would otherwise block the
 // handler before its response is stored, until the lease ends and a retry
 // executes again. When a write times out the client's copy is abandoned, the
-// response is still recorded and stored, and the retry replays it.
+// response is still recorded and stored, and the retry replays it. The
+// bound starts once the response passes 2 KiB, or at a flush: net/http
+// holds a smaller response in memory, and writes it after the handler.
 func WithClientWriteTimeout(d time.Duration) Option {
 	return positiveDuration("client write timeout", d, func(c *config) *time.Duration { return &c.writeTimeout })
 }

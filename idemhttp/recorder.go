@@ -30,6 +30,7 @@ type recorder struct {
 	// written so far from bodyAt on; nil once the body overflowed.
 	out       []byte
 	bodyAt    int
+	written   int // body bytes passed to the client's writer
 	overflow  bool
 	streamed  bool
 	clientErr error
@@ -78,13 +79,22 @@ func (r *recorder) Write(p []byte) (int, error) {
 		}
 	}
 	if r.clientErr == nil {
-		r.deadline()
+		if r.written += len(p); r.written > unbufferedAfter {
+			r.deadline()
+		}
 		if _, err := r.w.Write(p); err != nil {
 			r.clientErr = err
 		}
 	}
 	return len(p), nil
 }
+
+// unbufferedAfter is how much of a response net/http's ResponseWriter holds
+// in memory before it writes to the connection (its 2 KiB buffer before
+// chunking): smaller writes cannot wait for the client, so they are not
+// given a write deadline, a runtime timer set and reset on the connection.
+// Flush always is.
+const unbufferedAfter = 2 << 10
 
 // deadline bounds the next write to the client, so that a client that stops
 // reading cannot hold the response (and the key) past the lease.
