@@ -261,3 +261,18 @@ func ExampleNotify() {
 	fmt.Println(c.State, string(c.Result))
 	// Output: done sent
 }
+
+// A store's Notify can keep its waiters in a Watchers: one channel a key,
+// closed when the store changes the key.
+func ExampleWatchers() {
+	var w keystore.Watchers
+	changed, stop, first := w.Add("invoice-9", nil)
+	defer stop()
+	fmt.Println("first waiter:", first)
+	w.Signal("invoice-9") // from the store's Complete or Release
+	<-changed
+	fmt.Println("woken")
+	// Output:
+	// first waiter: true
+	// woken
+}

@@ -70,6 +70,18 @@
 // (SetMaxOpenConns(1)), or a few: writers then queue in the store instead of
 // in SQLite's busy handler, which sleeps.
 //
+// # Waiters (PostgreSQL)
+//
+// A store given a [Listener] with [WithListener] (package pglisten, on
+// pgx) is a keystore.Notifier: its Complete and Release notify the
+// table's channel (pg_notify, delivered at commit) with a hash of the
+// key's scope and name, and keystore.Await wakes a waiting duplicate as
+// soon as its key is completed or released, by any process whose store
+// has a listener, instead of at its next poll. The store listens on one
+// pooled connection, shared by its scoped views, only while somebody
+// waits. PostgreSQL serialises the commits of notifying transactions, so
+// a store without a listener does not notify. On SQLite waiters poll.
+//
 // # Crashes
 //
 // If the process dies, each statement has either committed or not. If the

@@ -13,19 +13,22 @@ import (
 	"github.com/idem-go/idem/sqldialect"
 )
 
-// How waiters learn of a change on PostgreSQL: Complete and Release call
-// pg_notify on the table's channel, in their statement, with the key's
-// notification id (a hash of scope and key, never the key) when they
+// How waiters learn of a change on PostgreSQL: a store given a
+// [Listener] ([WithListener]) runs Complete and Release in a form that
+// calls pg_notify on the table's channel, in the same statement, with the
+// key's notification id (a hash of scope and key, never the key) when it
 // changed a row; PostgreSQL delivers it at commit, and not at all if the
-// transaction rolls back. A store given a [Listener] ([WithListener])
-// listens on one connection, shared by its scopes and waiters, only while
-// somebody waits, and wakes the waiters of the id.
+// transaction rolls back. The store listens on one connection, shared by
+// its scopes and waiters, only while somebody waits, and wakes the waiters
+// of the id.
 //
-// Every PostgreSQL store notifies, listener or not, since the waiter may
-// be another process. PostgreSQL serialises the commits of transactions
-// that notify (a lock held from the notification's queueing to the end of
-// the commit), so Complete and Release commit one at a time across the
-// database; see docs/keystore.md.
+// Only such stores notify: PostgreSQL serialises the commits of
+// notifying transactions (a lock held from the notification's queueing
+// to the end of the commit), which cost Reserve+Complete 1.2 to 1.8 times
+// its time at 8 callers when measured (docs/keystore.md), so a store
+// without a listener keeps the plain statements. Give every process that
+// shares a table the listener, since the waiter may be another process
+// than the holder.
 
 // Listener delivers the payloads of PostgreSQL notifications on one
 // channel. Package keystore/sqlstore/pglisten implements it with pgx; it
@@ -41,10 +44,13 @@ type Listener interface {
 }
 
 // WithListener makes the store (PostgreSQL only) a [keystore.Notifier]:
+// its Complete and Release notify the table's channel, and
 // keystore.Await, and everything that waits through it, wakes a waiter as
 // soon as the key's holder completes or releases it, instead of at its
-// next poll. Without it, and on SQLite, Notify fails with
-// errors.ErrUnsupported and waiters poll.
+// next poll. Give it to every process sharing the table: a holder whose
+// store has none does not notify, and its waiters elsewhere poll. Without
+// it, and on SQLite, Notify fails with errors.ErrUnsupported and waiters
+// poll.
 func WithListener(l Listener) Option {
 	return func(c *config) error {
 		if l == nil {
@@ -78,7 +84,8 @@ func (s *Store) notifyID(key string) string {
 
 // Notify implements [keystore.Notifier] for a PostgreSQL store given a
 // [Listener]: the channel is closed when a Complete or Release of key in
-// this scope commits (by any process), or when the listener reconnects.
+// this scope commits (by any process whose store has a listener), or when
+// the listener reconnects.
 // It returns once the database listens (the first waiter starts the
 // listening connection; later waiters share it), or ctx's error. Without
 // a listener, or on SQLite, it fails with errors.ErrUnsupported.

@@ -38,6 +38,9 @@ type queries struct {
 	tokenOf  string
 	release  string
 	sweep    string
+	// completeNotify and releaseNotify are complete and release that also
+	// notify the table's channel (PostgreSQL, a store WithListener).
+	completeNotify, releaseNotify string
 	// Operations' statements (ops.go).
 	extend, inspect, list, forget string
 }
@@ -264,13 +267,15 @@ SELECT true, state, token, takeovers, fingerprint, result, ` + pgMicros("expires
 UNION ALL
 SELECT false, state, token, takeovers, fingerprint, result, ` + pgMicros("expires_at") + `, ` + same + ` FROM {T}
 WHERE ` + lookupBy + ` AND expires_at > now() AND NOT EXISTS (SELECT 1 FROM up)`,
-			// Complete and Release notify the table's channel with the key's
+			complete: `UPDATE {T} SET state = 2, result = $4, expires_at = now() + $5::bigint * interval '1 microsecond'
+WHERE ` + match + ` AND token = $3 AND state = 1`,
+			// The notifying forms notify the table's channel with the key's
 			// notification id ($6, $4; notify.go) when they change a row:
 			// PostgreSQL delivers it to the listeners at commit.
-			complete: `WITH u AS (UPDATE {T} SET state = 2, result = $4, expires_at = now() + $5::bigint * interval '1 microsecond'
+			completeNotify: `WITH u AS (UPDATE {T} SET state = 2, result = $4, expires_at = now() + $5::bigint * interval '1 microsecond'
 WHERE ` + match + ` AND token = $3 AND state = 1 RETURNING 1)
 SELECT pg_notify('{CHAN}', $6::text) FROM u`,
-			release: `WITH u AS (DELETE FROM {T} WHERE ` + match + ` AND token = $3 AND state = 1 RETURNING 1)
+			releaseNotify: `WITH u AS (DELETE FROM {T} WHERE ` + match + ` AND token = $3 AND state = 1 RETURNING 1)
 SELECT pg_notify('{CHAN}', $4::text) FROM u`,
 		}
 		if l == LayoutDigest {
@@ -315,11 +320,9 @@ WHERE ` + match + ` AND token = $3 AND state = 1`,
 	q.layout = l
 	opsQueries(d, l, match, &q)
 	q.tokenOf = `SELECT state FROM {T} WHERE ` + match + ` AND token = $3`
-	if q.release == "" {
-		q.release = `DELETE FROM {T} WHERE ` + match + ` AND token = $3 AND state = 1`
-	}
+	q.release = `DELETE FROM {T} WHERE ` + match + ` AND token = $3 AND state = 1`
 	r := strings.NewReplacer("{SEQ}", n.seq, "{T}", n.table, "{CHAN}", notifyChannel(n.table))
-	for _, p := range []*string{&q.reserve, &q.lookup, &q.complete, &q.tokenOf, &q.release, &q.sweep, &q.extend, &q.inspect, &q.list, &q.forget} {
+	for _, p := range []*string{&q.reserve, &q.lookup, &q.complete, &q.tokenOf, &q.release, &q.completeNotify, &q.releaseNotify, &q.sweep, &q.extend, &q.inspect, &q.list, &q.forget} {
 		*p = r.Replace(*p)
 		if d == sqldialect.SQLite {
 			*p = strings.ReplaceAll(*p, "$", "?")

@@ -382,11 +382,11 @@ func (s *Store) Complete(ctx context.Context, c keystore.Claim, result []byte, t
 	var lost bool
 	err := s.write(ctx, func(ctx context.Context, l *layout, x runner) error {
 		lost = false
-		args := s.args(l, c.Key, int64(c.Token), result, micros(ttl))
-		if s.d == sqldialect.Postgres {
-			args = append(args, s.notifyID(c.Key))
+		q, args := l.q.complete, s.args(l, c.Key, int64(c.Token), result, micros(ttl))
+		if s.wake != nil {
+			q, args = l.q.completeNotify, append(args, s.notifyID(c.Key))
 		}
-		n, err := x.exec(ctx, l.q.complete, args...)
+		n, err := x.exec(ctx, q, args...)
 		if err != nil || n == 1 {
 			return err
 		}
@@ -413,11 +413,11 @@ func (s *Store) Release(ctx context.Context, c keystore.Claim) error {
 	}
 	var n int64
 	err := s.write(ctx, func(ctx context.Context, l *layout, x runner) (err error) {
-		args := s.args(l, c.Key, int64(c.Token))
-		if s.d == sqldialect.Postgres {
-			args = append(args, s.notifyID(c.Key))
+		q, args := l.q.release, s.args(l, c.Key, int64(c.Token))
+		if s.wake != nil {
+			q, args = l.q.releaseNotify, append(args, s.notifyID(c.Key))
 		}
-		n, err = x.exec(ctx, l.q.release, args...)
+		n, err = x.exec(ctx, q, args...)
 		return err
 	})
 	if err != nil {

@@ -74,7 +74,7 @@ func (s *Store) doWaited(dctx context.Context, fn func(context.Context, runner) 
 func (s *Store) releaseUnreplicated(ctx context.Context, l *layout, key string, token int64) {
 	dctx, cancel := keystore.Detach(ctx)
 	defer cancel()
-	_, _ = runner{s: s}.exec(dctx, l.q.release, s.args(l, key, token, s.notifyID(key))...)
+	_, _ = runner{s: s}.exec(dctx, l.q.release, s.args(l, key, token)...)
 }
 
 // notReplicated reports whether err is a write the standbys did not confirm.
