@@ -3,7 +3,7 @@ GO      ?= go
 TIMEOUT ?= 20m
 FUZZTIME ?= 15s
 
-.PHONY: failover failover-long test deps lint unit modules install-test bench bench-compact bench-compact-curve bench-dedup-disk bench-scale bench-keystore-scale bench-peers soak fuzz demo chaos
+.PHONY: failover failover-long test deps lint unit modules install-test bench bench-compact bench-compact-curve bench-dedup-disk bench-scale bench-keystore-scale bench-peers soak fuzz demo chaos caddy
 
 # Every package of every module in go.work. In workspace mode `./...` at the
 # root covers only the root module, so the targets name each module's tree.
@@ -21,6 +21,21 @@ modules:
 
 unit:
 	$(GO) test -race -timeout $(TIMEOUT) $(PKGS)
+
+## caddy: bin/caddy, Caddy with the idempotency handler (adapters/idemcaddy,
+## docs/caddy.md), built by xcaddy: Caddy and its modules from the module
+## proxy, idem's modules from this tree (--replace: they are not on the proxy
+## before the tag). A user builds the same with
+## `xcaddy build --with github.com/idem-go/idem/adapters/idemcaddy@VERSION`.
+CADDY_VERSION ?= v2.11.9
+XCADDY ?= $(GO) run github.com/caddyserver/xcaddy/cmd/xcaddy@v0.4.5
+IDEM_VERSION = $(shell awk '$$1 == "version" {print $$2}' versions.txt)
+caddy:
+	@mkdir -p bin
+	$(XCADDY) build $(CADDY_VERSION) --output bin/caddy \
+		--with github.com/idem-go/idem/adapters/idemcaddy@$(IDEM_VERSION)=$(CURDIR)/adapters/idemcaddy \
+		$(foreach m,$(filter-out github.com/idem-go/idem/adapters/idemcaddy@%,$(shell $(GO) list -m -f '{{.Path}}@$(IDEM_VERSION)={{.Dir}}')),--replace $(m))
+	./bin/caddy list-modules | grep -qx http.handlers.idempotency
 
 ## install-test: the released modules, zipped into a file-system module
 ## proxy at a throwaway version, installed the way a user does: a program
