@@ -23,7 +23,7 @@ import (
 	_ "modernc.org/sqlite"
 )
 
-// Tests of the SQLite runs (runs.go): they try to lose or double a key
+// Tests of the SQLite runs (package internal/engine/runs): they try to lose or double a key
 // across a flush, a merge, a second process, a crash and retention. Flushes
 // and merges are made small and frequent.
 

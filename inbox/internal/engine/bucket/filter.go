@@ -80,7 +80,7 @@ func (b *State) BuildFilters(ctx context.Context) error {
 		if err != nil {
 			// Without a filter the bucket is looked up directly: slower,
 			// never wrong; the read is tried again after filterRetry (the
-			// barrier may have timed out behind a packing, pack.go). A
+			// barrier may have timed out behind a packing, package bucketsql). A
 			// dropped bucket is forgotten with the list.
 			b.mu.Lock()
 			b.filterFailed[s] = time.Now()

@@ -44,7 +44,7 @@ type State struct {
 	filterBytes  int64
 	filterFailed map[int64]time.Time // when a filter last failed to read
 	// isoVar: MySQL's session variable of the isolation level
-	// (bucketmysql.go).
+	// (package bucketmysql).
 	IsoVar string
 	// HasRuns: a SQLite table whose buckets hold runs (package runs);
 	// RunBytes is the runs' filters' memory, in the same budget.

@@ -9,6 +9,8 @@ import (
 	"github.com/idem-go/idem/inbox/internal/engine/bucket"
 )
 
+var _ engine.Engine = (*Engine)(nil)
+
 // Engine is the bucketed layout's engine on MySQL and MariaDB.
 type Engine struct {
 	h *engine.Host

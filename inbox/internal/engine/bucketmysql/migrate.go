@@ -111,7 +111,7 @@ func MidMigration(ctx context.Context, tx *sql.Tx, t string) error {
 // The bucketed layout catches a key recorded concurrently in another
 // bucket (two deliveries straddling a bucket boundary) with InnoDB gap
 // locks: a locking read of the absent key in the other bucket blocks the
-// other transaction's insert there (bucketmysql.go). Galera certifies the
+// other transaction's insert there (insert.go). Galera certifies the
 // rows a transaction writes, not the ranges it read: row and gap locks are
 // local to a node. Two transactions on two nodes, each reading the other's
 // bucket and inserting into its own, write two different rows (two tables),

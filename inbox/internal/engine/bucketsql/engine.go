@@ -12,6 +12,8 @@ import (
 	"github.com/idem-go/idem/sqldialect"
 )
 
+var _ engine.Engine = (*Engine)(nil)
+
 // Engine is the bucketed layout's engine on PostgreSQL and SQLite.
 type Engine struct {
 	h    *engine.Host

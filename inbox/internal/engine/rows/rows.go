@@ -11,6 +11,8 @@ import (
 	"github.com/idem-go/idem/sqldialect"
 )
 
+var _ engine.Engine = (*Engine)(nil)
+
 // Engine is the rows layout's engine.
 type Engine struct {
 	h *engine.Host
