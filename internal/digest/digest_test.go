@@ -60,3 +60,27 @@ func TestParamParseText(t *testing.T) {
 		}
 	}
 }
+
+// The meta table's SQL is what tables already made hold: pinned.
+func TestMetaTableAndLiteral(t *testing.T) {
+	t.Parallel()
+	salt := []byte{0x01, 0xab}
+	for _, c := range []struct {
+		d          sqldialect.Dialect
+		table, lit string
+	}{
+		{sqldialect.Postgres, "CREATE TABLE IF NOT EXISTS m (name text PRIMARY KEY, value bytea NOT NULL)", `'\x01ab'::bytea`},
+		{sqldialect.SQLite, "CREATE TABLE IF NOT EXISTS m (name TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID", `x'01ab'`},
+		{sqldialect.MySQL, "CREATE TABLE IF NOT EXISTS m (name VARBINARY(64) NOT NULL PRIMARY KEY, value VARBINARY(255) NOT NULL) ENGINE=InnoDB", `X'01ab'`},
+	} {
+		if got := MetaTable(c.d, "m"); got != c.table {
+			t.Errorf("%v: MetaTable = %s", c.d, got)
+		}
+		if got := Literal(c.d, salt); got != c.lit {
+			t.Errorf("%v: Literal = %s", c.d, got)
+		}
+	}
+	if len(NewSalt()) != SaltLen || bytes.Equal(NewSalt(), NewSalt()) {
+		t.Fatal("NewSalt: want 16 fresh random bytes")
+	}
+}
