@@ -3,7 +3,7 @@ GO      ?= go
 TIMEOUT ?= 20m
 FUZZTIME ?= 15s
 
-.PHONY: failover failover-long test deps lint unit modules install-test bench bench-compact bench-compact-curve bench-dedup-disk bench-scale bench-keystore-scale soak fuzz demo chaos
+.PHONY: failover failover-long test deps lint unit modules install-test bench bench-compact bench-compact-curve bench-dedup-disk bench-scale bench-keystore-scale bench-peers soak fuzz demo chaos
 
 # Every package of every module in go.work. In workspace mode `./...` at the
 # root covers only the root module, so the targets name each module's tree.
@@ -126,6 +126,16 @@ bench-scale: deps
 KEYSTORE_SCALE ?= 1000000
 bench-keystore-scale: deps
 	IDEM_SQLSTORE_SCALE=$(KEYSTORE_SCALE) $(GO) test -run '^TestScale(Keys|Retire)$$' -v -count=1 -timeout 0 ./keystore/sqlstore
+
+## bench-peers: idem beside the libraries users would pick instead, in one
+## invocation, alternating order (tools/peerbench): idemhttp vs Fiber v3.1.0's
+## idempotency middleware (new keys, replays, waiting duplicates, each beside
+## its bare server), idemwatermill vs Watermill's Deduplicator, and the
+## correctness scenarios, which fail the run if idem's side loses, doubles or
+## leaves stuck anything. Prints the tables of docs/benchmarks.md (Peers).
+PEERS_FLAGS ?=
+bench-peers:
+	cd tools/peerbench && $(GO) run . $(PEERS_FLAGS)
 
 ## soak: the failover tests of the distributed key stores (kill -9 of a Redis
 ## Cluster master, with and without replication lag; of the JetStream stream

@@ -16,6 +16,7 @@
 // | body over the limit (default 8 MiB) | 413, before any store I/O |
 // | body not arrived within the body timeout (default 30s) | 408, connection closed, before any store I/O |
 // | keyed bodies held at once over [WithMaxBufferedBytes] (or a [Budget] shared by several, [WithBudget]) | 503 "busy" + Retry-After: 1, before any store I/O |
+// | new key past the principal's or the route's [Quota] (keys, stored bytes; [WithQuota]) | 429 "quota-exceeded" + Retry-After (when the oldest held key expires); key released, handler not run |
 // | same key, request still running | 409 + Retry-After from recent execution times (or wait for it: WithWait) |
 // | same key, different fingerprint (method, path, query, body, configured headers) | 422; the first record untouched |
 // | key completed | stored status, headers and body + Idempotent-Replayed: true |

@@ -1,6 +1,7 @@
 package idemhttp
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"math"
@@ -28,6 +29,25 @@ func attemptOf(ctx context.Context) *attempt {
 	return a
 }
 
+// exchange is a keyed request's state, allocated once for the request.
+type exchange struct {
+	rec  recorder
+	att  attempt
+	jb   jsonBody
+	body bodyReader
+}
+
+// bodyReader is the request body once the middleware has read it.
+type bodyReader struct{ bytes.Reader }
+
+func (*bodyReader) Close() error { return nil }
+
+// setBody makes r's body read b from its start.
+func (x *exchange) setBody(r *http.Request, b []byte) {
+	x.body.Reset(b)
+	r.Body, r.ContentLength = &x.body, int64(len(b))
+}
+
 // execute runs the handler under the claim and stores or releases the key.
 // The handler runs under the context of internal/handlerctx: not cancelled
 // by the client's disconnect; cancelled, with a cause wrapping
@@ -35,15 +55,19 @@ func attemptOf(ctx context.Context) *attempt {
 // store can, see keystore.KeepAlive), and by the handler timeout and Abort.
 // Store calls after the handler use a context that the client's disconnect
 // does not cancel: the effect has happened and must be recorded.
-func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, key string, claim keystore.Claim, echo string) Outcome {
-	rec := newRecorder(w, &m.cfg, echo)
+func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, x *exchange, key string, claim keystore.Claim, echo string) Outcome {
+	rec := &x.rec
+	rec.init(w, &m.cfg, echo)
 	defer rec.resetDeadline()
-	att := &attempt{}
-	base := context.WithValue(r.Context(), attemptKey{}, att)
-	hctx, stop := handlerctx.Start(base, m.store, key, claim, m.cfg.lease, m.handlerConfig())
+	base := r.Context()
+	if m.proxied {
+		// The proxy's upstream call reports through the attempt.
+		base = context.WithValue(base, attemptKey{}, &x.att)
+	}
+	hctx, run := handlerctx.Start(base, m.store, key, claim, m.cfg.lease, m.handlerConfig())
 	var lost error // why the lease was lost while the handler ran, if it was
 	finish := func() {
-		if _, lost = stop(); errors.Is(lost, keystore.ErrLeaseNotRenewed) {
+		if _, lost = run.Stop(); errors.Is(lost, keystore.ErrLeaseNotRenewed) {
 			m.cfg.logger.WarnContext(base, "idemhttp: the lease could not be renewed in time while the handler ran; its context was cancelled", "err", lost)
 		}
 	}
@@ -53,14 +77,14 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		if p := recover(); p != nil {
 			finish()
 			m.took.Observe(time.Since(start))
-			m.settle(base, claim, rec, att, true, lost)
+			m.settle(base, claim, rec, &x.att, true, lost)
 			panic(p)
 		}
 	}()
 	next.ServeHTTP(rec, r)
 	finish()
 	m.took.Observe(time.Since(start))
-	return m.settle(base, claim, rec, att, false, lost)
+	return m.settle(base, claim, rec, &x.att, false, lost)
 }
 
 // settle stores or releases the key once the handler has returned or
@@ -101,7 +125,7 @@ func (m *Middleware) settle(ctx context.Context, claim keystore.Claim, rec *reco
 			return OutcomeReleased
 		}
 		m.cfg.logger.WarnContext(ctx, "idemhttp: the handler answered, then failed mid-response; completing the key as response-lost", "status", rec.status)
-		return m.complete(ctx, claim, &record{status: rec.status, lost: true}, OutcomeLost)
+		return m.complete(ctx, claim, (&record{status: rec.status, lost: true}).encode(), rec.status, OutcomeLost)
 	}
 	if rec.status == 0 {
 		rec.WriteHeader(http.StatusOK) // handler wrote nothing: net/http sends 200
@@ -111,46 +135,29 @@ func (m *Middleware) settle(ctx context.Context, claim keystore.Claim, rec *reco
 		return OutcomeReleased
 	}
 	if rec.overflow || rec.streamed {
-		return m.complete(ctx, claim, &record{status: rec.status, notStored: true}, OutcomeNotStored)
+		return m.complete(ctx, claim, (&record{status: rec.status, notStored: true}).encode(), rec.status, OutcomeNotStored)
 	}
-	stored := &record{status: rec.status, header: http.Header{}, body: rec.body.Bytes()}
-	for name, vals := range rec.header {
-		if m.cfg.replay[name] {
-			stored.header[name] = vals
-		}
-	}
-	if id := firstOf(rec.header, "Request-Id", "X-Request-Id"); id != "" {
-		stored.header.Set("Original-Request", id)
-	}
-	return m.complete(ctx, claim, stored, OutcomeExecuted)
+	return m.complete(ctx, claim, rec.out, rec.status, OutcomeExecuted)
 }
 
-func firstOf(h http.Header, names ...string) string {
-	for _, n := range names {
-		if v := h.Get(n); v != "" {
-			return v
-		}
-	}
-	return ""
-}
-
-// complete stores rec under the claim; a record the store finds too large is
-// stored as "not stored" instead.
-func (m *Middleware) complete(ctx context.Context, claim keystore.Claim, rec *record, o Outcome) Outcome {
-	ctx, cancel := m.storeCtx(ctx)
-	defer cancel()
-	err := m.store.Complete(ctx, claim, rec.encode(), m.cfg.ttl)
-	if errors.Is(err, keystore.ErrResultTooLarge) && !rec.notStored && !rec.lost {
-		rec = &record{status: rec.status, notStored: true}
+// complete stores result, the encoded record of a response with status,
+// under the claim; a record the store finds too large is stored as "not
+// stored" instead.
+func (m *Middleware) complete(ctx context.Context, claim keystore.Claim, result []byte, status int, o Outcome) Outcome {
+	sctx := m.storeCall(ctx)
+	defer sctx.end()
+	noteStored(ctx, len(result))
+	err := m.store.Complete(sctx, claim, result, m.cfg.ttl)
+	if errors.Is(err, keystore.ErrResultTooLarge) && o == OutcomeExecuted {
 		o = OutcomeNotStored
-		err = m.store.Complete(ctx, claim, rec.encode(), m.cfg.ttl)
+		err = m.store.Complete(sctx, claim, (&record{status: status, notStored: true}).encode(), m.cfg.ttl)
 	}
 	switch {
 	case errors.Is(err, keystore.ErrLeaseLost):
-		m.cfg.logger.WarnContext(ctx, "idemhttp: handler outlived its lease; response not stored (raise the lease)", "lease", m.cfg.lease)
+		m.cfg.logger.WarnContext(sctx, "idemhttp: handler outlived its lease; response not stored (raise the lease)", "lease", m.cfg.lease)
 		return OutcomeLeaseLost
 	case err != nil:
-		m.cfg.logger.ErrorContext(ctx, "idemhttp: storing the response failed; the key stays in progress until its lease ends", "err", err)
+		m.cfg.logger.ErrorContext(sctx, "idemhttp: storing the response failed; the key stays in progress until its lease ends", "err", err)
 		return OutcomeStoreError
 	}
 	return o

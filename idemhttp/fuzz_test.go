@@ -106,14 +106,14 @@ func FuzzReadBody(f *testing.F) {
 		r := httptest.NewRequest("POST", "/", bytes.NewReader(body))
 		r.ContentLength = max(declared, -1)
 		w := httptest.NewRecorder()
-		got, release, o := m.readBody(w, r)
+		got, held, o := m.readBody(w, r)
 		if o == "" && (len(got) > limit || !bytes.Equal(got, body)) {
 			t.Fatalf("accepted %d bytes (limit %d) of a %d-byte body", len(got), limit, len(body))
 		}
 		if o != "" && len(body) <= limit && declared <= int64(limit) {
 			t.Fatalf("refused a %d-byte body under the limit %d: %s", len(body), limit, o)
 		}
-		release()
+		m.budget.release(held)
 		if n := m.budget.used.Load(); n != 0 {
 			t.Fatalf("%d bytes left accounted", n)
 		}

@@ -94,18 +94,16 @@ const minBodyStep = 32 << 10
 // readBody reads the whole request body up to the limit, under the body
 // deadline and within the buffered-bytes budget. A larger body is answered
 // 413, a late one 408, one over the budget 503, all before the store is
-// touched. release gives the body's bytes back to the budget; call it when
-// the body is no longer held.
-func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), o Outcome) {
-	var held int64
-	release = func() { m.budget.release(held) }
+// touched. held is what it took from the budget, even when it fails: give
+// it back (budget.release) when the body is no longer held.
+func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) (body []byte, held int64, o Outcome) {
 	limit := m.cfg.maxRequest
 	if r.ContentLength > limit {
 		m.tooLarge(w)
-		return nil, release, OutcomeTooLarge
+		return nil, held, OutcomeTooLarge
 	}
 	if r.Body == nil || r.Body == http.NoBody {
-		return nil, release, ""
+		return nil, held, ""
 	}
 	// The deadline is lifted only once the whole body is read. On a failure
 	// it stays, so that net/http's discard of the unread rest fails at once
@@ -121,13 +119,13 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) (body []by
 		if len(buf) == cap(buf) {
 			if int64(len(buf)) > limit {
 				m.tooLarge(w)
-				return nil, release, OutcomeTooLarge
+				return nil, held, OutcomeTooLarge
 			}
 			n := min(max(step, int64(cap(buf))), limit+1-int64(cap(buf)))
 			if !m.budget.acquire(n) {
 				w.Header().Set("Connection", "close")
 				m.problem(w, http.StatusServiceUnavailable, probBusy, "too many request bodies are being held; the request was not executed, retry later with the same key", map[string]string{"Retry-After": "1"})
-				return nil, release, OutcomeBusy
+				return nil, held, OutcomeBusy
 			}
 			held += n
 			nb := make([]byte, len(buf), int64(cap(buf))+n)
@@ -143,20 +141,20 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) (body []by
 			w.Header().Set("Connection", "close")
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				m.problem(w, http.StatusRequestTimeout, probTimeout, fmt.Sprintf("the request body did not arrive within %v; the request was not executed", m.cfg.bodyTimeout), nil)
-				return nil, release, OutcomeTimeout
+				return nil, held, OutcomeTimeout
 			}
 			m.problem(w, http.StatusBadRequest, probBodyRead, "reading the request body: "+err.Error(), nil)
-			return nil, release, OutcomeBadRequest
+			return nil, held, OutcomeBadRequest
 		}
 	}
 	if int64(len(buf)) > limit {
 		m.tooLarge(w)
-		return nil, release, OutcomeTooLarge
+		return nil, held, OutcomeTooLarge
 	}
 	if deadlined {
 		_ = rc.SetReadDeadline(time.Time{})
 	}
-	return buf, release, ""
+	return buf, held, ""
 }
 
 func (m *Middleware) tooLarge(w http.ResponseWriter) {

@@ -1,7 +1,6 @@
 package idemhttp
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -28,6 +27,8 @@ type Middleware struct {
 	took    ewma.Duration
 	aborted context.Context // ends on Abort
 	abort   context.CancelFunc
+	proxied bool    // a Proxy's: the handler's context carries the attempt
+	quotas  *quotas // WithQuota's accounting, else nil
 }
 
 // New returns a Middleware that keeps keys and responses in s. It does no
@@ -54,6 +55,9 @@ func New(s keystore.Store, opts ...Option) (*Middleware, error) {
 		return nil, invalid("max buffered bytes %d must exceed the request body limit %d", b.max, cfg.maxRequest)
 	}
 	m := &Middleware{store: s, cfg: cfg, budget: b}
+	if cfg.quota != nil {
+		m.quotas = newQuotas(*cfg.quota, cfg.ttl)
+	}
 	m.aborted, m.abort = context.WithCancel(context.Background())
 	return m, nil
 }
@@ -69,11 +73,13 @@ func New(s keystore.Store, opts ...Option) (*Middleware, error) {
 // response is stored for the retry even if it cannot be delivered.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if m.cfg.hooks == nil {
+			m.serveTraced(w, r, next)
+			return
+		}
 		start := time.Now()
 		o := m.serveTraced(w, r, next)
-		if m.cfg.hooks != nil {
-			m.report(r, o, time.Since(start))
-		}
+		m.report(r, o, time.Since(start))
 	})
 }
 
@@ -88,11 +94,11 @@ func storeKey(scope, key string) string {
 	return "http:" + base64.RawURLEncoding.EncodeToString(h.Sum(nil))
 }
 
-// storeCtx is the context of a store call: not cancelled by the client's
+// storeCall is the context of a store call: not cancelled by the client's
 // disconnect (a call cancelled half-way may have committed), bounded by the
-// store timeout.
-func (m *Middleware) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), m.cfg.storeTimeout)
+// store timeout. Call its end when the call has returned.
+func (m *Middleware) storeCall(ctx context.Context) *boundCtx {
+	return newBoundCtx(ctx, m.cfg.storeTimeout)
 }
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, sp idem.Span) Outcome {
@@ -102,23 +108,20 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	// A key in the body needs the body first, bounded as every keyed
 	// body is; otherwise the key is checked before the body is read.
-	jb := &jsonBody{}
+	x := &exchange{}
+	jb := &x.jb
 	read := false
-	var release func()
-	defer func() {
-		if release != nil {
-			release()
-		}
-	}()
+	var held int64 // the body's bytes, held against the budget
+	defer func() { m.budget.release(held) }()
 	readOnce := func() Outcome {
 		if read {
 			return ""
 		}
 		read = true
-		body, rel, o := m.readBody(w, r)
-		release, jb.raw = rel, body
+		body, n, o := m.readBody(w, r)
+		held, jb.raw = n, body
 		if o == "" {
-			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+			x.setBody(r, body)
 		}
 		return o
 	}
@@ -172,7 +175,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	fp := Fingerprint(r, fpBody, m.cfg.fpHeaders)
 	sk := storeKey(scope, key)
 
-	claim, err := keystore.Await(r.Context(), m.store, sk, fp, m.cfg.lease, m.wait())
+	claim, err := m.reserve(r.Context(), sk, fp)
 	switch {
 	case errors.Is(err, idem.ErrFingerprintMismatch):
 		m.problem(w, http.StatusUnprocessableEntity, probMismatch, "the key was first used with a different method, path, query, body or fingerprinted header", nil)
@@ -198,9 +201,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	case claim.State == keystore.Done:
 		return m.replay(w, claim)
 	}
-	r.Body = io.NopCloser(bytes.NewReader(jb.raw))
-	r.ContentLength = int64(len(jb.raw))
-	return m.execute(w, r, next, key, claim, echo)
+	x.setBody(r, jb.raw)
+	if m.quotas != nil {
+		return m.executeCounted(w, r, next, x, key, claim, echo, scope)
+	}
+	return m.execute(w, r, next, x, key, claim, echo)
 }
 
 // wait is how a request waits for a key in progress: WithWait's bound,
@@ -218,8 +223,8 @@ func (m *Middleware) wait() keystore.Wait {
 // (ErrLeaseLost) means the key is already free or another's: an operator
 // released it, or another request took it over once the lease lapsed.
 func (m *Middleware) release(ctx context.Context, c keystore.Claim, why string) {
-	sctx, cancel := m.storeCtx(ctx)
-	defer cancel()
+	sctx := m.storeCall(ctx)
+	defer sctx.end()
 	err := m.store.Release(sctx, c)
 	switch {
 	case errors.Is(err, keystore.ErrLeaseLost):

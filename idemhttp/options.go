@@ -63,6 +63,7 @@ type config struct {
 	docs         string
 	logger       *slog.Logger
 	hooks        Hooks
+	quota        *Quota      // WithQuota's, else nil
 	tracer       idem.Tracer // nil: no spans (trace.go)
 	storeTimeout time.Duration
 
@@ -266,5 +267,6 @@ const (
 	OutcomeLost        Outcome = "lost"        // handler answered non-5xx, then failed mid-body: completed as "response-lost"
 	OutcomeClientGone  Outcome = "client_gone" // the client left before the handler ran: a key reserved for it was released
 	OutcomeBusy        Outcome = "busy"        // 503: the buffered-bytes bound was reached
+	OutcomeOverQuota   Outcome = "over_quota"  // 429: a new key past the principal's or the route's Quota; released, not run
 	OutcomeTimeout     Outcome = "timeout"     // 408: the request body did not arrive in time
 )

@@ -34,6 +34,7 @@ const (
 	probNotMigrated = "store-not-migrated"
 	probLeaseLost   = "lease-lost"
 	probBadJSON     = "invalid-json-body"
+	probQuota       = "quota-exceeded"
 )
 
 var problemTitles = map[string]string{
@@ -55,6 +56,7 @@ var problemTitles = map[string]string{
 	probNotMigrated: "The idempotency store is not migrated",
 	probLeaseLost:   "The lease on this Idempotency-Key was lost while the request ran",
 	probBadJSON:     "The request body is not JSON this route can read",
+	probQuota:       "This client holds as many idempotency keys as it may",
 }
 
 // eventKeyTitles replace the titles that name the Idempotency-Key header on

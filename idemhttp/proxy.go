@@ -56,6 +56,7 @@ func NewProxy(target *url.URL, s keystore.Store, opts ...Option) (*Proxy, error)
 	if transport == nil {
 		transport = upstreamTransport()
 	}
+	m.proxied = true
 	p := &Proxy{m: m}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {

@@ -1,11 +1,14 @@
 package idemhttp
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -38,15 +41,25 @@ var errBadRecord = errors.New("idemhttp: stored record is corrupt")
 func (r *record) encode() []byte {
 	names := make([]string, 0, len(r.header))
 	size := len(recordMagic) + 3 + binary.MaxVarintLen64 + len(r.body)
+	count := 0
 	for name, vals := range r.header {
 		for _, v := range vals {
 			size += 2*binary.MaxVarintLen64 + len(name) + len(v)
 		}
+		count += len(vals)
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	b := make([]byte, 0, size)
-	b = append(b, recordMagic...)
+	b := appendRecordHead(make([]byte, 0, size), r.flags(), r.status, count)
+	for _, name := range names {
+		for _, v := range r.header[name] {
+			b = appendRecordField(b, name, v)
+		}
+	}
+	return append(b, r.body...)
+}
+
+func (r *record) flags() byte {
 	var flags byte
 	if r.notStored {
 		flags |= flagNotStored
@@ -54,60 +67,102 @@ func (r *record) encode() []byte {
 	if r.lost {
 		flags |= flagLost
 	}
-	b = append(b, flags, byte(r.status>>8), byte(r.status))
-	count := 0
-	for _, vals := range r.header {
-		count += len(vals)
-	}
-	b = binary.AppendUvarint(b, uint64(count))
-	for _, name := range names {
-		for _, v := range r.header[name] {
-			b = binary.AppendUvarint(b, uint64(len(name)))
-			b = append(b, name...)
-			b = binary.AppendUvarint(b, uint64(len(v)))
-			b = append(b, v...)
-		}
-	}
-	return append(b, r.body...)
+	return flags
+}
+
+// appendRecordHead appends a record's fixed head: magic, flags, status and
+// the number of header fields that follow.
+func appendRecordHead(b []byte, flags byte, status, fields int) []byte {
+	b = append(b, recordMagic...)
+	b = append(b, flags, byte(status>>8), byte(status))
+	return binary.AppendUvarint(b, uint64(fields))
+}
+
+// appendRecordField appends one header field (a name and one value).
+func appendRecordField(b []byte, name, v string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(name)))
+	b = append(b, name...)
+	b = binary.AppendUvarint(b, uint64(len(v)))
+	return append(b, v...)
 }
 
 func decodeRecord(b []byte) (*record, error) {
+	r := &record{header: http.Header{}}
+	if err := r.parse(b, r.header); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// parse reads the record b into r, and its header fields into h: a name's
+// values replace those h had. The fields' names and values are substrings
+// of one string, and their []string of one slice, so that a replay
+// allocates twice for its header however many fields it has.
+func (r *record) parse(b []byte, h http.Header) error {
 	if len(b) < len(recordMagic)+3 || string(b[:len(recordMagic)]) != recordMagic {
-		return nil, fmt.Errorf("%w: bad header", errBadRecord)
+		return fmt.Errorf("%w: bad header", errBadRecord)
 	}
 	b = b[len(recordMagic):]
-	r := &record{notStored: b[0]&flagNotStored != 0, lost: b[0]&flagLost != 0, status: int(b[1])<<8 | int(b[2]), header: http.Header{}}
+	r.notStored, r.lost, r.status = b[0]&flagNotStored != 0, b[0]&flagLost != 0, int(b[1])<<8|int(b[2])
 	if r.status < 100 || r.status > 999 {
-		return nil, fmt.Errorf("%w: status %d", errBadRecord, r.status)
+		return fmt.Errorf("%w: status %d", errBadRecord, r.status)
 	}
 	b = b[3:]
 	count, n := binary.Uvarint(b)
 	if n <= 0 || count > uint64(len(b)) {
-		return nil, fmt.Errorf("%w: header count", errBadRecord)
+		return fmt.Errorf("%w: header count", errBadRecord)
 	}
 	b = b[n:]
-	field := func() (string, error) {
-		l, n := binary.Uvarint(b)
-		if n <= 0 || l > uint64(len(b)-n) {
-			return "", fmt.Errorf("%w: header field", errBadRecord)
+	// field returns the bounds of the field at off in b.
+	field := func(off int) (start, end int, err error) {
+		l, n := binary.Uvarint(b[off:])
+		if n <= 0 || l > uint64(len(b)-off-n) {
+			return 0, 0, fmt.Errorf("%w: header field", errBadRecord)
 		}
-		s := string(b[n : n+int(l)])
-		b = b[n+int(l):]
-		return s, nil
+		return off + n, off + n + int(l), nil
 	}
-	for i := uint64(0); i < count; i++ {
-		name, err := field()
+	// First pass: check the fields, find where the body starts, and
+	// whether the names are in order (the encoder sorts them).
+	end, sorted := 0, true
+	var prevName []byte
+	for range count {
+		ns, ne, err := field(end)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		v, err := field()
+		_, ve, err := field(ne)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		r.header[name] = append(r.header[name], v)
+		if bytes.Compare(b[ns:ne], prevName) < 0 {
+			sorted = false
+		}
+		prevName, end = b[ns:ne], ve
 	}
-	r.body = b
-	return r, nil
+	fields := string(b[:end])
+	vals := make([]string, count)
+	var seen map[string]bool // names met so far, when they are out of order
+	if !sorted {
+		seen = map[string]bool{}
+	}
+	prev := ""
+	for i, off := 0, 0; i < int(count); i++ {
+		ns, ne, _ := field(off)
+		vs, ve, _ := field(ne)
+		name, v := fields[ns:ne], fields[vs:ve]
+		vals[i] = v
+		if (i > 0 && name == prev) || seen[name] {
+			h[name] = append(h[name], v)
+		} else {
+			h[name] = vals[i : i+1 : i+1]
+		}
+		if seen != nil {
+			seen[name] = true
+		}
+		prev, off = name, ve
+	}
+	r.body = b[end:]
+	return nil
 }
 
 // DescribeRecord decodes the result the middleware or proxy stores for a
@@ -127,3 +182,58 @@ func DescribeRecord(b []byte) (status int, notStored, lost bool, err error) {
 // writes to the store (a digest of the principal's scope and the client's
 // key, prefixed "http:").
 func IsStoreKey(key string) bool { return strings.HasPrefix(key, "http:") }
+
+// recordHead encodes the head of the record of a response with status and
+// header h as it is sent: the header fields the configuration replays (see
+// WithReplayHeaders), and the response's Request-Id or X-Request-Id as
+// Original-Request. The result has room for a small body; bodyAt is where
+// the body starts.
+func (c *config) recordHead(status int, h http.Header) (out []byte, bodyAt int) {
+	var buf [16]string
+	names := buf[:0]
+	size, fields := len(recordMagic)+3+binary.MaxVarintLen64, 0
+	for name, vals := range h {
+		if c.replay[name] {
+			names = append(names, name)
+			for _, v := range vals {
+				size += 2*binary.MaxVarintLen64 + len(name) + len(v)
+			}
+			fields += len(vals)
+		}
+	}
+	origin := firstOf(h, "Request-Id", "X-Request-Id")
+	if origin != "" {
+		names = append(names, originalRequest)
+		size += 2*binary.MaxVarintLen64 + len(originalRequest) + len(origin)
+		fields++
+	}
+	slices.Sort(names)
+	size += 512 // a small body without growing
+	if n, err := strconv.Atoi(h.Get("Content-Length")); err == nil && n > 0 {
+		size += min(n, c.maxResponse)
+	}
+	out = appendRecordHead(make([]byte, 0, size), 0, status, fields)
+	for _, name := range names {
+		if name == originalRequest {
+			out = appendRecordField(out, name, origin)
+			continue
+		}
+		for _, v := range h[name] {
+			out = appendRecordField(out, name, v)
+		}
+	}
+	return out, len(out)
+}
+
+// originalRequest is the replayed name of the original response's request
+// id, as Stripe replays it.
+const originalRequest = "Original-Request"
+
+func firstOf(h http.Header, names ...string) string {
+	for _, n := range names {
+		if v := h.Get(n); v != "" {
+			return v
+		}
+	}
+	return ""
+}

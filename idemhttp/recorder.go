@@ -2,7 +2,6 @@ package idemhttp
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"net"
 	"net/http"
@@ -20,21 +19,24 @@ import (
 // type (text/event-stream by default) or a hijack are streams.
 type recorder struct {
 	w            http.ResponseWriter
-	rc           *http.ResponseController
+	rc           http.ResponseController
 	cfg          *config
 	echo         string // the Idempotency-Key value sent back
 	writeTimeout time.Duration
 	deadlineSet  bool
 	status       int
-	header       http.Header // snapshot at WriteHeader
-	body         bytes.Buffer
-	overflow     bool
-	streamed     bool
-	clientErr    error
+	// out is the response as it is stored (see record): the head, with
+	// the replayed header fields as they were at WriteHeader, and the body
+	// written so far from bodyAt on; nil once the body overflowed.
+	out       []byte
+	bodyAt    int
+	overflow  bool
+	streamed  bool
+	clientErr error
 }
 
-func newRecorder(w http.ResponseWriter, cfg *config, echo string) *recorder {
-	return &recorder{w: w, rc: http.NewResponseController(w), cfg: cfg, echo: echo, writeTimeout: cfg.writeTimeout}
+func (r *recorder) init(w http.ResponseWriter, cfg *config, echo string) {
+	*r = recorder{w: w, rc: *http.NewResponseController(w), cfg: cfg, echo: echo, writeTimeout: cfg.writeTimeout}
 }
 
 func (r *recorder) Header() http.Header { return r.w.Header() }
@@ -50,11 +52,15 @@ func (r *recorder) WriteHeader(code int) {
 	r.status = code
 	h := r.w.Header()
 	if r.echo != "" {
-		h.Set(HeaderKey, r.echo) // once, even if the upstream echoed it too
+		// Once, even if the upstream echoed it too.
+		if v := h[HeaderKey]; len(v) != 1 || v[0] != r.echo {
+			h[HeaderKey] = []string{r.echo}
+		}
 	}
-	r.header = h.Clone()
 	if r.cfg.isStream(h.Get("Content-Type")) {
 		r.streamed = true
+	} else {
+		r.out, r.bodyAt = r.cfg.recordHead(code, h)
 	}
 	r.w.WriteHeader(code)
 }
@@ -64,11 +70,11 @@ func (r *recorder) Write(p []byte) (int, error) {
 		r.WriteHeader(http.StatusOK)
 	}
 	if !r.overflow && !r.streamed {
-		if r.body.Len()+len(p) > r.cfg.maxResponse {
+		if len(r.out)-r.bodyAt+len(p) > r.cfg.maxResponse {
 			r.overflow = true
-			r.body = bytes.Buffer{}
+			r.out = nil
 		} else {
-			r.body.Write(p)
+			r.out = append(r.out, p...)
 		}
 	}
 	if r.clientErr == nil {

@@ -35,12 +35,14 @@ const (
 // (idem.scope, for a view returned by Scope), idem.takeover on a Reserve
 // that replaced an expired lease, and the outcome. The wrapper changes no
 // behaviour: it has every optional interface of package keystore
-// (Extender, Scoper, Sweeper, Inspector, Forgetter) and forwards each to s,
+// (Extender, Scoper, Sweeper, Inspector, Forgetter, Notifier) and forwards
+// each to s,
 // failing with errors.ErrUnsupported where s lacks it; keystore.As and
 // keystore.CanExtend look through its Unwrap method, so keystore.Do and
-// KeepAlive see what s can do. Scoped views are wrapped too. Sweep,
-// Inspect, List and Forget are not traced: they are an operator's or a
-// janitor's, not traffic.
+// KeepAlive (and keystore.Await, for notifications) see what s can do.
+// Scoped views are wrapped too. Sweep, Inspect, List, Forget and Notify are
+// not traced: they are an operator's, a janitor's or a waiter's, not
+// traffic.
 //
 // A nil t returns s itself; a nil s returns nil.
 func WrapStore(s keystore.Store, t idem.Tracer) keystore.Store {
@@ -149,4 +151,8 @@ func (s *store) List(ctx context.Context, opts keystore.ListOptions) ([]keystore
 
 func (s *store) Forget(ctx context.Context, key string) error {
 	return keystore.Forget(ctx, s.inner, key)
+}
+
+func (s *store) Notify(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	return keystore.Notify(ctx, s.inner, key)
 }

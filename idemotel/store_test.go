@@ -174,6 +174,17 @@ func TestWrapStoreOptional(t *testing.T) {
 	if !keystore.CanExtend(full) || keystore.CanExtend(bare) {
 		t.Fatalf("CanExtend: full %v, bare %v", keystore.CanExtend(full), keystore.CanExtend(bare))
 	}
+	if !keystore.CanNotify(full) || keystore.CanNotify(bare) {
+		t.Fatalf("CanNotify: full %v, bare %v", keystore.CanNotify(full), keystore.CanNotify(bare))
+	}
+	if _, stop, err := keystore.Notify(ctx, full, "k"); err != nil {
+		t.Fatalf("Notify through the wrapper: %v", err)
+	} else {
+		stop()
+	}
+	if _, _, err := keystore.Notify(ctx, bare, "k"); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("notify on a bare store: %v, want ErrUnsupported", err)
+	}
 	c, err := full.Reserve(ctx, "k", nil, time.Minute)
 	if err != nil {
 		t.Fatal(err)

@@ -232,7 +232,7 @@ func scaleReport(t *testing.T) func(string) {
 }
 
 func TestScaleCurve(t *testing.T) {
-	total := envInt("IDEM_SCALE_KEYS", 20_000)
+	total := envInt("IDEM_SCALE_KEYS", 10_000) // the suite's short run; make bench-scale sets millions
 	step := envInt("IDEM_SCALE_STEP", total/4)
 	// 3 s buckets in the short run: the slower engines still cross bucket
 	// boundaries (the bucket tests cover boundaries on purpose), without a
@@ -356,7 +356,7 @@ func TestScaleCurve(t *testing.T) {
 // off, and the leaf density from dbstat). It asserts only that the old
 // keys are gone and the young ones stay.
 func TestScaleRetire(t *testing.T) {
-	n := envInt("IDEM_SCALE_RETIRE", 20_000)
+	n := envInt("IDEM_SCALE_RETIRE", 6_000) // the suite's short run
 	report := scaleReport(t)
 	for _, e := range scaleEngines() {
 		d := scaleDialects[e]

@@ -65,6 +65,13 @@ func (w Wait) validate() error {
 //     the error wraps ctx's error; the caller must not run the effect.
 //   - Reserve fails (ErrFingerprintMismatch, a store error): that error.
 //
+// When s is a [Notifier] (and so is every store it wraps, see [As]),
+// Await subscribes to key's changes after the first Reserve that finds it
+// in progress, reserves once more, and then wakes as soon as the holder
+// completes or releases the key; the polls go on beside it, so a
+// notification lost or never sent costs one poll, and an expired lease,
+// which sends none, is found by polling as before.
+//
 // Each Reserve runs detached from ctx (see [Detach], bounded by
 // w.CallTimeout), so that its answer is true even if ctx ends while it runs:
 // a store cut off half-way could take the key and report an error, leaving
@@ -84,7 +91,11 @@ func Await(ctx context.Context, s Store, key string, fp []byte, lease time.Durat
 	if w.Timeout > 0 {
 		deadline = time.Now().Add(w.Timeout)
 	}
+	n := watch{w: w, deadline: deadline, key: key}
+	n.notifier, n.can = As[Notifier](s)
+	defer n.stop()
 	var last Claim // the last InProgress answer
+	polls := 0     // pauses so far, for the backoff
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			if attempt > 0 {
@@ -111,16 +122,91 @@ func Await(ctx context.Context, s Store, key string, fp []byte, lease time.Durat
 			return Claim{}, fmt.Errorf("keystore: %T.Reserve returned a claim in state %v", s, c.State)
 		}
 		last = c
-		pause := backoff.Delay(attempt)
+		if w.enabled() && n.wake == nil && n.arm(ctx) {
+			// Subscribed after a Reserve that found the key in progress:
+			// reserve once more at once, so that a change between the two
+			// is not missed; from then on a change wakes the wait.
+			continue
+		}
+		pause := backoff.Delay(polls)
+		polls++
 		if !deadline.IsZero() {
 			pause = min(pause, time.Until(deadline))
 		}
 		if !w.enabled() || pause <= 0 {
 			return c, &InProgressError{Key: key, Expires: c.Expires}
 		}
-		if err := retry.Sleep(ctx, pause); err != nil {
+		if err := n.sleep(ctx, pause); err != nil {
 			return c, fmt.Errorf("keystore: waiting for key %q: %w: %w", key, ErrInProgress, err)
 		}
+	}
+}
+
+// watch is Await's subscription to its key's changes, when the store is a
+// [Notifier].
+type watch struct {
+	notifier Notifier
+	can      bool
+	w        Wait
+	deadline time.Time
+	key      string
+	wake     <-chan struct{} // nil: not subscribed
+	cancel   func()
+}
+
+// arm subscribes to the key's next change, replacing the subscription
+// that fired (the new one first, so that a store keeps its subscription
+// to the key), and reports whether it did. Subscribing waits at most one
+// poll interval (w.Max): a store that cannot subscribe by then is polled.
+func (n *watch) arm(ctx context.Context) bool {
+	if !n.can {
+		return false
+	}
+	limit := n.w.Max
+	if !n.deadline.IsZero() {
+		limit = min(limit, time.Until(n.deadline))
+	}
+	if limit <= 0 {
+		return false
+	}
+	nctx, cancel := context.WithTimeout(ctx, limit)
+	ch, stop, err := n.notifier.Notify(nctx, n.key)
+	cancel()
+	n.stop()
+	if err != nil {
+		return false
+	}
+	n.wake, n.cancel = ch, stop
+	return true
+}
+
+// stop ends the subscription, if any.
+func (n *watch) stop() {
+	if n.cancel != nil {
+		n.cancel()
+	}
+	n.wake, n.cancel = nil, nil
+}
+
+// sleep waits for pause, the key's next change or the end of ctx. After a
+// change it subscribes again before it returns, so that the Reserve that
+// follows is covered.
+func (n *watch) sleep(ctx context.Context, pause time.Duration) error {
+	if n.wake == nil {
+		return retry.Sleep(ctx, pause)
+	}
+	t := time.NewTimer(pause)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	case <-n.wake:
+		if !n.arm(ctx) {
+			n.stop()
+		}
+		return nil
 	}
 }
 

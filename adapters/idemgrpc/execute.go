@@ -27,10 +27,10 @@ import (
 func (i *Interceptor) execute(ctx context.Context, req any, handler grpc.UnaryHandler, key string, claim keystore.Claim) (any, Outcome, error) {
 	cap := &capture{inner: grpc.ServerTransportStreamFromContext(ctx)}
 	hctx := grpc.NewContextWithServerTransportStream(ctx, cap)
-	hctx, stop := handlerctx.Start(hctx, i.store, key, claim, i.cfg.lease, i.handlerConfig())
+	hctx, run := handlerctx.Start(hctx, i.store, key, claim, i.cfg.lease, i.handlerConfig())
 	finished := false
 	defer func() {
-		_, _ = stop() // stop renewing before the release below
+		_, _ = run.Stop() // stop renewing before the release below
 		if !finished {
 			i.release(ctx, claim, "handler panicked")
 		}
@@ -38,7 +38,7 @@ func (i *Interceptor) execute(ctx context.Context, req any, handler grpc.UnaryHa
 	start := time.Now()
 	resp, herr := handler(hctx, req)
 	finished = true
-	_, lost := stop()
+	_, lost := run.Stop()
 	i.took.Observe(time.Since(start))
 	if lost != nil && !errors.Is(lost, keystore.ErrLeaseNotRenewed) {
 		// The store refused a renewal: the key was released by an

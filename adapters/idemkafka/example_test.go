@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"os"
 	"strconv"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/idem-go/idem/keystore/memstore"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/sqldialect"
+	"github.com/idem-go/idem/window/diskwindow"
 )
 
 // A payment produced twice with the same idem-id (the producer retried after
@@ -210,6 +212,42 @@ func ExampleKeystoreConsumer() {
 	run(c)
 	// Output:
 	// receipt sent for a payment of 50
+	// offset 0: applied
+	// offset 1: duplicate
+}
+
+// A WindowConsumer skips the duplicates a broker redelivers without an
+// inbox or a key store: a day of keys on one disk (diskwindow), each
+// recorded only after its handler succeeded. For effects idempotent
+// downstream: an index write, an object upload keyed by the id.
+func ExampleWindowConsumer() {
+	w := newWalletExample()
+	defer w.close()
+	w.pay("payment-8", "70")
+	w.pay("payment-8", "70")
+
+	dir, err := os.MkdirTemp("", "dedup")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	set, err := diskwindow.Open(dir, 24*time.Hour) // one set a partition, or a process
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer set.Close()
+	index := func(_ context.Context, r *kgo.Record) error {
+		fmt.Println("indexed a payment of", string(r.Value))
+		return nil
+	}
+	observe, run := until(2)
+	c, err := idemkafka.NewWindowConsumer(set, index, w.kopts("search-index"), observe)
+	if err != nil {
+		log.Fatal(err)
+	}
+	run(c)
+	// Output:
+	// indexed a payment of 70
 	// offset 0: applied
 	// offset 1: duplicate
 }

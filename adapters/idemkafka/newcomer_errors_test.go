@@ -39,6 +39,9 @@ func TestNoConsumerGroupSaysWhatToAdd(t *testing.T) {
 		"NewKeystoreConsumer": func() (closer, error) {
 			return idemkafka.NewKeystoreConsumer(store, func(context.Context, *kgo.Record) error { return nil }, kopts)
 		},
+		"NewWindowConsumer": func() (closer, error) {
+			return idemkafka.NewWindowConsumer(dedupSet(t), func(context.Context, *kgo.Record) error { return nil }, kopts)
+		},
 		"NewTransactional": func() (closer, error) {
 			return idemkafka.NewTransactional("orders-0", func(context.Context, *kgo.Record) ([]*kgo.Record, error) { return nil, nil }, kopts)
 		},

@@ -16,6 +16,7 @@ import (
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/memstore"
 	"github.com/idem-go/idem/sqldialect"
+	"github.com/idem-go/idem/window/diskwindow"
 )
 
 func TestOptionsValidated(t *testing.T) {
@@ -64,6 +65,12 @@ func TestOptionsValidated(t *testing.T) {
 	if _, err := idemkafka.NewKeystoreConsumer(nil, func(context.Context, *kgo.Record) error { return nil }, kopts); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Errorf("nil store: %v", err)
 	}
+	if _, err := idemkafka.NewWindowConsumer(nil, func(context.Context, *kgo.Record) error { return nil }, kopts); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("nil dedup set: %v", err)
+	}
+	if _, err := idemkafka.NewWindowConsumer(dedupSet(t), nil, kopts); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Errorf("nil window handler: %v", err)
+	}
 	store, err := memstore.New()
 	if err != nil {
 		t.Fatal(err)
@@ -89,6 +96,14 @@ func TestOptionsValidated(t *testing.T) {
 		},
 		"keystore with an offsets table": func() error {
 			_, err := idemkafka.NewKeystoreConsumer(store, ks, kopts, idemkafka.WithOffsetsTable("t"))
+			return err
+		},
+		"window with keystore options": func() error {
+			_, err := idemkafka.NewWindowConsumer(dedupSet(t), ks, kopts, idemkafka.WithKeystoreOptions())
+			return err
+		},
+		"window with a fingerprint": func() error {
+			_, err := idemkafka.NewWindowConsumer(dedupSet(t), ks, kopts, idemkafka.WithFingerprint(func(*kgo.Record) []byte { return nil }))
 			return err
 		},
 	} {
@@ -230,4 +245,15 @@ func TestTransactOptions(t *testing.T) {
 		t.Errorf("client transactional id %q", id)
 	}
 	requireClosed(t, con)
+}
+
+// dedupSet is a disk-backed dedup set in a temporary directory.
+func dedupSet(t *testing.T) *diskwindow.Set {
+	t.Helper()
+	s, err := diskwindow.Open(t.TempDir(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }

@@ -15,6 +15,7 @@ require (
 	github.com/idem-go/idem/keystore/keystoreprom v0.1.0
 	github.com/idem-go/idem/keystore/natsstore v0.1.0
 	github.com/idem-go/idem/keystore/redisstore v0.1.0
+	github.com/idem-go/idem/keystore/storeurl v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0

@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/idem-go/idem/keystore"
@@ -57,66 +56,109 @@ func (e *TimeoutError) Unwrap() error { return context.DeadlineExceeded }
 
 // Start returns the context of a handler that acts on claim, an Acquired
 // claim on the client's key of lease length lease in s, derived from req
-// (the request's context), and stop, which the caller calls once the
-// handler has returned or panicked, before Complete or Release. stop ends
-// the renewals and the context and returns the claim with the Expires of
-// the last renewal, and nil or the error (wrapping keystore.ErrLeaseLost)
-// with which the lease was lost; calling it again returns the same. The
+// (the request's context), and the run, whose Stop the caller calls once
+// the handler has returned or panicked, before Complete or Release. The
 // context carries key and claim for [Key] and [Claim].
-func Start(req context.Context, s keystore.Store, key string, claim keystore.Claim, lease time.Duration, cfg Config) (context.Context, func() (keystore.Claim, error)) {
-	parent := req
-	if !cfg.ClientCancel {
-		parent = context.WithoutCancel(req)
+//
+// A store that renews leases is renewed by the rules of keystore.KeepAlive,
+// but from a timer armed for the first renewal (see renewer): a handler
+// that returns before then starts no goroutine.
+func Start(req context.Context, s keystore.Store, key string, claim keystore.Claim, lease time.Duration, cfg Config) (context.Context, *Run) {
+	run := &Run{claim: claim}
+	var parent context.Context
+	if cfg.ClientCancel {
+		parent = context.WithValue(req, valuesKey{}, values{key: key, claim: claim})
+	} else {
+		run.detached = detached{req: req, v: values{key: key, claim: claim}}
+		parent = &run.detached
 	}
-	parent = context.WithValue(parent, valuesKey{}, values{key: key, claim: claim})
-	renews := keystore.CanExtend(s) && lease > 0
+	ext, renews := keystore.As[keystore.Extender](s)
+	renews = renews && lease > 0
 	// Deadlines (the lease of a store that cannot renew, the timeout) end
 	// the context with Err DeadlineExceeded, the others with Canceled: a
 	// proxy answers 504 to the first and 502 to the second.
-	now := time.Now()
 	var deadline time.Time
 	var why error
 	if !renews && lease > 0 {
-		deadline, why = now.Add(lease), ErrLeaseEnded
+		deadline, why = time.Now().Add(lease), ErrLeaseEnded
 	}
-	if d := cfg.Timeout; d > 0 && (deadline.IsZero() || now.Add(d).Before(deadline)) {
-		deadline, why = now.Add(d), &TimeoutError{Timeout: d}
+	if d := cfg.Timeout; d > 0 {
+		if now := time.Now(); deadline.IsZero() || now.Add(d).Before(deadline) {
+			deadline, why = now.Add(d), &TimeoutError{Timeout: d}
+		}
 	}
-	endDeadline := context.CancelFunc(func() {})
 	if !deadline.IsZero() {
-		parent, endDeadline = context.WithDeadlineCause(parent, deadline, why)
+		parent, run.endDeadline = context.WithDeadlineCause(parent, deadline, why)
 	}
 	ctx, cancel := context.WithCancelCause(parent)
-	var unhook []func() bool
-	stopLease := func() (keystore.Claim, error) { return claim, nil }
+	run.cancel = cancel
 	if renews {
 		// Renewals do not end with the client, even under ClientCancel:
 		// the handler's context ends with it then, through parent.
-		lctx, stop := keystore.KeepAlive(context.WithoutCancel(req), s, claim, lease)
-		stopLease = stop
-		unhook = append(unhook, context.AfterFunc(lctx, func() { cancel(context.Cause(lctx)) }))
+		run.renewer.start(context.WithoutCancel(req), ext, claim, lease, cancel)
 	}
 	if cfg.Abort != nil {
 		if cfg.Abort.Err() != nil {
 			cancel(ErrAborted)
 		} else {
-			unhook = append(unhook, context.AfterFunc(cfg.Abort, func() { cancel(ErrAborted) }))
+			run.unhook = context.AfterFunc(cfg.Abort, func() { cancel(ErrAborted) })
 		}
 	}
-	var once sync.Once
-	var last keystore.Claim
-	var lost error
-	return ctx, func() (keystore.Claim, error) {
-		once.Do(func() {
-			for _, u := range unhook {
-				u()
-			}
-			last, lost = stopLease()
-			cancel(context.Canceled)
-			endDeadline()
-		})
-		return last, lost
+	return ctx, run
+}
+
+// Run is one handler's run under the context [Start] returned.
+type Run struct {
+	detached    detached
+	renewer     renewer // zero unless the store renews leases
+	cancel      context.CancelCauseFunc
+	endDeadline context.CancelFunc // nil without a deadline
+	unhook      func() bool        // nil without Abort
+
+	stopped bool
+	claim   keystore.Claim
+	lost    error
+}
+
+// Stop ends the renewals and the context and returns the claim with the
+// Expires of the last renewal, and nil or the error (wrapping
+// keystore.ErrLeaseLost) with which the lease was lost; calling it again
+// returns the same. Call it from the goroutine that called Start.
+func (r *Run) Stop() (keystore.Claim, error) {
+	if r.stopped {
+		return r.claim, r.lost
 	}
+	r.stopped = true
+	if r.unhook != nil {
+		r.unhook()
+	}
+	if r.renewer.ext != nil {
+		r.claim, r.lost = r.renewer.stop()
+	}
+	r.cancel(context.Canceled)
+	if r.endDeadline != nil {
+		r.endDeadline()
+	}
+	return r.claim, r.lost
+}
+
+// detached is context.WithoutCancel(req) and context.WithValue for the key
+// and claim in one value: req's values, no cancellation, no deadline.
+type detached struct {
+	req context.Context
+	v   values
+}
+
+func (d *detached) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (d *detached) Done() <-chan struct{}       { return nil }
+func (d *detached) Err() error                  { return nil }
+func (d *detached) String() string              { return "handlerctx.detached" }
+
+func (d *detached) Value(key any) any {
+	if _, ok := key.(valuesKey); ok {
+		return d.v
+	}
+	return d.req.Value(key)
 }
 
 type valuesKey struct{}

@@ -226,3 +226,11 @@ func (s *Store) List(ctx context.Context, opts keystore.ListOptions) ([]keystore
 func (s *Store) Forget(ctx context.Context, key string) error {
 	return keystore.Forget(ctx, s.inner, key)
 }
+
+// Notify calls the wrapped store's Notify (see [keystore.Notifier]); it
+// fails with errors.ErrUnsupported when the wrapped store cannot notify,
+// and keystore.Await, which looks through Unwrap, then polls. Waits are
+// not counted: each Reserve a waiter makes is.
+func (s *Store) Notify(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	return keystore.Notify(ctx, s.inner, key)
+}

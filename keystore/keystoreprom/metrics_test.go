@@ -159,6 +159,12 @@ func TestScopeAndSweepUnsupported(t *testing.T) {
 	if keystore.CanExtend(m) {
 		t.Fatal("CanExtend true for a wrapper around a store that cannot renew")
 	}
+	if _, _, err := m.Notify(context.Background(), "k"); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Notify: %v", err)
+	}
+	if keystore.CanNotify(m) {
+		t.Fatal("CanNotify true for a wrapper around a store that cannot notify")
+	}
 	if m.Unwrap() != (onlyStore{}) {
 		t.Fatal("Unwrap")
 	}

@@ -81,8 +81,9 @@ func WithClock(now func() time.Time) Option {
 // Store is an in-memory [keystore.Store]. See the package documentation.
 //
 // It implements every optional interface of package keystore: leases are
-// renewed (Extender) and operators can list, inspect and forget keys
-// (Inspector, Forgetter; operate.go).
+// renewed (Extender), operators can list, inspect and forget keys
+// (Inspector, Forgetter; operate.go), and waiters are woken by the
+// Complete or Release they wait for (Notifier; notify.go).
 type Store struct {
 	c      *core
 	prefix string // length-prefixed scope, prepended to every key
@@ -93,6 +94,7 @@ var _ interface {
 	keystore.Extender
 	keystore.Inspector
 	keystore.Forgetter
+	keystore.Notifier
 } = (*Store)(nil)
 
 // core is the state shared by a store and its scoped views.
@@ -117,6 +119,9 @@ type core struct {
 	doneReserve int
 	count       atomic.Int64
 	closed      atomic.Bool
+	// watch holds the keys being waited for ([Store.Notify]), signalled
+	// by Complete, Release and Close.
+	watch keystore.Watchers
 }
 
 type shard struct {
@@ -274,6 +279,7 @@ func (s *Store) Close() error {
 		sh.mu.Unlock()
 	}
 	s.c.count.Store(0)
+	s.c.watch.SignalAll() // waiters reserve again and learn of the close
 	return nil
 }
 

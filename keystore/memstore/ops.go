@@ -99,6 +99,7 @@ func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, 
 		if sh, j := s.lockToken(ctx, cl); j >= 0 {
 			s.completePending(sh, j, result, after(s.c.now(), ttl))
 			sh.mu.Unlock()
+			s.signal(cl.Key)
 			return nil
 		}
 	}
@@ -113,6 +114,7 @@ func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, 
 	// other tier, so the map tier is not looked up.
 	if j := sh.pending.find(kfp); j >= 0 && sh.pending.slots[j].token == cl.Token {
 		s.completePending(sh, j, result, after(c.now(), ttl))
+		s.signal(cl.Key)
 		return nil
 	}
 	i, ok := sh.m[string(k)]
@@ -131,6 +133,7 @@ func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, 
 		return nil // this claim completed already
 	}
 	now := c.now()
+	defer s.signal(cl.Key)
 	if len(result) == 0 && e.fpLen == 0 && s.completeDone(sh, k, kfp, i, e, after(now, ttl)) {
 		return nil
 	}
@@ -149,6 +152,7 @@ func (s *Store) Release(ctx context.Context, cl keystore.Claim) error {
 			sh.pending.remove(j)
 			s.c.count.Add(-1)
 			sh.mu.Unlock()
+			s.signal(cl.Key)
 			return nil
 		}
 	}
@@ -164,6 +168,7 @@ func (s *Store) Release(ctx context.Context, cl keystore.Claim) error {
 		if j := sh.pending.find(kfp); j >= 0 && sh.pending.slots[j].token == cl.Token {
 			sh.pending.remove(j)
 			c.count.Add(-1)
+			s.signal(cl.Key)
 			return nil
 		}
 		return keystore.LeaseLostError("release", cl.Key, cl.Token)
@@ -173,6 +178,7 @@ func (s *Store) Release(ctx context.Context, cl keystore.Claim) error {
 	}
 	sh.remove(string(k), i)
 	c.count.Add(-1)
+	s.signal(cl.Key)
 	return nil
 }
 

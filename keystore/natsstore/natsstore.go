@@ -99,6 +99,7 @@ type Store struct {
 	scope     string
 	maxResult int
 	timeout   time.Duration
+	watch     *watchers // waiters' subscriptions (notify.go)
 	// refusePublish, set by tests only, makes a publish to subject fail as
 	// a fenced write refused by the server, without sending it.
 	refusePublish func(subject string) bool
@@ -144,7 +145,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Store, e
 	if err != nil {
 		return nil, fmt.Errorf("natsstore: bucket %s: %w", cfg.bucket, err)
 	}
-	s := &Store{nc: nc, js: js, stream: "KV_" + cfg.bucket, apiPrefix: "$JS.API.", maxResult: cfg.maxResult, timeout: cfg.timeout}
+	s := &Store{nc: nc, js: js, stream: "KV_" + cfg.bucket, apiPrefix: "$JS.API.", maxResult: cfg.maxResult, timeout: cfg.timeout, watch: &watchers{}}
 	s.subjects = "$KV." + cfg.bucket + "." + b64(cfg.scope) + "."
 	s.scope = cfg.scope
 	return s, nil

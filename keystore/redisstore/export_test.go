@@ -12,3 +12,10 @@ import (
 func Batched(rdb redis.UniversalClient, slots int) func(context.Context, redis.Cmder) error {
 	return (&batcher{rdb: rdb, slots: slots}).process
 }
+
+// Subscriptions returns the number of subscription connections s holds.
+func Subscriptions(s *Store) int {
+	s.hub.mu.Lock()
+	defer s.hub.mu.Unlock()
+	return len(s.hub.groups)
+}

@@ -133,6 +133,10 @@ type Store struct {
 	base      string // PREFIX{scope}: when buckets is 1
 	maxResult int
 	wait      *waitReplicas // nil: writes are not waited for
+	hub       *hub          // waiters' subscriptions (notify.go)
+	// complete and release are the scripts that publish with PUBLISH, or
+	// SPUBLISH on a Cluster.
+	complete, release script
 }
 
 // New returns a store on rdb: a *redis.Client, a Sentinel failover client
@@ -155,6 +159,11 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Store, error) {
 	}
 	s := &Store{conn: &batcher{rdb: rdb, slots: cfg.inFlight}, prefix: cfg.prefix, scope: cfg.scope, buckets: cfg.buckets, maxResult: cfg.maxResult}
 	s.base = s.prefix + "{" + s.scope + "}:"
+	s.hub = newHub(rdb)
+	s.complete, s.release = completeScript, releaseScript
+	if s.hub.sharded {
+		s.complete, s.release = completeScriptSharded, releaseScriptSharded
+	}
 	if cfg.waitN > 0 {
 		s.wait = &waitReplicas{n: cfg.waitN, ms: cfg.waitTimeout.Milliseconds()}
 	}
@@ -337,7 +346,7 @@ func (s *Store) Complete(ctx context.Context, c keystore.Claim, result []byte, t
 	}
 	ms := millis(ttl)
 	rkey := s.RedisKey(c.Key)
-	cmd, err := eval(ctx, s, rkey, redis.NewIntCmd, completeScript, 1, rkey, strconv.FormatUint(c.Token, 10), result, ms)
+	cmd, err := eval(ctx, s, rkey, redis.NewIntCmd, s.complete, 1, rkey, strconv.FormatUint(c.Token, 10), result, ms)
 	if err != nil {
 		return fmt.Errorf("redisstore: complete: %w", err)
 	}
@@ -358,7 +367,7 @@ func (s *Store) Release(ctx context.Context, c keystore.Claim) error {
 		return fmt.Errorf("redisstore: release: %w", err)
 	}
 	rkey := s.RedisKey(c.Key)
-	cmd, err := eval(ctx, s, rkey, redis.NewIntCmd, releaseScript, 1, rkey, strconv.FormatUint(c.Token, 10))
+	cmd, err := eval(ctx, s, rkey, redis.NewIntCmd, s.release, 1, rkey, strconv.FormatUint(c.Token, 10))
 	if err != nil {
 		return fmt.Errorf("redisstore: release: %w", err)
 	}

@@ -1,5 +1,7 @@
 package redisstore
 
+import "strings"
+
 // A key is one string value: six MessagePack values one after the other,
 // written and read by Redis's built-in cmsgpack library:
 //
@@ -79,7 +81,9 @@ return string.format('0 %d %d %d ', token, e, takeover)
 
 // completeScript: KEYS[1] key; ARGV token, result, ttl ms. Returns 1 when
 // the claim's token holds the key (or completed it already), 0 otherwise.
-var completeScript = newScript(`
+// A completion publishes an empty message on the channel named KEYS[1],
+// for waiters (notify.go): PUBLISH, or SPUBLISH in the Cluster variant.
+var completeScript, completeScriptSharded = publishing(`
 local v = redis.call('GET', KEYS[1])
 if not v then
 	return 0
@@ -95,12 +99,14 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[3])
 redis.call('SET', KEYS[1], cmsgpack.pack(2, tok, now + ttl, '', f, ARGV[2]), 'PX', ttl)
+redis.call('PUBLISH', KEYS[1], '')
 return 1
 `)
 
 // releaseScript: KEYS[1] key; ARGV token. Deletes the key if the token
-// holds it in progress; returns 1 if it did.
-var releaseScript = newScript(`
+// holds it in progress, and publishes as completeScript does; returns 1 if
+// it did.
+var releaseScript, releaseScriptSharded = publishing(`
 local v = redis.call('GET', KEYS[1])
 if not v then
 	return 0
@@ -108,7 +114,15 @@ end
 local s, tok = cmsgpack.unpack(v)
 if s == 1 and string.format('%d', tok) == ARGV[1] then
 	redis.call('DEL', KEYS[1])
+	redis.call('PUBLISH', KEYS[1], '')
 	return 1
 end
 return 0
 `)
+
+// publishing returns src and its Cluster variant, in which PUBLISH is
+// SPUBLISH: sharded pub/sub (Redis 7) delivers the message on the key's
+// shard alone, where a plain PUBLISH is broadcast to every node.
+func publishing(src string) (plain, sharded script) {
+	return newScript(src), newScript(strings.ReplaceAll(src, "'PUBLISH'", "'SPUBLISH'"))
+}

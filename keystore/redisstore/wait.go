@@ -83,9 +83,9 @@ func (s *Store) releaseUnreplicated(ctx context.Context, rkey, v string) {
 	}
 	dctx, cancel := keystore.Detach(ctx)
 	defer cancel()
-	a := []any{"evalsha", releaseScript.hash, 1, rkey, fmt.Sprint(token)}
+	a := []any{"evalsha", s.release.hash, 1, rkey, fmt.Sprint(token)}
 	if e := s.conn.process(dctx, redis.NewIntCmd(dctx, a...)); e != nil && strings.HasPrefix(e.Error(), "NOSCRIPT") {
-		a[0], a[1] = "eval", releaseScript.src
+		a[0], a[1] = "eval", s.release.src
 		_ = s.conn.process(dctx, redis.NewIntCmd(dctx, a...))
 	}
 }

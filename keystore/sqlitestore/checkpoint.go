@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/idem-go/idem/sqldialect"
@@ -35,6 +36,7 @@ func dsn(path string) string {
 type checkpointer struct {
 	db    *sql.DB
 	every time.Duration
+	ticks atomic.Int64 // checkpoints run by the ticker, for tests to wait on
 }
 
 // checkpoint runs one passive checkpoint and returns the WAL's size and how
@@ -60,6 +62,7 @@ func (c *checkpointer) run(ctx context.Context) {
 			return
 		case <-t.C:
 			_, _, _ = c.checkpoint(ctx)
+			c.ticks.Add(1)
 		}
 	}
 }
@@ -67,20 +70,20 @@ func (c *checkpointer) run(ctx context.Context) {
 // startCheckpointer opens a second connection to the SQLite file at path
 // and runs a checkpointer on it every interval until the returned stop is
 // called. stop ends it, runs a last checkpoint and closes the connection.
-func startCheckpointer(path string, every time.Duration) (stop func() error, err error) {
+func startCheckpointer(path string, every time.Duration) (c *checkpointer, stop func() error, err error) {
 	db, err := sql.Open("sqlite", sqldialect.SQLiteDSN(path))
 	if err != nil {
-		return nil, fmt.Errorf("sqlitestore: checkpointer: %w", err)
+		return nil, nil, fmt.Errorf("sqlitestore: checkpointer: %w", err)
 	}
 	db.SetMaxOpenConns(1)
-	c := &checkpointer{db: db, every: every}
+	c = &checkpointer{db: db, every: every}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		c.run(ctx)
 	}()
-	return func() error {
+	return c, func() error {
 		cancel()
 		<-done
 		_, _, cerr := c.checkpoint(context.Background())

@@ -14,23 +14,24 @@ import (
 
 // walPagesAfter opens a store on a fresh file, writes keys
 // Reserve+Complete, and returns the WAL file's size in pages. With
-// checkpointer it is opened as Open does (with 10 ms ticks); without, its
+// withCheckpointer it is opened as Open does (with 10 ms ticks); without, its
 // one connection has the backstop setting and nothing else checkpoints.
-func walPagesAfter(t *testing.T, keys int, checkpointer bool) int64 {
+func walPagesAfter(t *testing.T, keys int, withCheckpointer bool) int64 {
 	t.Helper()
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "keys.db")
 	var (
-		s  *sqlstore.Store
-		db *sql.DB
+		s    *sqlstore.Store
+		db   *sql.DB
+		ckpt *checkpointer
 	)
-	if checkpointer {
+	if withCheckpointer {
 		o, err := open(path, 10*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { o.Close() })
-		s, db = o.Store, o.DB()
+		s, db, ckpt = o.Store, o.DB(), o.ckpt
 	} else {
 		var err error
 		if db, err = sql.Open("sqlite", dsn(path)); err != nil {
@@ -53,11 +54,13 @@ func walPagesAfter(t *testing.T, keys int, checkpointer bool) int64 {
 		if err := s.Complete(ctx, c, make([]byte, 200), time.Hour); err != nil {
 			t.Fatal(err)
 		}
-		if checkpointer && i%50 == 0 {
-			// Let a checkpoint run: several of its 10 ms ticks, so that a
-			// loaded machine (the suite runs packages side by side) still
-			// schedules one between two bursts of writes.
-			time.Sleep(60 * time.Millisecond)
+		if withCheckpointer && i%50 == 0 {
+			// Wait for a checkpoint that started after this burst of
+			// writes (two ticks from now), however loaded the machine.
+			n := ckpt.ticks.Load()
+			for ckpt.ticks.Load() < n+2 {
+				time.Sleep(time.Millisecond)
+			}
 		}
 	}
 	fi, err := os.Stat(path + "-wal")

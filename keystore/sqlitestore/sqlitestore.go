@@ -24,6 +24,7 @@ type Store struct {
 	*sqlstore.Store
 	db     *sql.DB
 	stop   func() error
+	ckpt   *checkpointer
 	once   sync.Once
 	closed error
 }
@@ -58,12 +59,12 @@ func open(path string, every time.Duration, opts ...sqlstore.Option) (*Store, er
 		db.Close()
 		return nil, fmt.Errorf("sqlitestore: %w", err)
 	}
-	stop, err := startCheckpointer(path, every)
+	ckpt, stop, err := startCheckpointer(path, every)
 	if err != nil {
 		db.Close()
 		return nil, err
 	}
-	return &Store{Store: s, db: db, stop: stop}, nil
+	return &Store{Store: s, db: db, stop: stop, ckpt: ckpt}, nil
 }
 
 // DB returns the store's database (one connection), for a health check or a

@@ -191,13 +191,18 @@ func TestGroupFreshPoolOfOne(t *testing.T) {
 			if err := fresh.Complete(ctx, c, []byte("r"), time.Minute); err != nil {
 				t.Error(err)
 			}
-			// And an operation that no statement was prepared for.
+		}()
+		// And, queued beside the Reserves, an operation that no statement
+		// was prepared for: it is in the first shared transaction too.
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			if err := fresh.do(ctx, insert(i, nil, &grouped)); err != nil {
 				t.Error(err)
 			}
 		}()
 	}
-	waitQueued(fresh, n)
+	waitQueued(fresh, 2*n)
 	close(release)
 	wg.Wait()
 	if grouped.Load() == 0 {

@@ -21,7 +21,10 @@
 // lease once among concurrent retriers; a store without it fails), the
 // optional [keystore.Scoper], [keystore.Sweeper], [keystore.Inspector] and
 // [keystore.Forgetter] interfaces (with an operator's fenced release by key
-// and token; a store without one is reported with t.Log), and finally the
+// and token; a store without one is reported with t.Log), the optional
+// [keystore.Notifier] (waiters of several keys, asleep for a poll interval
+// far longer than the test, answered soon after each Complete or Release;
+// reported with t.Log when absent), and finally the
 // linearizability of random concurrent
 // histories against a sequential model of the state machine, with
 // github.com/anishathalye/porcupine.
@@ -105,6 +108,7 @@ func Run(t *testing.T, newStore func(t *testing.T) keystore.Store, opts ...Optio
 		{"Sweep", testSweep},
 		{"Extend", testExtend},
 		{"Inspect", testInspect},
+		{"Notify", testNotify},
 		{"Linearizability", testLinearizability},
 		{"Close", testClose},
 	}

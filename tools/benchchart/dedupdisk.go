@@ -10,8 +10,6 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // runDedupDisk draws window/diskwindow's curve from the CSV that
@@ -54,42 +52,35 @@ func runDedupDisk(in, out string) error {
 	rp.X.Label.Text = "ids in the set (millions)"
 	bp := newPlot("bytes an id: disk (sealed files + journal), memory (sealed generations)", "B/id")
 	bp.X.Label.Text = rp.X.Label.Text
+	legends := []plot.Legend{plot.NewLegend(), plot.NewLegend()}
 	for i, s := range []struct {
-		p    *plot.Plot
+		row  int
 		name string
 		xy   plotter.XYs
-	}{{rp, "diskwindow", rate}, {rp, "window (in memory)", wrate}, {bp, "disk", disk}, {bp, "memory, sealed", mem}} {
+	}{{0, "diskwindow", rate}, {0, "window (in memory)", wrate}, {1, "disk", disk}, {1, "memory, sealed", mem}} {
 		if len(s.xy) == 0 {
 			continue
 		}
-		if err := addLine(s.p, s.name, s.xy, palette[i%len(palette)], i); err != nil {
+		p := []*plot.Plot{rp, bp}[s.row]
+		thumbs, err := addLine(p, s.xy, okabeIto[i%len(okabeIto)], i, s.name)
+		if err != nil {
 			return err
 		}
+		legends[s.row].Add(s.name, thumbs...)
 	}
 	for _, g := range []struct {
-		p    *plot.Plot
+		row  int
 		y    float64
 		name string
-	}{{rp, 200e3, "200k/s goal"}, {bp, 8, "8 B/id goal (disk)"}, {bp, 1, "1 B/id goal (memory)"}} {
+	}{{0, 200e3, "200k/s goal"}, {1, 8, "8 B/id goal (disk)"}, {1, 1, "1 B/id goal (memory)"}} {
 		l, err := plotter.NewLine(plotter.XYs{{X: 0, Y: g.y}, {X: rate[len(rate)-1].X, Y: g.y}})
 		if err != nil {
 			return err
 		}
 		l.Color, l.Dashes = color.Gray{Y: 0x80}, []vg.Length{vg.Points(1), vg.Points(3)}
-		g.p.Add(l)
-		g.p.Legend.Add(g.name, l)
+		[]*plot.Plot{rp, bp}[g.row].Add(l)
+		legends[g.row].Add(g.name, l)
 	}
-	c := vgsvg.New(9*vg.Inch, 10*vg.Inch)
-	canvases := plot.Align([][]*plot.Plot{{rp}, {bp}}, draw.Tiles{Rows: 2, Cols: 1, PadY: vg.Centimeter}, draw.New(c))
-	rp.Draw(canvases[0][0])
-	bp.Draw(canvases[1][0])
-	o, err := os.Create(out)
-	if err != nil {
-		return err
-	}
-	if _, err := c.WriteTo(o); err != nil {
-		o.Close()
-		return err
-	}
-	return o.Close()
+	g := &grid{plots: [][]*plot.Plot{{rp}, {bp}}, legends: legends, w: 12 * vg.Inch, h: 9 * vg.Inch}
+	return g.save(out)
 }

@@ -22,6 +22,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/csv"
 	"errors"
 	"flag"
@@ -37,8 +38,6 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
-	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 type point struct{ keys, rate, bpk float64 }
@@ -65,115 +64,134 @@ func main() {
 	}
 }
 
+// engineTitle names an engine in a chart's title.
+var engineTitle = map[string]string{"postgres": "PostgreSQL", "mariadb": "MariaDB", "sqlite": "SQLite"}
+
+// run draws one row of small charts per engine: the rate as the key table
+// grows, and the bytes a key beside the bare table's, UUIDv4 against UUIDv7
+// keys, with shared axes and each row's legend beside its charts.
 func run(in, out string) error {
 	series, names, err := load(in)
 	if err != nil {
 		return err
 	}
-	rate := newPlot("inbox ProcessBatchSet, 100 msg/tx: rate as the key table grows", "msg/s")
-	size := newPlot("bytes per key (table + indexes)", "B/key")
-	for i, n := range names {
-		pts := series[n]
-		sort.Slice(pts, func(a, b int) bool { return pts[a].keys < pts[b].keys })
-		var r, s plotter.XYs
-		for _, p := range pts {
-			if p.rate > 0 {
-				r = append(r, plotter.XY{X: p.keys / 1e6, Y: p.rate})
+	var engines []string
+	byEngine := map[string][]string{}
+	for _, n := range names {
+		engine, _, _ := strings.Cut(n, " ")
+		if len(byEngine[engine]) == 0 {
+			engines = append(engines, engine)
+		}
+		byEngine[engine] = append(byEngine[engine], n)
+	}
+	g := &grid{w: 12.5 * vg.Inch, h: vg.Length(len(engines)) * 3.4 * vg.Inch}
+	for _, e := range engines {
+		title := cmp.Or(engineTitle[e], e)
+		rate := newPlot(title+": msg/s, ProcessBatchSet, 100 msg/tx", "msg/s")
+		size := newPlot(title+": bytes a key (table + indexes)", "B/key")
+		legend := plot.NewLegend()
+		for _, n := range byEngine[e] {
+			pts := series[n]
+			sort.Slice(pts, func(a, b int) bool { return pts[a].keys < pts[b].keys })
+			var r, s plotter.XYs
+			for _, p := range pts {
+				if p.rate > 0 {
+					r = append(r, plotter.XY{X: p.keys / 1e6, Y: p.rate})
+				}
+				if p.bpk > 0 {
+					s = append(s, plotter.XY{X: p.keys / 1e6, Y: p.bpk})
+				}
 			}
-			if p.bpk > 0 {
-				s = append(s, plotter.XY{X: p.keys / 1e6, Y: p.bpk})
+			_, layout, _ := strings.Cut(n, " ")
+			c, i := layoutStyle(layout)
+			for _, target := range []struct {
+				p  *plot.Plot
+				xy plotter.XYs
+			}{{rate, r}, {size, s}} {
+				if len(target.xy) == 0 {
+					continue
+				}
+				thumbs, err := addLine(target.p, target.xy, c, i, layout)
+				if err != nil {
+					return err
+				}
+				if target.p == rate || len(r) == 0 { // one legend entry a series
+					legend.Add(layoutLabel(layout), thumbs...)
+				}
 			}
 		}
-		c := palette[i%len(palette)]
-		if len(r) > 0 {
-			if err := addLine(rate, n, r, c, i); err != nil {
-				return err
-			}
-		}
-		if len(s) > 0 {
-			if err := addLine(size, n, s, c, i); err != nil {
-				return err
-			}
-		}
+		g.plots = append(g.plots, []*plot.Plot{rate, size})
+		g.legends = append(g.legends, legend)
 	}
-	const w, h = 9 * vg.Inch, 10 * vg.Inch
-	var canvas vg.CanvasWriterTo
-	var dc draw.Canvas
-	if strings.HasSuffix(out, ".png") { // for a quick look; the docs use SVG
-		c := vgimg.New(w, h)
-		canvas, dc = vgimg.PngCanvas{Canvas: c}, draw.New(c)
-	} else {
-		c := vgsvg.New(w, h)
-		canvas, dc = c, draw.New(c)
-	}
-	tiles := draw.Tiles{Rows: 2, Cols: 1, PadY: vg.Centimeter}
-	plots := [][]*plot.Plot{{rate}, {size}}
-	canvases := plot.Align(plots, tiles, dc)
-	rate.Draw(canvases[0][0])
-	size.Draw(canvases[1][0])
-	o, err := os.Create(out)
-	if err != nil {
-		return err
-	}
-	if _, err := canvas.WriteTo(o); err != nil {
-		o.Close()
-		return err
-	}
-	return o.Close()
+	g.shareAxes()
+	return g.save(out)
 }
 
 // runCompact draws the compact sets' bytes a key against their count, on
-// a logarithmic axis, one line per series.
+// a logarithmic axis: one small chart a kind of set (the window's one set,
+// memstore's 64), shared axes, each row's legend beside it.
 func runCompact(in, out string) error {
 	series, names, err := load(in)
 	if err != nil {
 		return err
 	}
-	p := plot.New()
-	p.Title.Text = "compact in-memory dedup: bytes a key as the set fills (Set.Bytes)"
-	p.X.Label.Text = "keys (millions, logarithmic)"
-	p.Y.Label.Text = "B/key"
+	var kinds []string
+	byKind := map[string][]string{}
+	for _, n := range names {
+		kind, _, _ := strings.Cut(n, " ")
+		if len(byKind[kind]) == 0 {
+			kinds = append(kinds, kind)
+		}
+		byKind[kind] = append(byKind[kind], n)
+	}
 	var ticks []plot.Tick
 	for _, v := range []float64{0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100} {
 		ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'g', -1, 64)})
 	}
-	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.ConstantTicks(ticks)
-	p.Y.Min = 16 // room for the legend under the curves
-	p.Legend.Top, p.Legend.Left = false, false
-	for i, n := range names {
-		pts := series[n]
-		sort.Slice(pts, func(a, b int) bool { return pts[a].keys < pts[b].keys })
-		var xy plotter.XYs
-		for _, pt := range pts {
-			if pt.keys > 0 && pt.bpk > 0 {
-				xy = append(xy, plotter.XY{X: pt.keys / 1e6, Y: pt.bpk})
+	g := &grid{w: 12 * vg.Inch, h: vg.Length(len(kinds)) * 3.6 * vg.Inch, legendW: 3.7 * vg.Inch}
+	for _, kind := range kinds {
+		p := plot.New()
+		p.Title.Text = kind + ": bytes a key as the set fills (Set.Bytes)"
+		p.X.Label.Text = "keys (millions, logarithmic)"
+		p.Y.Label.Text = "B/key"
+		p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.ConstantTicks(ticks)
+		p.X.Min, p.X.Max = 0.1, 0
+		legend := plot.NewLegend()
+		for i, n := range byKind[kind] {
+			pts := series[n]
+			sort.Slice(pts, func(a, b int) bool { return pts[a].keys < pts[b].keys })
+			var xy plotter.XYs
+			for _, pt := range pts {
+				if pt.keys > 0 && pt.bpk > 0 {
+					xy = append(xy, plotter.XY{X: pt.keys / 1e6, Y: pt.bpk})
+					p.X.Max = max(p.X.Max, pt.keys/1e6)
+				}
 			}
+			l, err := plotter.NewLine(xy)
+			if err != nil {
+				return err
+			}
+			l.Color = okabeIto[i%len(okabeIto)]
+			l.Width = vg.Points(1.5)
+			if strings.Contains(n, "one phase") || strings.Contains(n, "without") {
+				l.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
+			}
+			p.Add(l)
+			legend.Add(strings.TrimPrefix(n, kind+" "), l)
 		}
-		l, err := plotter.NewLine(xy)
+		goal, err := plotter.NewLine(plotter.XYs{{X: 0.1, Y: 24}, {X: p.X.Max, Y: 24}})
 		if err != nil {
 			return err
 		}
-		l.Color = palette[i%len(palette)]
-		if strings.Contains(n, "one phase") {
-			l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-		}
-		p.Add(l)
-		p.Legend.Add(n, l)
+		goal.Color, goal.Dashes = color.Gray{Y: 0x80}, []vg.Length{vg.Points(1), vg.Points(3)}
+		p.Add(goal)
+		legend.Add("24 B/key (issue 16's goal)", goal)
+		p.Y.Min = min(p.Y.Min, 20)
+		g.plots = append(g.plots, []*plot.Plot{p})
+		g.legends = append(g.legends, legend)
 	}
-	goal, err := plotter.NewLine(plotter.XYs{{X: 0.1, Y: 24}, {X: 100, Y: 24}})
-	if err != nil {
-		return err
-	}
-	goal.Color, goal.Dashes = color.Gray{Y: 0x80}, []vg.Length{vg.Points(1), vg.Points(3)}
-	p.Add(goal)
-	p.Legend.Add("24 B/key (issue 16's goal)", goal)
-	p.X.Max = 0
-	for _, pts := range series {
-		for _, pt := range pts {
-			p.X.Max = max(p.X.Max, pt.keys/1e6)
-		}
-	}
-	return p.Save(9*vg.Inch, 6*vg.Inch, out)
+	g.shareAxes()
+	return g.save(out)
 }
 
 // load reads the curve rows of the CSV at in and returns them by series,
@@ -208,35 +226,70 @@ func newPlot(title, y string) *plot.Plot {
 	p.X.Label.Text = "keys in the table (millions)"
 	p.Y.Label.Text = y
 	p.X.Min, p.Y.Min = 0, 0
-	p.Legend.Top, p.Legend.Left = true, true
 	return p
 }
 
-var palette = []color.Color{
-	color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
-	color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
-	color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
-	color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
-	color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
-	color.RGBA{R: 0x8c, G: 0x56, B: 0x4b, A: 0xff},
-	color.RGBA{R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff},
-	color.RGBA{R: 0xbc, G: 0xbd, B: 0x22, A: 0xff},
-	color.RGBA{R: 0x17, G: 0xbe, B: 0xcf, A: 0xff},
+// layoutStyle is a layout's colour and glyph, the same in every engine's
+// row: UUIDv7 keys blue, UUIDv4 vermillion (a larger page cache dotted in
+// the same colour), the rows layout bluish green, packing reddish purple,
+// a bare table black.
+func layoutStyle(layout string) (color.Color, int) {
+	switch {
+	case strings.HasPrefix(layout, "bare"):
+		return okabeIto[6], 3
+	case strings.Contains(layout, "rows"):
+		return okabeIto[2], 2
+	case strings.Contains(layout, "packed"):
+		return okabeIto[3], 4
+	case strings.HasPrefix(layout, "v4"):
+		return okabeIto[1], 1
+	}
+	return okabeIto[0], 0
 }
 
-func addLine(p *plot.Plot, name string, xy plotter.XYs, c color.Color, i int) error {
+// layoutLabel spells a layout out for the legend: "v4-cache256M" is
+// "UUIDv4 keys, 256M page cache".
+func layoutLabel(layout string) string {
+	switch layout {
+	case "bare-uuid":
+		return "bare table, uuid key"
+	case "bare-binary16":
+		return "bare table, BINARY(16) key"
+	}
+	v, variant, _ := strings.Cut(layout, "-")
+	label := "UUID" + v + " keys"
+	switch {
+	case variant == "rows":
+		label += ", rows layout"
+	case variant == "packed":
+		label += ", packed"
+	case strings.HasPrefix(variant, "cache"):
+		label += ", " + strings.TrimPrefix(variant, "cache") + " page cache"
+	case variant != "":
+		label += ", " + variant
+	}
+	return label
+}
+
+// addLine adds a line with points to p in colour c and the i'th glyph,
+// dashed for a baseline (a bare table, the rows layout) and dotted for a
+// variant with a larger page cache, and returns its legend thumbnails.
+func addLine(p *plot.Plot, xy plotter.XYs, c color.Color, i int, name string) ([]plot.Thumbnailer, error) {
 	l, pts, err := plotter.NewLinePoints(xy)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	l.Color, pts.Color = c, c
-	pts.Shape = draw.GlyphDrawer(shapes[i%len(shapes)])
-	if strings.Contains(name, "rows") || strings.Contains(name, "bare") {
-		l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+	l.Width = vg.Points(1.5)
+	pts.Shape = shapes[i%len(shapes)]
+	switch {
+	case strings.Contains(name, "rows") || strings.Contains(name, "bare"):
+		l.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
+	case strings.Contains(name, "cache"):
+		l.Dashes = []vg.Length{vg.Points(1.5), vg.Points(2.5)}
 	}
 	p.Add(l, pts)
-	p.Legend.Add(name, l, pts)
-	return nil
+	return []plot.Thumbnailer{l, pts}, nil
 }
 
 var shapes = []draw.GlyphDrawer{draw.CircleGlyph{}, draw.SquareGlyph{}, draw.TriangleGlyph{}, draw.CrossGlyph{}, draw.PlusGlyph{}, draw.RingGlyph{}, draw.BoxGlyph{}}

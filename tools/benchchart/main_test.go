@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,8 +23,10 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(b), "<svg") || !strings.Contains(string(b), "sqlite v4") {
-		t.Fatalf("not the chart: %.200s", b)
+	for _, want := range []string{"<svg", "SQLite: msg/s", "PostgreSQL: bytes a key", "UUIDv4 keys", "bare table, uuid key"} {
+		if !strings.Contains(string(b), want) {
+			t.Fatalf("the chart has no %q: %.200s", want, b)
+		}
 	}
 	if err := run(filepath.Join(dir, "missing.csv"), out); err == nil {
 		t.Fatal("missing input accepted")
@@ -45,7 +48,7 @@ func TestRunCompact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(b), "<svg") || !strings.Contains(string(b), "window one set") {
+	if !strings.Contains(string(b), "<svg") || !strings.Contains(string(b), "window: bytes a key") || !strings.Contains(string(b), "one set") {
 		t.Fatalf("not the chart: %.200s", b)
 	}
 	if err := os.WriteFile(in, []byte("engine,layout,keys,msgs_per_s,buckets,bytes_per_key\n"), 0o644); err != nil {
@@ -53,5 +56,23 @@ func TestRunCompact(t *testing.T) {
 	}
 	if err := runCompact(in, out); err == nil {
 		t.Fatal("a CSV without rows accepted")
+	}
+}
+
+// Every layout the scale curve writes has a colour and glyph of its own, so
+// no two series in a row look alike.
+func TestLayoutStyles(t *testing.T) {
+	seen := map[string]string{}
+	for _, l := range []string{"v4", "v7", "v7-rows", "v4-packed", "bare-uuid", "bare-binary16"} {
+		c, g := layoutStyle(l)
+		r, gr, bl, _ := c.RGBA()
+		k := fmt.Sprint(r, gr, bl, g)
+		if other, ok := seen[k]; ok && !strings.HasPrefix(l, "bare") || ok && !strings.HasPrefix(other, "bare") {
+			t.Errorf("%s and %s share a colour and glyph", l, other)
+		}
+		seen[k] = l
+	}
+	if layoutLabel("v4-cache256M") != "UUIDv4 keys, 256M page cache" || layoutLabel("v7-rows") != "UUIDv7 keys, rows layout" {
+		t.Errorf("labels: %q %q", layoutLabel("v4-cache256M"), layoutLabel("v7-rows"))
 	}
 }

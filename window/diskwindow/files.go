@@ -22,6 +22,7 @@ import (
 //	                    fingerprint bits uint32, the 16-byte key, CRC-32C
 //	gen-<seq>.edf       a sealed generation (gen.go)
 //	gen-<seq>.log       the open generation's journal, the highest seq
+//	LOCK                empty; an open Set holds an advisory lock on it
 //
 // Journal: magic "IDEMDWL1", seq uint64, CRC-32C of those 16 bytes
 // uint32, 0 uint32; then records, each the new ids of one call:

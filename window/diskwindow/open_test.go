@@ -2,7 +2,9 @@ package diskwindow
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
@@ -37,5 +39,30 @@ func TestOpenReplay(t *testing.T) {
 		if !d {
 			t.Fatalf("id %d forgotten by the replay", i)
 		}
+	}
+}
+
+// TestOpenLocked: a directory open in one Set is refused to a second, with
+// ErrLocked and a message that says what to do, until the first closes.
+// (A process killed with the directory open releases it: TestKill9 reopens
+// after SIGKILL.)
+func TestOpenLocked(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := mustOpen(t, dir, time.Hour)
+	if _, err := s.Add(context.Background(), "", "order-1", t0); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(dir, time.Hour)
+	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "directory of its own") {
+		t.Fatalf("second Open: %v, want ErrLocked saying what to do", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = mustOpen(t, dir, time.Hour)
+	defer s.Close()
+	if dup, err := s.Add(context.Background(), "", "order-1", t0); err != nil || !dup {
+		t.Fatalf("after reopening: dup %v, %v", dup, err)
 	}
 }

@@ -24,6 +24,11 @@ var (
 	ErrTooLong = errors.New("diskwindow: scope and id are too long")
 	// ErrCorrupt is wrapped by every *CorruptError.
 	ErrCorrupt = errors.New("diskwindow: corrupt file")
+	// ErrLocked is returned by Open when another Set, in this process or
+	// another, has the directory open (on Linux, macOS and the BSDs, by an
+	// advisory lock on the directory's LOCK file, released when the Set
+	// closes or its process dies).
+	ErrLocked = errors.New("diskwindow: directory in use")
 )
 
 // MaxKeyLen is the longest scope plus id, in bytes, a Set records.
@@ -110,9 +115,10 @@ type Set struct {
 	openSeq    uint64
 	log        *os.File
 	logBytes   int64
-	pending    []byte // journal records not yet written
-	pendingSeq uint64 // commits appended to pending, ever
-	gens       []*gen // oldest first
+	pending    []byte   // journal records not yet written
+	pendingSeq uint64   // commits appended to pending, ever
+	gens       []*gen   // oldest first
+	lock       *os.File // dir's LOCK file, locked while the Set is open
 }
 
 // Open opens the set in dir, creating dir and a new set if it holds
@@ -132,6 +138,14 @@ func Open(dir string, horizon time.Duration, opts ...Option) (*Set, error) {
 		return nil, err
 	}
 	s := &Set{dir: dir, w: int64(horizon), span: max(int64(horizon)/int64(c.gens), 1), maxOpen: c.maxOpen}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("diskwindow: %w", err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	s.lock = lock
 	if err := s.load(c); err != nil {
 		s.closeFiles()
 		return nil, err
@@ -175,6 +189,79 @@ func (s *Set) Add(ctx context.Context, scope, id string, now time.Time) (dup boo
 // (ErrTooLong for any id, a corrupt file, a failed write) the answers are
 // not returned; ids of the batch may have been recorded.
 func (s *Set) AddBatch(ctx context.Context, scope string, ids []string, now time.Time, dups []bool) ([]bool, error) {
+	fps, err := s.begin(ctx, scope, ids, now)
+	if err != nil {
+		return nil, err
+	}
+	if s.sealDue() {
+		// Seal before recording: a generation spans less than
+		// horizon/k of first accepts, so no id outlives horizon + horizon/k.
+		s.mu.Unlock()
+		if err := s.sealIf(false); err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		if err := s.usable(); err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
+		s.advance(now.UnixNano())
+	}
+	base := len(dups)
+	dups, err = s.answer(fps, dups, true)
+	target := s.pendingSeq
+	due := s.sealDue()
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.commit(target); err != nil {
+		return nil, err
+	}
+	if due {
+		if err := s.sealIf(false); err != nil {
+			return nil, err
+		}
+	}
+	return dups[:base+len(ids)], nil
+}
+
+// SeenBatch reports, for each of ids in scope, whether it was first
+// accepted less than the horizon ago, without recording anything: one
+// answer per id appended to dups (an id repeated within ids is answered
+// the same each time). With AddBatch it records an id only once the work
+// it stands for is done: ask SeenBatch, do the work for the new ids, then
+// AddBatch them before acknowledging. A consumer that records first and
+// fails in between would skip the message on redelivery; one that records
+// after has only the window between its work and AddBatch in which a
+// redelivery repeats the work (its effect must absorb that, as any
+// at-least-once effect does).
+//
+// Like Add, a duplicate is answered only once the id it matched is on
+// disk: SeenBatch waits for a group commit in flight that holds it.
+func (s *Set) SeenBatch(ctx context.Context, scope string, ids []string, now time.Time, dups []bool) ([]bool, error) {
+	fps, err := s.begin(ctx, scope, ids, now)
+	if err != nil {
+		return nil, err
+	}
+	base := len(dups)
+	dups, err = s.answer(fps, dups, false)
+	target := s.pendingSeq
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if slices.Contains(dups[base:], true) {
+		if err := s.commit(target); err != nil {
+			return nil, err
+		}
+	}
+	return dups[:base+len(ids)], nil
+}
+
+// begin checks ids, fingerprints them in scope, and returns holding mu
+// with the clock advanced to now, unless it returns an error.
+func (s *Set) begin(ctx context.Context, scope string, ids []string, now time.Time) ([]compact.FP, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -194,42 +281,12 @@ func (s *Set) AddBatch(ctx context.Context, scope string, ids []string, now time
 		return nil, err
 	}
 	s.advance(now.UnixNano())
-	if s.sealDue() {
-		// Seal before recording: a generation spans less than
-		// horizon/k of first accepts, so no id outlives horizon + horizon/k.
-		s.mu.Unlock()
-		if err := s.sealIf(false); err != nil {
-			return nil, err
-		}
-		s.mu.Lock()
-		if err := s.usable(); err != nil {
-			s.mu.Unlock()
-			return nil, err
-		}
-		s.advance(now.UnixNano())
-	}
-	base := len(dups)
-	dups, err := s.answer(fps, dups)
-	target := s.pendingSeq
-	due := s.sealDue()
-	s.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
-	if err := s.commit(target); err != nil {
-		return nil, err
-	}
-	if due {
-		if err := s.sealIf(false); err != nil {
-			return nil, err
-		}
-	}
-	return dups[:base+len(ids)], nil
+	return fps, nil
 }
 
-// answer answers fps in order, under mu, appending new ids to the open
-// generation and their record to pending.
-func (s *Set) answer(fps []compact.FP, dups []bool) ([]bool, error) {
+// answer answers fps in order, under mu, and with record appends new ids
+// to the open generation and their record to pending.
+func (s *Set) answer(fps []compact.FP, dups []bool, record bool) ([]bool, error) {
 	base := len(dups)
 	var cand []int // ids absent from the open generation
 	for i, fp := range fps {
@@ -256,6 +313,9 @@ func (s *Set) answer(fps []compact.FP, dups []bool) ([]bool, error) {
 	})
 	if err := s.probeSealed(cand, vals, dups[base:]); err != nil {
 		return nil, err
+	}
+	if !record {
+		return dups, nil
 	}
 	for j := 1; j < len(cand); j++ {
 		if vals[cand[j]] == vals[cand[j-1]] {
@@ -552,5 +612,9 @@ func (s *Set) closeFiles() error {
 		g.close()
 	}
 	s.gens = nil
+	if s.lock != nil {
+		err = errors.Join(err, s.lock.Close()) // releases the lock
+		s.lock = nil
+	}
 	return err
 }

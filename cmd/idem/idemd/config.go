@@ -12,6 +12,7 @@ import (
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/internal/routeconfig"
 )
 
 // errConfig is wrapped by every error in a --config file; each names the
@@ -232,130 +233,43 @@ func parseRoute(name string, i int, n ast.Node) (route, error) {
 			}
 		}
 	}
-	if rf.Key != nil {
-		switch *rf.Key {
-		case "required", "optional":
-			req := *rf.Key == "required"
-			r.required = &req
-		default:
-			bad("key", "%q: want required or optional", *rf.Key)
-		}
-	}
-	if rf.TTL != nil {
-		if r.ttl = time.Duration(*rf.TTL); r.ttl <= 0 {
-			bad("ttl", "%v must be positive", r.ttl)
-		}
-	}
-	if rf.Lease != nil {
-		if r.lease = time.Duration(*rf.Lease); r.lease <= 0 {
-			bad("lease", "%v must be positive", r.lease)
-		}
-	}
-	if rf.Methods != nil && len(rf.Methods) == 0 {
-		bad("methods", "empty list (omit it for the default, or use pass-through: true)")
-	}
-	for _, m := range rf.Methods {
-		m = strings.ToUpper(strings.TrimSpace(m))
-		switch {
-		case m == "" || strings.ContainsAny(m, " \t,/"):
-			bad("methods", "%q is not a method", m)
-		case r.patMethod != "" && m != r.patMethod && !(r.patMethod == http.MethodGet && m == http.MethodHead):
-			bad("methods", "%s never reaches a route whose pattern is for %s only", m, r.patMethod)
-		}
-		r.methods = append(r.methods, m)
-	}
-	if r.methods == nil && r.patMethod != "" && !r.passThrough {
-		r.methods = []string{r.patMethod} // the pattern's method is the one keyed
-	}
-	for _, h := range rf.FingerprintHeaders {
-		if h = strings.TrimSpace(h); h == "" || strings.ContainsAny(h, " \t:") {
-			bad("fingerprint-headers", "%q is not a header name", h)
-		}
-		r.fpHeaders = append(r.fpHeaders, strings.TrimSpace(h))
+	// The rules of each field are routeconfig's, shared with the Caddy
+	// module; only the pattern's and pass-through's are idem serve's own.
+	rc := routeconfig.Route{
+		Key: rf.Key, TTL: (*time.Duration)(rf.TTL), Lease: (*time.Duration)(rf.Lease), Methods: rf.Methods,
+		FingerprintHeaders: rf.FingerprintHeaders, Store4xx: rf.Store4xx, Store5xx: rf.Store5xx,
+		Fingerprint: rf.Fingerprint, FingerprintFields: rf.FingerprintFields, MaxBody: rf.MaxBody, MaxResponse: rf.MaxResponse,
 	}
 	if s := rf.Scope; s != nil {
-		named := 0
-		for _, set := range []bool{s.Header != "", s.Cookie != "", s.Authorization} {
-			if set {
-				named++
-			}
-		}
-		switch {
-		case named > 1:
-			bad("scope", "name one of header, cookie or authorization")
-		case named == 0 && !s.Anonymous:
-			bad("scope", "names no principal (header, cookie, authorization, or anonymous)")
-		case s.Anonymous && s.Header != "":
-			bad("scope", "anonymous contradicts header %s (a request without the header is refused, never anonymous)", s.Header)
-		case strings.ContainsAny(s.Header, " \t:"):
-			bad("scope", "header %q is not a header name", s.Header)
-		case strings.ContainsAny(s.Cookie, " \t;=,\""):
-			bad("scope", "cookie %q is not a cookie name", s.Cookie)
-		}
-		r.scope = s
+		rc.Scope = &routeconfig.Scope{Header: s.Header, Cookie: s.Cookie, Authorization: s.Authorization, Anonymous: s.Anonymous}
 	}
-	r.store5xx = rf.Store5xx
-	r.store4xx = rf.Store4xx
 	if k := rf.KeyFrom; k != nil {
-		var src idemhttp.KeySource
-		named := 0
-		if k.Header != "" {
-			named, src = named+1, idemhttp.KeyFromHeader(k.Header)
+		rc.KeyFrom = &routeconfig.KeyFrom{Header: k.Header, CloudEvents: k.CloudEvents, JSON: k.JSON}
+	}
+	set, problems := routeconfig.Check(rc)
+	for _, p := range problems {
+		if p.Field == "key-from" && strings.HasPrefix(p.Problem, "name one of") {
+			p.Problem = "name one of header, cloudevents: true or json"
 		}
-		if k.CloudEvents {
-			named, src = named+1, idemhttp.KeyFromCloudEvents()
-		}
-		if k.JSON != "" {
-			named, src = named+1, idemhttp.KeyFromJSON(k.JSON)
-		}
-		switch err := src.Validate(); {
-		case named != 1:
-			bad("key-from", "name one of header, cloudevents: true or json")
-		case err != nil:
-			bad("key-from", "%s", strings.TrimPrefix(err.Error(), "idemhttp: "))
-		default:
-			r.keySource = &src
-			if r.required == nil && !r.passThrough {
-				req := true // a webhook route without its key is misconfigured: 400
-				r.required = &req
-			}
+		bad(p.Field, "%s", p.Problem)
+	}
+	r.required, r.ttl, r.lease, r.fpHeaders = set.Required, set.TTL, set.Lease, set.FingerprintHeaders
+	r.store4xx, r.store5xx, r.keySource, r.bodyFP = set.Store4xx, set.Store5xx, set.KeySource, set.BodyFingerprint
+	r.maxBody, r.maxResponse = set.MaxBody, set.MaxResponse
+	if set.Scope != nil {
+		r.scope = rf.Scope
+	}
+	if r.passThrough {
+		r.required = nil // no key: a key-from source implies none
+	}
+	for _, m := range set.Methods {
+		if r.patMethod != "" && m != "" && !strings.ContainsAny(m, " \t,/") && m != r.patMethod && !(r.patMethod == http.MethodGet && m == http.MethodHead) {
+			bad("methods", "%s never reaches a route whose pattern is for %s only", m, r.patMethod)
 		}
 	}
-	if rf.Fingerprint != nil || rf.FingerprintFields != nil {
-		mode := "fields"
-		if rf.Fingerprint != nil {
-			mode = *rf.Fingerprint
-		}
-		var fp idemhttp.BodyFingerprint
-		switch {
-		case mode == "raw" && rf.FingerprintFields == nil:
-			fp = idemhttp.RawBody()
-		case mode == "json" && rf.FingerprintFields == nil:
-			fp = idemhttp.CanonicalJSON()
-		case mode == "fields":
-			fp = idemhttp.JSONFields(rf.FingerprintFields...)
-		case mode == "raw" || mode == "json":
-			bad("fingerprint-fields", "contradicts fingerprint: %s (fingerprint-fields selects fields: fingerprint: fields)", mode)
-		default:
-			bad("fingerprint", "%q: want raw, json or fields", mode)
-		}
-		if err := fp.Validate(); err != nil {
-			bad("fingerprint-fields", "%s", strings.TrimPrefix(err.Error(), "idemhttp: "))
-		} else {
-			r.bodyFP = &fp
-		}
-	}
-	if rf.MaxBody != nil {
-		if *rf.MaxBody <= 0 {
-			bad("max-body", "%d must be positive", *rf.MaxBody)
-		}
-		r.maxBody = *rf.MaxBody
-	}
-	if rf.MaxResponse != nil {
-		if *rf.MaxResponse <= 0 {
-			bad("max-response", "%d must be positive", *rf.MaxResponse)
-		}
-		r.maxResponse = *rf.MaxResponse
+	r.methods = set.Methods
+	if r.methods == nil && r.patMethod != "" && !r.passThrough {
+		r.methods = []string{r.patMethod} // the pattern's method is the one keyed
 	}
 	return r, errors.Join(errs...)
 }

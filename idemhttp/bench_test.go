@@ -1,0 +1,128 @@
+package idemhttp_test
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"io"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/internal/uuidtext"
+	"github.com/idem-go/idem/keystore/memstore"
+)
+
+// benchBody is a small JSON order, the kind of body an Idempotency-Key
+// guards.
+const benchBody = `{"customer":"c-1042","amount":1299,"currency":"EUR","items":[{"sku":"pen","qty":2}]}`
+
+// benchHandler reads the request and answers 201 with a small JSON body,
+// as an API's create endpoint does.
+var benchHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Location", "/orders/1042")
+	w.WriteHeader(http.StatusCreated)
+	_, _ = io.WriteString(w, `{"id":"o-1042","status":"created"}`)
+})
+
+// nullWriter is the cheapest http.ResponseWriter: the benchmark measures the
+// middleware, not a recorder.
+type nullWriter struct {
+	h      http.Header
+	status int
+}
+
+func (w *nullWriter) Header() http.Header         { return w.h }
+func (w *nullWriter) WriteHeader(code int)        { w.status = code }
+func (w *nullWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+// SetReadDeadline and SetWriteDeadline are what http.ResponseController
+// finds on a server's writer; the real cost of a deadline (a runtime timer
+// on the connection) is in tools/peerbench's numbers.
+func (w *nullWriter) SetReadDeadline(time.Time) error  { return nil }
+func (w *nullWriter) SetWriteDeadline(time.Time) error { return nil }
+
+// cpuTime is the process's CPU time (user and system, every thread, the
+// garbage collector's too): on a loaded machine a truer cost than the wall
+// clock.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// keyGen makes UUIDv4-shaped keys, each new: a random base and a counter.
+// Both sides of a comparison pay for it.
+type keyGen struct {
+	u [16]byte
+	n uint64
+}
+
+func newKeyGen() *keyGen {
+	g := &keyGen{}
+	_, _ = rand.Read(g.u[:])
+	return g
+}
+
+func (g *keyGen) next() string {
+	g.n++
+	binary.BigEndian.PutUint64(g.u[8:], g.n)
+	g.u[6] = g.u[6]&0x0f | 0x40
+	return uuidtext.Format(g.u)
+}
+
+// BenchmarkMiddleware is idemhttp on memstore beside the bare handler, in
+// one run: bare is the handler alone, new a fresh UUIDv4 key every request
+// (Reserve, the handler, Complete), replay a completed key (Reserve
+// answers Done, the stored response is written). The difference between
+// idemhttp/* and bare is the middleware's own cost (docs/benchmarks.md,
+// Peers).
+func BenchmarkMiddleware(b *testing.B) {
+	ms, err := memstore.New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ms.Close()
+	m, err := idemhttp.New(ms)
+	if err != nil {
+		b.Fatal(err)
+	}
+	idem := m.Handler(benchHandler)
+	serve := func(b *testing.B, h http.Handler, key func() string) {
+		b.ReportAllocs()
+		w := &nullWriter{h: http.Header{}}
+		body := strings.NewReader(benchBody)
+		r, err := http.NewRequest(http.MethodPost, "http://api.example/orders", body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.Header.Set("Authorization", "Bearer bench-client")
+		r.Header.Set("Content-Type", "application/json")
+		cpu := cpuTime()
+		n := 0
+		for b.Loop() {
+			n++
+			clear(w.h)
+			w.status = 0
+			body.Reset(benchBody)
+			r.Body, r.ContentLength = io.NopCloser(body), int64(len(benchBody))
+			r.Header[idemhttp.HeaderKey] = []string{key()}
+			h.ServeHTTP(w, r)
+			if w.status != http.StatusCreated {
+				b.Fatalf("status %d", w.status)
+			}
+		}
+		b.ReportMetric(float64(cpuTime()-cpu)/float64(n), "cpu-ns/op")
+	}
+	gen := newKeyGen()
+	b.Run("bare", func(b *testing.B) { serve(b, benchHandler, gen.next) })
+	b.Run("new", func(b *testing.B) { serve(b, idem, gen.next) })
+	replay := gen.next()
+	b.Run("replay", func(b *testing.B) {
+		serve(b, idem, func() string { return replay })
+	})
+}

@@ -1,0 +1,125 @@
+package redisstore_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/keystore"
+	"github.com/idem-go/idem/keystore/redisstore"
+)
+
+// waitFor polls cond until it holds, failing after a minute.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// countReserves counts a store's Reserves and forwards its Notifier.
+type countReserves struct {
+	*redisstore.Store
+	n atomic.Int64
+}
+
+func (c *countReserves) Reserve(ctx context.Context, key string, fp []byte, lease time.Duration) (keystore.Claim, error) {
+	c.n.Add(1)
+	return c.Store.Reserve(ctx, key, fp, lease)
+}
+
+func (c *countReserves) Unwrap() keystore.Store { return c.Store }
+
+// numSub is the number of subscribers of channel ch on rdb's server.
+func numSub(t *testing.T, rdb *redis.Client, ch string) int64 {
+	n, err := rdb.PubSubNumSub(context.Background(), ch).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n[ch]
+}
+
+// TestNotifyResubscribes: a waiter whose subscription connection is
+// killed is subscribed again (go-redis reconnects) and woken by the
+// Complete that follows, long before its poll; once it returns, the store
+// holds no subscription.
+func TestNotifyResubscribes(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	rdb := serverClient(t, srv)
+	s := &countReserves{Store: newStore(t, rdb)}
+	ctx := context.Background()
+	holder, err := s.Store.Reserve(ctx, "k", nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		c   keystore.Claim
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		c, err := keystore.Await(ctx, s, "k", nil, time.Hour, keystore.Wait{Min: time.Hour, Max: time.Hour})
+		done <- answer{c, err}
+	}()
+	ch := s.RedisKey("k")
+	waitFor(t, "the subscription", func() bool { return numSub(t, rdb, ch) == 1 && s.n.Load() >= 2 })
+	if err := rdb.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The reconnection wakes the waiter (messages may have been lost), which
+	// reserves once more and sleeps again.
+	waitFor(t, "the subscription again", func() bool { return numSub(t, rdb, ch) == 1 && s.n.Load() >= 3 })
+	start := time.Now()
+	if err := s.Store.Complete(ctx, holder, []byte("r"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	a := <-done
+	if a.err != nil || a.c.State != keystore.Done || string(a.c.Result) != "r" {
+		t.Fatalf("Await: %v %q %v", a.c.State, a.c.Result, a.err)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Fatalf("answered %v after Complete: not woken by the notification", took)
+	}
+	waitFor(t, "the subscription closed", func() bool { return redisstore.Subscriptions(s.Store) == 0 })
+}
+
+// TestNotifyMissedPolls: a change that publishes nothing (the key deleted
+// behind the store's back) is found by the poll.
+func TestNotifyMissedPolls(t *testing.T) {
+	rdb := client(t)
+	s := &countReserves{Store: newStore(t, rdb)}
+	ctx := context.Background()
+	if _, err := s.Store.Reserve(ctx, "k", nil, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		waitFor(t, "a poll", func() bool { return s.n.Load() >= 3 })
+		rdb.Del(ctx, s.RedisKey("k"))
+	}()
+	c, err := keystore.Await(ctx, s, "k", nil, time.Hour, keystore.Wait{Min: time.Millisecond, Max: 20 * time.Millisecond, Timeout: time.Minute})
+	if err != nil || c.State != keystore.Acquired {
+		t.Fatalf("Await: %v %v, want acquired", c.State, err)
+	}
+	waitFor(t, "the subscription closed", func() bool { return redisstore.Subscriptions(s.Store) == 0 })
+}
+
+// TestNotifyRedisDown: with the server gone, Notify fails within its
+// ctx, and Await polls (and reports the store's error).
+func TestNotifyRedisDown(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	rdb := serverClient(t, srv)
+	s := newStore(t, rdb)
+	srv.Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, _, err := s.Notify(ctx, "k"); err == nil {
+		t.Fatal("Notify with the server down: nil error")
+	}
+	waitFor(t, "the subscription closed", func() bool { return redisstore.Subscriptions(s) == 0 })
+}

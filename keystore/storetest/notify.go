@@ -1,0 +1,152 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/keystore"
+)
+
+// notifyPoll is the poll interval of the waits in the notification tests:
+// far longer than the tests' bound, so that a waiter answered within the
+// bound was woken by the store's notification, not by a poll.
+const notifyPoll = 2 * time.Minute
+
+// notifyBound is how long after the holder's Complete or Release a woken
+// waiter must have its answer: generous, for a loaded machine, and far
+// below notifyPoll.
+const notifyBound = 20 * time.Second
+
+// counted forwards to a Store and its Notifier and counts Reserves, so
+// that a test can tell when its waiters are asleep.
+type counted struct {
+	keystore.Store
+	reserves atomic.Int64
+}
+
+func (c *counted) Reserve(ctx context.Context, key string, fp []byte, lease time.Duration) (keystore.Claim, error) {
+	c.reserves.Add(1)
+	return c.Store.Reserve(ctx, key, fp, lease)
+}
+
+func (c *counted) Notify(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	return keystore.Notify(ctx, c.Store, key)
+}
+
+func (c *counted) Unwrap() keystore.Store { return c.Store }
+
+// testNotify checks a [keystore.Notifier]: waiters of several keys, in
+// the default scope and in a named one, asleep for a poll interval far
+// longer than the test, are all answered soon after the holder completes
+// each key; on a released key one waiter takes it over, and the others
+// are answered when it completes. A store without Notifier is reported
+// with t.Log (its waiters poll).
+func testNotify(t *testing.T, s keystore.Store, _ config) {
+	if !keystore.CanNotify(s) {
+		t.Logf("%T does not implement keystore.Notifier: its waiters poll", s)
+		return
+	}
+	ctx := testCtx(t)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, _, err := keystore.Notify(cctx, s, newKey("notify")); err == nil {
+		t.Fatal("Notify with a cancelled ctx: nil error")
+	}
+	views := []keystore.Store{s}
+	if _, ok := s.(keystore.Scoper); ok {
+		v, err := keystore.Scope(s, "notify-scope")
+		noErr(t, "Scope", err)
+		views = append(views, v)
+	}
+	for i, v := range views {
+		for _, release := range []bool{false, true} {
+			t.Run(fmt.Sprintf("view%d/release=%v", i, release), func(t *testing.T) {
+				wakeWaiters(t, v, release)
+			})
+		}
+	}
+}
+
+// wakeWaiters runs 3 keys × 4 waiters on s (see testNotify).
+func wakeWaiters(t *testing.T, s keystore.Store, release bool) {
+	const keys, waiters = 3, 4
+	ctx := testCtx(t)
+	cs := &counted{Store: s}
+	w := keystore.Wait{Min: notifyPoll, Max: notifyPoll, Timeout: 2 * notifyPoll}
+	type answer struct {
+		c   keystore.Claim
+		err error
+		at  time.Time
+	}
+	holders := make([]keystore.Claim, keys)
+	answers := make([][]answer, keys)
+	var wg sync.WaitGroup
+	for k := range keys {
+		key := newKey("notify")
+		holders[k] = reserve(t, s, key, nil, long)
+		wantState(t, holders[k], keystore.Acquired)
+		answers[k] = make([]answer, waiters)
+		for i := range waiters {
+			wg.Go(func() {
+				c, err := keystore.Await(ctx, cs, key, nil, long, w)
+				answers[k][i] = answer{c, err, time.Now()}
+				if err == nil && c.State == keystore.Acquired {
+					// The taker completes, which answers the others.
+					err = cs.Complete(ctx, c, []byte("taken"), long)
+					if err != nil {
+						t.Errorf("Complete by the waiter that took %q over: %v", key, err)
+					}
+				}
+			})
+		}
+	}
+	// Each waiter reserves, subscribes, reserves again and sleeps: wait
+	// until all have reserved twice, so that the holders' calls below
+	// find them asleep (or about to be, subscribed).
+	waitFor(t, "waiters asleep", func() bool { return cs.reserves.Load() >= keys*waiters*2 })
+	start := time.Now()
+	for _, h := range holders {
+		if release {
+			noErr(t, "Release", s.Release(ctx, h))
+		} else {
+			noErr(t, "Complete", s.Complete(ctx, h, []byte("first"), long))
+		}
+	}
+	wg.Wait()
+	for k, as := range answers {
+		taken := 0
+		for _, a := range as {
+			noErr(t, "Await", a.err)
+			if took := a.at.Sub(start); took > notifyBound {
+				t.Fatalf("waiter answered %v after the holder's call, want well within %v (poll %v): not woken by the notification", took, notifyBound, notifyPoll)
+			}
+			switch {
+			case a.c.State == keystore.Acquired && release:
+				taken++
+			case a.c.State == keystore.Done && !release && string(a.c.Result) == "first":
+			case a.c.State == keystore.Done && release && string(a.c.Result) == "taken":
+			default:
+				t.Fatalf("key %d: waiter got %v %q (release=%v)", k, a.c.State, a.c.Result, release)
+			}
+		}
+		if release && taken != 1 {
+			t.Fatalf("key %d: %d waiters took the released key over, want 1", k, taken)
+		}
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after a minute.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
