@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/sqldialect"
+	"github.com/idem-go/idem/inbox/internal/engine"
 )
 
 // Message is one delivery for [Inbox.ProcessBatch] and
@@ -46,13 +46,9 @@ type BatchHandler func(ctx context.Context, tx *sql.Tx, m Message) error
 // fresh after it returns.
 type SetHandler func(ctx context.Context, tx *sql.Tx, fresh []Message) error
 
-// maxRowsPerInsert bounds one multi-row insert (3 parameters a row, well
-// under every dialect's limit on bind parameters).
-const maxRowsPerInsert = 500
-
 // errSlowPath asks ProcessBatch to redo the batch with a savepoint per
 // message.
-var errSlowPath = errors.New("inbox: batch needs the per-message path")
+var errSlowPath = engine.ErrSlowPath
 
 // ProcessBatch processes msgs in one transaction, so that one commit (one
 // fsync) is paid for the whole batch. Each message is applied at most once,
@@ -193,7 +189,7 @@ func (in *Inbox) runBatch(ctx context.Context, msgs []Message, set SetHandler, f
 		}
 		return err
 	})
-	in.stmts.prepareMissed(ctx)
+	in.h.Stmts.PrepareMissed(ctx)
 	if in.cfg.hooks != nil {
 		d := time.Since(start)
 		in.cfg.hooks.Batch(in.consumer, len(msgs), d)
@@ -295,64 +291,14 @@ func (in *Inbox) batchFast(ctx context.Context, msgs []Message, set SetHandler, 
 }
 
 // insertMany inserts the keys of msgs[idx...] and returns the set actually
-// inserted. On MySQL, which has no RETURNING, it returns errSlowPath unless
-// every key was new.
+// inserted. On MySQL's rows layout, which has no RETURNING, it returns
+// errSlowPath unless every key was new.
 func (in *Inbox) insertMany(ctx context.Context, tx *sql.Tx, msgs []Message, idx []int) (map[string]bool, error) {
-	if b := in.bl.Load(); b != nil {
-		return in.bucketInsert(ctx, tx, b, msgs, idx)
+	em := make([]engine.Message, len(msgs))
+	for _, i := range idx {
+		em[i] = engine.Message{Key: msgs[i].Key, Fingerprint: msgs[i].Fingerprint}
 	}
-	inserted := make(map[string]bool, len(idx))
-	for lo := 0; lo < len(idx); lo += maxRowsPerInsert {
-		chunk := idx[lo:min(lo+maxRowsPerInsert, len(idx))]
-		args := make([]any, 0, 3*len(chunk))
-		for _, i := range chunk {
-			args = append(args, in.consumer, msgs[i].Key, nullBytes(msgs[i].Fingerprint))
-		}
-		q := multiInsert(in.dialect, in.cfg.table, len(chunk))
-		if in.dialect == sqldialect.MySQL {
-			// A plain multi-row INSERT: it inserts every row or, when a key
-			// is recorded, fails whole with 1062 (never depending on
-			// clientFoundRows, as an affected-row count would).
-			if _, err := in.exec(ctx, tx, q, args...); err != nil {
-				if in.dialect.IsUniqueViolation(err) {
-					return nil, errSlowPath
-				}
-				if isFrozen(in.dialect, err) {
-					in.isReady.Store(false)
-					return nil, fmt.Errorf("%w: %w", errLayoutChanged, err)
-				}
-				return nil, fmt.Errorf("inbox: record keys: %w", err)
-			}
-			for _, i := range chunk {
-				inserted[msgs[i].Key] = true
-			}
-			continue
-		}
-		rows, err := in.query(ctx, tx, q, args...)
-		if err != nil {
-			if isFrozen(in.dialect, err) {
-				in.isReady.Store(false)
-				return nil, fmt.Errorf("%w: %w", errLayoutChanged, err)
-			}
-			return nil, fmt.Errorf("inbox: record keys: %w", err)
-		}
-		for rows.Next() {
-			var k string
-			if err := rows.Scan(&k); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("inbox: record keys: %w", err)
-			}
-			inserted[k] = true
-		}
-		if err := rows.Err(); err != nil {
-			if isFrozen(in.dialect, err) {
-				in.isReady.Store(false)
-				return nil, fmt.Errorf("%w: %w", errLayoutChanged, err)
-			}
-			return nil, fmt.Errorf("inbox: record keys: %w", err)
-		}
-	}
-	return inserted, nil
+	return in.engine().Record(ctx, tx, em, idx)
 }
 
 // batchSlowSet is the MySQL path of a set handler without a per-message

@@ -13,7 +13,7 @@ import (
 	"github.com/idem-go/idem/sqldialect"
 )
 
-// Tests of what is MySQL's own in the bucketed layout (bucketmysql.go);
+// Tests of what is MySQL's own in the bucketed layout (package internal/engine/bucketmysql);
 // the layout's shared tests (bucket_test.go) run on MySQL too.
 
 func mysqlBackend(t *testing.T) backend {

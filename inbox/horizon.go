@@ -31,18 +31,18 @@ func (in *Inbox) ready(ctx context.Context) error {
 	if in.isReady.Load() {
 		return nil
 	}
-	b, err := in.verify(ctx)
+	e, b, err := in.verify(ctx)
 	if err != nil {
 		return err
 	}
-	in.bl.Store(b)
+	in.eng.Store(&engineRef{e})
 	if b != nil {
-		if err := in.readTx(ctx, func(tx *sql.Tx) error { return b.syncClock(ctx, tx) }); err != nil {
+		if err := in.readTx(ctx, func(tx *sql.Tx) error { return b.SyncClock(ctx, tx) }); err != nil {
 			return fmt.Errorf("inbox: read the database clock: %w", err)
 		}
 	}
 	if in.cfg.horizon > 0 {
-		if err := in.writeHorizon(ctx, in.q.horizonRaise, in.cfg.horizon); err != nil {
+		if err := in.writeHorizon(ctx, in.h.Horizon.Raise, in.cfg.horizon); err != nil {
 			return err
 		}
 	}
@@ -58,23 +58,13 @@ func (in *Inbox) writeHorizon(ctx context.Context, stmt string, d time.Duration)
 		}
 		defer tx.Rollback()
 		if _, err := tx.ExecContext(ctx, stmt, in.consumer, d.Microseconds()); err != nil {
-			return fmt.Errorf("inbox: record redelivery horizon in %s (apply SchemaSQL or call Migrate): %w", in.q.horizonTable, err)
+			return fmt.Errorf("inbox: record redelivery horizon in %s (apply SchemaSQL or call Migrate): %w", in.h.Horizon.Table, err)
 		}
 		if err := tx.Commit(); err != nil {
 			return fmt.Errorf("inbox: record redelivery horizon: commit: %w", err)
 		}
 		return nil
 	})
-}
-
-// storedHorizon reads the consumer's recorded horizon inside tx; 0 if none
-// is recorded.
-func (in *Inbox) storedHorizon(ctx context.Context, tx *sql.Tx) (time.Duration, error) {
-	var us sql.NullInt64
-	if err := tx.QueryRowContext(ctx, in.q.horizonRead, in.consumer).Scan(&us); err != nil {
-		return 0, fmt.Errorf("inbox: sweep: read the redelivery horizon from %s (apply SchemaSQL or call Migrate): %w", in.q.horizonTable, err)
-	}
-	return time.Duration(us.Int64) * time.Microsecond, nil
 }
 
 // prepare is what every transaction attempt runs first: ready (again, if a
@@ -84,7 +74,12 @@ func (in *Inbox) prepare(ctx context.Context) error {
 	if err := in.ready(ctx); err != nil {
 		return err
 	}
-	return in.ensureBuckets(ctx)
+	return in.engine().Prepare(ctx)
+}
+
+// readTx runs f in a short transaction of its own.
+func (in *Inbox) readTx(ctx context.Context, f func(tx *sql.Tx) error) error {
+	return in.h.ReadTx(ctx, f)
 }
 
 // LowerRedeliveryHorizon sets the consumer's recorded redelivery horizon to
@@ -107,5 +102,5 @@ func (in *Inbox) LowerRedeliveryHorizon(ctx context.Context, d time.Duration) er
 	if err := in.ready(ctx); err != nil {
 		return err
 	}
-	return in.writeHorizon(ctx, in.q.horizonSet, d)
+	return in.writeHorizon(ctx, in.h.Horizon.Set, d)
 }

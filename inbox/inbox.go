@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/inbox/internal/engine"
+	"github.com/idem-go/idem/inbox/internal/engine/bucket"
+	"github.com/idem-go/idem/inbox/internal/engine/rows"
 	"github.com/idem-go/idem/internal/option"
 	"github.com/idem-go/idem/sqldialect"
 )
@@ -23,7 +26,7 @@ import (
 // size), [idem.ErrInvalidOption] (New's options) and
 // [idem.ErrFingerprintMismatch] (the key is recorded with another
 // fingerprint; nothing was applied).
-var ErrHorizon = errors.New("inbox: retention shorter than the redelivery horizon")
+var ErrHorizon = engine.ErrHorizon
 
 // Beginner starts transactions. *sql.DB and *sql.Conn implement it.
 type Beginner interface {
@@ -44,18 +47,24 @@ type Inbox struct {
 	dialect  sqldialect.Dialect
 	consumer string
 	cfg      config
-	q        queries
-	stmts    *stmts
-	// rowsSchema creates the rows layout's tables (the key table and the
-	// horizon table).
-	rowsSchema []string
+	// h is what the storage engines are given (package engine).
+	h *engine.Host
+	// schema is SchemaSQL's; rowsSchema creates the rows layout's tables
+	// (the key table and the horizon table).
+	schema, rowsSchema []string
+	rows               *rows.Engine
 
 	readyMu sync.Mutex  // serialises the first use (see ready)
 	isReady atomic.Bool // Verify passed and the horizon is recorded
-	// bl is the bucketed layout's state once ready found it; nil for the
-	// rows layout.
-	bl atomic.Pointer[buckets]
+	// eng is the engine of the table's layout, once ready found it.
+	eng atomic.Pointer[engineRef]
 }
+
+// engineRef holds an engine.Engine for an atomic.Pointer.
+type engineRef struct{ engine.Engine }
+
+// engine is the table's engine; ready must have passed.
+func (in *Inbox) engine() engine.Engine { return in.eng.Load().Engine }
 
 // New returns an Inbox for consumer on db. The consumer name scopes keys:
 // the same key under two consumers is two keys; it obeys the key rule of
@@ -95,14 +104,28 @@ func New(db Beginner, d sqldialect.Dialect, consumer string, opts ...Option) (*I
 	if cfg.width == 0 {
 		cfg.width = defaultWidth(cfg)
 	}
-	q := buildQueries(d, cfg.table)
-	rowsSchema := q.schema
-	if cfg.layout == LayoutBuckets {
-		// The rows table's statements stay in q (a migrated table is still
-		// read), but a new table gets the meta table instead.
-		q.schema = append(bucketSchema(d, cfg.table, cfg.width), rowsSchema[len(rowsSchema)-1])
+	in := &Inbox{db: db, dialect: d, consumer: consumer, cfg: cfg}
+	in.h = &engine.Host{
+		DB: db, D: d, Consumer: consumer, Table: cfg.table,
+		KeyText: cfg.keyText, FilterBytes: cfg.filterBytes, NoPack: cfg.noPack, Width: cfg.width,
+		Logger: cfg.logger, Stmts: engine.NewStmts(db, d), Horizon: engine.NewHorizon(d, cfg.table),
+		Retry:   in.withRetry,
+		Unready: func() { in.isReady.Store(false) },
+		Swept: func(n int) {
+			if in.cfg.hooks != nil {
+				in.cfg.hooks.Swept(in.consumer, n)
+			}
+		},
 	}
-	return &Inbox{db: db, dialect: d, consumer: consumer, cfg: cfg, q: q, rowsSchema: rowsSchema, stmts: newStmts(db, d)}, nil
+	in.rows = rows.New(in.h)
+	in.rowsSchema = append(rows.Schema(d, cfg.table), in.h.Horizon.Schema)
+	in.schema = in.rowsSchema
+	if cfg.layout == LayoutBuckets {
+		// A new table gets the meta table instead of the rows table.
+		in.schema = []string{in.h.Horizon.Schema}
+		in.schema = append(bucket.Schema(d, cfg.table, cfg.width), in.schema...)
+	}
+	return in, nil
 }
 
 // Consumer returns the consumer name that scopes this Inbox's keys.
@@ -110,7 +133,7 @@ func (in *Inbox) Consumer() string { return in.consumer }
 
 // SchemaSQL returns the statements that create the key table and its index,
 // for migration tools. They are idempotent (IF NOT EXISTS).
-func (in *Inbox) SchemaSQL() []string { return append([]string(nil), in.q.schema...) }
+func (in *Inbox) SchemaSQL() []string { return append([]string(nil), in.schema...) }
 
 // Migrate creates the key table, its index and the horizon table if they do
 // not exist, then runs [Inbox.Verify] (an existing table is not trusted)
@@ -146,7 +169,7 @@ func (in *Inbox) Migrate(ctx context.Context) error {
 	if err := in.ready(ctx); err != nil {
 		return err
 	}
-	if err := in.ensureBuckets(ctx); err != nil {
+	if err := in.engine().Prepare(ctx); err != nil {
 		return err
 	}
 	in.checkReplication(ctx) // replication.go
@@ -160,13 +183,13 @@ func (in *Inbox) createSchema(ctx context.Context) error {
 			return fmt.Errorf("inbox: migrate: %w", err)
 		}
 		defer tx.Rollback()
-		schema := in.q.schema
+		schema := in.schema
 		if in.cfg.layout == LayoutBuckets {
-			rows, err := tableExists(ctx, tx, in.dialect, in.cfg.table)
+			rows, err := engine.TableExists(ctx, tx, in.dialect, in.cfg.table)
 			if err != nil {
 				return fmt.Errorf("inbox: migrate: %w", err)
 			}
-			meta, err := tableExists(ctx, tx, in.dialect, metaTableName(in.cfg.table))
+			meta, err := engine.TableExists(ctx, tx, in.dialect, bucket.MetaName(in.cfg.table))
 			if err != nil {
 				return fmt.Errorf("inbox: migrate: %w", err)
 			}
@@ -174,22 +197,8 @@ func (in *Inbox) createSchema(ctx context.Context) error {
 				schema = in.rowsSchema // an earlier release's table: keep its layout
 			}
 		}
-		return execCommit(ctx, tx, "migrate", schema)
+		return engine.ExecCommit(ctx, tx, "migrate", schema)
 	})
-}
-
-// execCommit runs stmts in tx and commits it; what names the step in
-// errors.
-func execCommit(ctx context.Context, tx *sql.Tx, what string, stmts []string) error {
-	for _, s := range stmts {
-		if _, err := tx.ExecContext(ctx, s); err != nil {
-			return fmt.Errorf("inbox: %s: %w", what, err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("inbox: %s: commit: %w", what, err)
-	}
-	return nil
 }
 
 // Process applies fn at most once for key. It begins a transaction, records
@@ -241,7 +250,7 @@ func (in *Inbox) ProcessMessage(ctx context.Context, m Message, fn Handler) (app
 		applied, err = in.processOnce(ctx, m, fn)
 		return err
 	})
-	in.stmts.prepareMissed(ctx)
+	in.h.Stmts.PrepareMissed(ctx)
 	if in.cfg.hooks != nil {
 		in.cfg.hooks.Processed(in.consumer, applied, err, time.Since(start))
 	}
@@ -298,29 +307,7 @@ func (in *Inbox) processOnce(ctx context.Context, m Message, fn Handler) (bool, 
 
 // insertOne records m's key unless present and reports whether it did.
 func (in *Inbox) insertOne(ctx context.Context, tx *sql.Tx, m Message) (bool, error) {
-	if b := in.bl.Load(); b != nil {
-		got, err := in.bucketInsert(ctx, tx, b, []Message{m}, []int{0})
-		return got[m.Key], err
-	}
-	res, err := in.exec(ctx, tx, in.q.insert, in.consumer, m.Key, nullBytes(m.Fingerprint))
-	if err != nil {
-		if isFrozen(in.dialect, err) {
-			in.isReady.Store(false)
-			return false, fmt.Errorf("%w: %w", errLayoutChanged, err)
-		}
-		if in.dialect == sqldialect.MySQL && in.dialect.IsUniqueViolation(err) {
-			// The key is recorded. MySQL rolled back this statement
-			// only; the transaction goes on. Verify made sure the only
-			// unique index that can fire is (consumer, idem_key).
-			return false, nil
-		}
-		return false, fmt.Errorf("inbox: record key: %w", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("inbox: record key: rows affected: %w", err)
-	}
-	return n == 1, nil
+	return in.engine().RecordOne(ctx, tx, engine.Message{Key: m.Key, Fingerprint: m.Fingerprint})
 }
 
 // checkFingerprint compares m's fingerprint with the recorded one.
@@ -328,17 +315,9 @@ func (in *Inbox) checkFingerprint(ctx context.Context, tx *sql.Tx, m Message) er
 	if len(m.Fingerprint) == 0 {
 		return nil
 	}
-	if b := in.bl.Load(); b != nil {
-		stored, err := in.bucketFingerprint(ctx, tx, b, m)
-		if err != nil {
-			return err
-		}
-		return matchFingerprint(m, stored)
-	}
-	var stored []byte
-	err := tx.QueryRowContext(ctx, in.q.fingerprint, in.consumer, m.Key).Scan(&stored)
+	stored, err := in.engine().Fingerprint(ctx, tx, engine.Message{Key: m.Key, Fingerprint: m.Fingerprint})
 	if err != nil {
-		return fmt.Errorf("inbox: read fingerprint: %w", err)
+		return err
 	}
 	return matchFingerprint(m, stored)
 }
@@ -348,13 +327,6 @@ func matchFingerprint(m Message, stored []byte) error {
 		return nil
 	}
 	return fmt.Errorf("inbox: key %q: %w", m.Key, idem.ErrFingerprintMismatch)
-}
-
-func nullBytes(b []byte) any {
-	if len(b) == 0 {
-		return nil
-	}
-	return b
 }
 
 // withRetry runs f until it succeeds, fails with an error that is not
@@ -381,12 +353,17 @@ func (in *Inbox) retryable(err error) bool {
 	if errors.As(err, &ce) {
 		return rolledBack(in.dialect, ce) // else the commit may have landed
 	}
-	if errors.Is(err, errBucketsChanged) || errors.Is(err, errLayoutChanged) {
+	var ece *engine.CommitError // an engine's own commit (a run's flush)
+	if errors.As(err, &ece) {
+		return rolledBack(in.dialect, &CommitError{Key: ece.Key, Err: ece.Err})
+	}
+	if errors.Is(err, engine.ErrBucketsChanged) || errors.Is(err, engine.ErrLayoutChanged) {
 		return true // nothing committed; rerun on the fresh list or layout
 	}
-	var se *staleError
+	var se *engine.StaleError
 	if errors.As(err, &se) {
-		return in.staleRetry(context.Background())
+		r := in.eng.Load()
+		return r != nil && r.Stale(context.Background())
 	}
 	return in.dialect.Retryable(err)
 }
@@ -414,3 +391,8 @@ func (e *CommitError) Error() string {
 	return fmt.Sprintf("inbox: commit for key %q (outcome unknown, do not ack): %v", e.Key, e.Err)
 }
 func (e *CommitError) Unwrap() error { return e.Err }
+
+// Close releases the statements the Inbox prepared (SQLite and MySQL). It
+// does not close the database. Using the Inbox after Close still works, with
+// statements prepared again.
+func (in *Inbox) Close() error { return in.h.Stmts.Close() }

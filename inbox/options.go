@@ -26,9 +26,9 @@ type config struct {
 	layout     Layout        // for new tables; 0: LayoutBuckets where supported
 	width      time.Duration // bucket width for new tables; 0: derived
 	keyText    bool
-	// filterBytes bounds the lookup filters' memory (filter.go).
+	// filterBytes bounds the lookup filters' memory (internal/engine/bucket/filter.go).
 	filterBytes int64
-	noPack      bool // WithBucketPacking(false) (pack.go)
+	noPack      bool // WithBucketPacking(false) (internal/engine/bucketsql/pack.go)
 	// replication receives what Migrate's replication check found
 	// (replication.go); nil: only logged.
 	replication func(sqldialect.Replication)

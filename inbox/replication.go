@@ -3,11 +3,11 @@ package inbox
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 
+	"github.com/idem-go/idem/inbox/internal/engine"
+	"github.com/idem-go/idem/inbox/internal/engine/bucketmysql"
 	"github.com/idem-go/idem/internal/option"
 	"github.com/idem-go/idem/sqldialect"
 )
@@ -51,41 +51,6 @@ func (in *Inbox) checkReplication(ctx context.Context) {
 	}
 }
 
-// errGaleraBuckets refuses the bucketed layout on a Galera cluster.
-//
-// The bucketed layout catches a key recorded concurrently in another
-// bucket (two deliveries straddling a bucket boundary) with InnoDB gap
-// locks: a locking read of the absent key in the other bucket blocks the
-// other transaction's insert there (bucketmysql.go). Galera certifies the
-// rows a transaction writes, not the ranges it read: row and gap locks are
-// local to a node. Two transactions on two nodes, each reading the other's
-// bucket and inserting into its own, write two different rows (two tables),
-// both certify and both commit: the message is applied twice. The rows
-// layout has one row per key, whose primary key Galera certifies: of two
-// nodes recording the same key, one fails at COMMIT with 1213, is retried,
-// and finds the key.
-var errGaleraBuckets = errors.New("the bucketed layout relies on InnoDB gap locks, which Galera does not replicate (two nodes could record one key in two buckets): on Galera use the rows layout, inbox.WithLayout(inbox.LayoutRows), with a table of its own")
-
-// mysqlGalera reports whether the MySQL-family server behind q is a Galera
-// node with replication on (wsrep_on). SHOW VARIABLES answers no row on
-// servers without the variable (MySQL).
-func mysqlGalera(ctx context.Context, q querier) (bool, error) {
-	rows, err := q.QueryContext(ctx, `SHOW VARIABLES LIKE 'wsrep_on'`)
-	if err != nil {
-		return false, err
-	}
-	defer rows.Close()
-	on := false
-	for rows.Next() {
-		var name, value string
-		if err := rows.Scan(&name, &value); err != nil {
-			return false, err
-		}
-		on = strings.EqualFold(value, "ON")
-	}
-	return on, rows.Err()
-}
-
 // refuseGalera is Migrate's first step on MySQL: on a Galera node, a table
 // that does not exist yet is not created in the bucketed layout.
 func (in *Inbox) refuseGalera(ctx context.Context) error {
@@ -95,10 +60,10 @@ func (in *Inbox) refuseGalera(ctx context.Context) error {
 	var galera, rows bool
 	err := in.readTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		if galera, err = mysqlGalera(ctx, tx); err != nil || !galera {
+		if galera, err = bucketmysql.Galera(ctx, tx); err != nil || !galera {
 			return err
 		}
-		rows, err = tableExists(ctx, tx, in.dialect, in.cfg.table)
+		rows, err = engine.TableExists(ctx, tx, in.dialect, in.cfg.table)
 		return err
 	})
 	if err != nil {
@@ -108,7 +73,7 @@ func (in *Inbox) refuseGalera(ctx context.Context) error {
 		return fmt.Errorf("inbox: migrate: %w", err)
 	}
 	if galera && !rows { // an existing rows table keeps its layout
-		return fmt.Errorf("inbox: migrate: %w: table %s: %w", ErrUnsafeTable, in.cfg.table, errGaleraBuckets)
+		return fmt.Errorf("inbox: migrate: %w: table %s: %w", ErrUnsafeTable, in.cfg.table, bucketmysql.ErrGaleraBuckets)
 	}
 	return nil
 }

@@ -17,11 +17,13 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/inbox/internal/engine/bucket"
+	"github.com/idem-go/idem/inbox/internal/engine/runs"
 	"github.com/idem-go/idem/sqldialect"
 	_ "modernc.org/sqlite"
 )
 
-// Tests of the SQLite runs (runs.go): they try to lose or double a key
+// Tests of the SQLite runs (package internal/engine/runs): they try to lose or double a key
 // across a flush, a merge, a second process, a crash and retention. Flushes
 // and merges are made small and frequent.
 
@@ -37,9 +39,9 @@ func init() {
 
 func smallRuns(t *testing.T, flush, fanout int) {
 	t.Helper()
-	f0, n0 := runFlushKeys, runFanout
-	runFlushKeys, runFanout = flush, fanout
-	t.Cleanup(func() { runFlushKeys, runFanout = f0, n0 })
+	f0, n0 := runs.FlushKeys, runs.Fanout
+	runs.FlushKeys, runs.Fanout = flush, fanout
+	t.Cleanup(func() { runs.FlushKeys, runs.Fanout = f0, n0 })
 }
 
 func openRunsDB(t testing.TB, path string) *sql.DB {
@@ -170,15 +172,15 @@ func TestRunsDuplicateAcrossFlushAndMerge(t *testing.T) {
 	if got := deliver(t, in, keys, 50, []byte("fp")); got != len(keys) {
 		t.Fatalf("first delivery applied %d of %d", got, len(keys))
 	}
-	runs := runTablesOf(t, db)
+	tables := runTablesOf(t, db)
 	merged := 0
-	for _, r := range runs {
-		if _, rr, ok := parseRun(strings.TrimPrefix(r, "idem_inbox_k")); ok && rr.lo != rr.hi {
+	for _, r := range tables {
+		if runs.Merged("idem_inbox", r) {
 			merged++
 		}
 	}
-	if len(runs) == 0 || merged == 0 {
-		t.Fatalf("runs %v: want flushed and merged runs", runs)
+	if len(tables) == 0 || merged == 0 {
+		t.Fatalf("runs %v: want flushed and merged runs", tables)
 	}
 	if got := deliver(t, in, keys, 37, []byte("fp")); got != 0 {
 		t.Fatalf("redelivery applied %d keys", got)
@@ -248,7 +250,7 @@ func TestRunsSecondProcess(t *testing.T) {
 // with SIGKILL at the chosen stage of the chosen flush or merge. It prints
 // each batch's keys once committed.
 func runsCrashChild() {
-	runFlushKeys, runFanout = 40, 3
+	runs.FlushKeys, runs.Fanout = 40, 3
 	db, err := sql.Open("sqlite", sqldialect.SQLiteDSN(os.Getenv("IDEM_INBOX_RUNS_PATH")))
 	if err != nil {
 		panic(err)
@@ -261,7 +263,7 @@ func runsCrashChild() {
 	stage := os.Getenv(runsCrashEnv)
 	nth, _ := strconv.Atoi(os.Getenv("IDEM_INBOX_RUNS_NTH"))
 	seen := 0
-	runsTestHook = func(s string) {
+	runs.TestHook = func(s string) {
 		if s == stage {
 			if seen++; seen == nth {
 				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
@@ -349,13 +351,13 @@ func TestRunsSealedBucketAndRetention(t *testing.T) {
 	time.Sleep(time.Second - time.Duration(time.Now().UnixNano())%time.Second + 50*time.Millisecond)
 	old := randomKeys(400, "old")
 	deliver(t, in, old, 20, nil)
-	oldBucket := in.bl.Load().current()
+	oldBucket := state(in).Current()
 	time.Sleep(2500 * time.Millisecond) // sealed: two widths after its start
 	young := randomKeys(400, "young")
 	deliver(t, in, young, 20, nil)
 	var oldRuns []string
 	for _, r := range runTablesOf(t, db) {
-		if strings.HasPrefix(r, bucketName("idem_inbox", oldBucket)+"_r") {
+		if strings.HasPrefix(r, bucket.Name("idem_inbox", oldBucket)+"_r") {
 			oldRuns = append(oldRuns, r)
 		}
 	}
@@ -377,7 +379,7 @@ func TestRunsSealedBucketAndRetention(t *testing.T) {
 		t.Fatal("nothing dropped")
 	}
 	for _, r := range runTablesOf(t, db) {
-		if strings.HasPrefix(r, bucketName("idem_inbox", oldBucket)+"_") {
+		if strings.HasPrefix(r, bucket.Name("idem_inbox", oldBucket)+"_") {
 			t.Fatalf("run %s of a dropped bucket is left", r)
 		}
 	}
@@ -422,49 +424,19 @@ func TestRunsWithoutFilters(t *testing.T) {
 	if got := deliver(t, in, keys, 25, nil); got != 0 {
 		t.Fatalf("applied %d twice", got)
 	}
-	if in.bl.Load().runs.bytes.Load() != 0 {
+	if state(in).RunBytes.Load() != 0 {
 		t.Fatal("filters held without a budget")
 	}
 	checkExactlyOnce(t, db)
-}
-
-// TestRunBloom: a blocked filter never forgets a key and its false
-// "maybe"s stay near the design's rate.
-func TestRunBloom(t *testing.T) {
-	const n = 200_000
-	f := &runFilter{}
-	var in [][16]byte
-	for range n {
-		var d [16]byte
-		_, _ = rand.Read(d[:])
-		f.add(d)
-		in = append(in, d)
-	}
-	for _, d := range in {
-		if !f.mayContain(d) {
-			t.Fatal("a key added is not found")
-		}
-	}
-	fp := 0
-	for range n {
-		var d [16]byte
-		_, _ = rand.Read(d[:])
-		if f.mayContain(d) {
-			fp++
-		}
-	}
-	if rate := float64(fp) / n; rate > 0.003 {
-		t.Fatalf("false maybe rate %.4f over %d parts", rate, len(f.parts))
-	}
 }
 
 // SetRunSizes sets the flush size and merge fanout of SQLite runs, for
 // the scale tests (IDEM_SCALE_RUN_FLUSH, IDEM_SCALE_RUN_FANOUT).
 func SetRunSizes(flush, fanout int) {
 	if flush > 0 {
-		runFlushKeys = flush
+		runs.FlushKeys = flush
 	}
 	if fanout > 1 {
-		runFanout = fanout
+		runs.Fanout = fanout
 	}
 }

@@ -303,7 +303,7 @@ func TestScaleCurve(t *testing.T) {
 				}
 			}
 			if d == sqldialect.Postgres {
-				// Sweep packs the sealed buckets (pack.go); bytes a key
+				// Sweep packs the sealed buckets (internal/engine/bucketsql/pack.go); bytes a key
 				// after, with the newest buckets (sealed for less than a
 				// width) still unpacked.
 				for _, s := range sides {

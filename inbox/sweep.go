@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/sqldialect"
 )
 
 // MaxSweepBatch bounds the rows one Sweep statement deletes.
@@ -53,69 +52,7 @@ func (in *Inbox) Sweep(ctx context.Context, olderThan time.Duration, batch int) 
 	if err := in.ready(ctx); err != nil {
 		return 0, err
 	}
-	if b := in.bl.Load(); b != nil {
-		n, err := in.retireBuckets(ctx, b, olderThan)
-		if err != nil {
-			return n, err
-		}
-		if in.cfg.hooks != nil {
-			in.cfg.hooks.Swept(in.consumer, n)
-		}
-		// Packing saves space and is retried by the next Sweep: a failure
-		// is logged, not returned.
-		if _, err := in.packBuckets(ctx, b); err != nil {
-			if ctx.Err() != nil {
-				return n, ctx.Err()
-			}
-			in.cfg.logger.WarnContext(ctx, "inbox: packing a sealed bucket failed; the next Sweep tries again", "err", err)
-		}
-		return n, nil
-	}
-	age := olderThan.Microseconds()
-	if in.dialect == sqldialect.SQLite {
-		age = olderThan.Milliseconds()
-	}
-	for {
-		if err := ctx.Err(); err != nil {
-			return deleted, err
-		}
-		var n int64
-		err := in.withRetry(ctx, func() error {
-			tx, err := in.db.BeginTx(ctx, nil)
-			if err != nil {
-				return fmt.Errorf("inbox: sweep: begin: %w", err)
-			}
-			defer tx.Rollback()
-			// The horizon recorded by any Inbox of this consumer binds
-			// this one too, with or without WithRedeliveryHorizon.
-			h, err := in.storedHorizon(ctx, tx)
-			if err != nil {
-				return err
-			}
-			if olderThan < h {
-				return fmt.Errorf("inbox: asked to delete keys older than %v, the horizon recorded for consumer %q in %s is %v: %w", olderThan, in.consumer, in.q.horizonTable, h, ErrHorizon)
-			}
-			res, err := tx.ExecContext(ctx, in.q.sweep, in.consumer, age, batch)
-			if err != nil {
-				return fmt.Errorf("inbox: sweep: %w", err)
-			}
-			if n, err = res.RowsAffected(); err != nil {
-				return fmt.Errorf("inbox: sweep: %w", err)
-			}
-			return tx.Commit()
-		})
-		if err != nil {
-			return deleted, err
-		}
-		deleted += int(n)
-		if in.cfg.hooks != nil {
-			in.cfg.hooks.Swept(in.consumer, int(n))
-		}
-		if n < int64(batch) {
-			in.cfg.logger.DebugContext(ctx, "inbox: sweep done", "consumer", in.consumer, "deleted", deleted)
-			return deleted, nil
-		}
-	}
+	return in.engine().Sweep(ctx, olderThan, batch)
 }
 
 // SweepExpired is Sweep with the retention set by [WithRetention].

@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
 	"encoding/binary"
 	"encoding/hex"
@@ -13,7 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/idem-go/idem/internal/uuidtext"
+	"github.com/idem-go/idem/internal/digest"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/sqldialect"
 )
@@ -77,16 +76,9 @@ type shared struct {
 	digest func(salt, name []byte) [16]byte
 }
 
-// sum is the digest of a name under salt.
-func sum(salt, name []byte) [16]byte {
-	h := sha256.New()
-	h.Write(salt)
-	h.Write(name)
-	var b [sha256.Size]byte
-	var d [16]byte
-	copy(d[:], h.Sum(b[:0]))
-	return d
-}
+// sum is the digest of a name under salt (internal/digest: the layout
+// the inbox's buckets share).
+func sum(salt, name []byte) [16]byte { return digest.Sum(salt, name) }
 
 // keyName is a key's name column: the scope, a zero byte (which no scope
 // holds) and the key.
@@ -97,12 +89,7 @@ func keyName(scope, key string) []byte {
 
 // param is a digest as the driver binds it: uuid text on PostgreSQL, bytes
 // on SQLite.
-func (s *Store) param(d [16]byte) any {
-	if s.d == sqldialect.Postgres {
-		return uuidtext.Format(d)
-	}
-	return d[:]
-}
+func (s *Store) param(d [16]byte) any { return digest.Param(s.d, d) }
 
 // keyArgs are the first two arguments of every statement on one key.
 func (s *Store) keyArgs(l *layout, key string) []any {

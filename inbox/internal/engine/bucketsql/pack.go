@@ -1,24 +1,24 @@
-package inbox
+package bucketsql
 
 import (
 	"context"
 	"database/sql"
 	"fmt"
-
+	"github.com/idem-go/idem/inbox/internal/engine/bucket"
 	"github.com/idem-go/idem/sqldialect"
 )
 
 // Packing sealed buckets (PostgreSQL). Random keys split B-tree leaves in
 // the middle, so a bucket's primary-key index ends about 70% full: 40 of
 // the 85 bytes a key of a bucket filled with UUIDv4 keys. A sealed bucket
-// never changes again (filter.go), so Sweep rebuilds its index once, full
+// never changes again (package bucket), so Sweep rebuilds its index once, full
 // (fillfactor 100), with REINDEX CONCURRENTLY: writers and lookups go on
 // against the old index while the new one is built, and the swap waits for
 // the transactions that use the old one. A bucket that is packed carries a
 // comment on its index; one whose rebuild failed (a lock wait timed out, the
 // process died) keeps an invalid copy of the index, which the next Sweep
 // drops before it tries again. The bucket list accepts the extra unique
-// index on (d) that exists while a rebuild runs (layout.go).
+// index on (d) that exists while a rebuild runs (package bucket).
 
 // packedComment marks a packed bucket's index.
 const packedComment = "idem: packed"
@@ -28,25 +28,27 @@ const packedComment = "idem: packed"
 // filter (a filter's barrier waits behind a rebuild, and retries later).
 const packAfter = 3
 
-// packBuckets packs each sealed bucket of b not packed yet, and returns how
-// many it packed. It runs outside any transaction (REINDEX CONCURRENTLY
-// cannot run in one), on one connection of the pool.
-func (in *Inbox) packBuckets(ctx context.Context, b *buckets) (int, error) {
-	if in.dialect != sqldialect.Postgres || in.cfg.noPack {
+// Pack packs each sealed bucket not packed yet (PostgreSQL; a no-op
+// elsewhere), and returns how many it packed. It runs outside any
+// transaction (REINDEX CONCURRENTLY cannot run in one), on one connection
+// of the pool.
+func (e *Engine) Pack(ctx context.Context) (int, error) {
+	b := e.b
+	if e.b.D != sqldialect.Postgres || e.h.NoPack {
 		return 0, nil
 	}
-	starts, _ := b.snapshot()
-	now := b.nowS()
+	starts, _ := b.Snapshot()
+	now := b.NowS()
 	var todo []int64
 	for _, s := range starts {
-		if s+packAfter*b.width <= now {
+		if s+packAfter*b.Width <= now {
 			todo = append(todo, s)
 		}
 	}
 	if len(todo) == 0 {
 		return 0, nil
 	}
-	pool, ok := in.db.(interface {
+	pool, ok := e.h.DB.(interface {
 		Conn(context.Context) (*sql.Conn, error)
 	})
 	if !ok {
@@ -65,13 +67,13 @@ func (in *Inbox) packBuckets(ctx context.Context, b *buckets) (int, error) {
 	defer conn.ExecContext(context.WithoutCancel(ctx), `RESET lock_timeout`) //nolint:errcheck // the connection goes back to the pool either way
 	packed := 0
 	for _, s := range todo {
-		ok, err := packBucket(ctx, conn, bucketName(in.cfg.table, s))
+		ok, err := packBucket(ctx, conn, bucket.Name(e.b.Table, s))
 		if err != nil {
-			return packed, fmt.Errorf("inbox: pack bucket %s: %w", bucketName(in.cfg.table, s), err)
+			return packed, fmt.Errorf("inbox: pack bucket %s: %w", bucket.Name(e.b.Table, s), err)
 		}
 		if ok {
 			packed++
-			in.cfg.logger.DebugContext(ctx, "inbox: bucket packed", "bucket", bucketName(in.cfg.table, s))
+			e.h.Logger.DebugContext(ctx, "inbox: bucket packed", "bucket", bucket.Name(e.b.Table, s))
 		}
 	}
 	return packed, nil

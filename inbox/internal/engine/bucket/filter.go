@@ -1,10 +1,12 @@
-package inbox
+package bucket
 
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
+	"github.com/idem-go/idem/inbox/internal/engine/bloom"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -34,67 +36,62 @@ import (
 // 3 false "maybe"s, all looked up in one statement (lookupHits).
 const filterBitsPerKey = 16
 
-// bloom is a sealed bucket's filter.
-type bloom = blockBloom
-
-func newBloom(n int) *bloom { return newBlockBloom(int64(max(n, 64)), filterBitsPerKey) }
+func newBloom(n int) *bloom.Filter { return bloom.New(int64(max(n, 64)), filterBitsPerKey) }
 
 // filterRetry is how long a bucket whose filter failed to read is looked
 // up directly before the read is tried again.
 const filterRetry = time.Minute
 
 // sealed reports whether no statement can insert into bucket s any more.
-func (b *buckets) sealed(s int64) bool { return s+2*b.width <= b.nowS() }
+func (b *State) Sealed(s int64) bool { return s+2*b.Width <= b.NowS() }
 
-// filtersFor returns the filters of starts (nil entries for buckets
+// FiltersFor returns the filters of starts (nil entries for buckets
 // without one).
-func (b *buckets) filtersFor(starts []int64) []*bloom {
+func (b *State) FiltersFor(starts []int64) []*bloom.Filter {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := make([]*bloom, len(starts))
+	out := make([]*bloom.Filter, len(starts))
 	for i, s := range starts {
 		out[i] = b.filters[s]
 	}
 	return out
 }
 
-// buildFilters reads a filter for each sealed bucket that has none, within
+// BuildFilters reads a filter for each sealed bucket that has none, within
 // the memory budget. It runs before a transaction, never inside one.
-func (in *Inbox) buildFilters(ctx context.Context, b *buckets) error {
-	if in.cfg.filterBytes <= 0 {
+func (b *State) BuildFilters(ctx context.Context) error {
+	if b.h.FilterBytes <= 0 {
 		return nil
 	}
-	starts, _ := b.snapshot()
-	have := b.filtersFor(starts)
+	starts, _ := b.Snapshot()
+	have := b.FiltersFor(starts)
 	for i, s := range starts {
-		if have[i] != nil || !b.sealed(s) {
+		if have[i] != nil || !b.Sealed(s) {
 			continue
 		}
 		b.mu.Lock()
 		used, failed := b.filterBytes, b.filterFailed[s]
-		if b.runs != nil {
-			used += b.runs.bytes.Load() // one budget for both kinds
-		}
+		used += b.RunBytes.Load() // one budget for both kinds
 		b.mu.Unlock()
-		if time.Since(failed) < filterRetry || used >= in.cfg.filterBytes {
+		if time.Since(failed) < filterRetry || used >= b.h.FilterBytes {
 			continue
 		}
-		f, err := in.readFilter(ctx, b, s)
+		f, err := b.readFilter(ctx, s)
 		if err != nil {
 			// Without a filter the bucket is looked up directly: slower,
 			// never wrong; the read is tried again after filterRetry (the
-			// barrier may have timed out behind a packing, pack.go). A
+			// barrier may have timed out behind a packing, package bucketsql). A
 			// dropped bucket is forgotten with the list.
 			b.mu.Lock()
 			b.filterFailed[s] = time.Now()
 			b.mu.Unlock()
-			in.cfg.logger.DebugContext(ctx, "inbox: no lookup filter for bucket", "bucket", bucketName(in.cfg.table, s), "err", err)
+			b.h.Logger.DebugContext(ctx, "inbox: no lookup filter for bucket", "bucket", Name(b.Table, s), "err", err)
 			continue
 		}
 		b.mu.Lock()
-		if b.filterBytes+f.bytes() <= in.cfg.filterBytes && b.filters[s] == nil && slicesContains(b.starts, s) {
+		if b.filterBytes+f.Bytes() <= b.h.FilterBytes && b.filters[s] == nil && slices.Contains(b.starts, s) {
 			b.filters[s] = f
-			b.filterBytes += f.bytes()
+			b.filterBytes += f.Bytes()
 			b.newVersionLocked() // statements no longer look s up
 		}
 		b.mu.Unlock()
@@ -102,25 +99,16 @@ func (in *Inbox) buildFilters(ctx context.Context, b *buckets) error {
 	return nil
 }
 
-func slicesContains(s []int64, v int64) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
 // readFilter waits out the transactions that may still be writing to
 // bucket s (see the barrier above) and reads its digests into a filter.
-func (in *Inbox) readFilter(ctx context.Context, b *buckets, s int64) (*bloom, error) {
-	name := bucketName(in.cfg.table, s)
-	tx, err := in.db.BeginTx(ctx, nil)
+func (b *State) readFilter(ctx context.Context, s int64) (*bloom.Filter, error) {
+	name := Name(b.Table, s)
+	tx, err := b.h.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Rollback()
-	switch in.dialect {
+	switch b.D {
 	case sqldialect.Postgres:
 		if _, err := tx.ExecContext(ctx, `SET LOCAL lock_timeout = '10s'`); err != nil {
 			return nil, err
@@ -129,12 +117,12 @@ func (in *Inbox) readFilter(ctx context.Context, b *buckets, s int64) (*bloom, e
 			return nil, err
 		}
 	case sqldialect.MySQL:
-		if err := mysqlSealBarrier(ctx, tx, name); err != nil {
+		if err := MySQLSealBarrier(ctx, tx, name); err != nil {
 			return nil, err
 		}
 	case sqldialect.SQLite:
 		// A write (of nothing) takes the write lock, or waits for it.
-		if _, err := tx.ExecContext(ctx, `UPDATE `+b.meta+` SET value = value WHERE name = 'salt'`); err != nil {
+		if _, err := tx.ExecContext(ctx, `UPDATE `+b.Meta+` SET value = value WHERE name = 'salt'`); err != nil {
 			return nil, err
 		}
 	}
@@ -144,7 +132,7 @@ func (in *Inbox) readFilter(ctx context.Context, b *buckets, s int64) (*bloom, e
 	}
 	f := newBloom(n)
 	q := `SELECT d FROM ` + name
-	if in.dialect == sqldialect.Postgres {
+	if b.D == sqldialect.Postgres {
 		q = `SELECT d::text FROM ` + name
 	}
 	start := time.Now()
@@ -153,12 +141,12 @@ func (in *Inbox) readFilter(ctx context.Context, b *buckets, s int64) (*bloom, e
 		return nil, err
 	}
 	got := 0
-	if err := b.eachDigest(rows, func(d [16]byte) { f.add(d); got++ }); err != nil {
+	if err := b.EachDigest(rows, func(d [16]byte) { f.Add(d); got++ }); err != nil {
 		return nil, err
 	}
 	if got != n {
 		return nil, fmt.Errorf("bucket %s changed while sealed (%d rows, then %d)", name, n, got)
 	}
-	in.cfg.logger.DebugContext(ctx, "inbox: lookup filter read", "bucket", name, "keys", n, "took", time.Since(start))
+	b.h.Logger.DebugContext(ctx, "inbox: lookup filter read", "bucket", name, "keys", n, "took", time.Since(start))
 	return f, nil
 }

@@ -1,4 +1,4 @@
-package inbox
+package bucketsql
 
 import (
 	"context"
@@ -6,11 +6,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/idem-go/idem/inbox/internal/engine"
+	"github.com/idem-go/idem/inbox/internal/engine/bucket"
+	"github.com/idem-go/idem/sqldialect"
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/idem-go/idem/sqldialect"
 )
 
 // The bucketed layout's hot path. A batch's keys are recorded with one
@@ -33,33 +34,31 @@ import (
 // the wait at READ COMMITTED, see the outcome. The locks are taken in
 // digest order, so two batches never deadlock on them.
 
-// bucketInsert records msgs[idx...] and returns the keys it recorded.
-func (in *Inbox) bucketInsert(ctx context.Context, tx *sql.Tx, b *buckets, msgs []Message, idx []int) (map[string]bool, error) {
-	if in.dialect == sqldialect.MySQL {
-		return in.mysqlBucketInsert(ctx, tx, b, msgs, idx)
-	}
-	starts, version := b.snapshot()
-	cur, ok := target(starts, b.current())
+// Record records msgs[idx...] and returns the keys it recorded.
+func (e *Engine) Record(ctx context.Context, tx *sql.Tx, msgs []engine.Message, idx []int) (map[string]bool, error) {
+	b := e.b
+	starts, version := b.Snapshot()
+	cur, ok := bucket.Target(starts, b.Current())
 	if !ok {
 		// The clock crossed into a bucket not created yet (ensureBuckets
 		// makes the next one ahead, so only a long transaction gets here).
-		return nil, errBucketsChanged
+		return nil, engine.ErrBucketsChanged
 	}
 	ds := make([][16]byte, len(idx))
 	keyOf := make(map[[16]byte]string, len(idx))
 	for j, i := range idx {
-		ds[j] = b.digest(in.consumer, msgs[i].Key)
+		ds[j] = b.Digest(e.h.Consumer, msgs[i].Key)
 		keyOf[ds[j]] = msgs[i].Key
 	}
-	if in.dialect == sqldialect.Postgres {
-		if err := in.lockDigests(ctx, tx, ds); err != nil {
+	if e.b.D == sqldialect.Postgres {
+		if err := e.lockDigests(ctx, tx, ds); err != nil {
 			return nil, err
 		}
 	}
 	// Buckets with a lookup filter are looked up only for the keys the
 	// filter may hold, before the insert; the others by the insert itself.
 	var probe []int64
-	filters := b.filtersFor(starts)
+	filters := b.FiltersFor(starts)
 	hits := map[int64][][16]byte{}
 	for i, s := range starts {
 		if s == cur {
@@ -70,17 +69,17 @@ func (in *Inbox) bucketInsert(ctx context.Context, tx *sql.Tx, b *buckets, msgs 
 			continue
 		}
 		for _, d := range ds {
-			if filters[i].mayContain(d) {
+			if filters[i].MayContain(d) {
 				hits[s] = append(hits[s], d)
 			}
 		}
 	}
-	recorded, err := in.lookupHits(ctx, tx, b, hits)
+	recorded, err := e.lookupHits(ctx, tx, hits)
 	if err != nil {
 		return nil, err
 	}
-	if b.runs != nil {
-		inRuns, err := in.runsRecorded(ctx, tx, b, ds)
+	if e.runs != nil {
+		inRuns, err := e.runs.Recorded(ctx, tx, ds)
 		if err != nil {
 			return nil, err
 		}
@@ -103,44 +102,30 @@ func (in *Inbox) bucketInsert(ctx context.Context, tx *sql.Tx, b *buckets, msgs 
 	inserted := make(map[string]bool, len(idx))
 	for lo := 0; lo < len(idx); lo += maxRowsPerInsert {
 		hi := min(lo+maxRowsPerInsert, len(idx))
-		q := b.insertSQL(in.cfg.keyText, cur, probe, version, hi-lo)
+		q := e.insertSQL(e.h.KeyText, cur, probe, version, hi-lo)
 		args := make([]any, 0, 3*(hi-lo)+1)
 		for j := lo; j < hi; j++ {
 			m := msgs[idx[j]]
-			args = append(args, b.param(ds[j]), nullBytes(m.Fingerprint), m.Key)
+			args = append(args, b.Param(ds[j]), engine.NullBytes(m.Fingerprint), m.Key)
 		}
-		if b.legacy.Load() {
-			args = append(args, in.consumer)
+		if b.Legacy.Load() {
+			args = append(args, e.h.Consumer)
 		}
 		// Not through the Inbox's statement cache: the text changes with
 		// the bucket list, and stale statements would fill it. buckets
 		// keeps its own, per list version.
-		rows, err := b.txQuery(ctx, tx, q, version, args)
+		rows, err := b.TxQuery(ctx, tx, q, version, args)
 		if err != nil {
-			return nil, in.bucketStatementError(ctx, err)
+			return nil, engine.StatementError(ctx, e.b.D, err)
 		}
-		if err := b.eachDigest(rows, func(d [16]byte) { inserted[keyOf[d]] = true }); err != nil {
-			return nil, in.bucketStatementError(ctx, err)
+		if err := b.EachDigest(rows, func(d [16]byte) { inserted[keyOf[d]] = true }); err != nil {
+			return nil, engine.StatementError(ctx, e.b.D, err)
 		}
 	}
-	if b.runs != nil {
-		b.runs.noteInserted(cur, len(inserted))
+	if e.runs != nil {
+		e.runs.NoteInserted(cur, len(inserted))
 	}
 	return inserted, nil
-}
-
-// eachDigest calls f with each row's digest (the only column) and closes
-// rows.
-func (b *buckets) eachDigest(rows *sql.Rows, f func(d [16]byte)) error {
-	defer rows.Close()
-	for rows.Next() {
-		var d [16]byte
-		if err := b.scanDigest(rows, &d); err != nil {
-			return err
-		}
-		f(d)
-	}
-	return rows.Err()
 }
 
 // lookupHits looks up, in each filtered bucket, the digests its filter may
@@ -148,7 +133,8 @@ func (b *buckets) eachDigest(rows *sql.Rows, f func(d [16]byte)) error {
 // IN list per bucket) answers for every bucket: with many live buckets a
 // batch's false "maybe"s are spread over most of them, and a round trip
 // per bucket cost PostgreSQL half its rate at 30 buckets.
-func (in *Inbox) lookupHits(ctx context.Context, tx *sql.Tx, b *buckets, hits map[int64][][16]byte) (map[[16]byte]bool, error) {
+func (e *Engine) lookupHits(ctx context.Context, tx *sql.Tx, hits map[int64][][16]byte) (map[[16]byte]bool, error) {
+	b := e.b
 	starts := make([]int64, 0, len(hits))
 	for s := range hits {
 		starts = append(starts, s)
@@ -165,16 +151,16 @@ func (in *Inbox) lookupHits(ctx context.Context, tx *sql.Tx, b *buckets, hits ma
 		q.Reset()
 		args = args[:0]
 		if err != nil {
-			return in.bucketStatementError(ctx, err)
+			return engine.StatementError(ctx, e.b.D, err)
 		}
-		err = b.eachDigest(rows, func(d [16]byte) {
+		err = b.EachDigest(rows, func(d [16]byte) {
 			if found == nil {
 				found = map[[16]byte]bool{}
 			}
 			found[d] = true
 		})
 		if err != nil {
-			return in.bucketStatementError(ctx, err)
+			return engine.StatementError(ctx, e.b.D, err)
 		}
 		return nil
 	}
@@ -191,16 +177,16 @@ func (in *Inbox) lookupHits(ctx context.Context, tx *sql.Tx, b *buckets, hits ma
 				q.WriteString(" UNION ALL ")
 			}
 			q.WriteString("SELECT d")
-			if b.d == sqldialect.Postgres {
+			if b.D == sqldialect.Postgres {
 				q.WriteString("::text")
 			}
-			q.WriteString(" FROM " + bucketName(b.table, s) + " WHERE d IN (")
+			q.WriteString(" FROM " + bucket.Name(b.Table, s) + " WHERE d IN (")
 			for i, d := range part {
 				if i > 0 {
 					q.WriteByte(',')
 				}
-				args = append(args, b.param(d))
-				if b.d == sqldialect.Postgres {
+				args = append(args, b.Param(d))
+				if b.D == sqldialect.Postgres {
 					fmt.Fprintf(&q, "$%d::uuid", len(args))
 				} else {
 					q.WriteByte('?')
@@ -219,54 +205,10 @@ func (in *Inbox) lookupHits(ctx context.Context, tx *sql.Tx, b *buckets, hits ma
 // 32,766 and PostgreSQL's 65,535.
 const maxLookupParams = 30_000
 
-// bucketStatementError marks the failure of a statement that names bucket
-// tables: the list may be stale (another process dropped an expired bucket
-// or the migrated rows table). The retry loop checks, outside the failed
-// transaction, and reruns it if the list changed (see staleRetry).
-func (in *Inbox) bucketStatementError(ctx context.Context, err error) error {
-	if in.dialect.Retryable(err) || ctx.Err() != nil {
-		return fmt.Errorf("inbox: record keys: %w", err)
-	}
-	return &staleError{err}
-}
-
-// staleError is a bucket statement's failure that a fresh bucket list may
-// cure.
-type staleError struct{ err error }
-
-func (e *staleError) Error() string { return "inbox: record keys: " + e.err.Error() }
-func (e *staleError) Unwrap() error { return e.err }
-
-// staleRetry reports whether the bucket list or the rows table changed
-// since the failed statement was built. It runs outside any transaction.
-func (in *Inbox) staleRetry(ctx context.Context) bool {
-	b := in.bl.Load()
-	if b == nil {
-		return false
-	}
-	ctx = context.WithoutCancel(ctx)
-	if err := in.refreshBuckets(ctx); errors.Is(err, errBucketsChanged) {
-		return true
-	}
-	if !b.legacy.Load() {
-		return false
-	}
-	var gone bool
-	_ = in.readTx(ctx, func(tx *sql.Tx) error {
-		ok, err := tableExists(ctx, tx, in.dialect, in.cfg.table)
-		gone = err == nil && !ok
-		return err
-	})
-	if gone {
-		b.forgetLegacy()
-	}
-	return gone
-}
-
 // lockDigests takes PostgreSQL transaction-scoped advisory locks on 64
 // bits of each digest, in order. Two keys sharing the 64 bits only wait on
 // each other.
-func (in *Inbox) lockDigests(ctx context.Context, tx *sql.Tx, ds [][16]byte) error {
+func (e *Engine) lockDigests(ctx context.Context, tx *sql.Tx, ds [][16]byte) error {
 	ks := make([]int64, len(ds))
 	for i, d := range ds {
 		ks[i] = int64(binary.BigEndian.Uint64(d[8:]))
@@ -283,7 +225,7 @@ func (in *Inbox) lockDigests(ctx context.Context, tx *sql.Tx, ds [][16]byte) err
 		// At REPEATABLE READ or SERIALIZABLE the probes would read the
 		// snapshot taken before the lock wait, and miss the concurrent
 		// first delivery they waited for.
-		return fmt.Errorf("inbox: the bucketed layout needs READ COMMITTED transactions on PostgreSQL (this one is %s): use the rows layout, or the default isolation: %w", iso, ErrUnsafeTable)
+		return fmt.Errorf("inbox: the bucketed layout needs READ COMMITTED transactions on PostgreSQL (this one is %s): use the rows layout, or the default isolation: %w", iso, engine.ErrUnsafeTable)
 	}
 	return nil
 }
@@ -292,15 +234,16 @@ func (in *Inbox) lockDigests(ctx context.Context, tx *sql.Tx, ds [][16]byte) err
 // looking them up in the buckets probe (those without a lookup filter) and
 // in the frozen rows table, after a migration. probe is a function of the
 // version (filters are added with a new version).
-func (b *buckets) insertSQL(keyText bool, cur int64, probe []int64, version, n int) string {
+func (e *Engine) insertSQL(keyText bool, cur int64, probe []int64, version, n int) string {
+	b := e.b
 	ck := "i" + strconv.Itoa(n) + "/" + strconv.FormatInt(cur, 10) + "/" + strconv.FormatBool(keyText)
-	if s, ok := b.cachedSQL(ck, version); ok {
+	if s, ok := b.CachedSQL(ck, version); ok {
 		return s
 	}
 	// Plain ? on SQLite: numbered ?NNN parameters cost a name lookup each
 	// on every bind (a third of the statement's CPU at 100 rows).
 	ph := func(i int) string {
-		if b.d == sqldialect.Postgres {
+		if b.D == sqldialect.Postgres {
 			return "$" + strconv.Itoa(i)
 		}
 		return "?"
@@ -312,7 +255,7 @@ func (b *buckets) insertSQL(keyText bool, cur int64, probe []int64, version, n i
 		if i > 0 {
 			q.WriteByte(',')
 		}
-		if i == 0 && b.d == sqldialect.Postgres {
+		if i == 0 && b.D == sqldialect.Postgres {
 			fmt.Fprintf(&q, "(%s::uuid, %s::bytea, %s::text)", ph(p), ph(p+1), ph(p+2))
 		} else {
 			fmt.Fprintf(&q, "(%s, %s, %s)", ph(p), ph(p+1), ph(p+2))
@@ -323,85 +266,52 @@ func (b *buckets) insertSQL(keyText bool, cur int64, probe []int64, version, n i
 	if keyText {
 		k = "v.k"
 	}
-	q.WriteString(") INSERT INTO " + bucketName(b.table, cur) + " (d, fingerprint, idem_key) SELECT v.d, v.f, " + k + " FROM v WHERE true")
+	q.WriteString(") INSERT INTO " + bucket.Name(b.Table, cur) + " (d, fingerprint, idem_key) SELECT v.d, v.f, " + k + " FROM v WHERE true")
 	for _, s := range probe {
-		o := bucketName(b.table, s)
+		o := bucket.Name(b.Table, s)
 		q.WriteString(" AND NOT EXISTS (SELECT 1 FROM " + o + " WHERE " + o + ".d = v.d)")
 	}
-	if b.legacy.Load() {
+	if b.Legacy.Load() {
 		// The consumer is the last argument.
-		q.WriteString(" AND NOT EXISTS (SELECT 1 FROM " + b.table + " WHERE " + b.table + ".consumer = " + ph(p) + " AND " + b.table + ".idem_key = v.k)")
+		q.WriteString(" AND NOT EXISTS (SELECT 1 FROM " + b.Table + " WHERE " + b.Table + ".consumer = " + ph(p) + " AND " + b.Table + ".idem_key = v.k)")
 	}
 	q.WriteString(" ON CONFLICT (d) DO NOTHING RETURNING d")
-	if b.d == sqldialect.Postgres {
+	if b.D == sqldialect.Postgres {
 		q.WriteString("::text")
 	}
-	return b.storeSQL(ck, version, q.String())
+	return b.StoreSQL(ck, version, q.String())
 }
 
-func (b *buckets) scanDigest(rows *sql.Rows, d *[16]byte) error {
-	if b.d == sqldialect.Postgres {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			return err
-		}
-		h := strings.ReplaceAll(s, "-", "")
-		if len(h) != 32 {
-			return fmt.Errorf("digest %q", s)
-		}
-		for i := range 16 {
-			hi, ok1 := hexVal(h[2*i])
-			lo, ok2 := hexVal(h[2*i+1])
-			if !ok1 || !ok2 {
-				return fmt.Errorf("digest %q", s)
-			}
-			d[i] = hi<<4 | lo
-		}
-		return nil
-	}
-	var raw []byte
-	if err := rows.Scan(&raw); err != nil {
-		return err
-	}
-	if len(raw) != 16 {
-		return fmt.Errorf("digest of %d bytes", len(raw))
-	}
-	copy(d[:], raw)
-	return nil
-}
-
-// bucketFingerprint reads the fingerprint recorded for m's key in any live
+// Fingerprint reads the fingerprint recorded for m's key in any live
 // bucket (or the frozen rows table); nil when none is recorded.
-func (in *Inbox) bucketFingerprint(ctx context.Context, tx *sql.Tx, b *buckets, m Message) ([]byte, error) {
-	if in.dialect == sqldialect.MySQL {
-		return in.mysqlBucketFingerprint(ctx, tx, b, m)
-	}
-	starts, _ := b.snapshot()
+func (e *Engine) Fingerprint(ctx context.Context, tx *sql.Tx, m engine.Message) ([]byte, error) {
+	b := e.b
+	starts, _ := b.Snapshot()
 	var q strings.Builder
-	args := []any{b.param(b.digest(in.consumer, m.Key))}
+	args := []any{b.Param(b.Digest(e.h.Consumer, m.Key))}
 	q.WriteString("SELECT f FROM (")
 	for i, s := range starts {
 		if i > 0 {
 			q.WriteString(" UNION ALL ")
 		}
-		q.WriteString("SELECT fingerprint AS f FROM " + bucketName(b.table, s) + " WHERE d = " + in.dialect.Placeholder(1))
-		if in.dialect == sqldialect.SQLite {
+		q.WriteString("SELECT fingerprint AS f FROM " + bucket.Name(b.Table, s) + " WHERE d = " + e.b.D.Placeholder(1))
+		if e.b.D == sqldialect.SQLite {
 			q.WriteString("1") // ?1
 		}
 	}
-	for _, r := range b.runTables() { // SQLite runs: synced by bucketInsert in this transaction
+	for _, r := range e.runs.Tables() { // SQLite runs: synced by bucketInsert in this transaction
 		q.WriteString(" UNION ALL SELECT fingerprint AS f FROM " + r + " WHERE d = ?1")
 	}
-	if b.legacy.Load() {
+	if b.Legacy.Load() {
 		if len(starts) > 0 {
 			q.WriteString(" UNION ALL ")
 		}
-		if in.dialect == sqldialect.Postgres {
-			q.WriteString("SELECT fingerprint AS f FROM " + b.table + " WHERE consumer = $2 AND idem_key = $3")
+		if e.b.D == sqldialect.Postgres {
+			q.WriteString("SELECT fingerprint AS f FROM " + b.Table + " WHERE consumer = $2 AND idem_key = $3")
 		} else {
-			q.WriteString("SELECT fingerprint AS f FROM " + b.table + " WHERE consumer = ?2 AND idem_key = ?3")
+			q.WriteString("SELECT fingerprint AS f FROM " + b.Table + " WHERE consumer = ?2 AND idem_key = ?3")
 		}
-		args = append(args, in.consumer, m.Key)
+		args = append(args, e.h.Consumer, m.Key)
 	}
 	q.WriteString(") x WHERE f IS NOT NULL LIMIT 1")
 	var f []byte
@@ -410,7 +320,7 @@ func (in *Inbox) bucketFingerprint(ctx context.Context, tx *sql.Tx, b *buckets, 
 		return nil, nil
 	}
 	if err != nil {
-		return nil, in.bucketStatementError(ctx, err)
+		return nil, engine.StatementError(ctx, e.b.D, err)
 	}
 	return f, nil
 }

@@ -1,90 +1,29 @@
-package inbox
+package rows
 
 import (
 	"strings"
 
+	"github.com/idem-go/idem/inbox/internal/engine"
 	"github.com/idem-go/idem/sqldialect"
 )
 
-// queries holds the SQL text of one Inbox, built once in New.
+// queries holds the SQL text of one table, built once.
 type queries struct {
 	schema      []string
 	insert      string // (consumer, key, fingerprint) → rows affected 0 or 1
 	fingerprint string // (consumer, key) → fingerprint
 	sweep       string // (consumer, older-than µs or ms, limit) → rows deleted
-
-	horizonTable string // the key table's horizon table (see horizon.go)
-	horizonRaise string // (consumer, horizon µs) → stored horizon = max(stored, given)
-	horizonSet   string // (consumer, horizon µs) → stored horizon = given
-	horizonRead  string // (consumer) → stored horizon µs, NULL if none
 }
-
-// horizonTableName is the name of the table that records each consumer's
-// redelivery horizon next to the key table t: t + "_horizon", in t's
-// schema.
-func horizonTableName(t string) string { return t + "_horizon" }
 
 // indexName is the (consumer, processed_at) index's name: unqualified,
 // derived from the table's own name.
 func indexName(table string) string {
-	if i := strings.LastIndexByte(table, '.'); i >= 0 {
-		table = table[i+1:]
-	}
-	return table + "_processed_at"
+	return engine.TableRef(table) + "_processed_at"
 }
 
-// sqliteNowMS is SQLite's clock in Unix milliseconds. It is evaluated by
-// SQLite, so every writer of one file uses the same clock.
-const sqliteNowMS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
-
-func buildQueries(d sqldialect.Dialect, t string) queries {
-	q := keyQueries(d, t)
-	h := horizonTableName(t)
-	q.horizonTable = h
-	// MAX: a horizon table made by hand without its primary key may hold
-	// several rows for a consumer; the largest binds.
-	q.horizonRead = `SELECT MAX(horizon_us) FROM ` + h + ` WHERE consumer = ` + d.Placeholder(1)
-	switch d {
-	case sqldialect.Postgres:
-		q.schema = append(q.schema, `CREATE TABLE IF NOT EXISTS `+h+` (
-	consumer   text        PRIMARY KEY,
-	horizon_us bigint      NOT NULL,
-	updated_at timestamptz NOT NULL DEFAULT now()
-)`)
-		ins := `INSERT INTO ` + h + ` (consumer, horizon_us, updated_at) VALUES ($1, $2, now()) ON CONFLICT (consumer) DO UPDATE SET horizon_us = excluded.horizon_us, updated_at = now()`
-		q.horizonSet = ins
-		q.horizonRaise = ins + ` WHERE ` + tableRef(h) + `.horizon_us < excluded.horizon_us`
-	case sqldialect.SQLite:
-		q.schema = append(q.schema, `CREATE TABLE IF NOT EXISTS `+h+` (
-	consumer   TEXT    PRIMARY KEY,
-	horizon_us INTEGER NOT NULL,
-	updated_at INTEGER NOT NULL -- Unix milliseconds, SQLite's clock
-) WITHOUT ROWID`)
-		ins := `INSERT INTO ` + h + ` (consumer, horizon_us, updated_at) VALUES (?1, ?2, ` + sqliteNowMS + `) ON CONFLICT (consumer) DO UPDATE SET horizon_us = excluded.horizon_us, updated_at = excluded.updated_at`
-		q.horizonSet = ins
-		q.horizonRaise = ins + ` WHERE ` + h + `.horizon_us < excluded.horizon_us`
-	case sqldialect.MySQL:
-		q.schema = append(q.schema, `CREATE TABLE IF NOT EXISTS `+h+` (
-	consumer   VARBINARY(255) NOT NULL PRIMARY KEY,
-	horizon_us BIGINT         NOT NULL,
-	updated_at DATETIME(6)    NOT NULL
-) ENGINE=InnoDB`)
-		ins := `INSERT INTO ` + h + ` (consumer, horizon_us, updated_at) VALUES (?, ?, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE `
-		q.horizonSet = ins + `horizon_us = VALUES(horizon_us), updated_at = VALUES(updated_at)`
-		// Assignments run left to right: updated_at tests the old value.
-		q.horizonRaise = ins + `updated_at = IF(horizon_us < VALUES(horizon_us), VALUES(updated_at), updated_at), horizon_us = GREATEST(horizon_us, VALUES(horizon_us))`
-	}
-	return q
-}
-
-// tableRef is how an ON CONFLICT clause names the existing row: the table's
-// own name, without its schema.
-func tableRef(name string) string {
-	if i := strings.LastIndexByte(name, '.'); i >= 0 {
-		return name[i+1:]
-	}
-	return name
-}
+// Schema returns the statements that create the rows table t and its
+// index (the horizon table is the inbox's).
+func Schema(d sqldialect.Dialect, t string) []string { return keyQueries(d, t).schema }
 
 // keyQueries builds the key table's statements.
 func keyQueries(d sqldialect.Dialect, t string) queries {
@@ -120,10 +59,10 @@ func keyQueries(d sqldialect.Dialect, t string) queries {
 ) WITHOUT ROWID`,
 				`CREATE INDEX IF NOT EXISTS ` + idx + ` ON ` + t + ` (consumer, processed_at)`,
 			},
-			insert:      `INSERT INTO ` + t + ` (consumer, idem_key, fingerprint, processed_at) VALUES (?, ?, ?, ` + sqliteNowMS + `) ON CONFLICT (consumer, idem_key) DO NOTHING`,
+			insert:      `INSERT INTO ` + t + ` (consumer, idem_key, fingerprint, processed_at) VALUES (?, ?, ?, ` + engine.SQLiteNowMS + `) ON CONFLICT (consumer, idem_key) DO NOTHING`,
 			fingerprint: `SELECT fingerprint FROM ` + t + ` WHERE consumer = ? AND idem_key = ?`,
 			sweep: `DELETE FROM ` + t + ` WHERE consumer = ?1 AND idem_key IN (
-	SELECT idem_key FROM ` + t + ` WHERE consumer = ?1 AND processed_at < ` + sqliteNowMS + ` - ?2
+	SELECT idem_key FROM ` + t + ` WHERE consumer = ?1 AND processed_at < ` + engine.SQLiteNowMS + ` - ?2
 	ORDER BY processed_at LIMIT ?3)`,
 		}
 	case sqldialect.MySQL:
@@ -171,7 +110,7 @@ func multiInsert(d sqldialect.Dialect, t string, n int) string {
 		case sqldialect.Postgres:
 			b.WriteString(",now())")
 		case sqldialect.SQLite:
-			b.WriteString("," + sqliteNowMS + ")")
+			b.WriteString("," + engine.SQLiteNowMS + ")")
 		case sqldialect.MySQL:
 			b.WriteString(",UTC_TIMESTAMP(6))")
 		}
