@@ -10,7 +10,7 @@ FUZZTIME ?= 15s
 PKGS = $(shell $(GO) list -m -f '{{.Path}}/...')
 
 ## test: install missing servers, lint, then run every test with -race.
-test: deps modules lint unit
+test: deps modules lint caddy unit
 
 deps:
 	./scripts/install-deps.sh
