@@ -353,10 +353,6 @@ func (in *Inbox) retryable(err error) bool {
 	if errors.As(err, &ce) {
 		return rolledBack(in.dialect, ce) // else the commit may have landed
 	}
-	var ece *engine.CommitError // an engine's own commit (a run's flush)
-	if errors.As(err, &ece) {
-		return rolledBack(in.dialect, &CommitError{Key: ece.Key, Err: ece.Err})
-	}
 	if errors.Is(err, engine.ErrBucketsChanged) || errors.Is(err, engine.ErrLayoutChanged) {
 		return true // nothing committed; rerun on the fresh list or layout
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/idem-go/idem/inbox/internal/engine"
 	"github.com/idem-go/idem/inbox/internal/engine/bucketmysql"
 	"github.com/idem-go/idem/internal/option"
+	"github.com/idem-go/idem/internal/replicas"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -36,11 +37,10 @@ func (in *Inbox) checkReplication(ctx context.Context) {
 	}
 	var r sqldialect.Replication
 	err := in.readTx(ctx, func(tx *sql.Tx) error {
-		var err error
-		r, err = sqldialect.CheckReplication(ctx, tx, in.dialect)
-		return err
+		r = replicas.Check(ctx, tx, in.dialect)
+		return nil
 	})
-	if err != nil {
+	if err != nil && len(r.Hazards) == 0 { // BEGIN or COMMIT failed
 		r.Hazards = []string{fmt.Sprintf("could not check replication: %v", err)}
 	}
 	for _, h := range r.Hazards {

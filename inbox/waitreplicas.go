@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idem-go/idem/internal/option"
+	"github.com/idem-go/idem/internal/replicas"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -38,9 +38,7 @@ import (
 // synchronous_commit=on) when the database can be configured: it waits
 // in the server, for every client.
 func WithWaitReplicas(n int, timeout time.Duration) Option {
-	w := sqldialect.ReplicaWait{Standbys: n, Timeout: timeout}
-	return option.Check("inbox", w.Validate() == nil, func(c *config) { c.wait.Standbys, c.wait.Timeout = n, timeout },
-		"wait for %d replicas with timeout %v: want n ≥ 0 and a timeout of at least 1ms", n, timeout)
+	return replicas.WaitOption("inbox", n, timeout, func(c *config) *sqldialect.ReplicaWait { return &c.wait })
 }
 
 // WithWaitReplicasApplied, with [WithWaitReplicas], waits for the

@@ -1,10 +1,10 @@
 package sqlstore
 
 import (
-	"encoding/hex"
 	"fmt"
 	"strings"
 
+	"github.com/idem-go/idem/internal/digest"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -149,16 +149,9 @@ func digestSchema(d sqldialect.Dialect, n names, salt []byte) []string {
 }
 
 func digestMeta(d sqldialect.Dialect, n names, salt []byte) []string {
-	h := hex.EncodeToString(salt)
-	if d == sqldialect.Postgres {
-		return []string{
-			`CREATE TABLE IF NOT EXISTS ` + n.meta + ` (name text PRIMARY KEY, value bytea NOT NULL)`,
-			`INSERT INTO ` + n.meta + ` (name, value) VALUES ('salt', '\x` + h + `'::bytea) ON CONFLICT (name) DO NOTHING`,
-		}
-	}
 	return []string{
-		`CREATE TABLE IF NOT EXISTS ` + n.meta + ` (name TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID`,
-		`INSERT INTO ` + n.meta + ` (name, value) VALUES ('salt', x'` + h + `') ON CONFLICT (name) DO NOTHING`,
+		digest.MetaTable(d, n.meta),
+		`INSERT INTO ` + n.meta + ` (name, value) VALUES ('salt', ` + digest.Literal(d, salt) + `) ON CONFLICT (name) DO NOTHING`,
 	}
 }
 

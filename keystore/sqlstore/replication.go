@@ -2,9 +2,9 @@ package sqlstore
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/idem-go/idem/internal/option"
+	"github.com/idem-go/idem/internal/replicas"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -26,9 +26,5 @@ func (s *Store) checkReplication(ctx context.Context) {
 	if s.replication == nil {
 		return
 	}
-	r, err := sqldialect.CheckReplication(ctx, s.db, s.d)
-	if err != nil {
-		r.Hazards = []string{fmt.Sprintf("could not check replication: %v", err)}
-	}
-	s.replication(r)
+	s.replication(replicas.Check(ctx, s.db, s.d))
 }

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/idem-go/idem/internal/option"
+	"github.com/idem-go/idem/internal/replicas"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/sqldialect"
 )
@@ -41,9 +41,7 @@ import (
 // Tokens need no wait: they never repeat or go backwards through a
 // failover that loses commits (docs/ha.md, the bound).
 func WithWaitReplicas(n int, timeout time.Duration) Option {
-	w := sqldialect.ReplicaWait{Standbys: n, Timeout: timeout}
-	return option.Check("sqlstore", w.Validate() == nil, func(c *config) { c.wait.Standbys, c.wait.Timeout = n, timeout },
-		"wait for %d replicas with timeout %v: want n ≥ 0 and a timeout of at least 1ms", n, timeout)
+	return replicas.WaitOption("sqlstore", n, timeout, func(c *config) *sqldialect.ReplicaWait { return &c.wait })
 }
 
 // doWaited runs fn in a transaction on PostgreSQL, commits it and waits

@@ -101,18 +101,6 @@ type StaleError struct{ Err error }
 func (e *StaleError) Error() string { return "inbox: record keys: " + e.Err.Error() }
 func (e *StaleError) Unwrap() error { return e.Err }
 
-// CommitError is the failure of a COMMIT an engine ran itself (a run's
-// flush): the outcome is unknown.
-type CommitError struct {
-	Key string
-	Err error
-}
-
-func (e *CommitError) Error() string {
-	return fmt.Sprintf("inbox: commit for key %q (outcome unknown, do not ack): %v", e.Key, e.Err)
-}
-func (e *CommitError) Unwrap() error { return e.Err }
-
 // NotRecorded is the error of a key that no table holds.
 func NotRecorded(consumer, key string) error {
 	return fmt.Errorf("inbox: key %q of consumer %q: %w", key, consumer, ErrNotRecorded)

@@ -150,7 +150,8 @@ func (t *Tree) flush(ctx context.Context, s int64, final bool) error {
 		}
 		runsStage("commit")
 		if err := tx.Commit(); err != nil {
-			return &engine.CommitError{Key: "flush of " + hot, Err: err}
+			// Only logged by Flush: the keys stay readable either way.
+			return fmt.Errorf("inbox: commit of the flush of %s (outcome unknown): %w", hot, err)
 		}
 		rs.mu.Lock()
 		defer rs.mu.Unlock()
