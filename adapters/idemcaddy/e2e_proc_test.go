@@ -1,7 +1,6 @@
 package idemcaddy_test
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -13,9 +12,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idem-go/idem/internal/testenv"
 )
 
 // within is how long a condition may take to hold: generous, for a
@@ -25,41 +25,14 @@ const within = 90 * time.Second
 // waitFor polls cond until it holds or within passes.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.WaitFor(t, within, what, cond)
 }
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// syncBuffer is Caddy's log, written by the process and read on failure.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	_, port, _ := net.SplitHostPort(testenv.FreeAddr(t))
+	n, _ := strconv.Atoi(port)
+	return n
 }
 
 // caddyProc is a Caddy process started from a Caddyfile.
@@ -67,7 +40,7 @@ type caddyProc struct {
 	base, admin string
 	dir         string
 	vars        map[string]string
-	log         *syncBuffer
+	log         *testenv.SyncBuffer
 	client      *http.Client
 }
 
@@ -78,7 +51,7 @@ func startCaddy(t *testing.T, caddyfile string, vars map[string]string) *caddyPr
 	t.Helper()
 	bin := needCaddy(t)
 	dir := t.TempDir()
-	p := &caddyProc{dir: dir, vars: map[string]string{}, log: &syncBuffer{},
+	p := &caddyProc{dir: dir, vars: map[string]string{},
 		// No keep-alive: after a reload each request reaches the new
 		// config.
 		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: within}}
@@ -92,26 +65,9 @@ func startCaddy(t *testing.T, caddyfile string, vars map[string]string) *caddyPr
 	path := p.write(t, caddyfile)
 	cmd := exec.Command(bin, "run", "--config", path, "--adapter", "caddyfile")
 	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
-	cmd.Stdout, cmd.Stderr = p.log, p.log
-	cmd.SysProcAttr = &syscall.SysProcAttr{}
-	dieWithParent(cmd.SysProcAttr)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("caddy's log:\n%s", p.log.String())
-		}
-	})
+	proc := testenv.StartProc(t, "caddy", cmd, 30*time.Second)
+	p.log = proc.Out
+	exited := proc.Exited
 	waitFor(t, "caddy answers GET /healthz (log:\n"+p.log.String()+")", func() bool {
 		select {
 		case <-exited:

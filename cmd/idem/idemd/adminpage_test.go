@@ -374,25 +374,6 @@ func TestAdminPageUnsupported(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a server's goroutines and the
-// test's.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // bareStore hides every optional interface of its Store.
 type bareStore struct{ keystore.Store }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -107,14 +106,12 @@ type proxyProc struct {
 	out   *syncBuffer // stdout and stderr, readable while it runs
 }
 
+// syncBuffer is a child's or a server's output, read while it is written.
+type syncBuffer = testenv.SyncBuffer
+
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return testenv.FreeAddr(t)
 }
 
 // startServe runs `idem serve` and waits until it answers.
@@ -137,16 +134,14 @@ func startServe(t *testing.T, upstream, store string, flags ...string) *proxyPro
 			t.Logf("idem serve output:\n%s", p.out)
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if r, err := http.Get(p.admin + "/healthz"); err == nil {
+	testenv.WaitFor(t, 30*time.Second, "idem serve answers GET /healthz", func() bool {
+		r, err := http.Get(p.admin + "/healthz")
+		if err == nil {
 			r.Body.Close()
-			return p
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("idem serve did not start:\n%s", p.out)
-	return nil
+		return err == nil
+	})
+	return p
 }
 
 // terminate sends SIGTERM and fails the test unless the process exits
@@ -171,13 +166,7 @@ func (p *proxyProc) terminate(t *testing.T) {
 // waitFor polls cond for up to 15 s.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 15s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.WaitFor(t, 15*time.Second, "condition not reached", cond)
 }
 
 func recv(t *testing.T, c chan reply) reply {

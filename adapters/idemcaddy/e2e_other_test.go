@@ -1,7 +1,0 @@
-//go:build !linux
-
-package idemcaddy_test
-
-import "syscall"
-
-func dieWithParent(*syscall.SysProcAttr) {}
