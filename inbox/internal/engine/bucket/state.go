@@ -208,6 +208,21 @@ func Target(starts []int64, cur int64) (int64, bool) {
 	return starts[i], true
 }
 
+// WriteTarget is what a Record writes against: the bucket list, its
+// version, and the bucket that keys arriving now are recorded in (see
+// Target). When there is none, the clock crossed into a bucket not
+// created yet (ensureBuckets makes the next one ahead, so only a long
+// transaction gets here) and the error is engine.ErrBucketsChanged: the
+// transaction is rerun on a fresh list.
+func (b *State) WriteTarget() (starts []int64, version int, cur int64, err error) {
+	starts, version = b.Snapshot()
+	cur, ok := Target(starts, b.Current())
+	if !ok {
+		return nil, 0, 0, engine.ErrBucketsChanged
+	}
+	return starts, version, cur, nil
+}
+
 // memo returns the statement cached under ck for version, building it
 // once.
 func (b *State) Memo(ck string, version int, build func() string) string {

@@ -50,10 +50,9 @@ func (e *Engine) insertSQL(cur int64, n, version int) string {
 // Record records msgs[idx...] and returns the keys it recorded.
 func (e *Engine) Record(ctx context.Context, tx *sql.Tx, msgs []engine.Message, idx []int) (map[string]bool, error) {
 	b := e.b
-	starts, version := b.Snapshot()
-	cur, ok := bucket.Target(starts, b.Current())
-	if !ok {
-		return nil, engine.ErrBucketsChanged
+	starts, version, cur, err := b.WriteTarget()
+	if err != nil {
+		return nil, err
 	}
 	filters := b.FiltersFor(starts)
 	var others []int64

@@ -37,12 +37,9 @@ import (
 // Record records msgs[idx...] and returns the keys it recorded.
 func (e *Engine) Record(ctx context.Context, tx *sql.Tx, msgs []engine.Message, idx []int) (map[string]bool, error) {
 	b := e.b
-	starts, version := b.Snapshot()
-	cur, ok := bucket.Target(starts, b.Current())
-	if !ok {
-		// The clock crossed into a bucket not created yet (ensureBuckets
-		// makes the next one ahead, so only a long transaction gets here).
-		return nil, engine.ErrBucketsChanged
+	starts, version, cur, err := b.WriteTarget()
+	if err != nil {
+		return nil, err
 	}
 	ds := make([][16]byte, len(idx))
 	keyOf := make(map[[16]byte]string, len(idx))
