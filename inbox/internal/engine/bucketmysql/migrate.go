@@ -5,13 +5,14 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
 	"github.com/idem-go/idem/inbox/internal/engine"
 	"github.com/idem-go/idem/inbox/internal/engine/bucket"
 	"github.com/idem-go/idem/internal/digest"
 	"github.com/idem-go/idem/sqldialect"
-	"strconv"
-	"strings"
-	"time"
 )
 
 // Freeze is MigrateLayout's first step on MySQL, where every DDL
