@@ -23,6 +23,18 @@ import (
 	_ "modernc.org/sqlite"
 )
 
+// memTracer is the tracer of [ExampleNewTracer], exporting to memory
+// (a real program exports to a collector through its TracerProvider).
+func memTracer() (*tracetest.InMemoryExporter, idem.Tracer, func()) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	tracer, err := idemotel.NewTracer(idemotel.WithTracerProvider(tp))
+	if err != nil {
+		panic(err) // only a nil option fails
+	}
+	return exp, tracer, func() { _ = tp.Shutdown(context.Background()) }
+}
+
 // printSpans prints each exported span's name and outcome.
 func printSpans(exp *tracetest.InMemoryExporter) {
 	for _, s := range exp.GetSpans() {
@@ -36,14 +48,8 @@ func printSpans(exp *tracetest.InMemoryExporter) {
 
 // The inbox traced: a span per Process, the handler's work under it.
 func Example_inbox() {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	defer tp.Shutdown(context.Background())
-	tracer, err := idemotel.NewTracer(idemotel.WithTracerProvider(tp))
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+	exp, tracer, shutdown := memTracer()
+	defer shutdown()
 
 	dir, err := os.MkdirTemp("", "idemotel")
 	if err != nil {
@@ -86,14 +92,8 @@ func Example_inbox() {
 // The HTTP middleware traced over a traced store: the request's span with
 // the store calls under it.
 func Example_http() {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	defer tp.Shutdown(context.Background())
-	tracer, err := idemotel.NewTracer(idemotel.WithTracerProvider(tp))
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+	exp, tracer, shutdown := memTracer()
+	defer shutdown()
 	mem, err := memstore.New()
 	if err != nil {
 		fmt.Println(err)

@@ -76,14 +76,8 @@ func ExampleKeyHash() {
 // WrapStore's spans nest under the caller's; their outcomes say what the
 // store decided.
 func ExampleWrapStore() {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	defer tp.Shutdown(context.Background())
-	tracer, err := idemotel.NewTracer(idemotel.WithTracerProvider(tp))
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+	exp, tracer, shutdown := memTracer()
+	defer shutdown()
 	mem, err := memstore.New()
 	if err != nil {
 		fmt.Println(err)
