@@ -31,6 +31,7 @@ type Route struct {
 	FingerprintFields  []string
 	MaxBody            *int64
 	MaxResponse        *int
+	Quota              *Quota
 }
 
 // Scope names the principal keys are scoped by: one of a header, a
@@ -75,6 +76,7 @@ type Settings struct {
 	BodyFingerprint    *idemhttp.BodyFingerprint
 	MaxBody            int64
 	MaxResponse        int
+	Quota              *idemhttp.Quota
 }
 
 // Check validates r. Every invalid field is reported, in the order of
@@ -200,6 +202,11 @@ func Check(r Route) (Settings, []*FieldError) {
 		}
 		s.MaxResponse = *r.MaxResponse
 	}
+	if r.Quota != nil {
+		if q, ok := checkQuota(*r.Quota, bad); ok {
+			s.Quota = &q
+		}
+	}
 	return s, errs
 }
 
@@ -286,6 +293,9 @@ func (s Settings) Options() []idemhttp.Option {
 	}
 	if s.MaxResponse > 0 {
 		add(idemhttp.WithMaxResponseBody(s.MaxResponse))
+	}
+	if s.Quota != nil {
+		add(idemhttp.WithQuota(*s.Quota))
 	}
 	return opts
 }
