@@ -157,10 +157,34 @@ func testExtend(t *testing.T, s keystore.Store, cfg config) {
 	t.Run("DoLostLeaseCancelsEffect", func(t *testing.T) { t.Parallel(); testLostLease(t, s, cfg) })
 }
 
-// slowLease is the lease of the keep-alive tests: at least 1 s, so that
-// renewals every third of it survive a loaded machine (at 300 ms, a 2-core
-// host at load 15 delayed a renewal past the lease).
-func slowLease(cfg config) time.Duration { return max(3*cfg.unit, time.Second) }
+// slowLease is the lease of the keep-alive tests, derived from the store's
+// speed measured in this run: at least 1 s (and 3 units), and at least 20
+// times the slowest of 5 Reserve+Extend+Release round trips, capped at 5 s.
+// A fixed lease assumed the scheduler keeps up: at 1 s, PostgreSQL at load
+// 17 missed a renewal (every third of the lease) before the lease ended.
+// The cap keeps an effect of 3 leases within the test's 60 s context; a
+// store that does not renew still loses a lease of at most 5 s to a
+// retrier long before the effect ends.
+func slowLease(t *testing.T, s keystore.Store, cfg config) time.Duration {
+	t.Helper()
+	ctx := testCtx(t)
+	ext, ok := keystore.As[keystore.Extender](s)
+	if !ok {
+		t.Fatalf("%T does not implement keystore.Extender", s)
+	}
+	var rtt time.Duration
+	for range 5 {
+		start := time.Now()
+		c := reserve(t, s, newKey("extend-probe"), nil, long)
+		nc, err := ext.Extend(ctx, c, long)
+		noErr(t, "Extend (measuring the store)", err)
+		noErr(t, "Release (measuring the store)", s.Release(ctx, nc))
+		rtt = max(rtt, time.Since(start))
+	}
+	lease := min(max(3*cfg.unit, time.Second, 20*rtt), 5*time.Second)
+	t.Logf("lease %v (slowest Reserve+Extend+Release round trip %v)", lease, rtt)
+	return lease
+}
 
 // testSlowEffect runs an effect three times longer than its lease while 4
 // other callers retry the same key every 100 ms: with renewals, the effect
@@ -168,7 +192,7 @@ func slowLease(cfg config) time.Duration { return max(3*cfg.unit, time.Second) }
 func testSlowEffect(t *testing.T, s keystore.Store, cfg config) {
 	ctx := testCtx(t)
 	key := newKey("extend-slow")
-	lease := slowLease(cfg)
+	lease := slowLease(t, s, cfg)
 	var runs atomic.Int32
 	effect := func(ctx context.Context) ([]byte, error) {
 		runs.Add(1)
@@ -239,7 +263,7 @@ func testSlowEffect(t *testing.T, s keystore.Store, cfg config) {
 func testLostLease(t *testing.T, s keystore.Store, cfg config) {
 	ctx := testCtx(t)
 	key := newKey("extend-lost")
-	lease := slowLease(cfg)
+	lease := slowLease(t, s, cfg)
 	var cause error
 	_, _, err := keystore.Do(ctx, s, key, nil, func(fctx context.Context) ([]byte, error) {
 		c, _ := keystore.ClaimFrom(fctx)
