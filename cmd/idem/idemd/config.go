@@ -43,6 +43,26 @@ type routeFile struct {
 	FingerprintFields  []string   `yaml:"fingerprint-fields"`
 	MaxBody            *int64     `yaml:"max-body"`
 	MaxResponse        *int       `yaml:"max-response"`
+	Quota              *quotaFile `yaml:"quota"`
+}
+
+// quotaFile bounds what a route's clients may keep in the store: key
+// counts, and byte sizes with a unit ("10MiB"). See routeconfig.Quota.
+type quotaFile struct {
+	PrincipalKeys  yamlText `yaml:"principal-keys"`
+	PrincipalBytes yamlText `yaml:"principal-bytes"`
+	Keys           yamlText `yaml:"keys"`
+	Bytes          yamlText `yaml:"bytes"`
+}
+
+// yamlText is a scalar as written (a number or a size such as 10MiB),
+// checked by routeconfig.
+type yamlText string
+
+// UnmarshalYAML implements yaml.BytesUnmarshaler.
+func (t *yamlText) UnmarshalYAML(b []byte) error {
+	*t = yamlText(strings.Trim(strings.TrimSpace(string(b)), `"'`))
+	return nil
 }
 
 // scopeFile names the principal keys are scoped by: one of header, cookie
@@ -121,6 +141,7 @@ type route struct {
 	bodyFP      *idemhttp.BodyFingerprint
 	maxBody     int64
 	maxResponse int
+	quota       *idemhttp.Quota
 }
 
 // parseConfig parses and validates a --config file on its own (what does
@@ -227,6 +248,7 @@ func parseRoute(name string, i int, n ast.Node) (route, error) {
 			{"fingerprint-headers", rf.FingerprintHeaders != nil}, {"scope", rf.Scope != nil}, {"store-5xx", rf.Store5xx != nil},
 			{"max-body", rf.MaxBody != nil}, {"max-response", rf.MaxResponse != nil}, {"store-4xx", rf.Store4xx != nil},
 			{"key-from", rf.KeyFrom != nil}, {"fingerprint", rf.Fingerprint != nil}, {"fingerprint-fields", rf.FingerprintFields != nil},
+			{"quota", rf.Quota != nil},
 		} {
 			if f.set {
 				bad(f.name, "contradicts pass-through: true (a pass-through route uses no key)")
@@ -246,6 +268,9 @@ func parseRoute(name string, i int, n ast.Node) (route, error) {
 	if k := rf.KeyFrom; k != nil {
 		rc.KeyFrom = &routeconfig.KeyFrom{Header: k.Header, CloudEvents: k.CloudEvents, JSON: k.JSON}
 	}
+	if q := rf.Quota; q != nil {
+		rc.Quota = &routeconfig.Quota{PrincipalKeys: string(q.PrincipalKeys), PrincipalBytes: string(q.PrincipalBytes), Keys: string(q.Keys), Bytes: string(q.Bytes)}
+	}
 	set, problems := routeconfig.Check(rc)
 	for _, p := range problems {
 		if p.Field == "key-from" && strings.HasPrefix(p.Problem, "name one of") {
@@ -255,7 +280,7 @@ func parseRoute(name string, i int, n ast.Node) (route, error) {
 	}
 	r.required, r.ttl, r.lease, r.fpHeaders = set.Required, set.TTL, set.Lease, set.FingerprintHeaders
 	r.store4xx, r.store5xx, r.keySource, r.bodyFP = set.Store4xx, set.Store5xx, set.KeySource, set.BodyFingerprint
-	r.maxBody, r.maxResponse = set.MaxBody, set.MaxResponse
+	r.maxBody, r.maxResponse, r.quota = set.MaxBody, set.MaxResponse, set.Quota
 	if set.Scope != nil {
 		r.scope = rf.Scope
 	}

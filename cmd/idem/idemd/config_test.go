@@ -230,6 +230,8 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("routes:\n  - pattern: POST /hooks/github\n    key-from: {header: X-GitHub-Delivery}\n    store-4xx: false\n"))
 	f.Add([]byte("routes:\n  - pattern: POST /events\n    key-from: {cloudevents: true}\n    fingerprint: json\n"))
 	f.Add([]byte("routes:\n  - pattern: POST /pay\n    key-from: {json: 'detail.id'}\n    fingerprint-fields: [amount, currency, customer.id]\n"))
+	f.Add([]byte("routes:\n  - pattern: POST /q\n    quota: {principal-keys: 100, principal-bytes: 10MiB, keys: 10000, bytes: 1GiB}\n"))
+	f.Add([]byte("routes:\n  - pattern: POST /q\n    quota: {keys: -1, bytes: 9XB}\n"))
 	f.Add([]byte("\x00\xff{["))
 	// Hostile shapes (issue 28): deep nesting, and an alias bomb.
 	f.Add([]byte("routes: " + strings.Repeat("[", 200)))

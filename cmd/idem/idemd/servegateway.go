@@ -14,6 +14,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/internal/routeconfig"
 	"github.com/idem-go/idem/keystore"
 )
 
@@ -31,6 +32,7 @@ type policy struct {
 	store4xx                 *bool                     // nil: idemhttp's default (stored)
 	keySource                *idemhttp.KeySource       // nil: the Idempotency-Key header
 	bodyFP                   *idemhttp.BodyFingerprint // nil: the raw body
+	quota                    *idemhttp.Quota           // nil: unbounded
 }
 
 // flagPolicy is the policy the flags set: that of requests no route of the
@@ -75,8 +77,20 @@ func (p policy) with(r route) policy {
 	if r.maxResponse > 0 {
 		p.maxResponse = r.maxResponse
 	}
-	p.store4xx, p.keySource, p.bodyFP = r.store4xx, r.keySource, r.bodyFP
+	p.store4xx, p.keySource, p.bodyFP, p.quota = r.store4xx, r.keySource, r.bodyFP, r.quota
 	return p
+}
+
+// settings is p as routeconfig's Settings, whose Options are the one
+// implementation of each route rule (shared with the Caddy module).
+func (p policy) settings() routeconfig.Settings {
+	return routeconfig.Settings{
+		Required: &p.required, Store5xx: &p.store5xx, Store4xx: p.store4xx,
+		TTL: p.ttl, Lease: p.lease, Methods: p.methods, FingerprintHeaders: p.fpHeaders,
+		Scope:     &routeconfig.Scope{Header: p.scopeHeader, Cookie: p.scopeCookie, Anonymous: p.anonymous},
+		KeySource: p.keySource, BodyFingerprint: p.bodyFP, MaxBody: p.maxBody, MaxResponse: p.maxResponse,
+		Quota: p.quota,
+	}
 }
 
 // gateway serves every request under the policy set current when it
@@ -213,36 +227,17 @@ func (g *gateway) handlerFor(p policy, route string) (http.Handler, error) {
 	if p.passThrough {
 		return g.plain, nil
 	}
+	// The front end's own options first; the route's rules are
+	// routeconfig's, the same code the Caddy module runs.
 	opts := []idemhttp.Option{
-		idemhttp.WithTTL(p.ttl), idemhttp.WithLease(p.lease), idemhttp.WithWait(g.f.wait),
-		idemhttp.WithRequired(p.required), idemhttp.WithStrictKey(g.f.strictKey), idemhttp.WithStore5xx(p.store5xx),
-		idemhttp.WithMethods(p.methods...), idemhttp.WithMaxRequestBody(p.maxBody),
-		idemhttp.WithMaxResponseBody(p.maxResponse), idemhttp.WithLogger(g.log),
-		idemhttp.WithAllowAnonymous(p.anonymous), idemhttp.WithBodyTimeout(g.f.bodyTimeout),
-		idemhttp.WithClientWriteTimeout(g.f.writeTimeout), idemhttp.WithBudget(g.budget),
+		idemhttp.WithWait(g.f.wait), idemhttp.WithStrictKey(g.f.strictKey), idemhttp.WithLogger(g.log),
+		idemhttp.WithBodyTimeout(g.f.bodyTimeout), idemhttp.WithClientWriteTimeout(g.f.writeTimeout), idemhttp.WithBudget(g.budget),
 		idemhttp.WithStoreTimeout(g.f.storeTimeout), idemhttp.WithUpstreamTransport(g.transport),
 		idemhttp.WithForwarded(g.forwarded), idemhttp.WithHooks(g.outcomes.hooks(route, g.hooks)),
 		idemhttp.WithRoute(route), idemhttp.WithHandlerTimeout(g.f.handlerTimeout),
 	}
 	opts = append(opts, g.traceOptions()...)
-	if len(p.fpHeaders) > 0 {
-		opts = append(opts, idemhttp.WithFingerprintHeaders(p.fpHeaders...))
-	}
-	if p.scopeHeader != "" {
-		opts = append(opts, idemhttp.WithScopeHeader(p.scopeHeader))
-	}
-	if p.scopeCookie != "" {
-		opts = append(opts, idemhttp.WithScopeCookie(p.scopeCookie))
-	}
-	if p.store4xx != nil {
-		opts = append(opts, idemhttp.WithStore4xx(*p.store4xx))
-	}
-	if p.keySource != nil {
-		opts = append(opts, idemhttp.WithKeySource(*p.keySource))
-	}
-	if p.bodyFP != nil {
-		opts = append(opts, idemhttp.WithBodyFingerprint(*p.bodyFP))
-	}
+	opts = append(opts, p.settings().Options()...)
 	store := g.store
 	if g.held != nil {
 		store = g.held.wrap(store, route)
