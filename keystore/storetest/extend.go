@@ -162,9 +162,9 @@ func testExtend(t *testing.T, s keystore.Store, cfg config) {
 // times the slowest of 5 Reserve+Extend+Release round trips, capped at 5 s.
 // A fixed lease assumed the scheduler keeps up: at 1 s, PostgreSQL at load
 // 17 missed a renewal (every third of the lease) before the lease ended.
-// The cap keeps an effect of 3 leases within the test's 60 s context; a
-// store that does not renew still loses a lease of at most 5 s to a
-// retrier long before the effect ends.
+// The cap keeps an effect of 3 leases short; a store that does not renew
+// still loses its lease (at most 5 s) to a retrier long before the effect
+// ends, and fails.
 func slowLease(t *testing.T, s keystore.Store, cfg config) time.Duration {
 	t.Helper()
 	ctx := testCtx(t)

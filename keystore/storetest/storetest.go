@@ -127,8 +127,19 @@ func newKey(prefix string) string {
 	return prefix + "-" + hex.EncodeToString(b[:])
 }
 
+// testCtx is a check's context: a guard against a hung store, not a
+// bound on its speed. It ends 5 minutes from now, or 30 s before the test
+// binary's -timeout if that comes first (so a hung store fails the check
+// with an error instead of panicking the binary). A fixed 60 s was a
+// speed bound in disguise: PostgreSQL's CancelMidCall (3000 keys under
+// cancelled contexts, in parallel with the other checks on one store) and
+// Extend exceeded it at load 17-19 without anything being wrong.
 func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	guard := 5 * time.Minute
+	if d, ok := t.Deadline(); ok {
+		guard = max(min(guard, time.Until(d)-30*time.Second), 10*time.Second)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
 	t.Cleanup(cancel)
 	return ctx
 }
