@@ -9,6 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/dustin/go-humanize"
+	"github.com/idem-go/idem/internal/routeconfig"
 )
 
 func init() {
@@ -33,7 +34,7 @@ var subdirectives = []string{
 	"methods <method...>", "key_from header <name>|cloudevents|json <expr>", "fingerprint raw|json|fields <expr...>",
 	"fingerprint_headers <header...>", "principal header <name>|cookie <name>|authorization|{placeholder}",
 	"allow_anonymous", "store_4xx [true|false]", "store_5xx [true|false]", "max_body <size>", "max_response <size>",
-	"strict_key", "store_timeout <duration>", "handler_timeout <duration>", "route <name>",
+	"quota principal_keys <n> principal_bytes <size> keys <n> bytes <size>", "strict_key", "store_timeout <duration>", "handler_timeout <duration>", "route <name>",
 }
 
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens:
@@ -54,6 +55,7 @@ var subdirectives = []string{
 //		store_5xx [true|false]
 //		max_body <size>
 //		max_response <size>
+//		quota [principal_keys <n>] [principal_bytes <size>] [keys <n>] [bytes <size>]
 //		strict_key
 //		store_timeout <duration>
 //		handler_timeout <duration>
@@ -172,6 +174,12 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if n, err = size("the largest stored response, such as 1MiB"); err == nil {
 				h.MaxResponse = int(min(n, 1<<40))
 			}
+		case "quota":
+			q, qerr := routeconfig.ParseQuotaWords(args, "_")
+			if qerr != nil {
+				return d.Errf("idempotency: quota: %v", qerr)
+			}
+			h.Quota = &Quota{QuotaValue(q.PrincipalKeys), QuotaValue(q.PrincipalBytes), QuotaValue(q.Keys), QuotaValue(q.Bytes)}
 		case "route":
 			h.Route, err = one("the route's name in the metrics")
 		default:

@@ -1,6 +1,7 @@
 package idemcaddy
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/idem-go/idem/idemhttp"
 )
 
 func parse(t *testing.T, input string) (*Handler, error) {
@@ -129,6 +131,11 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		{"methods bad", "idempotency {\n methods PO/ST\n}", []string{`methods: "PO/ST" is not a method`}},
 		{"fingerprint header", "idempotency {\n fingerprint_headers X:Y\n}", []string{`fingerprint_headers: "X:Y" is not a header name`}},
 		{"store timeout", "idempotency {\n store_timeout -1s\n}", []string{"store_timeout: -1s must not be negative"}},
+		{"quota odd", "idempotency {\n quota keys\n}", []string{"quota: want name value pairs", "principal_keys 100"}},
+		{"quota unknown", "idempotency {\n quota pages 3\n}", []string{`quota: unknown field "pages"`, "principal_keys, principal_bytes, keys, bytes"}},
+		{"quota negative", "idempotency {\n quota principal_keys -1\n}", []string{"quota principal_keys: -1 must not be negative"}},
+		{"quota unit", "idempotency {\n quota keys 10 bytes 3XB\n}", []string{`quota bytes: "3XB": unknown unit "XB"`}},
+		{"quota no keys", "idempotency {\n quota bytes 1GiB\n}", []string{"quota: set principal_keys or keys"}},
 	} {
 		_, err := parse(t, tc.input)
 		if err == nil {
@@ -161,6 +168,7 @@ func FuzzUnmarshalCaddyfile(f *testing.F) {
 	for _, s := range []string{
 		"store memory", "key required\nttl 7d", "key_from json body.id\nfingerprint json", "principal {http.auth.user.id}\nallow_anonymous",
 		"fingerprint fields a b.c\nmax_body 1KiB", "methods POST\nstore_4xx false\nstore_5xx", "principal cookie sid", "wait -1s",
+		"quota principal_keys 100 principal_bytes 10MiB keys 10000 bytes 1GiB", "quota keys -1 bytes 9XB",
 	} {
 		f.Add(s)
 	}
@@ -181,3 +189,27 @@ func FuzzUnmarshalCaddyfile(f *testing.F) {
 }
 
 func fmtAny(v any) string { return fmt.Sprintf("%v", v) }
+
+// The quota subdirective and the JSON's quota object (numbers or sizes)
+// reach routeconfig's rules alike.
+func TestQuota(t *testing.T) {
+	t.Parallel()
+	h, err := parse(t, "idempotency {\n quota principal_keys 100 principal_bytes 10MiB keys 10000 bytes 1GiB\n}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := h.settings()
+	if err != nil || s.Quota == nil || *s.Quota != (idemhttp.Quota{PrincipalKeys: 100, PrincipalBytes: 10 << 20, Keys: 10000, Bytes: 1 << 30}) {
+		t.Fatalf("settings: %+v, %v", s.Quota, err)
+	}
+	var j Handler
+	if err := json.Unmarshal([]byte(`{"quota":{"principal_keys":100,"principal_bytes":"10MiB","keys":10000,"bytes":1073741824}}`), &j); err != nil {
+		t.Fatal(err)
+	}
+	if js, err := j.settings(); err != nil || *js.Quota != *s.Quota {
+		t.Fatalf("JSON settings: %+v, %v; want %+v", js.Quota, err, *s.Quota)
+	}
+	if err := json.Unmarshal([]byte(`{"quota":{"keys":[1]}}`), &j); err == nil || !strings.Contains(err.Error(), "neither a number nor a size") {
+		t.Errorf("quota keys [1]: %v", err)
+	}
+}

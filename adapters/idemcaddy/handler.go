@@ -66,6 +66,10 @@ type Handler struct {
 	// MaxResponse is the largest response stored for replay in bytes
 	// (default 1 MiB, at most 32 MiB).
 	MaxResponse int `json:"max_response,omitempty"`
+	// Quota bounds the keys and stored bytes of each principal and of all
+	// of them together; past it a new key is 429 with Retry-After. Default:
+	// unbounded.
+	Quota *Quota `json:"quota,omitempty"`
 	// StrictKey accepts only the Structured Field String form of the key.
 	StrictKey bool `json:"strict_key,omitempty"`
 	// StoreTimeout bounds each key-store call (default 5s).
@@ -169,10 +173,13 @@ func (h *Handler) settings() (routeconfig.Settings, error) {
 	if h.MaxResponse != 0 {
 		r.MaxResponse = &h.MaxResponse
 	}
+	if q := h.Quota; q != nil {
+		r.Quota = &routeconfig.Quota{PrincipalKeys: string(q.PrincipalKeys), PrincipalBytes: string(q.PrincipalBytes), Keys: string(q.Keys), Bytes: string(q.Bytes)}
+	}
 	s, problems := routeconfig.Check(r)
 	var errs []error
 	for _, p := range problems {
-		field := strings.ReplaceAll(p.Field, "-", "_")
+		field := strings.ReplaceAll(strings.ReplaceAll(p.Field, "-", "_"), ".", " ")
 		if field == "scope" {
 			field = "principal"
 		}
@@ -199,7 +206,7 @@ func (h *Handler) settings() (routeconfig.Settings, error) {
 // Caddyfile's (fingerprint-fields: fingerprint_fields).
 func caddyWords(s string) string {
 	return strings.NewReplacer("fingerprint-fields", "fingerprint_fields", "fingerprint-headers", "fingerprint_headers",
-		"key-from", "key_from", "fingerprint: ", "fingerprint ", "cloudevents: true", "cloudevents").Replace(s)
+		"key-from", "key_from", "principal-keys", "principal_keys", "principal-bytes", "principal_bytes", "fingerprint: ", "fingerprint ", "cloudevents: true", "cloudevents").Replace(s)
 }
 
 // placeholderScope scopes keys by a digest of a placeholder's value, so
