@@ -41,3 +41,19 @@ func Example() {
 	// sqlite <nil>
 	// true
 }
+
+// A memory store bounded by its URL: it refuses results past 64 MiB in
+// all rather than growing the process.
+func ExampleMemoryOptions() {
+	spec, err := storeurl.Parse("memory?max-bytes=64MiB&max-keys=100000")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(spec.Kind, spec.Memory.MaxBytes, spec.Memory.MaxKeys)
+	_, err = storeurl.Parse("memory?max-bytes=64XB")
+	fmt.Println(err)
+	// Output:
+	// memory 67108864 100000
+	// invalid store URL "memory?max-bytes=64XB": max-bytes: "64XB": unknown unit "XB" (want B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)
+}

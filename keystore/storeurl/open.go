@@ -100,7 +100,7 @@ func Open(ctx context.Context, spec Spec, opts Options) (*Opened, error) {
 			}
 			return openMemorySnapshot(spec, maxResult, cmp.Or(opts.SnapshotEvery, DefaultSnapshotEvery), log)
 		}
-		s, err := memstore.New(memstore.WithMaxResultSize(maxResult))
+		s, err := memstore.New(append(spec.Memory.options(), memstore.WithMaxResultSize(maxResult))...)
 		if err != nil {
 			return nil, err
 		}
@@ -186,9 +186,10 @@ func Open(ctx context.Context, spec Spec, opts Options) (*Opened, error) {
 // Close returns the last one.
 func openMemorySnapshot(spec Spec, maxResult int, every time.Duration, log *slog.Logger) (*Opened, error) {
 	path := spec.Path
-	s, err := memstore.Load(path, memstore.WithMaxResultSize(maxResult))
+	opts := append(spec.Memory.options(), memstore.WithMaxResultSize(maxResult))
+	s, err := memstore.Load(path, opts...)
 	if errors.Is(err, fs.ErrNotExist) {
-		s, err = memstore.New(memstore.WithMaxResultSize(maxResult))
+		s, err = memstore.New(opts...)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("memory store: %w (move the file away to start empty)", err)

@@ -36,6 +36,8 @@ type Spec struct {
 	// Path is the snapshot file of memory:PATH ("" for a plain memory
 	// store) and the database file of sqlite:PATH; empty otherwise.
 	Path string
+	// Memory is the bounds of a memory store's query (zero otherwise).
+	Memory MemoryOptions
 	// URL is the whole URL as given, credentials included (use
 	// [Spec.String] in messages).
 	URL string
@@ -44,7 +46,8 @@ type Spec struct {
 // String is the URL with any password hidden, for logs and errors.
 func (s Spec) String() string { return Redact(s.URL) }
 
-// Parse accepts memory, memory:PATH (a snapshot file), sqlite:PATH,
+// Parse accepts memory, memory:PATH (a snapshot file; either with a query
+// of bounds, ?max-bytes=64MiB&max-keys=N&capacity=N, see [MemoryOptions]), sqlite:PATH,
 // postgres://… (or postgresql://), redis://… (rediss://),
 // redis-cluster://… (rediss-cluster://), nats://… (tls://) and
 // dynamodb://TABLE?…. The query parameters of the Redis and DynamoDB forms
@@ -54,15 +57,24 @@ func (s Spec) String() string { return Redact(s.URL) }
 func Parse(s string) (Spec, error) {
 	spec := Spec{URL: s}
 	switch {
-	case s == "memory":
+	case s == "memory" || strings.HasPrefix(s, "memory?") || strings.HasPrefix(s, "memory:"):
+		rest, q, hasQuery := cutQuery(s)
+		if hasQuery {
+			o, err := parseMemoryQuery(s, q)
+			if err != nil {
+				return Spec{}, err
+			}
+			spec.Memory = o
+		}
 		spec.Kind = Memory
-		return spec, nil
-	case strings.HasPrefix(s, "memory:"):
-		p := strings.TrimPrefix(s, "memory:")
+		if rest == "memory" {
+			return spec, nil
+		}
+		p := strings.TrimPrefix(rest, "memory:")
 		if p == "" || strings.ContainsRune(p, 0) {
 			return Spec{}, fmt.Errorf("%w %q: want memory:PATH, the snapshot file", ErrInvalid, s)
 		}
-		spec.Kind, spec.Path = Memory, p
+		spec.Path = p
 		return spec, nil
 	case strings.HasPrefix(s, "sqlite:"):
 		p := strings.TrimPrefix(s, "sqlite:")

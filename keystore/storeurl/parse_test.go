@@ -62,6 +62,7 @@ func FuzzParse(f *testing.F) {
 		"memory", "memory:/x", "sqlite:/tmp/a.db", "postgres://u:p@h/db", "redis://h:1/0", "redis-cluster://a:1,b:2?buckets=4",
 		"rediss-cluster://u:p@a:1?wait_replicas=1&wait_timeout=1s", "nats://a:1?bucket=k", "tls://a:1", "dynamodb://t?region=x",
 		"dynamodb://t?region=x&endpoint=http://h:1", "redis://%zz", "redis://h?db=x", "",
+		"memory?max-bytes=64MiB", "memory:/x?max-keys=1&capacity=2", "memory?max-bytes=-1", "memory?max-bytes=1&max-bytes=2", "memory?%zz",
 	} {
 		f.Add(s)
 	}
