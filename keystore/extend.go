@@ -105,8 +105,10 @@ func safe(lease time.Duration) time.Duration { return lease - lease/10 }
 // for the effect, and stop, which the caller calls once the effect has
 // returned (or panicked), before Complete or Release.
 //
-// When s renews leases (see [CanExtend]), a goroutine calls Extend every
-// third of the lease, with jitter, each call under [Detach]. If the lease is
+// When s renews leases (see [CanExtend]), Extend is called every third of
+// the lease, with jitter, each call under [Detach], from a timer: an effect
+// that returns before its first renewal is due costs one timer armed and
+// stopped, no goroutine. If the lease is
 // lost (Extend returns [ErrLeaseLost]: the key was taken over, released or
 // swept) or cannot be renewed before it ends by this process's clock
 // (nine tenths of the lease after the last successful renewal was sent, or
@@ -135,17 +137,12 @@ func KeepAlive(ctx context.Context, s Store, c Claim, lease time.Duration) (cont
 	if !CanExtend(s) || lease <= 0 {
 		return kctx, func() (Claim, error) { cancel(context.Canceled); return c, nil }
 	}
-	k := &keeper{ext: s.(Extender), claim: c, lease: lease, cancel: cancel, done: make(chan struct{})}
-	k.stopped, k.stop = context.WithCancel(context.Background())
-	start := time.Now()
-	k.watchdog = time.AfterFunc(safe(lease), k.expired)
-	go k.loop(ctx, start)
+	k := &keeper{}
+	k.start(ctx, s.(Extender), c, lease, cancel)
 	var once sync.Once
 	return kctx, func() (Claim, error) {
 		once.Do(func() {
-			k.stop()
-			<-k.done
-			k.watchdog.Stop()
+			k.halt()
 			cancel(context.Canceled)
 		})
 		k.mu.Lock()
@@ -154,83 +151,111 @@ func KeepAlive(ctx context.Context, s Store, c Claim, lease time.Duration) (cont
 	}
 }
 
-// keeper is the state of one KeepAlive.
+// keeper is the state of one KeepAlive. It is driven by one timer instead
+// of a goroutine started with the effect: most effects return long before
+// their first renewal is due, and pay for arming and stopping one timer,
+// no goroutine, no channel, no second timer. The watchdog that cancels the
+// effect when renewals fail is armed at the first renewal, since until
+// then the lease Reserve took still holds (a first renewal that fires late,
+// past the deadline, arms it already expired).
 type keeper struct {
-	ext      Extender
-	lease    time.Duration
-	cancel   context.CancelCauseFunc
-	watchdog *time.Timer
-	stopped  context.Context // ends when stop is called
-	stop     context.CancelFunc
-	done     chan struct{} // closed when loop returns
+	ext    Extender
+	ctx    context.Context // the caller's, for Extend's values (under Detach)
+	lease  time.Duration
+	cancel context.CancelCauseFunc
+	timer  *time.Timer // the next renewal
 
-	mu    sync.Mutex
-	claim Claim
-	err   error // set once the lease is lost
+	mu       sync.Mutex
+	claim    Claim
+	err      error       // set once the lease is lost
+	stopped  bool        // stop was called: no more renewals
+	deadline time.Time   // the lease counts until then, by this clock
+	watchdog *time.Timer // armed at the first renewal
+	inflight sync.WaitGroup
+}
+
+// start arms the first renewal; k must be the zero keeper.
+func (k *keeper) start(ctx context.Context, ext Extender, c Claim, lease time.Duration, cancel context.CancelCauseFunc) {
+	k.mu.Lock() // renew may run before k.timer is set
+	defer k.mu.Unlock()
+	k.ext, k.ctx, k.lease, k.cancel, k.claim = ext, ctx, lease, cancel, c
+	k.deadline = time.Now().Add(safe(lease))
+	k.timer = time.AfterFunc(max(renewalPause(lease/3), minRenewal), k.renew)
 }
 
 // lose records err as the reason the lease is lost and cancels the effect's
-// context with it. The first reason wins.
+// context with it. The first reason wins. Called with k.mu held.
 func (k *keeper) lose(err error) {
-	k.mu.Lock()
 	if k.err == nil {
 		k.err = err
 	}
-	err = k.err
-	k.mu.Unlock()
-	k.cancel(err)
+	k.cancel(k.err)
 }
 
 // expired runs when the lease ends without a renewal.
 func (k *keeper) expired() {
 	k.mu.Lock()
-	key := k.claim.Key
-	k.mu.Unlock()
-	k.lose(fmt.Errorf("keystore: key %q: %w", key, ErrLeaseNotRenewed))
+	defer k.mu.Unlock()
+	if !k.stopped {
+		k.lose(fmt.Errorf("keystore: key %q: %w", k.claim.Key, ErrLeaseNotRenewed))
+	}
 }
 
-func (k *keeper) loop(ctx context.Context, start time.Time) {
-	defer close(k.done)
-	deadline := start.Add(safe(k.lease))
-	wait := renewalPause(k.lease / 3)
-	for {
-		if retry.Sleep(k.stopped, max(wait, minRenewal)) != nil {
-			return // stop was called
-		}
-		k.mu.Lock()
-		c, lost := k.claim, k.err != nil
+// renew runs on the timer: one Extend, then the next renewal is armed.
+func (k *keeper) renew() {
+	k.mu.Lock()
+	if k.stopped || k.err != nil {
 		k.mu.Unlock()
-		if lost {
+		return
+	}
+	if k.watchdog == nil {
+		k.watchdog = time.AfterFunc(time.Until(k.deadline), k.expired)
+	}
+	c := k.claim
+	k.inflight.Add(1)
+	k.mu.Unlock()
+	defer k.inflight.Done()
+
+	began := time.Now()
+	dctx, cancel := Detach(k.ctx)
+	nc, err := k.ext.Extend(dctx, c, k.lease)
+	cancel()
+
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	switch {
+	case err == nil:
+		k.claim = nc
+		if k.err != nil || k.stopped {
+			return // the lease ran out while Extend ran, or stop was called
+		}
+		k.deadline = began.Add(safe(k.lease))
+		k.watchdog.Reset(time.Until(k.deadline))
+		k.timer.Reset(max(renewalPause(k.lease/3), minRenewal))
+	case errors.Is(err, ErrLeaseLost):
+		k.lose(fmt.Errorf("keystore: renewing the lease of %q: %w", c.Key, err))
+	default:
+		// The store did not answer or failed: retry while the lease
+		// lasts; the watchdog cancels the effect when it ends.
+		left := time.Until(k.deadline)
+		if left <= 0 {
+			k.lose(fmt.Errorf("keystore: key %q: %w: last renewal error: %w", c.Key, ErrLeaseNotRenewed, err))
 			return
 		}
-		began := time.Now()
-		dctx, cancel := Detach(ctx)
-		nc, err := k.ext.Extend(dctx, c, k.lease)
-		cancel()
-		switch {
-		case err == nil:
-			k.mu.Lock()
-			k.claim = nc
-			lost = k.err != nil
-			k.mu.Unlock()
-			if lost {
-				return // the lease ran out while Extend ran: the effect was told to stop
-			}
-			deadline = began.Add(safe(k.lease))
-			k.watchdog.Reset(time.Until(deadline))
-			wait = renewalPause(k.lease / 3)
-		case errors.Is(err, ErrLeaseLost):
-			k.lose(fmt.Errorf("keystore: renewing the lease of %q: %w", c.Key, err))
-			return
-		default:
-			// The store did not answer or failed: retry while the lease
-			// lasts; the watchdog cancels the effect when it ends.
-			left := time.Until(deadline)
-			if left <= 0 {
-				k.lose(fmt.Errorf("keystore: key %q: %w: last renewal error: %w", c.Key, ErrLeaseNotRenewed, err))
-				return
-			}
-			wait = renewalPause(min(k.lease/3, left/3))
+		if !k.stopped {
+			k.timer.Reset(max(renewalPause(min(k.lease/3, left/3)), minRenewal))
 		}
 	}
+}
+
+// halt ends the renewals and waits for one in flight.
+func (k *keeper) halt() {
+	k.mu.Lock()
+	k.stopped = true
+	k.timer.Stop()
+	if k.watchdog != nil {
+		k.watchdog.Stop()
+	}
+	k.mu.Unlock()
+	k.inflight.Wait()
 }

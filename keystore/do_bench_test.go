@@ -1,0 +1,32 @@
+package keystore_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/idem-go/idem/keystore"
+	"github.com/idem-go/idem/keystore/memstore"
+)
+
+// BenchmarkDoNewKey is keystore.Do's cost a new key on memstore (which
+// renews leases, so KeepAlive is armed and stopped every call): the
+// Watermill path's per-message core (issue 32).
+func BenchmarkDoNewKey(b *testing.B) {
+	s, err := memstore.New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	fp := []byte("fp")
+	effect := func(context.Context) ([]byte, error) { return []byte("ok"), nil }
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		if _, _, err := keystore.Do(ctx, s, "k"+strconv.Itoa(i), fp, effect); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
