@@ -214,7 +214,7 @@ func TestStalledReaderDoesNotHoldTheKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ms.Close()
-	m, err := idemhttp.New(ms, idemhttp.WithMaxResponseBody(size), idemhttp.WithClientWriteTimeout(200*time.Millisecond), idemhttp.WithLease(time.Minute))
+	m, err := idemhttp.New(ms, idemhttp.WithMaxResponseBody(size), idemhttp.WithClientWriteTimeout(200*time.Millisecond), idemhttp.WithLease(3*time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,10 @@ func TestStalledReaderDoesNotHoldTheKey(t *testing.T) {
 	// The stalled client never reads. Its retry, on another connection,
 	// gets 409 while the first is running, then the stored response. The
 	// retry starts once the first request runs, so it cannot come first.
-	deadline := time.Now().Add(15 * time.Second)
+	// The deadline is a hang guard below the lease, not a speed bound: a
+	// key held until its lease ended would show as 409s past it (or as a
+	// second execution), however slow the machine.
+	deadline := time.Now().Add(2 * time.Minute)
 	for runs.Load() == 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
