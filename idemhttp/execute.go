@@ -144,8 +144,8 @@ func (m *Middleware) settle(ctx context.Context, claim keystore.Claim, rec *reco
 // under the claim; a record the store finds too large is stored as "not
 // stored" instead.
 func (m *Middleware) complete(ctx context.Context, claim keystore.Claim, result []byte, status int, o Outcome) Outcome {
-	sctx := m.storeCall(ctx)
-	defer sctx.end()
+	sctx, end := m.storeCall(ctx)
+	defer end()
 	noteStored(ctx, len(result))
 	err := m.store.Complete(sctx, claim, result, m.cfg.ttl)
 	if errors.Is(err, keystore.ErrResultTooLarge) && o == OutcomeExecuted {

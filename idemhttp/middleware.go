@@ -95,13 +95,6 @@ func storeKey(scope, key string) string {
 	return string(out[:])
 }
 
-// storeCall is the context of a store call: not cancelled by the client's
-// disconnect (a call cancelled half-way may have committed), bounded by the
-// store timeout. Call its end when the call has returned.
-func (m *Middleware) storeCall(ctx context.Context) *boundCtx {
-	return newBoundCtx(ctx, m.cfg.storeTimeout)
-}
-
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, sp idem.Span) Outcome {
 	if !m.cfg.methods[r.Method] {
 		next.ServeHTTP(w, r)
@@ -224,8 +217,8 @@ func (m *Middleware) wait() keystore.Wait {
 // (ErrLeaseLost) means the key is already free or another's: an operator
 // released it, or another request took it over once the lease lapsed.
 func (m *Middleware) release(ctx context.Context, c keystore.Claim, why string) {
-	sctx := m.storeCall(ctx)
-	defer sctx.end()
+	sctx, end := m.storeCall(ctx)
+	defer end()
 	err := m.store.Release(sctx, c)
 	switch {
 	case errors.Is(err, keystore.ErrLeaseLost):

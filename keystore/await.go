@@ -213,18 +213,10 @@ func (n *watch) sleep(ctx context.Context, pause time.Duration) error {
 	}
 }
 
-// detach is [Detach] with a timeout of its own (0: [CallTimeout]).
-func detach(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
-	if timeout <= 0 {
-		timeout = CallTimeout
-	}
-	return context.WithTimeout(context.WithoutCancel(ctx), timeout)
-}
-
-// reserveDetached calls s.Reserve under detach(ctx, timeout).
+// reserveDetached calls s.Reserve under detachCall(ctx, timeout).
 func reserveDetached(ctx context.Context, s Store, key string, fp []byte, lease, timeout time.Duration) (Claim, error) {
-	dctx, cancel := detach(ctx, timeout)
-	defer cancel()
+	dctx := detachCall(ctx, timeout)
+	defer dctx.end()
 	return s.Reserve(dctx, key, fp, lease)
 }
 
@@ -232,8 +224,8 @@ func reserveDetached(ctx context.Context, s Store, key string, fp []byte, lease,
 // the error Await reports.
 func releaseUnused(ctx context.Context, s Store, c Claim, cause error, timeout time.Duration) error {
 	err := fmt.Errorf("keystore: key %q acquired after the context ended; released, the effect not run: %w", c.Key, cause)
-	dctx, cancel := detach(ctx, timeout)
-	defer cancel()
+	dctx := detachCall(ctx, timeout)
+	defer dctx.end()
 	if rerr := s.Release(dctx, c); rerr != nil {
 		return errors.Join(err, fmt.Errorf("keystore: release (the lease will expire): %w", rerr))
 	}

@@ -184,8 +184,8 @@ func run(ctx context.Context, s Store, c Claim, fn func(context.Context) ([]byte
 		}
 		// fn panicked: give the key back so that a retry runs fn again,
 		// then let the panic continue.
-		cctx, cancel := Detach(ctx)
-		defer cancel()
+		cctx := detachCall(ctx, CallTimeout)
+		defer cctx.end()
 		_ = s.Release(cctx, c)
 	}()
 	fctx, stop := KeepAlive(context.WithValue(ctx, claimKey{}, c), s, c, lease)
@@ -197,8 +197,8 @@ func run(ctx context.Context, s Store, c Claim, fn func(context.Context) ([]byte
 		err = fmt.Errorf("%w (the effect's context was cancelled: %w)", err, lost)
 	}
 
-	cctx, cancel := Detach(ctx)
-	defer cancel()
+	cctx := detachCall(ctx, CallTimeout)
+	defer cctx.end()
 	if err != nil {
 		if rerr := s.Release(cctx, c); rerr != nil {
 			return nil, false, errors.Join(err, fmt.Errorf("keystore: release after failure (the lease will expire): %w", rerr))

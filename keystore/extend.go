@@ -217,9 +217,9 @@ func (k *keeper) renew() {
 	defer k.inflight.Done()
 
 	began := time.Now()
-	dctx, cancel := Detach(k.ctx)
+	dctx := detachCall(k.ctx, CallTimeout)
 	nc, err := k.ext.Extend(dctx, c, k.lease)
-	cancel()
+	dctx.end()
 
 	k.mu.Lock()
 	defer k.mu.Unlock()
