@@ -134,128 +134,138 @@ func safe(lease time.Duration) time.Duration { return lease - lease/10 }
 // one lease after the last renewal.
 func KeepAlive(ctx context.Context, s Store, c Claim, lease time.Duration) (context.Context, func() (Claim, error)) {
 	kctx, cancel := context.WithCancelCause(ctx)
-	if !CanExtend(s) || lease <= 0 {
+	ext, ok := As[Extender](s)
+	if !ok || lease <= 0 {
 		return kctx, func() (Claim, error) { cancel(context.Canceled); return c, nil }
 	}
-	k := &keeper{}
-	k.start(ctx, s.(Extender), c, lease, cancel)
-	var once sync.Once
+	r := &Renewal{}
+	r.Start(ctx, ext, c, lease, cancel)
 	return kctx, func() (Claim, error) {
-		once.Do(func() {
-			k.halt()
-			cancel(context.Canceled)
-		})
-		k.mu.Lock()
-		defer k.mu.Unlock()
-		return k.claim, k.err
+		c, err := r.Stop()
+		cancel(context.Canceled)
+		return c, err
 	}
 }
 
-// keeper is the state of one KeepAlive. It is driven by one timer instead
-// of a goroutine started with the effect: most effects return long before
-// their first renewal is due, and pay for arming and stopping one timer,
-// no goroutine, no channel, no second timer. The watchdog that cancels the
-// effect when renewals fail is armed at the first renewal, since until
-// then the lease Reserve took still holds (a first renewal that fires late,
-// past the deadline, arms it already expired).
-type keeper struct {
-	ext    Extender
-	ctx    context.Context // the caller's, for Extend's values (under Detach)
-	lease  time.Duration
-	cancel context.CancelCauseFunc
-	timer  *time.Timer // the next renewal
+// Renewal is [KeepAlive]'s renewal of one lease, for a caller that owns
+// the effect's context itself (idemhttp's and idemgrpc's handler
+// contexts): the same rules, the same timer, and lost, the caller's
+// cancel, called with the cause (wrapping [ErrLeaseLost]) when the lease
+// is lost. Use the zero Renewal, Start it once and Stop it once the effect
+// has returned; do not copy it after Start. It is driven by one timer
+// instead of a goroutine started with the effect: most effects return long
+// before their first renewal is due, and pay for arming and stopping one
+// timer, no goroutine, no channel, no second timer. The watchdog that
+// cancels the effect when renewals fail is armed at the first renewal,
+// since until then the lease Reserve took still holds (a first renewal
+// that fires late, past the deadline, arms it already expired).
+type Renewal struct {
+	ext   Extender
+	ctx   context.Context // the caller's, for Extend's values (under Detach)
+	lease time.Duration
+	lost  context.CancelCauseFunc
+	timer *time.Timer // the next renewal
 
 	mu       sync.Mutex
 	claim    Claim
 	err      error       // set once the lease is lost
-	stopped  bool        // stop was called: no more renewals
+	stopped  bool        // Stop was called: no more renewals
 	deadline time.Time   // the lease counts until then, by this clock
 	watchdog *time.Timer // armed at the first renewal
 	inflight sync.WaitGroup
 }
 
-// start arms the first renewal; k must be the zero keeper.
-func (k *keeper) start(ctx context.Context, ext Extender, c Claim, lease time.Duration, cancel context.CancelCauseFunc) {
-	k.mu.Lock() // renew may run before k.timer is set
-	defer k.mu.Unlock()
-	k.ext, k.ctx, k.lease, k.cancel, k.claim = ext, ctx, lease, cancel, c
-	k.deadline = time.Now().Add(safe(lease))
-	k.timer = time.AfterFunc(max(renewalPause(lease/3), minRenewal), k.renew)
+// Start arms the first renewal of c, an Acquired claim of lease length
+// lease (positive), through e; call it right after Reserve returns. ctx
+// gives Extend its values (each Extend runs under [Detach]); lost is
+// called, from the renewal's timer, with the reason the lease is lost.
+func (r *Renewal) Start(ctx context.Context, e Extender, c Claim, lease time.Duration, lost context.CancelCauseFunc) {
+	r.mu.Lock() // renew may run before r.timer is set
+	defer r.mu.Unlock()
+	r.ext, r.ctx, r.lease, r.lost, r.claim = e, ctx, lease, lost, c
+	r.deadline = time.Now().Add(safe(lease))
+	r.timer = time.AfterFunc(max(renewalPause(lease/3), minRenewal), r.renew)
 }
 
-// lose records err as the reason the lease is lost and cancels the effect's
-// context with it. The first reason wins. Called with k.mu held.
-func (k *keeper) lose(err error) {
-	if k.err == nil {
-		k.err = err
+// lose records err as the reason the lease is lost and calls lost with it.
+// The first reason wins. Called with r.mu held.
+func (r *Renewal) lose(err error) {
+	if r.err == nil {
+		r.err = err
 	}
-	k.cancel(k.err)
+	r.lost(r.err)
 }
 
 // expired runs when the lease ends without a renewal.
-func (k *keeper) expired() {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if !k.stopped {
-		k.lose(fmt.Errorf("keystore: key %q: %w", k.claim.Key, ErrLeaseNotRenewed))
+func (r *Renewal) expired() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.stopped {
+		r.lose(fmt.Errorf("keystore: key %q: %w", r.claim.Key, ErrLeaseNotRenewed))
 	}
 }
 
 // renew runs on the timer: one Extend, then the next renewal is armed.
-func (k *keeper) renew() {
-	k.mu.Lock()
-	if k.stopped || k.err != nil {
-		k.mu.Unlock()
+func (r *Renewal) renew() {
+	r.mu.Lock()
+	if r.stopped || r.err != nil {
+		r.mu.Unlock()
 		return
 	}
-	if k.watchdog == nil {
-		k.watchdog = time.AfterFunc(time.Until(k.deadline), k.expired)
+	if r.watchdog == nil {
+		r.watchdog = time.AfterFunc(time.Until(r.deadline), r.expired)
 	}
-	c := k.claim
-	k.inflight.Add(1)
-	k.mu.Unlock()
-	defer k.inflight.Done()
+	c := r.claim
+	r.inflight.Add(1)
+	r.mu.Unlock()
+	defer r.inflight.Done()
 
 	began := time.Now()
-	dctx := detachCall(k.ctx, CallTimeout)
-	nc, err := k.ext.Extend(dctx, c, k.lease)
+	dctx := detachCall(r.ctx, CallTimeout)
+	nc, err := r.ext.Extend(dctx, c, r.lease)
 	dctx.end()
 
-	k.mu.Lock()
-	defer k.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	switch {
 	case err == nil:
-		k.claim = nc
-		if k.err != nil || k.stopped {
-			return // the lease ran out while Extend ran, or stop was called
+		r.claim = nc
+		if r.err != nil || r.stopped {
+			return // the lease ran out while Extend ran, or Stop was called
 		}
-		k.deadline = began.Add(safe(k.lease))
-		k.watchdog.Reset(time.Until(k.deadline))
-		k.timer.Reset(max(renewalPause(k.lease/3), minRenewal))
+		r.deadline = began.Add(safe(r.lease))
+		r.watchdog.Reset(time.Until(r.deadline))
+		r.timer.Reset(max(renewalPause(r.lease/3), minRenewal))
 	case errors.Is(err, ErrLeaseLost):
-		k.lose(fmt.Errorf("keystore: renewing the lease of %q: %w", c.Key, err))
+		r.lose(fmt.Errorf("keystore: renewing the lease of %q: %w", c.Key, err))
 	default:
 		// The store did not answer or failed: retry while the lease
 		// lasts; the watchdog cancels the effect when it ends.
-		left := time.Until(k.deadline)
+		left := time.Until(r.deadline)
 		if left <= 0 {
-			k.lose(fmt.Errorf("keystore: key %q: %w: last renewal error: %w", c.Key, ErrLeaseNotRenewed, err))
+			r.lose(fmt.Errorf("keystore: key %q: %w: last renewal error: %w", c.Key, ErrLeaseNotRenewed, err))
 			return
 		}
-		if !k.stopped {
-			k.timer.Reset(max(renewalPause(min(k.lease/3, left/3)), minRenewal))
+		if !r.stopped {
+			r.timer.Reset(max(renewalPause(min(r.lease/3, left/3)), minRenewal))
 		}
 	}
 }
 
-// halt ends the renewals and waits for one in flight.
-func (k *keeper) halt() {
-	k.mu.Lock()
-	k.stopped = true
-	k.timer.Stop()
-	if k.watchdog != nil {
-		k.watchdog.Stop()
+// Stop ends the renewals, waits for one in flight, and returns c with the
+// Expires of the last renewal and nil, or the reason (wrapping
+// [ErrLeaseLost]) the lease was lost. It does not call lost. Calling it
+// again returns the same values.
+func (r *Renewal) Stop() (Claim, error) {
+	r.mu.Lock()
+	r.stopped = true
+	r.timer.Stop()
+	if r.watchdog != nil {
+		r.watchdog.Stop()
 	}
-	k.mu.Unlock()
-	k.inflight.Wait()
+	r.mu.Unlock()
+	r.inflight.Wait()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.claim, r.err
 }

@@ -146,9 +146,8 @@ func (c *config) handle(msg *message.Message, run func(ctx context.Context, d *c
 // records the key before the handler and keeps it on failure: the redelivery
 // is then acknowledged as a duplicate and the message is lost.)
 type Middleware struct {
-	s     keystore.Store
-	cfg   config
-	renew keystore.Store // s, when it renews leases and Do's lease is the default
+	s   keystore.Store
+	cfg config
 }
 
 // NewMiddleware returns a Middleware over s. Scope s (keystore.Scope) by
@@ -158,11 +157,7 @@ func NewMiddleware(s keystore.Store, opts ...Option) (*Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Middleware{s: s, cfg: cfg}
-	if len(cfg.doOpts) == 0 && keystore.CanExtend(s) {
-		m.renew = s
-	}
-	return m, nil
+	return &Middleware{s: s, cfg: cfg}, nil
 }
 
 // Middleware is the message.HandlerMiddleware: router.AddMiddleware(m.Middleware).
@@ -197,11 +192,7 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 				out = produced
 				return encode(produced)
 			}
-			s := m.s
-			if m.renew != nil {
-				s, effect = noRenew{m.s}, m.renewing(d.Key, effect)
-			}
-			res, replayed, err := keystore.Do(ctx, s, d.Key, d.Fingerprint, effect, m.cfg.doOpts...)
+			res, replayed, err := keystore.Do(ctx, m.s, d.Key, d.Fingerprint, effect, m.cfg.doOpts...)
 			if err == nil && replayed {
 				out, err = decode(res)
 			}

@@ -15,7 +15,7 @@ import (
 )
 
 // A handler that outlives its lease keeps its key: the Middleware renews
-// the lease (without keystore.Do's goroutine), the handler's context
+// the lease (keystore.Do's KeepAlive, from a timer), the handler's context
 // carries Do's claim and stays live, and a redelivery meanwhile finds the
 // key in progress instead of running the handler again.
 func TestLongHandlerKeepsItsLease(t *testing.T) {

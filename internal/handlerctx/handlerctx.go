@@ -60,9 +60,10 @@ func (e *TimeoutError) Unwrap() error { return context.DeadlineExceeded }
 // the handler has returned or panicked, before Complete or Release. The
 // context carries key and claim for [Key] and [Claim].
 //
-// A store that renews leases is renewed by the rules of keystore.KeepAlive,
-// but from a timer armed for the first renewal (see renewer): a handler
-// that returns before then starts no goroutine.
+// A store that renews leases is renewed by keystore.KeepAlive's rules and
+// timer (a keystore.Renewal in the Run, ending the handler's context when
+// the lease is lost): a handler that returns before the first renewal is
+// due starts no goroutine.
 func Start(req context.Context, s keystore.Store, key string, claim keystore.Claim, lease time.Duration, cfg Config) (context.Context, *Run) {
 	run := &Run{claim: claim}
 	var parent context.Context
@@ -95,7 +96,8 @@ func Start(req context.Context, s keystore.Store, key string, claim keystore.Cla
 	if renews {
 		// Renewals do not end with the client, even under ClientCancel:
 		// the handler's context ends with it then, through parent.
-		run.renewer.start(context.WithoutCancel(req), ext, claim, lease, cancel)
+		run.renews = true
+		run.renewal.Start(context.WithoutCancel(req), ext, claim, lease, cancel)
 	}
 	if cfg.Abort != nil {
 		if cfg.Abort.Err() != nil {
@@ -110,7 +112,8 @@ func Start(req context.Context, s keystore.Store, key string, claim keystore.Cla
 // Run is one handler's run under the context [Start] returned.
 type Run struct {
 	detached    detached
-	renewer     renewer // zero unless the store renews leases
+	renewal     keystore.Renewal // started if renews
+	renews      bool
 	cancel      context.CancelCauseFunc
 	endDeadline context.CancelFunc // nil without a deadline
 	unhook      func() bool        // nil without Abort
@@ -132,8 +135,8 @@ func (r *Run) Stop() (keystore.Claim, error) {
 	if r.unhook != nil {
 		r.unhook()
 	}
-	if r.renewer.ext != nil {
-		r.claim, r.lost = r.renewer.stop()
+	if r.renews {
+		r.claim, r.lost = r.renewal.Stop()
 	}
 	r.cancel(context.Canceled)
 	if r.endDeadline != nil {
