@@ -78,11 +78,33 @@ func getWide(b []byte, p uint64, w uint) u128 {
 // selectInWord returns the position of the k-th (k ≥ 1) set bit of x,
 // which has at least k.
 func selectInWord(x uint64, k uint64) uint {
-	for ; k > 1; k-- {
-		x &= x - 1
+	r := k - 1 // set bits to pass
+	pos := uint(0)
+	if c := uint64(bits.OnesCount32(uint32(x))); r >= c {
+		r, x, pos = r-c, x>>32, 32
 	}
-	return uint(bits.TrailingZeros64(x))
+	if c := uint64(bits.OnesCount16(uint16(x))); r >= c {
+		r, x, pos = r-c, x>>16, pos+16
+	}
+	if c := uint64(bits.OnesCount8(uint8(x))); r >= c {
+		r, x, pos = r-c, x>>8, pos+8
+	}
+	return pos + uint(select8[uint8(x)][r&7])
 }
+
+// select8[b][r] is the position of set bit r (from 0) of byte b.
+var select8 = func() (t [256][8]uint8) {
+	for b := range 256 {
+		r := 0
+		for i := range 8 {
+			if b>>i&1 == 1 {
+				t[b][r] = uint8(i)
+				r++
+			}
+		}
+	}
+	return t
+}()
 
 // bitWriter appends a little-endian bit stream to whole bytes.
 type bitWriter struct {

@@ -21,7 +21,10 @@ import (
 // simulated time, every IDEM_DEDUP_STEP (default a tenth), with the page
 // cache of the sealed files dropped before each step, and the in-memory
 // window.Dedup on the same ids beside it. It prints a line a step, single
-// Add rates, the time to reopen the set, and a last line of totals. It
+// Add rates, the time to reopen the set, and a last line of totals. With
+// IDEM_DEDUP_REOPEN_AT (say 1e8) it also closes the set at the first step
+// that reaches that many ids, drops the page cache of all its files
+// (journal included), times Open, and goes on with the reopened set. It
 // asserts no speed: only that every id was new and every id re-added a
 // duplicate.
 func TestDedupDiskCurve(t *testing.T) {
@@ -40,13 +43,18 @@ func TestDedupDiskCurve(t *testing.T) {
 	if step <= 0 {
 		step = max(n/10, 1)
 	}
-	maxOpen := 1 << 25
+	maxOpen := defaultMaxOpen
 	if n < 10_000_000 {
 		maxOpen = max(n/7, 1000) // a few seals in the short run too
 	}
 	if v := os.Getenv("IDEM_DEDUP_MAXOPEN"); v != "" {
 		f, _ := strconv.ParseFloat(v, 64)
 		maxOpen = int(f)
+	}
+	reopenAt := 0
+	if v := os.Getenv("IDEM_DEDUP_REOPEN_AT"); v != "" {
+		f, _ := strconv.ParseFloat(v, 64)
+		reopenAt = int(f)
 	}
 	dir := t.TempDir()
 	if v := os.Getenv("IDEM_DEDUP_DIR"); v != "" {
@@ -121,6 +129,20 @@ func TestDedupDiskCurve(t *testing.T) {
 		}
 		ids = nil
 		runtime.GC()
+		if reopenAt > 0 && done >= reopenAt {
+			reopenAt = 0
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			dropAll(t, dir)
+			start := time.Now()
+			if s, err = Open(dir, horizon, WithMaxOpen(maxOpen)); err != nil {
+				t.Fatal(err)
+			}
+			st := s.Stats()
+			t.Logf("Open at %d ids: %v (%d sealed files, journal of %d ids, page cache dropped) load=%s",
+				st.IDs, time.Since(start), st.Generations, st.OpenIDs, loadavg())
+		}
 	}
 	st := s.Stats()
 	diskB, memB := perID(st)
@@ -171,7 +193,7 @@ func TestDedupDiskCurve(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	dropSealed(t, dir)
+	dropAll(t, dir)
 	start = time.Now()
 	s, err = Open(dir, horizon)
 	if err != nil {
@@ -211,6 +233,17 @@ func sealedDisk(st Stats) float64 {
 
 func dropSealed(t *testing.T, dir string) {
 	files, _ := filepath.Glob(filepath.Join(dir, "*.edf"))
+	for _, f := range files {
+		if err := dropCache(f); err != nil {
+			t.Logf("fadvise %s: %v", f, err)
+		}
+	}
+}
+
+// dropAll drops the page cache of every file of the set: sealed files
+// and journal.
+func dropAll(t *testing.T, dir string) {
+	files, _ := filepath.Glob(filepath.Join(dir, "gen-*"))
 	for _, f := range files {
 		if err := dropCache(f); err != nil {
 			t.Logf("fadvise %s: %v", f, err)

@@ -15,10 +15,11 @@
 // ([WithGenerations], default k = 24) or holds [WithMaxOpen] ids, it is
 // sealed: its fingerprints, sorted, are written to an immutable file in
 // an Elias–Fano code, of which the top bits (upper bits in unary, 1.5 to
-// 2 bits an id) and five more bits an id stay in memory as the
-// generation's index and filter, and the rest are read from disk, one
-// 4 KiB block, only for an id that matches those in memory (for a new id
-// about one generation in 16 to 32). A file is deleted whole once its
+// 2 bits an id) and five or six more bits an id (six where they fit under
+// a byte an id) stay in memory as the generation's index and filter, and
+// the rest are read from disk, one 4 KiB block, only for an id that
+// matches those in memory (for a new id about one generation in 16 to 64;
+// in 51 at the default WithMaxOpen). A file is deleted whole once its
 // newest id has expired.
 //
 // # Guarantees
@@ -56,7 +57,7 @@
 //
 // Disk: 2 + f − log₂(n) bits an id for a generation of n ids, plus 0.1%
 // of block checksums: 7.3 bytes an id for the seeds' hourly generations
-// (n = 3.6×10⁸), 7.8 at n = 3.4×10⁷ (2²⁵, the default WithMaxOpen). Each
+// (n = 3.6×10⁸), 7.7 at n = 4.2×10⁷ (5·2²³, the default WithMaxOpen). Each
 // sealed generation costs one in-memory probe per new id, so keep their
 // number (k plus the seals forced by WithMaxOpen) in the tens.
 // Measured figures: docs/dedup-disk.md and docs/benchmarks.md.

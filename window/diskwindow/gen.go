@@ -16,8 +16,9 @@ import (
 //
 //   - upper: the top u = ⌊log₂ n⌋ bits of each value, in unary (value i
 //     sets bit high(i)+i): n + 2ᵘ bits, 1.5 to 2 bits an id;
-//   - mid: the next midBits bits of each value, packed;
-//   - low: the remaining f−u−midBits bits of each value, packed, in
+//   - mid: the next r bits of each value, packed (r = 6 when n ≥ 1.25·2ᵘ,
+//     else 5: see midBitsFor);
+//   - low: the remaining f−u−r bits of each value, packed, in
 //     blocks of blockSize bytes, each with its own CRC-32C.
 //
 // Upper and mid (with the block checksums) are read into memory when the
@@ -25,14 +26,14 @@ import (
 // filter and index, under 1 byte an id. A lookup finds its bucket in
 // upper, compares mid bits in memory, and reads the low bits from disk
 // only for an id whose upper and mid bits match one of the file's: a
-// false match costs one block read with probability about n/2ᵘ⁺ᵐⁱᵈᴮⁱᵗˢ
-// (2⁻⁵ to 2⁻⁴) per generation probed for a new id.
+// false match costs one block read with probability about n/2ᵘ⁺ʳ
+// (2⁻⁶ to 2⁻⁴) per generation probed for a new id.
 //
 // Layout, little-endian:
 //
 //	0   magic "IDEMDWG1"
 //	8   version uint32 (1)
-//	12  f, u, mid bits, 0 (one byte each)
+//	12  f, u, r (mid bits), 0 (one byte each)
 //	16  generation sequence uint64
 //	24  n uint64
 //	32  tmin, tmax int64: first accept of the oldest and newest id, Unix ns
@@ -48,7 +49,6 @@ const (
 	genVersion   = 1
 	genHeaderLen = 88
 	blockSize    = 4096
-	midBits      = 5
 	sampleShift  = 9 // one sample every 512 buckets
 	// MaxGeneration is the most ids one generation file holds.
 	maxGenIDs = 1 << 32
@@ -64,8 +64,8 @@ type layout struct {
 	nblocks, metaLen, lowOff, total uint64
 }
 
-func newLayout(n uint64, f uint) layout {
-	l := layout{n: n, f: f, r: midBits}
+func newLayout(n uint64, f, r uint) layout {
+	l := layout{n: n, f: f, r: r}
 	l.u = uint(bits.Len64(n)) - 1
 	l.lw = f - l.u - l.r
 	l.upperWords = (n + 1<<l.u + 63) / 64
@@ -77,6 +77,22 @@ func newLayout(n uint64, f uint) layout {
 	l.lowOff = (l.metaLen + blockSize - 1) / blockSize * blockSize
 	l.total = l.lowOff + l.lowBytes
 	return l
+}
+
+// midBitsFor is the mid bits r a generation of n ids is written with. The
+// in-memory part costs 1 + 2ᵘ/n + r bits an id (upper, mid) plus the
+// select samples (64 bits every 512 buckets) and the block checksums, and
+// a new id passes it falsely with probability n/2ᵘ⁺ʳ. With n ≥ 1.25·2ᵘ
+// there is room for a sixth bit under 8 bits (1 byte) an id: at n =
+// 1.25·2ᵘ, 1 + 0.8 + 6 + 0.1 + 0.05 = 7.95 bits, and half the false
+// matches of r = 5; below that r stays 5 (at most 8 + 0.17 bits at n = 2ᵘ
+// otherwise). Files say their r: both are read.
+func midBitsFor(n uint64) uint {
+	u := uint(bits.Len64(n)) - 1
+	if 4*n >= 5<<u {
+		return 6
+	}
+	return 5
 }
 
 // gen is an open sealed generation.
@@ -101,7 +117,7 @@ func writeGen(dir string, seq uint64, f uint, keyCheck uint64, vals []u128, tmin
 	if n == 0 || n >= maxGenIDs {
 		return "", fmt.Errorf("diskwindow: generation of %d ids", n)
 	}
-	l := newLayout(n, f)
+	l := newLayout(n, f, midBitsFor(n))
 	L := f - l.u
 	sortByHigh(vals, L, l.u)
 	upper := make([]uint64, l.upperWords)
@@ -279,8 +295,11 @@ func readGen(path string, file *os.File, f uint, keyCheck uint64, verify bool) (
 	if n == 0 || n >= maxGenIDs {
 		return nil, bad("%d ids", n)
 	}
-	l := newLayout(n, f)
-	if uint(h[13]) != l.u || uint(h[14]) != l.r || binary.LittleEndian.Uint64(h[48:]) != l.upperWords ||
+	if r := uint(h[14]); r != 5 && r != 6 {
+		return nil, bad("%d mid bits", r)
+	}
+	l := newLayout(n, f, uint(h[14]))
+	if uint(h[13]) != l.u || binary.LittleEndian.Uint64(h[48:]) != l.upperWords ||
 		binary.LittleEndian.Uint64(h[56:]) != l.midWords || binary.LittleEndian.Uint64(h[64:]) != l.lowBytes {
 		return nil, bad("layout does not match %d ids", n)
 	}
@@ -438,6 +457,44 @@ func (g *gen) matches(v u128, out []uint64) []uint64 {
 		}
 	}
 	return out
+}
+
+// matchBatch is matches for many values at once: for each k, the
+// indexes of the values whose upper and mid bits are vals[cand[k]]'s are
+// passed to emit(cand[k], index), k in order. cand should be sorted by
+// value, so that the in-memory part is read front to back. The buckets of
+// all the values are found first and their mid bits compared after: the
+// iterations of each pass are independent, so the cache misses of
+// consecutive values (a few a value in a large generation) overlap instead
+// of following one another. span is scratch space, reused if large enough.
+func (g *gen) matchBatch(vals []u128, cand []int, span [][2]uint64, emit func(id int, i uint64)) [][2]uint64 {
+	if cap(span) < len(cand) {
+		span = make([][2]uint64, len(cand))
+	}
+	span = span[:len(cand)]
+	L := g.l.f - g.l.u
+	for k, id := range cand {
+		first, count := g.bucket(vals[id].rsh(L).lo)
+		span[k] = [2]uint64{first, count}
+	}
+	r, lw := g.l.r, g.l.lw
+	for k, id := range cand {
+		first, count := span[k][0], span[k][1]
+		if count == 0 {
+			continue
+		}
+		m := vals[id].rsh(lw).lo & (1<<r - 1)
+		for i := first; i < first+count; i++ {
+			mi := getWords(g.mid, i*uint64(r), r)
+			if mi > m {
+				break
+			}
+			if mi == m {
+				emit(id, i)
+			}
+		}
+	}
+	return span
 }
 
 // lowInto reads value i's low bits from disk into buf (2·blockSize

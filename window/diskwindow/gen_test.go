@@ -78,7 +78,7 @@ func TestGenDamage(t *testing.T) {
 		t.Fatal(err)
 	}
 	orig, _ := os.ReadFile(path)
-	l := newLayout(20000, 85)
+	l := newLayout(20000, 85, midBitsFor(20000))
 	for _, off := range []uint64{0, 9, 13, 30, 75, 81, genHeaderLen + 3, l.metaLen - 2, l.lowOff + 5, l.total - 1} {
 		b := append([]byte(nil), orig...)
 		b[off] ^= 0x10

@@ -140,7 +140,7 @@ func newLayoutOf(b []byte) layout {
 	for i := 7; i >= 0; i-- {
 		n = n<<8 | uint64(b[24+i])
 	}
-	return newLayout(n, uint(b[12]))
+	return newLayout(n, uint(b[12]), uint(b[14]))
 }
 
 func ExampleSet() {

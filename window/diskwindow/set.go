@@ -69,8 +69,11 @@ func WithGenerations(k int) Option {
 }
 
 // WithMaxOpen seals the open generation when it holds n ids (n > 0,
-// default 2²⁵), whatever its age: the open generation costs about 22
-// bytes an id of memory, so n bounds that (2²⁵ ids: 740 MB).
+// default 5·2²³ = 41,943,040), whatever its age: the open generation
+// costs about 22 bytes an id of memory, so n bounds that (the default:
+// 920 MB). A generation of n ids with n/2^⌊log₂n⌋ at or just above 1.25
+// (as the default) gets the tightest in-memory filter under 1 byte an id:
+// half the false block reads of one of 2²⁵ ids.
 func WithMaxOpen(n int) Option {
 	return option.Check("diskwindow", n > 0 && int64(n) < compact.MaxRecords,
 		func(c *config) { c.maxOpen = n }, "max open %d must be in [1, 2³¹)", n)
@@ -91,6 +94,10 @@ func WithFingerprintBits(f int) Option {
 // is read): a damaged file is then refused at Open rather than by the
 // first lookup that reads the damaged block.
 func WithVerify() Option { return func(c *config) error { c.verify = true; return nil } }
+
+// defaultMaxOpen is WithMaxOpen's default: 1.25·2²⁵ ids, a generation
+// whose filter gets a sixth mid bit (midBitsFor).
+const defaultMaxOpen = 5 << 23
 
 // Set is a persistent, exact time-window dedup set: see the package
 // documentation. It is safe for concurrent use. One process at a time
@@ -133,7 +140,7 @@ func Open(dir string, horizon time.Duration, opts ...Option) (*Set, error) {
 	if horizon <= 0 {
 		return nil, fmt.Errorf("diskwindow: horizon %v must be positive: %w", horizon, idem.ErrInvalidOption)
 	}
-	c := config{gens: 24, maxOpen: 1 << 25}
+	c := config{gens: 24, maxOpen: defaultMaxOpen}
 	if err := option.Apply("diskwindow", &c, opts); err != nil {
 		return nil, err
 	}
@@ -351,15 +358,12 @@ func (s *Set) probeSealed(cand []int, vals []u128, dups []bool) error {
 		pos uint64
 	}
 	var reads []read
-	var pos []uint64
+	var span [][2]uint64
 	for gi := len(s.gens) - 1; gi >= 0; gi-- {
 		g := s.gens[gi]
-		for _, i := range cand {
-			pos = g.matches(vals[i], pos[:0])
-			for _, p := range pos {
-				reads = append(reads, read{g, i, p})
-			}
-		}
+		span = g.matchBatch(vals, cand, span, func(id int, p uint64) {
+			reads = append(reads, read{g, id, p})
+		})
 	}
 	if len(reads) == 0 {
 		return nil
@@ -547,6 +551,10 @@ func (s *Set) seal() error {
 	s.log, s.logBytes = log, logHeaderLen
 	s.openSeq++
 	s.open = compact.NewSet()
+	// The next generation is likely to fill as this one did: size its
+	// index for as many ids now (at most maxOpen), so that it never grows
+	// by moving its records (a fifth of AddBatch's CPU time when it did).
+	s.open.Reserve(min(len(vals), s.maxOpen))
 	old.Close()
 	os.Remove(old.Name())
 	return nil
