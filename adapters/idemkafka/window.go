@@ -2,7 +2,6 @@ package idemkafka
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -92,45 +91,9 @@ func (c *WindowConsumer) process(ctx context.Context, recs []*kgo.Record) (_ boo
 	ctx, batch := c.g.cfg.StartBatch(ctx, len(ds))
 	defer func() { batch.End(ctx, err) }()
 	defer c.g.cfg.unsettled(ds, &err)
-	decs := make([]consume.Decision, len(ds))
-	var keys []string
-	var keyed []int // ds index of keys[j]
-	for i := range ds {
-		dec, ok := c.g.cfg.Prepare(&ds[i])
-		if !ok {
-			c.g.cfg.Start(ctx, &ds[i])
-			decs[i] = dec
-			continue
-		}
-		keys = append(keys, ds[i].Key)
-		keyed = append(keyed, i)
-	}
-	scope, now := recs[0].Topic, c.now()
-	held, err := c.s.SeenBatch(ctx, scope, keys, now, nil)
+	decs, err := c.g.cfg.Window(ctx, c.s, recs[0].Topic, c.now(), where(recs[0]), ds, c.apply)
 	if err != nil {
-		return false, fmt.Errorf("idemkafka: %s: dedup set: %w", where(recs[0]), err) // fail closed
-	}
-	applied := map[string]bool{}
-	var record []string
-	for j, i := range keyed {
-		d := &ds[i]
-		if held[j] || applied[d.Key] {
-			c.g.cfg.Start(ctx, d)
-			decs[i] = c.g.cfg.Decide(d, false, nil) // Duplicate
-			continue
-		}
-		if decs[i], err = c.apply(ctx, d); err != nil {
-			return false, err
-		}
-		if decs[i].Outcome == idem.Applied {
-			applied[d.Key] = true
-			record = append(record, d.Key)
-		}
-	}
-	if len(record) > 0 {
-		if _, err := c.s.AddBatch(ctx, scope, record, now, nil); err != nil {
-			return false, fmt.Errorf("idemkafka: %s: recording %d keys in the dedup set: %w", where(recs[0]), len(record), err)
-		}
+		return false, err // fail closed: nothing marked
 	}
 	for i := range ds {
 		if err := c.g.settle(ctx, &ds[i], decs[i]); err != nil {

@@ -45,6 +45,8 @@ type Consumer struct {
 	cons jetstream.Consumer
 	cfg  config
 	core *consume.Inbox[jetstream.Msg]
+	// proc decides a group: the inbox's Process, or a WindowConsumer's.
+	proc func(context.Context, []consume.Delivery[jetstream.Msg]) ([]consume.Decision, error)
 
 	afterCommit func() // test hook: runs between the commit and the acks
 }
@@ -65,6 +67,7 @@ func NewConsumer(cons jetstream.Consumer, in *inbox.Inbox, handler Handler, opts
 	if c.core, err = consume.NewInbox(in, consume.Handler[jetstream.Msg](handler), &c.cfg.Config); err != nil {
 		return nil, err
 	}
+	c.proc = c.core.Process
 	return c, nil
 }
 
@@ -135,6 +138,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 			return fmt.Errorf("idemnats: connection closed: %w: %w", idem.ErrClosed, err)
 		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
 			return fmt.Errorf("idemnats: pull stopped: %w", err)
+		case errors.As(err, new(*stopError)):
+			return err
 		}
 		failures++
 		d := pullBackoff.Delay(failures - 1)
@@ -181,6 +186,13 @@ func (c *Consumer) pull(ctx context.Context, it jetstream.MessagesContext) <-cha
 	return out
 }
 
+// stopError ends Run with its error: a WindowConsumer's dedup set failed,
+// and no message of the group was acked (fail closed).
+type stopError struct{ err error }
+
+func (e *stopError) Error() string { return e.err.Error() }
+func (e *stopError) Unwrap() error { return e.err }
+
 func isClosed(err error) bool {
 	return errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, jetstream.ErrConnectionClosed)
 }
@@ -209,10 +221,11 @@ func (c *Consumer) process(ctx context.Context, msgs []jetstream.Msg, st *settle
 	if len(ds) == 0 {
 		return nil
 	}
-	decs, err := c.core.Process(ctx, ds)
+	decs, err := c.proc(ctx, ds)
 	switch {
 	case decs == nil:
-		// Shutting down: leave the messages to AckWait (a nak could race
+		// Shutting down, or a WindowConsumer's dedup set failed (a
+		// *stopError): leave the messages to AckWait (a nak could race
 		// the closing connection and means the same).
 		return err
 	case err != nil:

@@ -89,4 +89,13 @@
 //
 // Run starts no goroutine of its own; the pull iterator's goroutines are
 // stopped before it returns.
+//
+// # Without an inbox
+//
+// [NewWindowConsumer] is the same loop for an effect that is idempotent
+// downstream and needs no database: a [DedupSet] (window/diskwindow's Set,
+// a day of keys on one disk) answers which keys were applied within its
+// horizon; the others run through a [WindowHandler], and their keys are
+// recorded, durably, before they are acked. A failing set stops Run before
+// any ack (fail closed).
 package idemnats
