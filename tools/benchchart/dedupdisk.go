@@ -15,10 +15,13 @@ import (
 // runDedupDisk draws window/diskwindow's curve from the CSV that
 // TestDedupDiskCurve writes to IDEM_DEDUP_CSV (make bench-dedup-disk):
 //
-//	ids,adds_per_s,window_adds_per_s,disk_B_per_id,mem_B_per_id,generations
+//	ids,adds_per_s,window_adds_per_s,disk_B_per_id,mem_B_per_id,generations[,adds_per_cpu_s,window_adds_per_cpu_s]
 //
 // the add rates of the set and of the in-memory window on the same ids,
 // and the set's bytes an id on disk and in memory, against the ids held.
+// The rates per CPU-second (process CPU time, getrusage), when the CSV has
+// them, are drawn beside the wall-clock ones: on a shared machine they are
+// the figures that do not move with the load.
 func runDedupDisk(in, out string) error {
 	f, err := os.Open(in)
 	if err != nil {
@@ -32,7 +35,12 @@ func runDedupDisk(in, out string) error {
 	if len(rows) < 2 || len(rows[0]) < 5 || rows[0][0] != "ids" {
 		return fmt.Errorf("%s: not a TestDedupDiskCurve CSV", in)
 	}
-	var rate, wrate, disk, mem plotter.XYs
+	col := map[string]int{}
+	for i, name := range rows[0] {
+		col[name] = i
+	}
+	cpu, wcpu := col["adds_per_cpu_s"], col["window_adds_per_cpu_s"]
+	var rate, wrate, disk, mem, crate, cwrate plotter.XYs
 	for _, r := range rows[1:] {
 		v := make([]float64, 5)
 		for i := range v {
@@ -47,6 +55,15 @@ func runDedupDisk(in, out string) error {
 		if v[4] > 0 {
 			mem = append(mem, plotter.XY{X: x, Y: v[4]})
 		}
+		if cpu > 0 && wcpu > 0 && len(r) > max(cpu, wcpu) {
+			c, err1 := strconv.ParseFloat(r[cpu], 64)
+			w, err2 := strconv.ParseFloat(r[wcpu], 64)
+			if err1 != nil || err2 != nil {
+				return fmt.Errorf("%s: CPU rates: %v %v", in, err1, err2)
+			}
+			crate = append(crate, plotter.XY{X: x, Y: c})
+			cwrate = append(cwrate, plotter.XY{X: x, Y: w})
+		}
 	}
 	rp := newPlot("window/diskwindow AddBatch (4096 UUIDs, fsync a batch, sealed files cold) beside window.Dedup", "new ids/s")
 	rp.X.Label.Text = "ids in the set (millions)"
@@ -57,7 +74,8 @@ func runDedupDisk(in, out string) error {
 		row  int
 		name string
 		xy   plotter.XYs
-	}{{0, "diskwindow", rate}, {0, "window (in memory)", wrate}, {1, "disk", disk}, {1, "memory, sealed", mem}} {
+	}{{0, "diskwindow", rate}, {0, "window (in memory)", wrate}, {1, "disk", disk}, {1, "memory, sealed", mem},
+		{0, "diskwindow, per CPU-second", crate}, {0, "window, per CPU-second", cwrate}} {
 		if len(s.xy) == 0 {
 			continue
 		}

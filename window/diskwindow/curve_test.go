@@ -76,7 +76,7 @@ func TestDedupDiskCurve(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer csv.Close()
-		fmt.Fprintln(csv, "ids,adds_per_s,window_adds_per_s,disk_B_per_id,mem_B_per_id,generations")
+		fmt.Fprintln(csv, "ids,adds_per_s,window_adds_per_s,disk_B_per_id,mem_B_per_id,generations,adds_per_cpu_s,window_adds_per_cpu_s")
 	}
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	ctx := context.Background()
@@ -125,7 +125,7 @@ func TestDedupDiskCurve(t *testing.T) {
 		t.Logf("ids=%d adds_per_s=%.0f window_adds_per_s=%.0f adds_per_cpu_s=%.0f window_adds_per_cpu_s=%.0f disk_B_per_id=%.2f sealed_disk_B_per_id=%.2f mem_B_per_id=%.3f generations=%d open_ids=%d load=%s",
 			done, rate, wrate, perCPU(k, cpu), perCPU(k, wcpu), diskB, sealedDisk(st), memB, st.Generations, st.OpenIDs, loadavg())
 		if csv != nil {
-			fmt.Fprintf(csv, "%d,%.0f,%.0f,%.3f,%.4f,%d\n", done, rate, wrate, diskB, memB, st.Generations)
+			fmt.Fprintf(csv, "%d,%.0f,%.0f,%.3f,%.4f,%d,%.0f,%.0f\n", done, rate, wrate, diskB, memB, st.Generations, perCPU(k, cpu), perCPU(k, wcpu))
 		}
 		ids = nil
 		runtime.GC()
