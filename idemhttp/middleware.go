@@ -229,23 +229,25 @@ func (m *Middleware) release(ctx context.Context, c keystore.Claim, why string) 
 }
 
 func (m *Middleware) replay(w http.ResponseWriter, c keystore.Claim) Outcome {
-	rec, err := decodeRecord(c.Result)
-	if err != nil {
+	// A stored response is decoded straight into w's header (parse checks
+	// every field before it writes one); a problem answer (lost, not
+	// stored) keeps its header out of w.
+	var rec record
+	h := w.Header()
+	if problemRecord(c.Result) {
+		h = http.Header{}
+	}
+	if err := rec.parse(c.Result, h); err != nil {
 		m.problem(w, http.StatusInternalServerError, probCorrupt, err.Error(), nil)
 		return OutcomeStoreError
 	}
-	replayed := map[string]string{HeaderReplayed: "true"}
 	switch {
 	case rec.lost:
-		m.problem(w, http.StatusBadGateway, probLost, fmt.Sprintf("the request was executed and answered %d, but the response was cut off before it was complete; it will not be executed again", rec.status), replayed)
+		m.problem(w, http.StatusBadGateway, probLost, fmt.Sprintf("the request was executed and answered %d, but the response was cut off before it was complete; it will not be executed again", rec.status), map[string]string{HeaderReplayed: "true"})
 		return OutcomeReplayed
 	case rec.notStored:
-		m.problem(w, http.StatusGone, probNotStored, fmt.Sprintf("the request was executed and answered %d, but the response was too large or streamed and was not kept; it will not be executed again", rec.status), replayed)
+		m.problem(w, http.StatusGone, probNotStored, fmt.Sprintf("the request was executed and answered %d, but the response was too large or streamed and was not kept; it will not be executed again", rec.status), map[string]string{HeaderReplayed: "true"})
 		return OutcomeReplayed
-	}
-	h := w.Header()
-	for name, vals := range rec.header {
-		h[name] = vals
 	}
 	h.Set(HeaderReplayed, "true")
 	h.Set("Content-Length", strconv.Itoa(len(rec.body)))

@@ -86,6 +86,13 @@ func appendRecordField(b []byte, name, v string) []byte {
 	return append(b, v...)
 }
 
+// problemRecord reports whether b, a stored record, is answered with a
+// problem instead of its response (lost or not stored); false if b is too
+// short to say (parse then reports it corrupt).
+func problemRecord(b []byte) bool {
+	return len(b) > len(recordMagic) && b[len(recordMagic)]&(flagNotStored|flagLost) != 0
+}
+
 func decodeRecord(b []byte) (*record, error) {
 	r := &record{header: http.Header{}}
 	if err := r.parse(b, r.header); err != nil {
