@@ -65,13 +65,14 @@ func (e *TimeoutError) Unwrap() error { return context.DeadlineExceeded }
 // the lease is lost): a handler that returns before the first renewal is
 // due starts no goroutine.
 func Start(req context.Context, s keystore.Store, key string, claim keystore.Claim, lease time.Duration, cfg Config) (context.Context, *Run) {
-	run := &Run{claim: claim}
-	var parent context.Context
+	// run.detached holds the claim for Stop in either case; it is the
+	// handler's parent unless the client's cancellation is kept.
+	run := &Run{detached: detached{req: req, v: values{key: key, claim: claim}}}
+	var parent context.Context = &run.detached
+	renewCtx := parent // values for Extend, without cancellation
 	if cfg.ClientCancel {
-		parent = context.WithValue(req, valuesKey{}, values{key: key, claim: claim})
-	} else {
-		run.detached = detached{req: req, v: values{key: key, claim: claim}}
-		parent = &run.detached
+		parent = context.WithValue(req, valuesKey{}, run.detached.v)
+		renewCtx = context.WithoutCancel(req)
 	}
 	ext, renews := keystore.As[keystore.Extender](s)
 	renews = renews && lease > 0
@@ -97,7 +98,7 @@ func Start(req context.Context, s keystore.Store, key string, claim keystore.Cla
 		// Renewals do not end with the client, even under ClientCancel:
 		// the handler's context ends with it then, through parent.
 		run.renews = true
-		run.renewal.Start(context.WithoutCancel(req), ext, claim, lease, cancel)
+		run.renewal.Start(renewCtx, ext, claim, lease, cancel)
 	}
 	if cfg.Abort != nil {
 		if cfg.Abort.Err() != nil {
@@ -119,8 +120,6 @@ type Run struct {
 	unhook      func() bool        // nil without Abort
 
 	stopped bool
-	claim   keystore.Claim
-	lost    error
 }
 
 // Stop ends the renewals and the context and returns the claim with the
@@ -128,21 +127,21 @@ type Run struct {
 // keystore.ErrLeaseLost) with which the lease was lost; calling it again
 // returns the same. Call it from the goroutine that called Start.
 func (r *Run) Stop() (keystore.Claim, error) {
-	if r.stopped {
-		return r.claim, r.lost
-	}
-	r.stopped = true
-	if r.unhook != nil {
-		r.unhook()
-	}
+	claim, lost := r.detached.v.claim, error(nil)
 	if r.renews {
-		r.claim, r.lost = r.renewal.Stop()
+		claim, lost = r.renewal.Stop() // first: no renewal after the context ends; again: the same values
 	}
-	r.cancel(context.Canceled)
-	if r.endDeadline != nil {
-		r.endDeadline()
+	if !r.stopped {
+		r.stopped = true
+		if r.unhook != nil {
+			r.unhook()
+		}
+		r.cancel(context.Canceled)
+		if r.endDeadline != nil {
+			r.endDeadline()
+		}
 	}
-	return r.claim, r.lost
+	return claim, lost
 }
 
 // detached is context.WithoutCancel(req) and context.WithValue for the key
