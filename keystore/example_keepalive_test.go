@@ -15,7 +15,7 @@ import (
 func ExampleKeepAlive() {
 	ctx := context.Background()
 	s := newLeaseStore() // any store that implements keystore.Extender
-	lease := 300 * time.Millisecond
+	lease := time.Second
 
 	c, err := s.Reserve(ctx, "report-2026-12", nil, lease)
 	if err != nil {
@@ -23,7 +23,7 @@ func ExampleKeepAlive() {
 		return
 	}
 	actx, stop := keystore.KeepAlive(ctx, s, c, lease)
-	time.Sleep(3 * lease) // the slow effect, under actx
+	time.Sleep(2 * lease) // the slow effect, under actx
 	retry, _ := s.Reserve(ctx, "report-2026-12", nil, lease)
 	fmt.Println("while it ran, a retry saw:", retry.State, "; effect cancelled:", actx.Err() != nil)
 	c, err = stop() // before Complete: no renewal races it
@@ -46,12 +46,12 @@ func ExampleExtender() {
 	s := newLeaseStore()
 	res, _, err := keystore.Do(ctx, s, "slow-job", nil, func(ctx context.Context) ([]byte, error) {
 		select {
-		case <-time.After(time.Second): // three leases
+		case <-time.After(2500 * time.Millisecond): // two and a half leases
 			return []byte("finished"), nil
 		case <-ctx.Done():
 			return nil, context.Cause(ctx) // wraps keystore.ErrLeaseLost
 		}
-	}, keystore.WithLease(300*time.Millisecond))
+	}, keystore.WithLease(time.Second))
 	fmt.Println(string(res), err)
 	// Output: finished <nil>
 }
