@@ -1,0 +1,24 @@
+//go:build !unix
+
+package main
+
+import (
+	"net"
+	"testing"
+)
+
+// refusingAddr returns a free loopback port and a function that listens on
+// it. Outside Unix the port is released in between, so another process
+// could take it meanwhile; the test then fails with the listen error.
+func refusingAddr(t *testing.T) (string, func() net.Listener) {
+	t.Helper()
+	addr := freeAddr(t)
+	return addr, func() net.Listener {
+		t.Helper()
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatalf("upstream port %s taken meanwhile: %v", addr, err)
+		}
+		return l
+	}
+}
