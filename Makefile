@@ -3,7 +3,7 @@ GO      ?= go
 TIMEOUT ?= 20m
 FUZZTIME ?= 15s
 
-.PHONY: failover failover-long test deps lint unit modules install-test bench bench-compact bench-compact-curve bench-dedup-disk bench-scale bench-keystore-scale bench-peers soak fuzz demo chaos caddy
+.PHONY: failover failover-long test deps lint unit modules install-test bench bench-compact bench-compact-curve bench-dedup-disk bench-scale bench-keystore-scale bench-peers soak fuzz demo chaos caddy flakes
 
 # Every package of every module in go.work. In workspace mode `./...` at the
 # root covers only the root module, so the targets name each module's tree.
@@ -158,6 +158,17 @@ bench-peers:
 SOAK ?= 30s
 soak: deps
 	IDEM_SOAK=$(SOAK) $(GO) test -race -run 'Failover|LeaderKilled' -v -count=1 -timeout 0 ./keystore/redisstore/ ./adapters/idemnats/ github.com/idem-go/idem/keystore/natsstore/
+
+## flakes: every package (or FLAKE_PKGS) run FLAKE_RUNS times with -race
+## beside FLAKE_BURN busy processes; prints package x runs x failures and the
+## load it ran under (scripts/flakerun.sh, docs/testing.md). FLAKE_RUN limits
+## each run to the tests it matches. All packages 20 times take hours.
+FLAKE_RUNS ?= 20
+FLAKE_BURN ?= 4
+FLAKE_PKGS ?= $(shell $(GO) list $(PKGS))
+FLAKE_RUN ?=
+flakes:
+	FLAKE_RUNS=$(FLAKE_RUNS) FLAKE_BURN=$(FLAKE_BURN) GO=$(GO) ./scripts/flakerun.sh $(if $(FLAKE_RUN),-run '$(FLAKE_RUN)') $(FLAKE_PKGS)
 
 ## fuzz: run every fuzz target for FUZZTIME each.
 fuzz:
