@@ -63,7 +63,7 @@ lint:
 	GOARCH=386 $(GO) vet ./internal/compact ./window ./keystore/memstore ./sequence
 	GOARCH=386 $(GO) build ./...
 	GOARCH=arm64 $(GO) vet ./internal/compact
-	GOOS=darwin GOARCH=arm64 $(GO) vet ./internal/compact ./internal/testenv
+	GOOS=darwin GOARCH=arm64 $(GO) vet ./internal/compact ./internal/testsupport/testenv
 
 ## bench: the benchmarks, each beside its baseline in the same run.
 bench: deps
@@ -194,7 +194,7 @@ chaos: deps
 ## primary and promotion of the standby; a 3-member Patroni cluster (kill -9
 ## of the leader, switchover); WithWaitReplicas; also run by `make test`.
 failover: deps
-	$(GO) test -race -count=1 -run 'PGHA|Patroni|Failover|WaitReplicas|CheckReplication|TokensAfterLostTail|OffsetsDatabaseLostTail|CommitRolledBack' ./internal/testenv ./internal/failoverprobe ./inbox ./keystore/sqlstore ./sqldialect ./adapters/idemkafka
+	$(GO) test -race -count=1 -run 'PGHA|Patroni|Failover|WaitReplicas|CheckReplication|TokensAfterLostTail|OffsetsDatabaseLostTail|CommitRolledBack' ./internal/testsupport/testenv ./internal/testsupport/failoverprobe ./inbox ./keystore/sqlstore ./sqldialect ./adapters/idemkafka
 
 ## failover-long: the failover probe of docs/ha.md at full size: every
 ## scenario (asynchronous, synchronous, asynchronous + WithWaitReplicas; rows
@@ -203,4 +203,4 @@ failover: deps
 ## 20,000 messages and 2,000 keys, one at a time, printing a table row per
 ## scenario. IDEM_FAILOVER_ONLY=regexp runs the scenarios it names.
 failover-long: deps
-	IDEM_FAILOVER_LONG=1 $(GO) test -race -count=1 -run 'FailoverProbe' -v -timeout 0 ./internal/failoverprobe
+	IDEM_FAILOVER_LONG=1 $(GO) test -race -count=1 -run 'FailoverProbe' -v -timeout 0 ./internal/testsupport/failoverprobe

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idem-go/idem/internal/handlerctx"
+	"github.com/idem-go/idem/internal/frontend/handlerctx"
 	"github.com/idem-go/idem/keystore"
 )
 
@@ -49,7 +49,7 @@ func (x *exchange) setBody(r *http.Request, b []byte) {
 }
 
 // execute runs the handler under the claim and stores or releases the key.
-// The handler runs under the context of internal/handlerctx: not cancelled
+// The handler runs under the context of internal/frontend/handlerctx: not cancelled
 // by the client's disconnect; cancelled, with a cause wrapping
 // keystore.ErrLeaseLost, if the lease is lost (renewed meanwhile when the
 // store can, see keystore.KeepAlive), and by the handler timeout and Abort.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/idem-go/idem/internal/handlerctx"
+	"github.com/idem-go/idem/internal/frontend/handlerctx"
 	"github.com/idem-go/idem/internal/option"
 	"github.com/idem-go/idem/keystore"
 )

@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/idemhttp"
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/memstore"
 	"github.com/idem-go/idem/keystore/sqlitestore"

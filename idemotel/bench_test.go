@@ -12,7 +12,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemotel"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/internal/tracing"
 	"github.com/idem-go/idem/sqldialect"
 )

@@ -17,7 +17,7 @@ import (
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/idemotel"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/sqldialect"
 )
 

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/sqldialect"
 )
 

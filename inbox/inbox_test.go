@@ -13,8 +13,8 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/demo"
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/app/demo"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/sqldialect"
 )
 

@@ -10,14 +10,14 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/sqldialect"
 )
 
 // Migrate hands the replication check's findings to WithReplicationCheck's
 // function, once; SQLite has no standby, so no hazard. (The PostgreSQL
 // cases, an asynchronous standby reported and a synchronous one not, run
-// in internal/failoverprobe on a real primary and standby.)
+// in internal/testsupport/failoverprobe on a real primary and standby.)
 func TestMigrateReplicationCheck(t *testing.T) {
 	t.Parallel()
 	db := testenv.SQLite(t)

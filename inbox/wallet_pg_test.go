@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/sqldialect"
 )
 

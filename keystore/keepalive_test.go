@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem/internal/dbtest"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/storetest"
 )

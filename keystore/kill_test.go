@@ -12,7 +12,7 @@ import (
 
 	_ "modernc.org/sqlite" // "sqlite"
 
-	"github.com/idem-go/idem/internal/dbtest"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/keystore"
 )
 

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/dbtest"
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/sqldialect"
 )

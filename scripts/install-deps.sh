@@ -4,7 +4,7 @@
 # operator page's browser test). NATS and Kafka run
 # in-process. dynalite (a DynamoDB-API server, for keystore/dynamostore) comes
 # from npm, on Debian's nodejs, into /usr/local/lib/idem-dynalite, where
-# internal/testenv looks for it.
+# internal/testsupport/testenv looks for it.
 # Needs root (or sudo); runs `apt-get update` once, only if something is missing.
 set -euo pipefail
 
@@ -14,11 +14,11 @@ have_pg() {
 }
 have_pg || need+=(postgresql)
 { command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || [ -x /usr/sbin/mysqld ]; } || need+=(mariadb-server)
-# A 3-node Galera cluster (internal/testenv/galera.go): the provider library,
+# A 3-node Galera cluster (internal/testsupport/testenv/galera.go): the provider library,
 # and rsync for the state transfer to joining nodes.
 { [ -e /usr/lib/galera/libgalera_smm.so ] || [ -e /usr/lib/libgalera_smm.so ]; } || need+=(galera-4)
 command -v rsync >/dev/null 2>&1 || need+=(rsync)
-# PostgreSQL under Patroni with etcd (internal/testenv/patroni.go).
+# PostgreSQL under Patroni with etcd (internal/testsupport/testenv/patroni.go).
 command -v patroni >/dev/null 2>&1 || need+=(patroni)
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 { command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ]; } || need+=(redis-server)
@@ -26,7 +26,7 @@ command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 # Headless Chromium drives the operator page's browser test (cmd/idem, chromedp).
 { command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; } || need+=(chromium)
 
-# dynalite: keep the version in step with DynaliteVersion in internal/testenv/dynalite.go.
+# dynalite: keep the version in step with DynaliteVersion in internal/testsupport/testenv/dynalite.go.
 dynalite_dir=/usr/local/lib/idem-dynalite
 dynalite_version=4.0.0
 have_dynalite() {

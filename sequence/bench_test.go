@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem/internal/compact/compactbench"
+	"github.com/idem-go/idem/internal/testsupport/compactbench"
 	"github.com/idem-go/idem/sequence"
 )
 

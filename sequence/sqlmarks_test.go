@@ -14,8 +14,8 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/dbtest"
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/sequence"
 	"github.com/idem-go/idem/sqldialect"
 )

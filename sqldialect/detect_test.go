@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/sqldialect"
 )
 

@@ -11,8 +11,8 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/dbtest"
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/sqldialect"
 	"github.com/idem-go/idem/versiongate"
 )

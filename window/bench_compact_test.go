@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/idem-go/idem/internal/compact/compactbench"
+	"github.com/idem-go/idem/internal/testsupport/compactbench"
 	"github.com/idem-go/idem/keystore/memstore"
 	"github.com/idem-go/idem/window"
 )

@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/idem-go/idem/internal/compact/compactbench"
+	"github.com/idem-go/idem/internal/testsupport/compactbench"
 	"github.com/idem-go/idem/window"
 )
 

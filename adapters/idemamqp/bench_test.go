@@ -10,8 +10,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idem-go/idem/adapters/idemamqp"
+	"github.com/idem-go/idem/adapters/internal/consume/consumetest"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/consume/consumetest"
 )
 
 // BenchmarkConsume compares, on one broker in one run, the raw consume rate

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/adapters/internal/consume"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/consume"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemamqp"
-	"github.com/idem-go/idem/internal/consume/consumetest"
+	"github.com/idem-go/idem/adapters/internal/consume/consumetest"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 

@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/idem-go/idem v0.1.0
-	github.com/idem-go/idem/internal/consume/spantest v0.1.0
+	github.com/idem-go/idem/adapters/internal/consume/spantest v0.1.0
 	github.com/rabbitmq/amqp091-go v1.16.0
 	modernc.org/sqlite v1.62.0
 )

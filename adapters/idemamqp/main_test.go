@@ -8,9 +8,9 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemamqp"
-	"github.com/idem-go/idem/internal/consume/consumetest"
-	"github.com/idem-go/idem/internal/settest"
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/adapters/internal/consume/consumetest"
+	"github.com/idem-go/idem/adapters/internal/consume/settest"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/consume"
+	"github.com/idem-go/idem/adapters/internal/consume"
 	"github.com/idem-go/idem/internal/retry"
 	amqp "github.com/rabbitmq/amqp091-go"
 )

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/idem-go/idem/adapters/idemamqp"
-	"github.com/idem-go/idem/internal/consume/consumetest"
+	"github.com/idem-go/idem/adapters/internal/consume/consumetest"
 	"github.com/idem-go/idem/outbox"
 )
 

@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/consume"
+	"github.com/idem-go/idem/adapters/internal/consume"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 

@@ -8,8 +8,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idem-go/idem/adapters/idemamqp"
-	"github.com/idem-go/idem/internal/consume/consumetest"
-	"github.com/idem-go/idem/internal/consume/spantest"
+	"github.com/idem-go/idem/adapters/internal/consume/consumetest"
+	"github.com/idem-go/idem/adapters/internal/consume/spantest"
 )
 
 // Each delivery's span links to the producer whose traceparent it carries

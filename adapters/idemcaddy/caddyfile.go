@@ -9,7 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/dustin/go-humanize"
-	"github.com/idem-go/idem/internal/routeconfig"
+	"github.com/idem-go/idem/internal/frontend/routeconfig"
 )
 
 func init() {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 )
 
 // binDir holds Caddy with this module (internal/caddymain), built once per

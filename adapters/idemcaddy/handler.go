@@ -12,7 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/idem-go/idem/idemhttp"
-	"github.com/idem-go/idem/internal/routeconfig"
+	"github.com/idem-go/idem/internal/frontend/routeconfig"
 )
 
 func init() {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/idemhttp"
-	"github.com/idem-go/idem/internal/handlerctx"
+	"github.com/idem-go/idem/internal/frontend/handlerctx"
 	"github.com/idem-go/idem/keystore"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
@@ -19,7 +19,7 @@ import (
 )
 
 // execute runs the handler under the claim and stores or releases the key.
-// The handler's context is idemhttp's (internal/handlerctx): the client's
+// The handler's context is idemhttp's (internal/frontend/handlerctx): the client's
 // cancellation or deadline does not end it; the lease's loss (renewed
 // meanwhile when the store can, see keystore.KeepAlive; with a store that
 // cannot, its end), the handler timeout and Abort do. A panic releases the

@@ -11,7 +11,7 @@ import (
 
 	"github.com/idem-go/idem/adapters/idemgrpc"
 	"github.com/idem-go/idem/adapters/idemgrpc/internal/testpb"
-	"github.com/idem-go/idem/internal/testca"
+	"github.com/idem-go/idem/internal/testsupport/testca"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"

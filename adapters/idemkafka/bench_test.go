@@ -15,8 +15,8 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemkafka"
-	"github.com/idem-go/idem/internal/consume/consumetest"
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/adapters/internal/consume/consumetest"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/sqldialect"
 )

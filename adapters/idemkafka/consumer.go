@@ -6,8 +6,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/idem-go/idem/adapters/internal/consume"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/consume"
 )
 
 // Handler applies one record's effect inside tx. It must do all its database

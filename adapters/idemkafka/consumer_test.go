@@ -17,8 +17,8 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemkafka"
+	"github.com/idem-go/idem/adapters/internal/consume/settest"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/settest"
 	"github.com/idem-go/idem/keystore/memstore"
 )
 

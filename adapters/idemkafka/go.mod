@@ -6,7 +6,7 @@ require (
 	github.com/google/uuid v1.6.0
 	github.com/idem-go/idem v0.1.0
 	github.com/idem-go/idem/idemotel v0.1.0
-	github.com/idem-go/idem/internal/consume/spantest v0.1.0
+	github.com/idem-go/idem/adapters/internal/consume/spantest v0.1.0
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kadm v1.20.0
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c

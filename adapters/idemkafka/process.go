@@ -8,8 +8,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/adapters/internal/consume"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/consume"
 	"github.com/idem-go/idem/internal/retry"
 )
 

@@ -9,10 +9,10 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemkafka"
+	"github.com/idem-go/idem/adapters/internal/consume/consumetest"
+	"github.com/idem-go/idem/adapters/internal/consume/spantest"
 	"github.com/idem-go/idem/idemotel"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/consume/consumetest"
-	"github.com/idem-go/idem/internal/consume/spantest"
 	"github.com/idem-go/idem/keystore/memstore"
 	"github.com/idem-go/idem/outbox"
 )

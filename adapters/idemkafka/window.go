@@ -7,7 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/consume"
+	"github.com/idem-go/idem/adapters/internal/consume"
 )
 
 // DedupSet remembers record keys for a horizon, recording a key only when

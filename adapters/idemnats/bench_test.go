@@ -11,9 +11,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idem-go/idem/adapters/idemnats"
+	"github.com/idem-go/idem/adapters/internal/consume/consumetest"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/consume/consumetest"
-	"github.com/idem-go/idem/internal/natsenv"
+	"github.com/idem-go/idem/internal/testsupport/natsenv"
 )
 
 // BenchmarkConsume compares, on one embedded server in one run, the raw

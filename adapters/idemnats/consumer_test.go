@@ -12,9 +12,9 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemnats"
-	"github.com/idem-go/idem/internal/consume/consumetest"
-	"github.com/idem-go/idem/internal/natsenv"
-	"github.com/idem-go/idem/internal/settest"
+	"github.com/idem-go/idem/adapters/internal/consume/consumetest"
+	"github.com/idem-go/idem/adapters/internal/consume/settest"
+	"github.com/idem-go/idem/internal/testsupport/natsenv"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"

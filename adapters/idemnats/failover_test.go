@@ -13,9 +13,9 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemnats"
-	"github.com/idem-go/idem/internal/consume/consumetest"
-	"github.com/idem-go/idem/internal/natsenv"
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/adapters/internal/consume/consumetest"
+	"github.com/idem-go/idem/internal/testsupport/natsenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 )
 
 // kill -9 of the stream leader, and later of the consumer leader, of an R3

@@ -4,8 +4,8 @@ go 1.26.0
 
 require (
 	github.com/idem-go/idem v0.1.0
-	github.com/idem-go/idem/internal/consume/spantest v0.1.0
-	github.com/idem-go/idem/internal/natsenv v0.1.0
+	github.com/idem-go/idem/adapters/internal/consume/spantest v0.1.0
+	github.com/idem-go/idem/internal/testsupport/natsenv v0.1.0
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	modernc.org/sqlite v1.62.0

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/adapters/idemnats"
-	"github.com/idem-go/idem/internal/consume/consumetest"
+	"github.com/idem-go/idem/adapters/internal/consume/consumetest"
 	"github.com/idem-go/idem/outbox"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"

@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idem-go/idem/adapters/idemnats"
-	"github.com/idem-go/idem/internal/consume/consumetest"
-	"github.com/idem-go/idem/internal/consume/spantest"
+	"github.com/idem-go/idem/adapters/internal/consume/consumetest"
+	"github.com/idem-go/idem/adapters/internal/consume/spantest"
 )
 
 // orderHeader keys the tracing test's messages: JetStream itself would drop

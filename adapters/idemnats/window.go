@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idem-go/idem/internal/consume"
+	"github.com/idem-go/idem/adapters/internal/consume"
 	"github.com/nats-io/nats.go/jetstream"
 )
 

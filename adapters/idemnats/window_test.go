@@ -11,8 +11,8 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemnats"
-	"github.com/idem-go/idem/internal/consume/consumetest"
-	"github.com/idem-go/idem/internal/natsenv"
+	"github.com/idem-go/idem/adapters/internal/consume/consumetest"
+	"github.com/idem-go/idem/internal/testsupport/natsenv"
 	"github.com/idem-go/idem/window/diskwindow"
 	"github.com/nats-io/nats.go/jetstream"
 )

@@ -6,7 +6,7 @@ require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/idem-go/idem v0.1.0
 	github.com/idem-go/idem/idemotel v0.1.0
-	github.com/idem-go/idem/internal/consume/spantest v0.1.0
+	github.com/idem-go/idem/adapters/internal/consume/spantest v0.1.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.uber.org/goleak v1.3.0

@@ -6,8 +6,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/idem-go/idem/adapters/internal/consume"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/consume"
 )
 
 type txKey struct{}

@@ -11,7 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/consume"
+	"github.com/idem-go/idem/adapters/internal/consume"
 	"github.com/idem-go/idem/internal/tracing"
 	"github.com/idem-go/idem/keystore"
 )

@@ -17,8 +17,8 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemwatermill"
+	"github.com/idem-go/idem/adapters/internal/consume/consumetest"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/consume/consumetest"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/memstore"
 )

@@ -6,9 +6,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/idem-go/idem/adapters/idemwatermill"
+	"github.com/idem-go/idem/adapters/internal/consume/consumetest"
+	"github.com/idem-go/idem/adapters/internal/consume/spantest"
 	"github.com/idem-go/idem/idemotel"
-	"github.com/idem-go/idem/internal/consume/consumetest"
-	"github.com/idem-go/idem/internal/consume/spantest"
 	"github.com/idem-go/idem/keystore/memstore"
 )
 

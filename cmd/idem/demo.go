@@ -5,7 +5,7 @@ import (
 	"flag"
 	"io"
 
-	"github.com/idem-go/idem/internal/demo"
+	"github.com/idem-go/idem/internal/app/demo"
 )
 
 // runDemo is `idem demo`, the same command idemd has, run here so that it

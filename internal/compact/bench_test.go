@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idem-go/idem/internal/compact/compactbench"
+	"github.com/idem-go/idem/internal/testsupport/compactbench"
 )
 
 // BenchmarkSetFill fills a Set with n random fingerprints (Find, then

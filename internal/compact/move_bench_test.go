@@ -4,7 +4,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/idem-go/idem/internal/compact/compactbench"
+	"github.com/idem-go/idem/internal/testsupport/compactbench"
 )
 
 // BenchmarkMoveCost prices one record's move in the two ways an index can

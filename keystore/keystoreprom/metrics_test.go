@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/keystoreprom"
 	"github.com/idem-go/idem/keystore/memstore"

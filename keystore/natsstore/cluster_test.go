@@ -7,11 +7,11 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/idem-go/idem/internal/natsenv"
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/natsenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 )
 
-// The tests run on 3-server JetStream clusters from internal/natsenv: one
+// The tests run on 3-server JetStream clusters from internal/testsupport/natsenv: one
 // shared by the tests that kill no server (each on a bucket of its own),
 // and one of its own for each test that does.
 

@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/google/uuid v1.6.0
 	github.com/idem-go/idem v0.1.0
-	github.com/idem-go/idem/internal/natsenv v0.1.0
+	github.com/idem-go/idem/internal/testsupport/natsenv v0.1.0
 	github.com/nats-io/nats.go v1.55.0
 	go.uber.org/goleak v1.3.0
 )

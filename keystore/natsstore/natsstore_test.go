@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/natsenv"
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/natsenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/natsstore"
 	"github.com/idem-go/idem/keystore/storetest"

@@ -12,7 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 )
 
 // BenchmarkRedisBytesPerKey measures Redis's memory per key (used_memory

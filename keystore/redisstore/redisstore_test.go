@@ -17,7 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/redisstore"
 	"github.com/idem-go/idem/keystore/storetest"

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/dbtest"
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/sqlitestore"
 	"github.com/idem-go/idem/keystore/sqlstore"

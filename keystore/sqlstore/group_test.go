@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/sqldialect"
 )

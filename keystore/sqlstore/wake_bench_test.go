@@ -3,7 +3,7 @@ package sqlstore_test
 import (
 	"testing"
 
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/sqlstore"
 	"github.com/idem-go/idem/keystore/sqlstore/pglisten"

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/idem-go/idem/internal/routeconfig"
+	"github.com/idem-go/idem/internal/frontend/routeconfig"
 	"github.com/idem-go/idem/keystore/memstore"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 	"github.com/idem-go/idem/idemhttp"
-	"github.com/idem-go/idem/internal/routeconfig"
+	"github.com/idem-go/idem/internal/frontend/routeconfig"
 )
 
 // errConfig is wrapped by every error in a --config file; each names the

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"github.com/idem-go/idem/internal/demo"
+	"github.com/idem-go/idem/internal/app/demo"
 	"github.com/spf13/cobra"
 )
 

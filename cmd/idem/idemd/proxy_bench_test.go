@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/idemhttp"
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/redisstore"
 	"github.com/idem-go/idem/keystore/sqlstore"

@@ -2,7 +2,7 @@ package main
 
 import (
 	"bufio"
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"os"
 	"path/filepath"
 	"strconv"

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 )
 
 func TestServeDraftCases(t *testing.T) {

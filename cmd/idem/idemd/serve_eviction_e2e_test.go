@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 )
 
 // Issue 31 item 5: idem serve on a Redis whose maxmemory-policy may evict

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 )
 
 // idem serve on the distributed stores: the first keyed request runs the

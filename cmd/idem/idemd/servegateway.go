@@ -14,7 +14,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemhttp"
-	"github.com/idem-go/idem/internal/routeconfig"
+	"github.com/idem-go/idem/internal/frontend/routeconfig"
 	"github.com/idem-go/idem/keystore"
 )
 

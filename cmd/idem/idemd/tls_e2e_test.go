@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem/internal/testca"
+	"github.com/idem-go/idem/internal/testsupport/testca"
 )
 
 // testCA issues certificates for the TLS tests.

@@ -8,7 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/idem-go/idem/internal/handlerctx"
+	"github.com/idem-go/idem/internal/frontend/handlerctx"
 	"github.com/idem-go/idem/keystore"
 )
 

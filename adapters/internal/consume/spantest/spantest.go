@@ -20,8 +20,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/adapters/internal/consume"
 	"github.com/idem-go/idem/idemotel"
-	"github.com/idem-go/idem/internal/consume"
 )
 
 // Recorder is an idemotel Tracer over an SDK provider that exports every

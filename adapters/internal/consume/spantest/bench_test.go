@@ -9,9 +9,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/adapters/internal/consume"
+	"github.com/idem-go/idem/adapters/internal/consume/consumetest"
 	"github.com/idem-go/idem/idemotel"
-	"github.com/idem-go/idem/internal/consume"
-	"github.com/idem-go/idem/internal/consume/consumetest"
 	"github.com/idem-go/idem/internal/tracing"
 )
 
@@ -25,7 +25,7 @@ type msg struct{ id string }
 // collected heap. It reports traced/untraced, the time a batch takes with
 // tracing over the time without.
 //
-//	cd internal/consume/spantest && go test -run '^$' -bench TracedProcess -benchtime 40x .
+//	cd adapters/internal/consume/spantest && go test -run '^$' -bench TracedProcess -benchtime 40x .
 func BenchmarkTracedProcess(b *testing.B) {
 	const batch = 500
 	tp := sdktrace.NewTracerProvider() // records every span, exports none

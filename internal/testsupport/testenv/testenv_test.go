@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/idem-go/idem/internal/natsenv"
+	"github.com/idem-go/idem/internal/testsupport/natsenv"
 )
 
 func TestRun(t *testing.T) {

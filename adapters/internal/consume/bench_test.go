@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/adapters/internal/consume/settest"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/settest"
 )
 
 // BenchmarkProcess measures what the core adds to the inbox: the same
@@ -16,7 +16,7 @@ import (
 // decisions, typed set handler) and straight through
 // inbox.ProcessBatchSet, alternating, on two fresh SQLite inboxes.
 //
-//	go test -run '^$' -bench Process -benchtime 40x ./internal/consume/
+//	go test -run '^$' -bench Process -benchtime 40x ./adapters/internal/consume/
 func BenchmarkProcess(b *testing.B) {
 	const batch = 500
 	set := func(ctx context.Context, tx *sql.Tx, ms []msg) error {

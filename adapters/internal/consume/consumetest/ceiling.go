@@ -13,8 +13,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/adapters/internal/consume/settest"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/settest"
 )
 
 // Sizes records the size of every batch a set handler received.

@@ -18,7 +18,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/sqldialect"
 )
 

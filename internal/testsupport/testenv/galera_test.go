@@ -3,7 +3,7 @@ package testenv_test
 import (
 	"testing"
 
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 )
 
 // A row written through one node is read through the others (Galera

@@ -1,4 +1,4 @@
-module github.com/idem-go/idem/internal/consume/spantest
+module github.com/idem-go/idem/adapters/internal/consume/spantest
 
 go 1.26.0
 

@@ -1,5 +1,5 @@
 // Package dbtest names the databases that idem's SQL tests run on, each
-// opened fresh per test by internal/testenv, so that every package tests
+// opened fresh per test by internal/testsupport/testenv, so that every package tests
 // the same dialects and driver settings, and opens the SQLite key store the
 // keystore tests share.
 package dbtest
@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/keystore/sqlitestore"
 	"github.com/idem-go/idem/keystore/sqlstore"
 	"github.com/idem-go/idem/sqldialect"

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/sqldialect"
 )

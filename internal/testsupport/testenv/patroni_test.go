@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 )
 
 // A 3-member Patroni cluster in synchronous_mode: a commit on the leader is

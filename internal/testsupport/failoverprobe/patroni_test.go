@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem/internal/testenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 )
 
 // failPatroni runs sc's fault on p: kill -9 of the leader (Patroni and

@@ -5,7 +5,7 @@ import (
 	"crypto/x509"
 	"testing"
 
-	"github.com/idem-go/idem/internal/testca"
+	"github.com/idem-go/idem/internal/testsupport/testca"
 )
 
 // A server and a client certificate verify against the CA for their use,

@@ -1,4 +1,4 @@
-module github.com/idem-go/idem/internal/natsenv
+module github.com/idem-go/idem/internal/testsupport/natsenv
 
 go 1.26.0
 
