@@ -92,9 +92,10 @@ func (w *Watchers) Add(key string, onLast func()) (ch <-chan struct{}, stop func
 		first = true
 	}
 	k.n++
+	ch = k.ch // under the lock: Signal replaces it
 	w.mu.Unlock()
 	var once sync.Once
-	return k.ch, func() {
+	return ch, func() {
 		once.Do(func() {
 			w.mu.Lock()
 			last := false
