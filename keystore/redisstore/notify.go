@@ -136,10 +136,19 @@ const (
 // run owns g's connection: it subscribes to the keys being waited for,
 // unsubscribes from the others, wakes waiters on messages, and closes the
 // connection once no key is left.
+//
+// The first subscription is sent before anything reads the connection:
+// go-redis connects a PubSub on its first use, and on a Cluster to the
+// master of its first channel's slot, but to a random node when that
+// first use is a read with no channel yet; a sharded subscription sent
+// there is refused (MOVED) and never confirmed.
 func (h *hub) run(gk string, g *group) {
 	defer g.ps.Close()
-	msgs := g.ps.ChannelWithSubscriptions(redis.WithChannelSize(256))
 	on := make(map[string]int8)
+	if !h.reconcile(gk, g, on) {
+		return
+	}
+	msgs := g.ps.ChannelWithSubscriptions(redis.WithChannelSize(256))
 	for {
 		select {
 		case m, ok := <-msgs:
@@ -153,30 +162,41 @@ func (h *hub) run(gk string, g *group) {
 			}
 			h.receive(g, m, on)
 		case <-g.kick:
-			h.mu.Lock()
-			if len(g.keys) == 0 {
-				delete(h.groups, gk)
-				h.mu.Unlock()
+			if !h.reconcile(gk, g, on) {
 				return
 			}
-			var sub, unsub []string
-			for k, e := range g.keys {
-				switch on[k] {
-				case 0:
-					sub = append(sub, k)
-				case confirmed:
-					e.setReady() // a new waiter of a key still subscribed
-				}
-			}
-			for k := range on {
-				if g.keys[k] == nil {
-					unsub = append(unsub, k)
-				}
-			}
-			h.mu.Unlock()
-			h.send(g, sub, unsub, on)
 		}
 	}
+}
+
+// reconcile subscribes to the keys waited for and not yet subscribed,
+// unsubscribes from those nobody waits for, and makes ready the new
+// waiters of keys already confirmed. It reports false, having removed g
+// from the hub, when no key is left.
+func (h *hub) reconcile(gk string, g *group, on map[string]int8) bool {
+	h.mu.Lock()
+	if len(g.keys) == 0 {
+		delete(h.groups, gk)
+		h.mu.Unlock()
+		return false
+	}
+	var sub, unsub []string
+	for k, e := range g.keys {
+		switch on[k] {
+		case 0:
+			sub = append(sub, k)
+		case confirmed:
+			e.setReady() // a new waiter of a key still subscribed
+		}
+	}
+	for k := range on {
+		if g.keys[k] == nil {
+			unsub = append(unsub, k)
+		}
+	}
+	h.mu.Unlock()
+	h.send(g, sub, unsub, on)
+	return true
 }
 
 // send subscribes to sub and unsubscribes from unsub on g's connection.

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -122,4 +123,45 @@ func TestNotifyRedisDown(t *testing.T) {
 		t.Fatal("Notify with the server down: nil error")
 	}
 	waitFor(t, "the subscription closed", func() bool { return redisstore.Subscriptions(s) == 0 })
+}
+
+// TestClusterNotifyFirstSubscription: on a Cluster, a store's first
+// subscription of a hash tag is confirmed every time, then woken by the
+// key's Complete. go-redis connects a PubSub without channels to a random
+// node; a store that let its reader connect before the first SSUBSCRIBE
+// was sent subscribed on the wrong master about two times in three that
+// the reader won the race, and its waiters slept until their poll.
+func TestClusterNotifyFirstSubscription(t *testing.T) {
+	rdb := clusterClient(t)
+	const rounds = 100
+	failed := 0
+	for i := range rounds {
+		s := newStore(t, rdb, redisstore.WithBuckets(64))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		holder, err := s.Reserve(ctx, fmt.Sprint("first-", i), nil, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch, stop, err := s.Notify(ctx, holder.Key)
+		if err != nil {
+			failed++
+			t.Errorf("round %d: %v", i, err)
+			cancel()
+			continue
+		}
+		if err := s.Complete(ctx, holder, []byte("r"), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			failed++
+			t.Errorf("round %d: not woken by the Complete", i)
+		}
+		stop()
+		cancel()
+	}
+	if failed > 0 {
+		t.Fatalf("%d of %d first subscriptions failed", failed, rounds)
+	}
 }
