@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,15 +53,41 @@ func newRedisServer(args ...string) (*RedisServer, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A port the kernel called free may be taken by another test's server
+	// before redis-server binds it; a cluster node also binds its bus port
+	// (port+10000 unless given, never checked): both are picked here, and a
+	// start that lost the race is retried on new ports.
+	for attempt := 1; ; attempt++ {
+		r, err := redisOnFreePorts(bin, dir, args)
+		if err == nil {
+			return r, nil
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "Address already in use") {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		_ = os.Remove(filepath.Join(dir, "nodes.conf")) // the lost start's node id
+	}
+}
+
+func redisOnFreePorts(bin, dir string, args []string) (*RedisServer, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
 	r := &RedisServer{Addr: fmt.Sprintf("127.0.0.1:%d", port), Dir: dir, bin: bin}
-	r.args = append([]string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "",
-		"--appendonly", "no", "--dir", dir, "--protected-mode", "no", "--enable-debug-command", "local"}, args...)
+	r.args = []string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "",
+		"--appendonly", "no", "--dir", dir, "--protected-mode", "no", "--enable-debug-command", "local"}
+	if slices.Contains(args, "--cluster-enabled") {
+		bus, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		r.args = append(r.args, "--cluster-port", fmt.Sprint(bus))
+	}
+	r.args = append(r.args, args...)
 	if err := r.Start(); err != nil {
-		os.RemoveAll(dir)
+		r.Kill()
 		return nil, err
 	}
 	return r, nil
