@@ -205,32 +205,15 @@ func TestKeystoreMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	sent := map[string]int{}
-	failed := false
-	h := func(_ context.Context, r *kgo.Record) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if string(r.Value) == "k-003" && !failed {
-			failed = true
-			return errors.New("smtp timeout")
-		}
-		sent[string(r.Value)]++
-		return nil
-	}
+	snd := newSender("k-003", errors.New("smtp timeout"))
+	h := snd.handle
 	first := newTally()
 	f.runCommitsRejected(f.keystoreConsumer(store, h, first.option(), fastRetries(3)), first, len(all)+1)
 	first.want(t, "", map[idem.Outcome]int{idem.Applied: len(all), idem.Duplicate: 1})
 	second := newTally()
 	_ = runUntil(t, f.keystoreConsumer(store, h, second.option()), second, len(all)+1)
 	second.want(t, "second member (replays)", map[idem.Outcome]int{idem.Duplicate: len(all) + 1})
-	mu.Lock()
-	defer mu.Unlock()
-	for _, id := range all {
-		if sent[id] != 1 {
-			t.Errorf("%s sent %d times, want 1", id, sent[id])
-		}
-	}
+	snd.requireOnce(t, all)
 	f.requireCommittedToEnd()
 }
 

@@ -462,3 +462,40 @@ func ids(prefix string, n int) []string {
 	}
 	return out
 }
+
+// sender is a KeystoreHandler that counts the records it sends and fails the
+// first attempt at one record, as a side effect outside the database would.
+type sender struct {
+	mu     sync.Mutex
+	failOn string // the record value whose first attempt fails with err
+	err    error
+	failed bool
+	sent   map[string]int
+}
+
+func newSender(failOn string, err error) *sender {
+	return &sender{failOn: failOn, err: err, sent: map[string]int{}}
+}
+
+func (s *sender) handle(_ context.Context, r *kgo.Record) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if string(r.Value) == s.failOn && !s.failed {
+		s.failed = true
+		return s.err
+	}
+	s.sent[string(r.Value)]++
+	return nil
+}
+
+// requireOnce fails t unless each of ids was sent exactly once.
+func (s *sender) requireOnce(t testing.TB, ids []string) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		if s.sent[id] != 1 {
+			t.Errorf("%s sent %d times, want 1", id, s.sent[id])
+		}
+	}
+}

@@ -3,7 +3,6 @@ package idemkafka_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,19 +30,8 @@ func TestWindowMode(t *testing.T) {
 		}
 		return s
 	}
-	var mu sync.Mutex
-	sent := map[string]int{}
-	failed := false
-	h := func(_ context.Context, r *kgo.Record) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if string(r.Value) == "w-003" && !failed {
-			failed = true
-			return errors.New("index unavailable")
-		}
-		sent[string(r.Value)]++
-		return nil
-	}
+	snd := newSender("w-003", errors.New("index unavailable"))
+	h := snd.handle
 	consumer := func(s *diskwindow.Set, opts ...idemkafka.Option) *idemkafka.WindowConsumer {
 		con, err := idemkafka.NewWindowConsumer(s, h, groupOpts(f.c, "g", "orders"), opts...)
 		if err != nil {
@@ -63,13 +51,7 @@ func TestWindowMode(t *testing.T) {
 	second := newTally()
 	_ = runUntil(t, consumer(set, second.option()), second, len(all)+1)
 	second.want(t, "after a restart (from the set on disk)", map[idem.Outcome]int{idem.Duplicate: len(all) + 1})
-	mu.Lock()
-	defer mu.Unlock()
-	for _, id := range all {
-		if sent[id] != 1 {
-			t.Errorf("%s sent %d times, want 1", id, sent[id])
-		}
-	}
+	snd.requireOnce(t, all)
 	f.requireCommittedToEnd()
 }
 
