@@ -158,6 +158,20 @@ func (h *blockingHandler) waitEnded(t *testing.T, what string) (error, error) {
 	}
 }
 
+// serveBlocking serves a blockingHandler behind a middleware with
+// options opts on a memory store.
+func serveBlocking(t *testing.T, opts ...idemhttp.Option) (*idemhttp.Middleware, *blockingHandler, *httptest.Server) {
+	t.Helper()
+	m, err := idemhttp.New(memStore(t), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newBlockingHandler()
+	srv := httptest.NewServer(m.Handler(h))
+	t.Cleanup(srv.Close)
+	return m, h, srv
+}
+
 func waitStarted(t *testing.T, started <-chan struct{}) {
 	t.Helper()
 	select {
@@ -191,13 +205,7 @@ func sendAsync(ctx context.Context, url, key string) <-chan int {
 // handler's 503 releases the key.
 func TestHandlerTimeout(t *testing.T) {
 	t.Parallel()
-	m, err := idemhttp.New(memStore(t), idemhttp.WithHandlerTimeout(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := newBlockingHandler()
-	srv := httptest.NewServer(m.Handler(h))
-	t.Cleanup(srv.Close)
+	_, h, srv := serveBlocking(t, idemhttp.WithHandlerTimeout(50*time.Millisecond))
 	got := sendAsync(t.Context(), srv.URL, "k")
 	errc, cause := h.waitEnded(t, "the handler timeout")
 	if !errors.Is(errc, context.DeadlineExceeded) || !errors.Is(cause, context.DeadlineExceeded) {
@@ -215,13 +223,7 @@ func TestHandlerTimeout(t *testing.T) {
 // disconnect ends the handler's context.
 func TestClientCancelOptOut(t *testing.T) {
 	t.Parallel()
-	m, err := idemhttp.New(memStore(t), idemhttp.WithClientCancel(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := newBlockingHandler()
-	srv := httptest.NewServer(m.Handler(h))
-	t.Cleanup(srv.Close)
+	_, h, srv := serveBlocking(t, idemhttp.WithClientCancel(true))
 	ctx, cancel := context.WithCancel(t.Context())
 	got := sendAsync(ctx, srv.URL, "k")
 	waitStarted(t, h.started)
@@ -237,13 +239,7 @@ func TestClientCancelOptOut(t *testing.T) {
 // later.
 func TestAbortEndsHandlers(t *testing.T) {
 	t.Parallel()
-	m, err := idemhttp.New(memStore(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := newBlockingHandler()
-	srv := httptest.NewServer(m.Handler(h))
-	t.Cleanup(srv.Close)
+	m, h, srv := serveBlocking(t)
 	got := sendAsync(t.Context(), srv.URL, "k1")
 	waitStarted(t, h.started)
 	grace, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)

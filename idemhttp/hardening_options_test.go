@@ -327,17 +327,18 @@ func checkOnce(t *testing.T, runs int32, first int, retries []int) {
 }
 
 // serveKeyed serves h behind the middleware (proxy false) or behind a
-// Proxy to an upstream running h, with store s and a lease of testLease.
-func serveKeyed(t *testing.T, s keystore.Store, h http.Handler, proxy bool) *httptest.Server {
+// Proxy to an upstream running h, with store s, a lease of testLease and
+// opts.
+func serveKeyed(t *testing.T, s keystore.Store, h http.Handler, proxy bool, opts ...idemhttp.Option) *httptest.Server {
 	t.Helper()
+	opts = append([]idemhttp.Option{idemhttp.WithLease(testLease)}, opts...)
 	var handler http.Handler
 	if proxy {
 		up := httptest.NewServer(h)
 		t.Cleanup(up.Close)
-		p := newProxy(t, up.URL, s, idemhttp.WithLease(testLease))
-		handler = p
+		handler = newProxy(t, up.URL, s, opts...)
 	} else {
-		m, err := idemhttp.New(s, idemhttp.WithLease(testLease))
+		m, err := idemhttp.New(s, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -348,21 +349,33 @@ func serveKeyed(t *testing.T, s keystore.Store, h http.Handler, proxy bool) *htt
 	return srv
 }
 
+// modeNames name the two ways serveKeyed serves a handler.
+var modeNames = map[bool]string{false: "middleware", true: "proxy"}
+
+// forEachMode runs f as a parallel subtest for each mode: behind the
+// middleware (proxy false), then as the upstream of a Proxy.
+func forEachMode(t *testing.T, f func(t *testing.T, proxy bool)) {
+	t.Helper()
+	for _, proxy := range []bool{false, true} {
+		t.Run(modeNames[proxy], func(t *testing.T) {
+			t.Parallel()
+			f(t, proxy)
+		})
+	}
+}
+
 // A handler (middleware) or upstream (proxy) 3.5x its lease, with 4
 // retriers: the lease is renewed, it runs once, and the retriers get its
 // response replayed.
 func TestRenewsLease(t *testing.T) {
 	t.Parallel()
-	for _, proxy := range []bool{false, true} {
-		t.Run(map[bool]string{false: "middleware", true: "proxy"}[proxy], func(t *testing.T) {
-			t.Parallel()
-			var runs atomic.Int32
-			started := make(chan struct{})
-			srv := serveKeyed(t, storetest.NewRefStore(), slowHandler(&runs, started), proxy)
-			first, retries := slowRuns(t, srv, started)
-			checkOnce(t, runs.Load(), first, retries)
-		})
-	}
+	forEachMode(t, func(t *testing.T, proxy bool) {
+		var runs atomic.Int32
+		started := make(chan struct{})
+		srv := serveKeyed(t, storetest.NewRefStore(), slowHandler(&runs, started), proxy)
+		first, retries := slowRuns(t, srv, started)
+		checkOnce(t, runs.Load(), first, retries)
+	})
 }
 
 // Without renewals (the behaviour before keep-alive, and with a store that
@@ -381,42 +394,38 @@ func TestProxyWithoutExtenderCutsAtLease(t *testing.T) {
 // call (proxy), with a cause wrapping ErrLeaseLost.
 func TestLostLeaseCancels(t *testing.T) {
 	t.Parallel()
-	for _, proxy := range []bool{false, true} {
-		name := map[bool]string{false: "middleware", true: "proxy"}[proxy]
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			s := storetest.NewRefStore()
-			var cause atomic.Value
-			ended := make(chan struct{})
-			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				// Read the body: net/http then watches the connection, and
-				// an upstream's context ends when the proxy drops it.
-				_, _ = io.ReadAll(r.Body)
-				s.FailExtend(keystore.ErrLeaseLost) // the key was taken away
-				select {
-				case <-r.Context().Done():
-					if c := context.Cause(r.Context()); c != nil {
-						cause.Store(c)
-					}
-					close(ended)
-				case <-time.After(20 * testLease):
-				}
-			})
-			srv := serveKeyed(t, s, h, proxy)
-			code, _, _ := keyed(t, srv.URL, "/x", "k")
-			// The proxy answers as it drops the upstream call; the upstream
-			// sees its connection go a moment later (well before its own
-			// 20-lease fallback).
+	forEachMode(t, func(t *testing.T, proxy bool) {
+		s := storetest.NewRefStore()
+		var cause atomic.Value
+		ended := make(chan struct{})
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// Read the body: net/http then watches the connection, and
+			// an upstream's context ends when the proxy drops it.
+			_, _ = io.ReadAll(r.Body)
+			s.FailExtend(keystore.ErrLeaseLost) // the key was taken away
 			select {
-			case <-ended:
-			case <-time.After(10 * testLease):
-				t.Fatalf("the %s's handler was not cancelled when the lease was lost (answer %d)", name, code)
-			}
-			if c, _ := cause.Load().(error); !proxy && !errors.Is(c, keystore.ErrLeaseLost) {
-				t.Fatalf("cause %v, want ErrLeaseLost", c)
+			case <-r.Context().Done():
+				if c := context.Cause(r.Context()); c != nil {
+					cause.Store(c)
+				}
+				close(ended)
+			case <-time.After(20 * testLease):
 			}
 		})
-	}
+		srv := serveKeyed(t, s, h, proxy)
+		code, _, _ := keyed(t, srv.URL, "/x", "k")
+		// The proxy answers as it drops the upstream call; the upstream
+		// sees its connection go a moment later (well before its own
+		// 20-lease fallback).
+		select {
+		case <-ended:
+		case <-time.After(10 * testLease):
+			t.Fatalf("the %s's handler was not cancelled when the lease was lost (answer %d)", modeNames[proxy], code)
+		}
+		if c, _ := cause.Load().(error); !proxy && !errors.Is(c, keystore.ErrLeaseLost) {
+			t.Fatalf("cause %v, want ErrLeaseLost", c)
+		}
+	})
 }
 
 // StoreKey names the key the middleware writes for a request.

@@ -6,7 +6,6 @@ package idemhttp_test
 // a 502 saying it released the key, and nobody logs that a release failed.
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -20,28 +19,10 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/storetest"
 )
-
-// syncBuffer is a bytes.Buffer for a logger written from several
-// goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // outcomes records the Outcomes reported to Hooks.
 type outcomes struct {
@@ -91,107 +72,89 @@ func operatorRelease(t *testing.T, s *storetest.RefStore, k string) {
 
 func TestOperatorReleaseWhileRunning(t *testing.T) {
 	t.Parallel()
-	for _, proxy := range []bool{false, true} {
-		name := map[bool]string{false: "middleware", true: "proxy"}[proxy]
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			s := storetest.NewRefStore()
-			var logs syncBuffer
-			var seen outcomes
-			opts := []idemhttp.Option{
-				idemhttp.WithLease(testLease),
-				idemhttp.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))),
-				idemhttp.WithHooks(&seen),
+	forEachMode(t, func(t *testing.T, proxy bool) {
+		s := storetest.NewRefStore()
+		var logs testenv.SyncBuffer
+		var seen outcomes
+		opts := []idemhttp.Option{
+			idemhttp.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))),
+			idemhttp.WithHooks(&seen),
+		}
+		var runs atomic.Int32
+		started := make(chan struct{}, 2)
+		// The handler (the upstream) answers 201 at once from its
+		// second run on; the first waits until its context ends
+		// (the proxy drops the upstream connection) and then
+		// answers 502, as a handler whose provider call was cut
+		// does.
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if runs.Add(1) > 1 {
+				w.WriteHeader(http.StatusCreated)
+				return
 			}
-			var runs atomic.Int32
-			started := make(chan struct{}, 2)
-			// The handler (the upstream) answers 201 at once from its
-			// second run on; the first waits until its context ends
-			// (the proxy drops the upstream connection) and then
-			// answers 502, as a handler whose provider call was cut
-			// does.
-			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if runs.Add(1) > 1 {
-					w.WriteHeader(http.StatusCreated)
-					return
-				}
-				// Read the body: net/http then watches the connection, and
-				// an upstream's context ends when the proxy drops it.
-				_, _ = io.ReadAll(r.Body)
-				started <- struct{}{}
-				select {
-				case <-r.Context().Done():
-					http.Error(w, "cancelled", http.StatusBadGateway)
-				case <-time.After(20 * testLease):
-					w.WriteHeader(http.StatusCreated)
-				}
-			})
-			var handler http.Handler
-			if proxy {
-				up := httptest.NewServer(h)
-				t.Cleanup(up.Close)
-				handler = newProxy(t, up.URL, s, opts...)
-			} else {
-				m, err := idemhttp.New(s, opts...)
-				if err != nil {
-					t.Fatal(err)
-				}
-				handler = m.Handler(h)
-			}
-			srv := httptest.NewServer(handler)
-			t.Cleanup(srv.Close)
-
-			type answer struct {
-				code int
-				hdr  http.Header
-				body string
-			}
-			done := make(chan answer, 1)
-			go func() {
-				code, hdr, body := keyed(t, srv.URL, "/x", "k")
-				done <- answer{code, hdr, body}
-			}()
-			waitStarted(t, started)
-			operatorRelease(t, s, "k")
-			var a answer
+			// Read the body: net/http then watches the connection, and
+			// an upstream's context ends when the proxy drops it.
+			_, _ = io.ReadAll(r.Body)
+			started <- struct{}{}
 			select {
-			case a = <-done:
-			case <-time.After(10 * testLease):
-				t.Fatal("the request did not end once its key was released (the lease loss did not cancel it)")
-			}
-
-			if proxy {
-				var p struct {
-					Type   string `json:"type"`
-					Status int    `json:"status"`
-					Detail string `json:"detail"`
-				}
-				_ = json.Unmarshal([]byte(a.body), &p)
-				if a.code != http.StatusServiceUnavailable || !strings.HasSuffix(p.Type, "#lease-lost") || a.hdr.Get("Retry-After") != "1" {
-					t.Fatalf("answer %d Retry-After %q %s, want 503 lease-lost with Retry-After: 1", a.code, a.hdr.Get("Retry-After"), a.body)
-				}
-				if !strings.Contains(p.Detail, "an operator released this key") || !strings.Contains(p.Detail, "retry with the same key") {
-					t.Fatalf("detail %q", p.Detail)
-				}
-			} else if a.code != http.StatusBadGateway {
-				t.Fatalf("answer %d %s, want the handler's 502", a.code, a.body)
-			}
-			if o := seen.first(); o != idemhttp.OutcomeLeaseLost {
-				t.Fatalf("outcome %q, want %q", o, idemhttp.OutcomeLeaseLost)
-			}
-			out := logs.String()
-			if strings.Contains(out, "level=ERROR") || strings.Contains(out, "release failed") {
-				t.Fatalf("an ERROR was logged for a key an operator released:\n%s", out)
-			}
-			if !strings.Contains(out, "released by an operator") {
-				t.Fatalf("the log does not say the key was released by an operator:\n%s", out)
-			}
-			// The key is free: the retry executes.
-			if code, hdr, body := keyed(t, srv.URL, "/x", "k"); code != http.StatusCreated || hdr.Get("Idempotent-Replayed") == "true" {
-				t.Fatalf("retry: %d replayed=%q %s, want 201 executed", code, hdr.Get("Idempotent-Replayed"), body)
+			case <-r.Context().Done():
+				http.Error(w, "cancelled", http.StatusBadGateway)
+			case <-time.After(20 * testLease):
+				w.WriteHeader(http.StatusCreated)
 			}
 		})
-	}
+		srv := serveKeyed(t, s, h, proxy, opts...)
+
+		type answer struct {
+			code int
+			hdr  http.Header
+			body string
+		}
+		done := make(chan answer, 1)
+		go func() {
+			code, hdr, body := keyed(t, srv.URL, "/x", "k")
+			done <- answer{code, hdr, body}
+		}()
+		waitStarted(t, started)
+		operatorRelease(t, s, "k")
+		var a answer
+		select {
+		case a = <-done:
+		case <-time.After(10 * testLease):
+			t.Fatal("the request did not end once its key was released (the lease loss did not cancel it)")
+		}
+
+		if proxy {
+			var p struct {
+				Type   string `json:"type"`
+				Status int    `json:"status"`
+				Detail string `json:"detail"`
+			}
+			_ = json.Unmarshal([]byte(a.body), &p)
+			if a.code != http.StatusServiceUnavailable || !strings.HasSuffix(p.Type, "#lease-lost") || a.hdr.Get("Retry-After") != "1" {
+				t.Fatalf("answer %d Retry-After %q %s, want 503 lease-lost with Retry-After: 1", a.code, a.hdr.Get("Retry-After"), a.body)
+			}
+			if !strings.Contains(p.Detail, "an operator released this key") || !strings.Contains(p.Detail, "retry with the same key") {
+				t.Fatalf("detail %q", p.Detail)
+			}
+		} else if a.code != http.StatusBadGateway {
+			t.Fatalf("answer %d %s, want the handler's 502", a.code, a.body)
+		}
+		if o := seen.first(); o != idemhttp.OutcomeLeaseLost {
+			t.Fatalf("outcome %q, want %q", o, idemhttp.OutcomeLeaseLost)
+		}
+		out := logs.String()
+		if strings.Contains(out, "level=ERROR") || strings.Contains(out, "release failed") {
+			t.Fatalf("an ERROR was logged for a key an operator released:\n%s", out)
+		}
+		if !strings.Contains(out, "released by an operator") {
+			t.Fatalf("the log does not say the key was released by an operator:\n%s", out)
+		}
+		// The key is free: the retry executes.
+		if code, hdr, body := keyed(t, srv.URL, "/x", "k"); code != http.StatusCreated || hdr.Get("Idempotent-Replayed") == "true" {
+			t.Fatalf("retry: %d replayed=%q %s, want 201 executed", code, hdr.Get("Idempotent-Replayed"), body)
+		}
+	})
 }
 
 // A lease the store could not renew in time (it did not answer) may still
