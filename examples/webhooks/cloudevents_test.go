@@ -150,9 +150,46 @@ func status(res cloudevents.Result) int {
 	return 0
 }
 
+// checkRuns fails t unless the event (source, id) was acted on effects
+// times and the receive function ran calls times in all.
+func (r *ceReceiver) checkRuns(t *testing.T, what, source, id string, effects int, calls int64) {
+	t.Helper()
+	if n := r.effectsOf(source, id); n != effects || r.calls.Load() != calls {
+		t.Fatalf("%s: acted on %d times in %d runs, want %d in %d", what, n, r.calls.Load(), effects, calls)
+	}
+}
+
+// receiveWithin returns what c delivers, or fails t with what after 2
+// minutes.
+func receiveWithin[T any](t *testing.T, c <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(2 * time.Minute):
+		t.Fatal(what)
+		var zero T
+		return zero
+	}
+}
+
 var modes = map[string]func(context.Context) context.Context{
 	"binary":     cloudevents.WithEncodingBinary,
 	"structured": cloudevents.WithEncodingStructured,
+}
+
+// forEachMode runs f as a parallel subtest in each of the SDK's modes,
+// with a new receiver, a client of it, and the mode's encoding.
+func forEachMode(t *testing.T, f func(t *testing.T, r *ceReceiver, c cloudevents.Client, rr *replayRecorder, encode func(context.Context) context.Context)) {
+	t.Helper()
+	for mode, encode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			r := newCEReceiver(t)
+			c, rr := r.client(t)
+			f(t, r, c, rr, encode)
+		})
+	}
 }
 
 // TestCloudEventsDuplicate: the SDK's client sends one event twice, in
@@ -160,43 +197,34 @@ var modes = map[string]func(context.Context) context.Context{
 // of the stored 200), and the event is acted on once.
 func TestCloudEventsDuplicate(t *testing.T) {
 	t.Parallel()
-	for mode, encode := range modes {
-		t.Run(mode, func(t *testing.T) {
-			t.Parallel()
-			r := newCEReceiver(t)
-			c, rr := r.client(t)
-			ctx := encode(context.Background())
-			ev := newEvent(t, "order-1", "/shop/eu", map[string]any{"order": 1, "total": 42.5})
-			if res := c.Send(ctx, ev); !cloudevents.IsACK(res) || status(res) != 200 || rr.last() != "" {
-				t.Fatalf("first send: %v (status %d, replayed %q), want a 200 ACK", res, status(res), rr.last())
-			}
-			if res := c.Send(ctx, ev); !cloudevents.IsACK(res) || status(res) != 200 || rr.last() != "true" {
-				t.Fatalf("duplicate: %v (status %d, replayed %q), want the stored 200 replayed, an ACK", res, status(res), rr.last())
-			}
-			if n := r.effectsOf("/shop/eu", "order-1"); n != 1 || r.calls.Load() != 1 {
-				t.Fatalf("acted on %d times in %d runs, want 1 in 1", n, r.calls.Load())
-			}
-			// The same id from another source is another event (the spec
-			// makes id unique per source).
-			other := newEvent(t, "order-1", "/shop/us", map[string]any{"order": 1, "total": 42.5})
-			if res := c.Send(ctx, other); !cloudevents.IsACK(res) || rr.last() != "" || r.effectsOf("/shop/us", "order-1") != 1 {
-				t.Fatalf("same id, other source: %v (replayed %q), want it run", res, rr.last())
-			}
-			// Another id from the first source runs.
-			if res := c.Send(ctx, newEvent(t, "order-2", "/shop/eu", map[string]any{"order": 2})); !cloudevents.IsACK(res) || r.effectsOf("/shop/eu", "order-2") != 1 {
-				t.Fatalf("another id: %v, want it run", res)
-			}
-			// A different event under a colliding (source, id): 422, a NACK
-			// the SDK does not retry; not acted on.
-			changed := newEvent(t, "order-1", "/shop/eu", map[string]any{"order": 1, "total": 99})
-			if res := c.Send(ctx, changed); !cloudevents.IsNACK(res) || status(res) != 422 {
-				t.Fatalf("changed event under order-1: %v (status %d), want a 422 NACK", res, status(res))
-			}
-			if n := r.effectsOf("/shop/eu", "order-1"); n != 1 || r.calls.Load() != 3 {
-				t.Fatalf("after the 422: acted on %d times, %d runs, want 1 and 3", n, r.calls.Load())
-			}
-		})
-	}
+	forEachMode(t, func(t *testing.T, r *ceReceiver, c cloudevents.Client, rr *replayRecorder, encode func(context.Context) context.Context) {
+		ctx := encode(context.Background())
+		ev := newEvent(t, "order-1", "/shop/eu", map[string]any{"order": 1, "total": 42.5})
+		if res := c.Send(ctx, ev); !cloudevents.IsACK(res) || status(res) != 200 || rr.last() != "" {
+			t.Fatalf("first send: %v (status %d, replayed %q), want a 200 ACK", res, status(res), rr.last())
+		}
+		if res := c.Send(ctx, ev); !cloudevents.IsACK(res) || status(res) != 200 || rr.last() != "true" {
+			t.Fatalf("duplicate: %v (status %d, replayed %q), want the stored 200 replayed, an ACK", res, status(res), rr.last())
+		}
+		r.checkRuns(t, "after the duplicate", "/shop/eu", "order-1", 1, 1)
+		// The same id from another source is another event (the spec
+		// makes id unique per source).
+		other := newEvent(t, "order-1", "/shop/us", map[string]any{"order": 1, "total": 42.5})
+		if res := c.Send(ctx, other); !cloudevents.IsACK(res) || rr.last() != "" || r.effectsOf("/shop/us", "order-1") != 1 {
+			t.Fatalf("same id, other source: %v (replayed %q), want it run", res, rr.last())
+		}
+		// Another id from the first source runs.
+		if res := c.Send(ctx, newEvent(t, "order-2", "/shop/eu", map[string]any{"order": 2})); !cloudevents.IsACK(res) || r.effectsOf("/shop/eu", "order-2") != 1 {
+			t.Fatalf("another id: %v, want it run", res)
+		}
+		// A different event under a colliding (source, id): 422, a NACK
+		// the SDK does not retry; not acted on.
+		changed := newEvent(t, "order-1", "/shop/eu", map[string]any{"order": 1, "total": 99})
+		if res := c.Send(ctx, changed); !cloudevents.IsNACK(res) || status(res) != 422 {
+			t.Fatalf("changed event under order-1: %v (status %d), want a 422 NACK", res, status(res))
+		}
+		r.checkRuns(t, "after the 422", "/shop/eu", "order-1", 1, 3)
+	})
 }
 
 // TestCloudEventsSDKRetries: with the SDK's retries on (it retries 404,
@@ -204,27 +232,21 @@ func TestCloudEventsDuplicate(t *testing.T) {
 // the SDK's retry runs and is acted on once; a later redelivery is absorbed.
 func TestCloudEventsSDKRetries(t *testing.T) {
 	t.Parallel()
-	for mode, encode := range modes {
-		t.Run(mode, func(t *testing.T) {
-			t.Parallel()
-			r := newCEReceiver(t)
-			c, rr := r.client(t)
-			ctx := cloudevents.ContextWithRetriesConstantBackoff(encode(context.Background()), time.Millisecond, 5)
-			ev := newEvent(t, "order-7", "/shop/eu", map[string]any{"order": 7})
-			r.failures.Store(2)
-			res := c.Send(ctx, ev)
-			var retries *cehttp.RetriesResult
-			if !cloudevents.IsACK(res) || !errors.As(res, &retries) || retries.Retries != 2 {
-				t.Fatalf("send with two 503s first: %v, want an ACK after 2 retries", res)
-			}
-			if n := r.effectsOf("/shop/eu", "order-7"); n != 1 || r.calls.Load() != 3 {
-				t.Fatalf("acted on %d times in %d runs, want 1 in 3 (two released 503s, then the effect)", n, r.calls.Load())
-			}
-			if res := c.Send(ctx, ev); !cloudevents.IsACK(res) || rr.last() != "true" || r.calls.Load() != 3 {
-				t.Fatalf("redelivery: %v (replayed %q), %d runs, want the stored ACK and no run", res, rr.last(), r.calls.Load())
-			}
-		})
-	}
+	forEachMode(t, func(t *testing.T, r *ceReceiver, c cloudevents.Client, rr *replayRecorder, encode func(context.Context) context.Context) {
+		ctx := cloudevents.ContextWithRetriesConstantBackoff(encode(context.Background()), time.Millisecond, 5)
+		ev := newEvent(t, "order-7", "/shop/eu", map[string]any{"order": 7})
+		r.failures.Store(2)
+		res := c.Send(ctx, ev)
+		var retries *cehttp.RetriesResult
+		if !cloudevents.IsACK(res) || !errors.As(res, &retries) || retries.Retries != 2 {
+			t.Fatalf("send with two 503s first: %v, want an ACK after 2 retries", res)
+		}
+		// Two released 503s, then the effect.
+		r.checkRuns(t, "after the retries", "/shop/eu", "order-7", 1, 3)
+		if res := c.Send(ctx, ev); !cloudevents.IsACK(res) || rr.last() != "true" || r.calls.Load() != 3 {
+			t.Fatalf("redelivery: %v (replayed %q), %d runs, want the stored ACK and no run", res, rr.last(), r.calls.Load())
+		}
+	})
 }
 
 // TestCloudEventsConcurrentDuplicate: a duplicate sent while the first is
@@ -249,11 +271,7 @@ func TestCloudEventsConcurrentDuplicate(t *testing.T) {
 			ev := newEvent(t, "order-3", "/shop/eu", map[string]any{"order": 3})
 			first := make(chan cloudevents.Result, 1)
 			go func() { first <- c.Send(ctx, ev) }()
-			select {
-			case <-r.started:
-			case <-time.After(2 * time.Minute):
-				t.Fatal("the first send never reached the receiver")
-			}
+			receiveWithin(t, r.started, "the first send never reached the receiver")
 			dup := make(chan cloudevents.Result, 1)
 			go func() { dup <- c.Send(ctx, ev) }()
 			// The duplicate reaches the receiver while the first is held.
@@ -265,27 +283,14 @@ func TestCloudEventsConcurrentDuplicate(t *testing.T) {
 			var res cloudevents.Result
 			if !wait {
 				// The 409 comes back while the first still runs.
-				select {
-				case res = <-dup:
-				case <-time.After(2 * time.Minute):
-					t.Fatal("the duplicate got no answer")
-				}
+				res = receiveWithin(t, dup, "the duplicate got no answer")
 			}
 			close(r.block)
 			if wait {
-				select {
-				case res = <-dup:
-				case <-time.After(2 * time.Minute):
-					t.Fatal("the duplicate got no answer")
-				}
+				res = receiveWithin(t, dup, "the duplicate got no answer")
 			}
-			select {
-			case f := <-first:
-				if !cloudevents.IsACK(f) {
-					t.Fatalf("first send: %v", f)
-				}
-			case <-time.After(2 * time.Minute):
-				t.Fatal("the first send got no answer")
+			if f := receiveWithin(t, first, "the first send got no answer"); !cloudevents.IsACK(f) {
+				t.Fatalf("first send: %v", f)
 			}
 			var retries *cehttp.RetriesResult
 			switch {
@@ -294,9 +299,7 @@ func TestCloudEventsConcurrentDuplicate(t *testing.T) {
 			case wait && (!cloudevents.IsACK(res) || status(res) != 200):
 				t.Fatalf("duplicate with WithWait: %v (status %d), want the stored 200", res, status(res))
 			}
-			if n := r.effectsOf("/shop/eu", "order-3"); n != 1 || r.calls.Load() != 1 {
-				t.Fatalf("acted on %d times in %d runs, want 1 in 1", n, r.calls.Load())
-			}
+			r.checkRuns(t, "after the duplicate", "/shop/eu", "order-3", 1, 1)
 		})
 	}
 }
@@ -337,9 +340,7 @@ func TestCloudEventsResendWithoutTime(t *testing.T) {
 			if res := c.Send(ctx, ev); status(res) != tc.status {
 				t.Fatalf("second send: %v (status %d), want %d", res, status(res), tc.status)
 			}
-			if n := r.effectsOf("/shop/eu", "order-5"); n != 1 || r.calls.Load() != 1 {
-				t.Fatalf("acted on %d times in %d runs, want 1 in 1", n, r.calls.Load())
-			}
+			r.checkRuns(t, "after the second send", "/shop/eu", "order-5", 1, 1)
 		})
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/keystore/memstore"
@@ -173,6 +172,27 @@ func (s *stripeReceiver) post(t *testing.T, account string, payload []byte, sign
 	return d
 }
 
+// expect delivers payload from account and fails t unless the answer has
+// status and Idempotent-Replayed replayed ("" or "true"); what names the
+// delivery.
+func (s *stripeReceiver) expect(t *testing.T, what, account string, payload []byte, status int, replayed string) delivery {
+	t.Helper()
+	d := s.deliver(t, account, payload)
+	if d.status != status || d.replayed != replayed {
+		t.Fatalf("%s: %+v, want %d with Idempotent-Replayed %q", what, d, status, replayed)
+	}
+	return d
+}
+
+// checkRuns fails t unless the event id from account was acted on effects
+// times and the handler ran calls times in all.
+func (s *stripeReceiver) checkRuns(t *testing.T, what, account, id string, effects int, calls int64) {
+	t.Helper()
+	if n := s.effectsOf(account, id); n != effects || s.calls.Load() != calls {
+		t.Fatalf("%s: %s acted on %d times in %d handler runs, want %d in %d", what, id, n, s.calls.Load(), effects, calls)
+	}
+}
+
 // send is post for another goroutine than the test's.
 func (s *stripeReceiver) send(account string, payload []byte, signature string) (delivery, error) {
 	req, err := http.NewRequest(http.MethodPost, s.srv.URL+"/hooks/stripe/"+account, bytes.NewReader(payload))
@@ -248,40 +268,32 @@ func TestStripeRedeliveries(t *testing.T) {
 	s := newStripeReceiver(t, idemhttp.CanonicalJSON())
 	evt := stripeEvent(t, "evt_1", "payment_intent.succeeded", 2000)
 
-	first := s.deliver(t, "acct_a", evt)
-	if first.status != 200 || first.replayed != "" || !strings.Contains(first.body, `"evt_1"`) {
+	first := s.expect(t, "new delivery", "acct_a", evt, 200, "")
+	if !strings.Contains(first.body, `"evt_1"`) {
 		t.Fatalf("new delivery: %+v, want the handler's 200", first)
 	}
 	// Stripe's retry: the same payload, signed again with a later timestamp.
-	again := s.deliver(t, "acct_a", evt)
-	if again.status != 200 || again.replayed != "true" || again.body != first.body {
+	if again := s.expect(t, "redelivery", "acct_a", evt, 200, "true"); again.body != first.body {
 		t.Fatalf("redelivery: %+v, want the stored 200 replayed", again)
 	}
 	// The same event re-serialised (names reordered, white space, escapes,
 	// 2000.0 for 2000): the same under canonical JSON.
-	re := s.deliver(t, "acct_a", reencoded("evt_1", "payment_intent.succeeded", 2000))
-	if re.status != 200 || re.replayed != "true" || re.body != first.body {
+	if re := s.expect(t, "re-serialised redelivery", "acct_a", reencoded("evt_1", "payment_intent.succeeded", 2000), 200, "true"); re.body != first.body {
 		t.Fatalf("re-serialised redelivery: %+v, want the stored 200 replayed", re)
 	}
-	if n := s.effectsOf("acct_a", "evt_1"); n != 1 || s.calls.Load() != 1 {
-		t.Fatalf("evt_1 acted on %d times in %d handler runs, want 1 in 1", n, s.calls.Load())
-	}
+	s.checkRuns(t, "after the redeliveries", "acct_a", "evt_1", 1, 1)
 
 	// Another event runs.
-	if d := s.deliver(t, "acct_a", stripeEvent(t, "evt_2", "payment_intent.succeeded", 500)); d.status != 200 || d.replayed != "" || s.effectsOf("acct_a", "evt_2") != 1 {
-		t.Fatalf("another event: %+v, effects %d, want it run once", d, s.effectsOf("acct_a", "evt_2"))
-	}
+	s.expect(t, "another event", "acct_a", stripeEvent(t, "evt_2", "payment_intent.succeeded", 500), 200, "")
+	s.checkRuns(t, "another event", "acct_a", "evt_2", 1, 2)
 	// The same id from another account is another key (scope by sender).
-	if d := s.deliver(t, "acct_b", evt); d.status != 200 || d.replayed != "" || s.effectsOf("acct_b", "evt_1") != 1 {
-		t.Fatalf("evt_1 from acct_b: %+v, effects %d, want it run once", d, s.effectsOf("acct_b", "evt_1"))
-	}
+	s.expect(t, "evt_1 from acct_b", "acct_b", evt, 200, "")
+	s.checkRuns(t, "evt_1 from acct_b", "acct_b", "evt_1", 1, 3)
 	// A different event under the same id (the amount differs): 422.
 	if d := s.deliver(t, "acct_a", stripeEvent(t, "evt_1", "payment_intent.succeeded", 2001)); d.status != 422 || d.problem != "key-reused" {
 		t.Fatalf("evt_1 with another amount: %+v, want 422 key-reused", d)
 	}
-	if n := s.effectsOf("acct_a", "evt_1"); n != 1 || s.calls.Load() != 3 {
-		t.Fatalf("after the 422: evt_1 acted on %d times, %d handler runs, want 1 and 3", n, s.calls.Load())
-	}
+	s.checkRuns(t, "after the 422", "acct_a", "evt_1", 1, 3)
 }
 
 // TestStripeRawFingerprint: under the default raw-body fingerprint an exact
@@ -292,12 +304,8 @@ func TestStripeRawFingerprint(t *testing.T) {
 	t.Parallel()
 	s := newStripeReceiver(t, idemhttp.RawBody())
 	evt := stripeEvent(t, "evt_1", "payment_intent.succeeded", 2000)
-	if d := s.deliver(t, "acct_a", evt); d.status != 200 || d.replayed != "" {
-		t.Fatalf("new delivery: %+v", d)
-	}
-	if d := s.deliver(t, "acct_a", evt); d.status != 200 || d.replayed != "true" {
-		t.Fatalf("redelivery: %+v, want the stored 200", d)
-	}
+	s.expect(t, "new delivery", "acct_a", evt, 200, "")
+	s.expect(t, "redelivery", "acct_a", evt, 200, "true")
 	for name, body := range map[string][]byte{
 		"re-serialised":  reencoded("evt_1", "payment_intent.succeeded", 2000),
 		"another amount": stripeEvent(t, "evt_1", "payment_intent.succeeded", 2001),
@@ -306,9 +314,7 @@ func TestStripeRawFingerprint(t *testing.T) {
 			t.Errorf("%s under evt_1: %+v, want 422 key-reused", name, d)
 		}
 	}
-	if n := s.effectsOf("acct_a", "evt_1"); n != 1 || s.calls.Load() != 1 {
-		t.Fatalf("evt_1 acted on %d times in %d handler runs, want 1 in 1", n, s.calls.Load())
-	}
+	s.checkRuns(t, "after the 422s", "acct_a", "evt_1", 1, 1)
 }
 
 // TestStripeUnverifiedReservesNothing: a delivery whose signature does not
@@ -321,9 +327,8 @@ func TestStripeUnverifiedReservesNothing(t *testing.T) {
 	if d := s.post(t, "acct_a", forged.Payload, forged.Header); d.status != 400 || s.calls.Load() != 0 {
 		t.Fatalf("forged: %+v, %d handler runs, want 400 and none", d, s.calls.Load())
 	}
-	if d := s.deliver(t, "acct_a", evt); d.status != 200 || d.replayed != "" || s.effectsOf("acct_a", "evt_1") != 1 {
-		t.Fatalf("the real delivery after a forged one: %+v, effects %d, want it run", d, s.effectsOf("acct_a", "evt_1"))
-	}
+	s.expect(t, "the real delivery after a forged one", "acct_a", evt, 200, "")
+	s.checkRuns(t, "the real delivery after a forged one", "acct_a", "evt_1", 1, 1)
 }
 
 // TestStripeHandlerFailure: a 5xx from the handler is released, so Stripe's
@@ -333,22 +338,14 @@ func TestStripeHandlerFailure(t *testing.T) {
 	s := newStripeReceiver(t, idemhttp.CanonicalJSON())
 	evt := stripeEvent(t, "evt_1", "payment_intent.succeeded", 2000)
 	s.fail.Store(true)
-	if d := s.deliver(t, "acct_a", evt); d.status != 500 || d.replayed != "" {
-		t.Fatalf("failing handler: %+v, want its 500", d)
-	}
-	if d := s.deliver(t, "acct_a", evt); d.status != 500 || d.replayed != "" || s.calls.Load() != 2 {
-		t.Fatalf("retry while failing: %+v after %d runs, want the handler's 500 again (not a stored one)", d, s.calls.Load())
-	}
+	s.expect(t, "failing handler", "acct_a", evt, 500, "")
+	// The handler's 500 again, not a stored one.
+	s.expect(t, "retry while failing", "acct_a", evt, 500, "")
+	s.checkRuns(t, "retry while failing", "acct_a", "evt_1", 0, 2)
 	s.fail.Store(false)
-	if d := s.deliver(t, "acct_a", evt); d.status != 200 || d.replayed != "" {
-		t.Fatalf("retry after recovery: %+v, want it run", d)
-	}
-	if d := s.deliver(t, "acct_a", evt); d.status != 200 || d.replayed != "true" {
-		t.Fatalf("retry after success: %+v, want the stored 200", d)
-	}
-	if n := s.effectsOf("acct_a", "evt_1"); n != 1 || s.calls.Load() != 3 {
-		t.Fatalf("evt_1 acted on %d times in %d handler runs, want 1 in 3", n, s.calls.Load())
-	}
+	s.expect(t, "retry after recovery", "acct_a", evt, 200, "")
+	s.expect(t, "retry after success", "acct_a", evt, 200, "true")
+	s.checkRuns(t, "after the recovery", "acct_a", "evt_1", 1, 3)
 }
 
 // TestStripeStored4xx: a 4xx from the handler (an event type it does not
@@ -358,12 +355,9 @@ func TestStripeStored4xx(t *testing.T) {
 	t.Parallel()
 	s := newStripeReceiver(t, idemhttp.CanonicalJSON())
 	evt := stripeEvent(t, "evt_9", "customer.created", 0)
-	if d := s.deliver(t, "acct_a", evt); d.status != 400 || d.replayed != "" {
-		t.Fatalf("unhandled type: %+v, want the handler's 400", d)
-	}
-	if d := s.deliver(t, "acct_a", evt); d.status != 400 || d.replayed != "true" || s.calls.Load() != 1 {
-		t.Fatalf("retry: %+v after %d runs, want the stored 400 and one run", d, s.calls.Load())
-	}
+	s.expect(t, "unhandled type", "acct_a", evt, 400, "")
+	s.expect(t, "retry", "acct_a", evt, 400, "true")
+	s.checkRuns(t, "retry", "acct_a", "evt_9", 0, 1)
 }
 
 // TestStripeRedeliveryInProgress: a redelivery while the first still runs
@@ -383,26 +377,16 @@ func TestStripeRedeliveryInProgress(t *testing.T) {
 		}
 		firstDone <- d
 	}()
-	select {
-	case <-s.started:
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the first delivery never reached the handler")
-	}
+	receiveWithin(t, s.started, "the first delivery never reached the handler")
 	d := s.deliver(t, "acct_a", evt)
 	close(s.block)
-	var first delivery
-	select {
-	case first = <-firstDone:
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the first delivery never finished")
-	}
+	first := receiveWithin(t, firstDone, "the first delivery never finished")
 	if d.status != 409 || d.problem != "in-progress" || d.header.Get("Retry-After") == "" {
 		t.Fatalf("redelivery in progress: %+v, want 409 in-progress with Retry-After", d)
 	}
 	if first.status != 200 {
 		t.Fatalf("first delivery: %+v", first)
 	}
-	if d := s.deliver(t, "acct_a", evt); d.status != 200 || d.replayed != "true" || s.calls.Load() != 1 {
-		t.Fatalf("retry after the first finished: %+v after %d runs, want the stored 200 and one run", d, s.calls.Load())
-	}
+	s.expect(t, "retry after the first finished", "acct_a", evt, 200, "true")
+	s.checkRuns(t, "retry after the first finished", "acct_a", "evt_1", 1, 1)
 }
