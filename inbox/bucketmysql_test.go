@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -165,7 +166,7 @@ func TestBucketMySQLCrossBucketDeadlock(t *testing.T) {
 	if _, err := in.Process(ctx, "warm", func(context.Context, *sql.Tx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	tables := queryStrings(t, e.db, bucketTablesSQL(e.d, "idem_inbox")+" ORDER BY 1")
+	tables := dbtest.Strings(t, e.db, bucketTablesSQL(e.d, "idem_inbox")+" ORDER BY 1")
 	if len(tables) < 2 {
 		t.Fatalf("buckets %v", tables)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/app/demo"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/sqldialect"
 )
@@ -150,21 +151,8 @@ func (e *env) keys() int {
 // bucketKeys counts the keys in every bucket table of table.
 func bucketKeys(t testing.TB, db *sql.DB, d sqldialect.Dialect, table string) int {
 	t.Helper()
-	rows, err := db.Query(bucketTablesSQL(d, table))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		names = append(names, n)
-	}
-	rows.Close()
 	total := 0
-	for _, n := range names {
+	for _, n := range dbtest.Strings(t, db, bucketTablesSQL(d, table)) {
 		var c int
 		if err := db.QueryRow("SELECT COUNT(*) FROM " + n).Scan(&c); err != nil {
 			t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox/internal/engine/bucket"
 	"github.com/idem-go/idem/inbox/internal/engine/runs"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/sqldialect"
 	_ "modernc.org/sqlite"
 )
@@ -124,20 +125,7 @@ func runTablesOf(t testing.TB, db *sql.DB) []string {
 // tablesLike lists the tables whose name matches the GLOB pattern.
 func tablesLike(t testing.TB, db *sql.DB, glob string) []string {
 	t.Helper()
-	rows, err := db.Query(`SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB ?`, glob)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, n)
-	}
-	return out
+	return dbtest.Strings(t, db, `SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB ?`, glob)
 }
 
 // checkExactlyOnce checks that every key is recorded once across the hot

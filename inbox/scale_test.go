@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/internal/uuidtext"
 	"github.com/idem-go/idem/sqldialect"
@@ -167,25 +168,7 @@ func (s *scaleSide) tables(t *testing.T) []string {
 	if strings.HasSuffix(s.kind, "-rows") {
 		return []string{"idem_inbox"}
 	}
-	return queryStrings(t, s.db, bucketTablesSQL(s.d, "idem_inbox"))
-}
-
-func queryStrings(t *testing.T, db *sql.DB, q string, args ...any) []string {
-	t.Helper()
-	rows, err := db.Query(q, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, s)
-	}
-	return out
+	return dbtest.Strings(t, s.db, bucketTablesSQL(s.d, "idem_inbox"))
 }
 
 // bytesOf returns the on-disk size of the named tables with their indexes.
@@ -527,7 +510,7 @@ func (r *retireRun) tables(t *testing.T) []string {
 	if r.layout == inbox.LayoutRows {
 		return []string{"idem_inbox"}
 	}
-	return queryStrings(t, r.db, bucketTablesSQL(r.d, "idem_inbox"))
+	return dbtest.Strings(t, r.db, bucketTablesSQL(r.d, "idem_inbox"))
 }
 
 func (r *retireRun) count(t *testing.T) int {

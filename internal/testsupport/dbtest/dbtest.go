@@ -57,3 +57,26 @@ func SQLiteStore(t testing.TB, path string, opts ...sqlstore.Option) *sqlitestor
 	}
 	return s
 }
+
+// Strings runs q, a query of one text column, and returns its rows; any
+// error fails the test.
+func Strings(t testing.TB, db *sql.DB, q string, args ...any) []string {
+	t.Helper()
+	rows, err := db.Query(q, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
