@@ -2,7 +2,6 @@ package diskwindow
 
 import (
 	"context"
-	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/uuidtext"
 	"github.com/idem-go/idem/window"
 )
 
@@ -255,7 +255,6 @@ func dropAll(t *testing.T, dir string) {
 func uuids(r *rand.Rand, k int) []string {
 	ids := make([]string, k)
 	var u [16]byte
-	var b [36]byte
 	for i := range ids {
 		for j := 0; j < 16; j += 8 {
 			x := r.Uint64()
@@ -265,16 +264,7 @@ func uuids(r *rand.Rand, k int) []string {
 		}
 		u[6] = u[6]&0x0f | 0x40
 		u[8] = u[8]&0x3f | 0x80
-		hex.Encode(b[0:8], u[0:4])
-		b[8] = '-'
-		hex.Encode(b[9:13], u[4:6])
-		b[13] = '-'
-		hex.Encode(b[14:18], u[6:8])
-		b[18] = '-'
-		hex.Encode(b[19:23], u[8:10])
-		b[23] = '-'
-		hex.Encode(b[24:36], u[10:16])
-		ids[i] = string(b[:])
+		ids[i] = uuidtext.Format(u)
 	}
 	return ids
 }
