@@ -3,7 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/redisstore"
+	"github.com/idem-go/idem/keystore/storetest"
 )
 
 // waitFor polls cond until it holds, failing after a minute.
@@ -23,19 +23,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
-
-// countReserves counts a store's Reserves and forwards its Notifier.
-type countReserves struct {
-	*redisstore.Store
-	n atomic.Int64
-}
-
-func (c *countReserves) Reserve(ctx context.Context, key string, fp []byte, lease time.Duration) (keystore.Claim, error) {
-	c.n.Add(1)
-	return c.Store.Reserve(ctx, key, fp, lease)
-}
-
-func (c *countReserves) Unwrap() keystore.Store { return c.Store }
 
 // numSub is the number of subscribers of channel ch on rdb's server.
 func numSub(t *testing.T, rdb *redis.Client, ch string) int64 {
@@ -53,9 +40,10 @@ func numSub(t *testing.T, rdb *redis.Client, ch string) int64 {
 func TestNotifyResubscribes(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	rdb := serverClient(t, srv)
-	s := &countReserves{Store: newStore(t, rdb)}
+	st := newStore(t, rdb)
+	s := &storetest.Counted{Store: st}
 	ctx := context.Background()
-	holder, err := s.Store.Reserve(ctx, "k", nil, time.Hour)
+	holder, err := st.Reserve(ctx, "k", nil, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,16 +56,16 @@ func TestNotifyResubscribes(t *testing.T) {
 		c, err := keystore.Await(ctx, s, "k", nil, time.Hour, keystore.Wait{Min: time.Hour, Max: time.Hour})
 		done <- answer{c, err}
 	}()
-	ch := s.RedisKey("k")
-	waitFor(t, "the subscription", func() bool { return numSub(t, rdb, ch) == 1 && s.n.Load() >= 2 })
+	ch := st.RedisKey("k")
+	waitFor(t, "the subscription", func() bool { return numSub(t, rdb, ch) == 1 && s.Reserves() >= 2 })
 	if err := rdb.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
 		t.Fatal(err)
 	}
 	// The reconnection wakes the waiter (messages may have been lost), which
 	// reserves once more and sleeps again.
-	waitFor(t, "the subscription again", func() bool { return numSub(t, rdb, ch) == 1 && s.n.Load() >= 3 })
+	waitFor(t, "the subscription again", func() bool { return numSub(t, rdb, ch) == 1 && s.Reserves() >= 3 })
 	start := time.Now()
-	if err := s.Store.Complete(ctx, holder, []byte("r"), time.Hour); err != nil {
+	if err := st.Complete(ctx, holder, []byte("r"), time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	a := <-done
@@ -87,27 +75,28 @@ func TestNotifyResubscribes(t *testing.T) {
 	if took := time.Since(start); took > 20*time.Second {
 		t.Fatalf("answered %v after Complete: not woken by the notification", took)
 	}
-	waitFor(t, "the subscription closed", func() bool { return redisstore.Subscriptions(s.Store) == 0 })
+	waitFor(t, "the subscription closed", func() bool { return redisstore.Subscriptions(st) == 0 })
 }
 
 // TestNotifyMissedPolls: a change that publishes nothing (the key deleted
 // behind the store's back) is found by the poll.
 func TestNotifyMissedPolls(t *testing.T) {
 	rdb := client(t)
-	s := &countReserves{Store: newStore(t, rdb)}
+	st := newStore(t, rdb)
+	s := &storetest.Counted{Store: st}
 	ctx := context.Background()
-	if _, err := s.Store.Reserve(ctx, "k", nil, time.Hour); err != nil {
+	if _, err := st.Reserve(ctx, "k", nil, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
-		waitFor(t, "a poll", func() bool { return s.n.Load() >= 3 })
-		rdb.Del(ctx, s.RedisKey("k"))
+		waitFor(t, "a poll", func() bool { return s.Reserves() >= 3 })
+		rdb.Del(ctx, st.RedisKey("k"))
 	}()
 	c, err := keystore.Await(ctx, s, "k", nil, time.Hour, keystore.Wait{Min: time.Millisecond, Max: 20 * time.Millisecond, Timeout: time.Minute})
 	if err != nil || c.State != keystore.Acquired {
 		t.Fatalf("Await: %v %v, want acquired", c.State, err)
 	}
-	waitFor(t, "the subscription closed", func() bool { return redisstore.Subscriptions(s.Store) == 0 })
+	waitFor(t, "the subscription closed", func() bool { return redisstore.Subscriptions(st) == 0 })
 }
 
 // TestNotifyRedisDown: with the server gone, Notify fails within its

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,27 +56,14 @@ func TestListenerOptions(t *testing.T) {
 	}
 }
 
-// countReserves counts a store's Reserves and forwards its Notifier.
-type countReserves struct {
-	*sqlstore.Store
-	n atomic.Int64
-}
-
-func (c *countReserves) Reserve(ctx context.Context, key string, fp []byte, lease time.Duration) (keystore.Claim, error) {
-	c.n.Add(1)
-	return c.Store.Reserve(ctx, key, fp, lease)
-}
-
-func (c *countReserves) Unwrap() keystore.Store { return c.Store }
-
 // TestListenerReconnects: a waiter whose listening connection is
 // terminated is woken by the reconnection, listens again, and is woken by
 // the Complete that follows, long before its poll.
 func TestListenerReconnects(t *testing.T) {
 	st, db := listeningDB(t)
-	s := &countReserves{Store: st}
+	s := &storetest.Counted{Store: st}
 	ctx := context.Background()
-	holder, err := s.Store.Reserve(ctx, "k", nil, time.Hour)
+	holder, err := st.Reserve(ctx, "k", nil, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,13 +82,13 @@ func TestListenerReconnects(t *testing.T) {
 		}
 		return n
 	}
-	waitUntil(t, "the waiter asleep", func() bool { return s.n.Load() >= 2 && listeners() == 1 })
+	waitUntil(t, "the waiter asleep", func() bool { return s.Reserves() >= 2 && listeners() == 1 })
 	if _, err := db.ExecContext(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'`); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the waiter asleep again", func() bool { return s.n.Load() >= 3 && listeners() == 1 })
+	waitUntil(t, "the waiter asleep again", func() bool { return s.Reserves() >= 3 && listeners() == 1 })
 	start := time.Now()
-	if err := s.Store.Complete(ctx, holder, []byte("r"), time.Hour); err != nil {
+	if err := st.Complete(ctx, holder, []byte("r"), time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {

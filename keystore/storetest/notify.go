@@ -22,23 +22,30 @@ const notifyPoll = 2 * time.Minute
 // below notifyPoll.
 const notifyBound = 20 * time.Second
 
-// counted forwards to a Store and its Notifier and counts Reserves, so
-// that a test can tell when its waiters are asleep.
-type counted struct {
+// Counted forwards to a Store and its Notifier and counts Reserves, so
+// that a test can tell when its waiters are asleep (a waiter reserves,
+// subscribes, reserves again and sleeps).
+type Counted struct {
 	keystore.Store
 	reserves atomic.Int64
 }
 
-func (c *counted) Reserve(ctx context.Context, key string, fp []byte, lease time.Duration) (keystore.Claim, error) {
+// Reserve counts the call and forwards it.
+func (c *Counted) Reserve(ctx context.Context, key string, fp []byte, lease time.Duration) (keystore.Claim, error) {
 	c.reserves.Add(1)
 	return c.Store.Reserve(ctx, key, fp, lease)
 }
 
-func (c *counted) Notify(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+// Notify forwards to the store's [keystore.Notifier].
+func (c *Counted) Notify(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	return keystore.Notify(ctx, c.Store, key)
 }
 
-func (c *counted) Unwrap() keystore.Store { return c.Store }
+// Unwrap returns the store.
+func (c *Counted) Unwrap() keystore.Store { return c.Store }
+
+// Reserves is the number of Reserve calls so far.
+func (c *Counted) Reserves() int64 { return c.reserves.Load() }
 
 // testNotify checks a [keystore.Notifier]: waiters of several keys, in
 // the default scope and in a named one, asleep for a poll interval far
@@ -84,7 +91,7 @@ func testNotify(t *testing.T, s keystore.Store, _ config) {
 func wakeWaiters(t *testing.T, s keystore.Store, release bool) {
 	const keys, waiters = 3, 4
 	ctx := testCtx(t)
-	cs := &counted{Store: s}
+	cs := &Counted{Store: s}
 	w := keystore.Wait{Min: notifyPoll, Max: notifyPoll, Timeout: 2 * notifyPoll}
 	type answer struct {
 		c   keystore.Claim
@@ -116,7 +123,7 @@ func wakeWaiters(t *testing.T, s keystore.Store, release bool) {
 	// Each waiter reserves, subscribes, reserves again and sleeps: wait
 	// until all have reserved twice, so that the holders' calls below
 	// find them asleep (or about to be, subscribed).
-	waitFor(t, "waiters asleep", func() bool { return cs.reserves.Load() >= keys*waiters*2 })
+	waitFor(t, "waiters asleep", func() bool { return cs.Reserves() >= keys*waiters*2 })
 	start := time.Now()
 	for _, h := range holders {
 		if release {

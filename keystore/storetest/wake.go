@@ -67,7 +67,7 @@ func wakeSample(b *testing.B, s keystore.Store, waiters int) sample {
 	if err != nil || holder.State != keystore.Acquired {
 		b.Fatalf("Reserve: %v %v", holder.State, err)
 	}
-	cs := &counted{Store: s}
+	cs := &Counted{Store: s}
 	var (
 		wg   sync.WaitGroup
 		last atomic.Int64 // UnixNano of the last waiter's return
@@ -92,7 +92,7 @@ func wakeSample(b *testing.B, s keystore.Store, waiters int) sample {
 	}
 	// Asleep: two Reserves a waiter (the notifying side reserves again
 	// after subscribing; the polling side has polled once).
-	for cs.reserves.Load() < int64(2*waiters) {
+	for cs.Reserves() < int64(2*waiters) {
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(rand.N(300 * time.Millisecond))
