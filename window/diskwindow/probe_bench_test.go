@@ -2,9 +2,32 @@ package diskwindow
 
 import (
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 )
+
+// probeBatch is the number of values in each of probeBatches' batches.
+const probeBatch = 4096
+
+// probeBatches returns 64 batches of probeBatch random values of f bits,
+// and for each batch its values' indexes sorted as AddBatch sorts them.
+func probeBatches(r *rand.Rand, f uint) (vals []u128, cand [][]int) {
+	vals = randVals(r, 64*probeBatch, f)
+	cand = make([][]int, 64)
+	for j := range cand {
+		for i := j * probeBatch; i < (j+1)*probeBatch; i++ {
+			cand[j] = append(cand[j], i)
+		}
+		slices.SortFunc(cand[j], func(a, b int) int {
+			if vals[a].less(vals[b]) {
+				return -1
+			}
+			return 1
+		})
+	}
+	return vals, cand
+}
 
 // BenchmarkProbe probes a generation of 2²² values, in memory only, with
 // batches of 4096 absent values sorted as AddBatch sorts them: one value
@@ -19,20 +42,7 @@ func BenchmarkProbe(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer g.close()
-	const batch = 4096
-	vals := randVals(r, 64*batch, f)
-	cand := make([][]int, 64)
-	for j := range cand {
-		for i := j * batch; i < (j+1)*batch; i++ {
-			cand[j] = append(cand[j], i)
-		}
-		slices.SortFunc(cand[j], func(a, b int) int {
-			if vals[a].less(vals[b]) {
-				return -1
-			}
-			return 1
-		})
-	}
+	vals, cand := probeBatches(r, f)
 	b.Run("each", func(b *testing.B) {
 		var pos []uint64
 		hits := 0
@@ -43,8 +53,8 @@ func BenchmarkProbe(b *testing.B) {
 				hits += len(pos)
 			}
 		}
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/value")
-		b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N*batch), "cpu-ns/value")
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*probeBatch), "ns/value")
+		b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N*probeBatch), "cpu-ns/value")
 	})
 	b.Run("batch", func(b *testing.B) {
 		var span [][2]uint64
@@ -53,9 +63,59 @@ func BenchmarkProbe(b *testing.B) {
 		for n := 0; b.Loop(); n++ {
 			span = g.matchBatch(vals, cand[n%64], span, func(int, uint64) { hits++ })
 		}
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/value")
-		b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N*batch), "cpu-ns/value")
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*probeBatch), "ns/value")
+		b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N*probeBatch), "cpu-ns/value")
 	})
+}
+
+// BenchmarkProbeLarge probes a generation of the default WithMaxOpen
+// size (5·2²³ values, about 40 MB in memory: well past the caches) with
+// batches of 4096 absent values sorted as AddBatch sorts them, one value
+// after the other (matches) and staged (matchBatch), alternated in rounds
+// of 8 batches each, and reports the median of each's thread CPU time a
+// value: the figure that stays put on a loaded machine.
+func BenchmarkProbeLarge(b *testing.B) {
+	r := rand.New(rand.NewPCG(7, 8))
+	const f, n = 85, 5 << 23
+	g, err := openGen(mustWriteGen(b, randVals(r, n, f), f), f, 42, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.close()
+	vals, cand := probeBatches(r, f)
+	var span [][2]uint64
+	var pos []uint64
+	hits := 0
+	ways := []struct {
+		name  string
+		probe func(c []int)
+	}{
+		{"each", func(c []int) {
+			for _, i := range c {
+				pos = g.matches(vals[i], pos[:0])
+				hits += len(pos)
+			}
+		}},
+		{"staged", func(c []int) { span = g.matchBatch(vals, c, span, func(int, uint64) { hits++ }) }},
+		{"old", func(c []int) { span = g.matchBatchOld(vals, c, span, func(int, uint64) { hits++ }) }},
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	spent := make([][]float64, len(ways))
+	for n := 0; b.Loop(); n++ {
+		for k := range ways {
+			k = (k + n) % len(ways) // who goes first rotates
+			t0 := threadCPU()
+			for j := range 8 {
+				ways[k].probe(cand[(8*n+j)%64])
+			}
+			spent[k] = append(spent[k], float64((threadCPU()-t0).Nanoseconds())/(8*probeBatch))
+		}
+	}
+	for k, w := range ways {
+		slices.Sort(spent[k])
+		b.ReportMetric(spent[k][len(spent[k])/2], w.name+"-thread-ns/value")
+	}
 }
 
 func mustWriteGen(b testing.TB, vals []u128, f uint) string {

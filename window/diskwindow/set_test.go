@@ -32,6 +32,17 @@ func add(t testing.TB, s *Set, scope, id string, now time.Time) bool {
 	return dup
 }
 
+// filled opens the set in dir with a window of an hour and adds the ids
+// 0 to n-1 in the default scope at t0.
+func filled(t testing.TB, dir string, n int) *Set {
+	t.Helper()
+	s := mustOpen(t, dir, time.Hour)
+	for i := range n {
+		add(t, s, "", fmt.Sprint(i), t0)
+	}
+	return s
+}
+
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		killChild()
@@ -143,10 +154,7 @@ func TestAddBatch(t *testing.T) {
 func TestDamagedRefusedByName(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s := mustOpen(t, dir, time.Hour)
-	for i := range 5000 {
-		add(t, s, "", fmt.Sprint(i), t0)
-	}
+	s := filled(t, dir, 5000)
 	if err := s.Seal(); err != nil {
 		t.Fatal(err)
 	}
@@ -180,10 +188,7 @@ func TestDamagedRefusedByName(t *testing.T) {
 func TestTornJournal(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s := mustOpen(t, dir, time.Hour)
-	for i := range 100 {
-		add(t, s, "", fmt.Sprint(i), t0)
-	}
+	s := filled(t, dir, 100)
 	s.Close()
 	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
 	f, _ := os.OpenFile(logs[0], os.O_APPEND|os.O_WRONLY, 0)
