@@ -119,12 +119,7 @@ func BenchmarkCompactSteady(b *testing.B) {
 		// finished by steady Adds before the timer starts): what a full
 		// window costs per message.
 		b.Run(name+"/window-steady", func(b *testing.B) {
-			d, _ := window.New(time.Duration(n))
-			for i, s := range strs {
-				d.Add("orders", s, t0.Add(time.Duration(i)))
-			}
-			t1 := finishGrowth(b, d, t0.Add(time.Duration(n)))
-			fresh, _ := compactbench.UUIDs(b.N)
+			d, t1, fresh := steadyWindow(b, strs, t0)
 			b.ResetTimer()
 			start := compactbench.Start()
 			defer compactbench.ReportTime(b, b.N, start, "ns/insert")
@@ -135,12 +130,7 @@ func BenchmarkCompactSteady(b *testing.B) {
 			}
 		})
 		b.Run(name+"/window-steady-batch", func(b *testing.B) {
-			d, _ := window.New(time.Duration(n))
-			for i, s := range strs {
-				d.Add("orders", s, t0.Add(time.Duration(i)))
-			}
-			t1 := finishGrowth(b, d, t0.Add(time.Duration(n)))
-			fresh, _ := compactbench.UUIDs(b.N)
+			d, t1, fresh := steadyWindow(b, strs, t0)
 			var out []window.Result
 			b.ResetTimer()
 			start := compactbench.Start()
@@ -309,6 +299,20 @@ func reportGC(b *testing.B) {
 	cycles := samples[1].Value.Uint64() - cycles0
 	b.ReportMetric(p99*1e6, "gcP99-µs")
 	b.ReportMetric((samples[2].Value.Float64()-cpu0)/float64(cycles)*1e3, "gcCPU-ms/cycle")
+}
+
+// steadyWindow returns a window of len(strs) ns holding strs, added one a
+// nanosecond from t0, with no growth of its index under way; the time to
+// add at from then on, each id expiring the oldest; and b.N fresh ids.
+func steadyWindow(b *testing.B, strs []string, t0 time.Time) (*window.Dedup, time.Time, []string) {
+	n := len(strs)
+	d, _ := window.New(time.Duration(n))
+	for i, s := range strs {
+		d.Add("orders", s, t0.Add(time.Duration(i)))
+	}
+	t1 := finishGrowth(b, d, t0.Add(time.Duration(n)))
+	fresh, _ := compactbench.UUIDs(b.N)
+	return d, t1, fresh
 }
 
 // finishGrowth adds fresh ids to d, one a nanosecond from t (each expiring
