@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -16,6 +17,16 @@ import (
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/memstore"
 )
+
+// snapshot returns the snapshot s writes.
+func snapshot(t testing.TB, s *memstore.Store) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := s.WriteSnapshot(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
 
 // snapFixture fills a clocked store with a key in every tier and state and
 // returns it with the claims it holds.
@@ -64,10 +75,7 @@ func TestSnapshotRestoresEveryTier(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, clk, claims := snapFixture(t)
-	var buf bytes.Buffer
-	if err := s.WriteSnapshot(&buf); err != nil {
-		t.Fatal(err)
-	}
+	snap := snapshot(t, s)
 	before := map[string]keystore.KeyInfo{}
 	scoped, _ := s.Scope("tenant")
 	for _, k := range []string{"done-empty", "done-result", "done-fp", "pending", "leased-fp"} {
@@ -80,7 +88,7 @@ func TestSnapshotRestoresEveryTier(t *testing.T) {
 	}
 	s.Close()
 	clk.add(2 * time.Second) // "short" expires while the store is down
-	r, err := memstore.Restore(&buf, memstore.WithClock(clk.now))
+	r, err := memstore.Restore(bytes.NewReader(snap), memstore.WithClock(clk.now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,11 +140,7 @@ func TestSnapshotRestoresEveryTier(t *testing.T) {
 func TestSnapshotRefusesDamage(t *testing.T) {
 	t.Parallel()
 	s, clk, _ := snapFixture(t)
-	var buf bytes.Buffer
-	if err := s.WriteSnapshot(&buf); err != nil {
-		t.Fatal(err)
-	}
-	good := buf.Bytes()
+	good := snapshot(t, s)
 	restore := func(b []byte) error {
 		r, err := memstore.Restore(bytes.NewReader(b), memstore.WithClock(clk.now))
 		if err == nil {
@@ -167,21 +171,18 @@ func TestSnapshotRefusesDamage(t *testing.T) {
 func TestSnapshotLimits(t *testing.T) {
 	t.Parallel()
 	s, clk, _ := snapFixture(t)
-	var buf bytes.Buffer
-	if err := s.WriteSnapshot(&buf); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := memstore.Restore(bytes.NewReader(buf.Bytes()), memstore.WithClock(clk.now), memstore.WithMaxKeys(3)); !errors.Is(err, memstore.ErrFull) {
+	snap := snapshot(t, s)
+	if _, err := memstore.Restore(bytes.NewReader(snap), memstore.WithClock(clk.now), memstore.WithMaxKeys(3)); !errors.Is(err, memstore.ErrFull) {
 		t.Errorf("too many keys: %v, want ErrFull", err)
 	}
-	if _, err := memstore.Restore(bytes.NewReader(buf.Bytes()), memstore.WithClock(clk.now), memstore.WithMaxResultSize(1)); !errors.Is(err, memstore.ErrCorruptSnapshot) {
+	if _, err := memstore.Restore(bytes.NewReader(snap), memstore.WithClock(clk.now), memstore.WithMaxResultSize(1)); !errors.Is(err, memstore.ErrCorruptSnapshot) {
 		t.Errorf("result over the limit: %v, want ErrCorruptSnapshot", err)
 	}
-	if _, err := memstore.Restore(bytes.NewReader(buf.Bytes()), memstore.WithMaxKeys(0)); err == nil {
+	if _, err := memstore.Restore(bytes.NewReader(snap), memstore.WithMaxKeys(0)); err == nil {
 		t.Error("bad option accepted")
 	}
 	s.Close()
-	if err := s.WriteSnapshot(&buf); err == nil {
+	if err := s.WriteSnapshot(io.Discard); err == nil {
 		t.Error("snapshot of a closed store")
 	}
 }
@@ -270,11 +271,7 @@ func TestSnapshotDuringWrites(t *testing.T) {
 			want[k] = v
 		}
 		mu.Unlock()
-		var buf bytes.Buffer
-		if err := s.WriteSnapshot(&buf); err != nil {
-			t.Fatal(err)
-		}
-		r, err := memstore.Restore(&buf)
+		r, err := memstore.Restore(bytes.NewReader(snapshot(t, s)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -305,11 +302,7 @@ func FuzzRestore(f *testing.F) {
 			}
 		}
 	}
-	var buf bytes.Buffer
-	if err := s.WriteSnapshot(&buf); err != nil {
-		f.Fatal(err)
-	}
-	f.Add(buf.Bytes())
+	f.Add(snapshot(f, s))
 	f.Add([]byte("IDMS\x01"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := memstore.Restore(bytes.NewReader(b), memstore.WithClock(clk.now))
