@@ -2,7 +2,6 @@ package main
 
 import (
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -10,8 +9,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/idem-go/idem/keystore/memstore"
 )
 
 // Issue 31 items 2-4 through --config: key-from, fingerprint and store-4xx
@@ -46,21 +43,9 @@ routes:
 	}))
 	defer up.Close()
 	target, _ := url.Parse(up.URL)
-	s, err := memstore.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	f := serveFlags{ttl: time.Hour, lease: 10 * time.Second, methods: "POST", maxBody: 1 << 20, maxResponse: 1 << 20, maxBuffered: 8 << 20,
 		bodyTimeout: 5 * time.Second, writeTimeout: 5 * time.Second, storeTimeout: 5 * time.Second}
-	g, err := newGateway(f, slog.New(slog.DiscardHandler), target, s, http.DefaultTransport, trustedProxies(nil).set, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps, err := g.build("f.yaml", routes)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, ps := buildPolicies(t, f, target, routes)
 	send := func(path, body string, hdr ...string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest("POST", path, strings.NewReader(body))
 		r.Header.Set("Authorization", "Bearer a")

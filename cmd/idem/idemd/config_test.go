@@ -127,6 +127,26 @@ func TestExampleConfig(t *testing.T) {
 	}
 }
 
+// buildPolicies builds a gateway with flags f to target, on a memory
+// store closed when the test ends, and the policy set of its routes.
+func buildPolicies(t *testing.T, f serveFlags, target *url.URL, routes []route) (*gateway, *policySet) {
+	t.Helper()
+	s, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	g, err := newGateway(f, slog.New(slog.DiscardHandler), target, s, http.DefaultTransport, trustedProxies(nil).set, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := g.build("f.yaml", routes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, ps
+}
+
 // Requests get the policy of the route that matches them; where ServeMux
 // would redirect, the policy of the route the redirect reaches.
 func TestPolicySetMatching(t *testing.T) {
@@ -138,19 +158,7 @@ func TestPolicySetMatching(t *testing.T) {
 	f := serveFlags{ttl: time.Hour, lease: time.Second, methods: "POST", maxBody: 10, maxResponse: 20, maxBuffered: 100,
 		bodyTimeout: time.Second, writeTimeout: time.Second, storeTimeout: time.Second}
 	target, _ := url.Parse("http://upstream.invalid")
-	s, err := memstore.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	g, err := newGateway(f, slog.New(slog.DiscardHandler), target, s, http.DefaultTransport, trustedProxies(nil).set, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps, err := g.build("f.yaml", routes)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, ps := buildPolicies(t, f, target, routes)
 	charges := ps.handler(httptest.NewRequest("POST", "/v1/charges", nil))
 	for _, tc := range []struct {
 		method, path string

@@ -114,11 +114,7 @@ func yamlDepth(data []byte) int {
 		case *ast.DocumentNode:
 			return depth(n.Body, false)
 		case *ast.MappingNode:
-			d := 0
-			for _, v := range n.Values {
-				d = max(d, depth(v, true))
-			}
-			return 1 + d
+			return 1 + deepest(n.Values, func(v ast.Node) int { return depth(v, true) })
 		case *ast.MappingValueNode:
 			d := max(depth(n.Key, false), depth(n.Value, false))
 			if !inMapping {
@@ -128,11 +124,7 @@ func yamlDepth(data []byte) int {
 		case *ast.MappingKeyNode:
 			return depth(n.Value, false)
 		case *ast.SequenceNode:
-			d := 0
-			for _, v := range n.Values {
-				d = max(d, depth(v, false))
-			}
-			return 1 + d
+			return 1 + deepest(n.Values, func(v ast.Node) int { return depth(v, false) })
 		case *ast.AnchorNode:
 			return depth(n.Value, inMapping)
 		case *ast.TagNode:
@@ -140,9 +132,14 @@ func yamlDepth(data []byte) int {
 		}
 		return 0
 	}
+	return deepest(f.Docs, func(v ast.Node) int { return depth(v, false) })
+}
+
+// deepest is the largest depth of ns, 0 for none.
+func deepest[N ast.Node](ns []N, depth func(ast.Node) int) int {
 	d := 0
-	for _, doc := range f.Docs {
-		d = max(d, depth(doc, false))
+	for _, n := range ns {
+		d = max(d, depth(n))
 	}
 	return d
 }

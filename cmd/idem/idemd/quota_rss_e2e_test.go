@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/idem-go/idem/internal/testsupport/testenv"
 )
 
 // Issue 31's memory run: one authenticated principal sends unique keys
@@ -121,31 +119,9 @@ func rssRun(t *testing.T, upstream, store string, keys int) (start, peak int64, 
 // startServeBin is startServe with a built idem binary.
 func startServeBin(t *testing.T, bin, upstream, store string) *proxyProc {
 	t.Helper()
-	p := &proxyProc{out: &syncBuffer{}}
-	listen, admin := freeAddr(t), freeAddr(t)
-	p.url, p.admin = "http://"+listen, "http://"+admin
-	p.cmd = exec.Command(bin, "serve", "--listen", listen, "--admin-listen", admin, "--upstream", upstream, "--store", store)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		_ = p.cmd.Wait()
+	return launchServe(t, bin+" serve's", 3*time.Minute, func(listen, admin string) *exec.Cmd {
+		return exec.Command(bin, "serve", "--listen", listen, "--admin-listen", admin, "--upstream", upstream, "--store", store)
 	})
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("%s serve's output:\n%s", bin, p.out.String())
-		}
-	})
-	testenv.WaitFor(t, 3*time.Minute, "idem serve answers GET /healthz", func() bool {
-		r, err := http.Get(p.admin + "/healthz")
-		if err == nil {
-			r.Body.Close()
-		}
-		return err == nil
-	})
-	return p
 }
 
 // procStatus reads a kB field of /proc/PID/status, in bytes.

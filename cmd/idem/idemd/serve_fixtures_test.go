@@ -117,12 +117,24 @@ func freeAddr(t *testing.T) string {
 // startServe runs `idem serve` and waits until it answers.
 func startServe(t *testing.T, upstream, store string, flags ...string) *proxyProc {
 	t.Helper()
+	return launchServe(t, "idem serve", 30*time.Second, func(listen, admin string) *exec.Cmd {
+		args := append([]string{"serve", "--listen", listen, "--admin-listen", admin, "--upstream", upstream, "--store", store}, flags...)
+		cmd := exec.Command(os.Args[0], args...)
+		cmd.Env = append(os.Environ(), execEnv+"=1")
+		return cmd
+	})
+}
+
+// launchServe starts the idem serve command that command makes for the
+// listen and admin addresses it is given, kills it when the test ends
+// (logging its output, named name, if the test failed) and waits up to
+// within until it answers.
+func launchServe(t *testing.T, name string, within time.Duration, command func(listen, admin string) *exec.Cmd) *proxyProc {
+	t.Helper()
 	p := &proxyProc{out: &syncBuffer{}}
 	listen, admin := freeAddr(t), freeAddr(t)
 	p.url, p.admin = "http://"+listen, "http://"+admin
-	args := append([]string{"serve", "--listen", listen, "--admin-listen", admin, "--upstream", upstream, "--store", store}, flags...)
-	p.cmd = exec.Command(os.Args[0], args...)
-	p.cmd.Env = append(os.Environ(), execEnv+"=1")
+	p.cmd = command(listen, admin)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -131,10 +143,10 @@ func startServe(t *testing.T, upstream, store string, flags ...string) *proxyPro
 		_ = p.cmd.Process.Kill()
 		_ = p.cmd.Wait()
 		if t.Failed() {
-			t.Logf("idem serve output:\n%s", p.out)
+			t.Logf("%s output:\n%s", name, p.out)
 		}
 	})
-	testenv.WaitFor(t, 30*time.Second, "idem serve answers GET /healthz", func() bool {
+	testenv.WaitFor(t, within, "idem serve answers GET /healthz", func() bool {
 		r, err := http.Get(p.admin + "/healthz")
 		if err == nil {
 			r.Body.Close()
