@@ -20,14 +20,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) keystore.Store {
-		s, err := memstore.New()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	})
+	storetest.Run(t, func(t *testing.T) keystore.Store { return newStore(t) })
 }
 
 // clock is a hand-moved clock for tests.
@@ -39,7 +32,7 @@ type clock struct {
 func (c *clock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
 
-func newClocked(t *testing.T, opts ...memstore.Option) (*memstore.Store, *clock) {
+func newClocked(t testing.TB, opts ...memstore.Option) (*memstore.Store, *clock) {
 	t.Helper()
 	clk := &clock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
 	s, err := memstore.New(append([]memstore.Option{memstore.WithClock(clk.now)}, opts...)...)

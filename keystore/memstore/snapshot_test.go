@@ -289,7 +289,7 @@ func TestSnapshotDuringWrites(t *testing.T) {
 // it must refuse them with an error or return a store whose own snapshot
 // restores again, never panic.
 func FuzzRestore(f *testing.F) {
-	s, clk := newClockedF(f)
+	s, clk := newClocked(f)
 	ctx := context.Background()
 	for i, result := range []string{"", "r", ""} {
 		c, err := s.Reserve(ctx, fmt.Sprint("k", i), nil, time.Minute)
@@ -323,13 +323,4 @@ func FuzzRestore(f *testing.F) {
 		}
 		r2.Close()
 	})
-}
-
-func newClockedF(f *testing.F) (*memstore.Store, *clock) {
-	clk := &clock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
-	s, err := memstore.New(memstore.WithClock(clk.now))
-	if err != nil {
-		f.Fatal(err)
-	}
-	return s, clk
 }

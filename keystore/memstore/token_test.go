@@ -188,7 +188,7 @@ func TestTokenAcrossRestart(t *testing.T) {
 }
 
 // newStore returns a store with the real clock, closed when t ends.
-func newStore(t *testing.T) *memstore.Store {
+func newStore(t testing.TB) *memstore.Store {
 	t.Helper()
 	s, err := memstore.New()
 	if err != nil {

@@ -4,18 +4,10 @@ import (
 	"testing"
 
 	"github.com/idem-go/idem/keystore"
-	"github.com/idem-go/idem/keystore/memstore"
 	"github.com/idem-go/idem/keystore/storetest"
 )
 
 // go test -run '^$' -bench BenchmarkWake -benchtime 100x ./keystore/memstore/
 func BenchmarkWake(b *testing.B) {
-	storetest.BenchmarkWake(b, func(b *testing.B) keystore.Store {
-		s, err := memstore.New()
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { s.Close() })
-		return s
-	})
+	storetest.BenchmarkWake(b, func(b *testing.B) keystore.Store { return newStore(b) })
 }
