@@ -105,6 +105,7 @@ type gen struct {
 	upper, mid []uint64
 	samples    []uint64 // bit position in upper where bucket k<<sampleShift starts
 	crcs       []uint32
+	touched    uint64 // matchBatch's sum of the words it read ahead
 	// One or two low blocks read last, for the lookup that follows.
 	buf          []byte
 	cached, ncah int64
@@ -385,7 +386,11 @@ func (g *gen) index() error {
 // bucket returns the first index and the count of the values whose top
 // u bits are h.
 func (g *gen) bucket(h uint64) (first, count uint64) {
-	pos := g.samples[h>>sampleShift]
+	return g.bucketFrom(g.samples[h>>sampleShift], h)
+}
+
+// bucketFrom is bucket given pos, the sample of h's bucket.
+func (g *gen) bucketFrom(pos, h uint64) (first, count uint64) {
 	k := h & (1<<sampleShift - 1) // zeros to pass
 	for k > 0 {
 		w, off := pos/64, pos%64
@@ -462,40 +467,66 @@ func (g *gen) matches(v u128, out []uint64) []uint64 {
 // matchBatch is matches for many values at once: for each k, the
 // indexes of the values whose upper and mid bits are vals[cand[k]]'s are
 // passed to emit(cand[k], index), k in order. cand should be sorted by
-// value, so that the in-memory part is read front to back. The buckets of
-// all the values are found first and their mid bits compared after: the
-// iterations of each pass are independent, so the cache misses of
-// consecutive values (a few a value in a large generation) overlap instead
-// of following one another. span is scratch space, reused if large enough.
+// value, so that the in-memory part is read front to back. span is scratch
+// space, reused if large enough.
+//
+// A value's probe is three dependent reads of a large generation's memory,
+// each a likely cache miss: its bucket's select sample, the upper words
+// after it, and its mid bits. One value after the other, the misses follow
+// one another. Here each step is done for a stage of values before the
+// next step starts, the sample and the first words of the later steps
+// read in passes of independent loads, so that the misses of a stage
+// overlap (the CPU keeps many in flight) and the steps that follow find
+// the lines in cache.
 func (g *gen) matchBatch(vals []u128, cand []int, span [][2]uint64, emit func(id int, i uint64)) [][2]uint64 {
 	if cap(span) < len(cand) {
 		span = make([][2]uint64, len(cand))
 	}
 	span = span[:len(cand)]
 	L := g.l.f - g.l.u
-	for k, id := range cand {
-		first, count := g.bucket(vals[id].rsh(L).lo)
-		span[k] = [2]uint64{first, count}
-	}
 	r, lw := g.l.r, g.l.lw
-	for k, id := range cand {
-		first, count := span[k][0], span[k][1]
-		if count == 0 {
-			continue
+	var touch uint64
+	for lo := 0; lo < len(cand); lo += matchStage {
+		part := cand[lo:min(lo+matchStage, len(cand))]
+		sp := span[lo : lo+len(part)]
+		for k, id := range part {
+			sp[k][0] = g.samples[vals[id].rsh(L).lo>>sampleShift]
 		}
-		m := vals[id].rsh(lw).lo & (1<<r - 1)
-		for i := first; i < first+count; i++ {
-			mi := getWords(g.mid, i*uint64(r), r)
-			if mi > m {
-				break
+		for k := range part {
+			touch += g.upper[sp[k][0]/64]
+		}
+		for k, id := range part {
+			first, count := g.bucketFrom(sp[k][0], vals[id].rsh(L).lo)
+			sp[k] = [2]uint64{first, count}
+			if count > 0 {
+				touch += g.mid[first*uint64(r)/64]
 			}
-			if mi == m {
-				emit(id, i)
+		}
+		for k, id := range part {
+			first, count := sp[k][0], sp[k][1]
+			if count == 0 {
+				continue
+			}
+			m := vals[id].rsh(lw).lo & (1<<r - 1)
+			for i := first; i < first+count; i++ {
+				mi := getWords(g.mid, i*uint64(r), r)
+				if mi > m {
+					break
+				}
+				if mi == m {
+					emit(id, i)
+				}
 			}
 		}
 	}
+	g.touched = touch // the touching reads are kept
 	return span
 }
+
+// matchStage is how many values matchBatch takes through each step at
+// once: their lines (a few a value) stay in the core's cache between the
+// steps.
+const matchStage = 256
 
 // lowInto reads value i's low bits from disk into buf (2·blockSize
 // bytes), checking the blocks it reads: safe for concurrent use.

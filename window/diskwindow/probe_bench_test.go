@@ -97,7 +97,6 @@ func BenchmarkProbeLarge(b *testing.B) {
 			}
 		}},
 		{"staged", func(c []int) { span = g.matchBatch(vals, c, span, func(int, uint64) { hits++ }) }},
-		{"old", func(c []int) { span = g.matchBatchOld(vals, c, span, func(int, uint64) { hits++ }) }},
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
