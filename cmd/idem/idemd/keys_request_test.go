@@ -173,7 +173,8 @@ func TestKeysAdminMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	up := newUpstream(t)
-	p := startServe(t, up.srv.URL, "memory", "--admin-token-file", tokenFile)
+	// A 2 s lease: the released request below notices within a renewal.
+	p := startServe(t, up.srv.URL, "memory", "--admin-token-file", tokenFile, "--lease", "2s")
 	admin := func(args ...string) (string, string, bool) {
 		return runIdem(t, append([]string{"keys", "--admin", p.admin, "--admin-token-file", tokenFile}, args...)...)
 	}
@@ -199,10 +200,13 @@ func TestKeysAdminMode(t *testing.T) {
 		t.Fatalf("after forget: replayed=%q executions %d, want a new execution", r.header.Get("Idempotent-Replayed"), up.count("/orders"))
 	}
 
-	// An in-progress key released through the API, fenced.
+	// An in-progress key released through the API, fenced. /hold runs
+	// until its lease is lost: however slow the admin calls below are,
+	// the key is still in progress when they run (a 3 s upstream call had
+	// ended, and its key was done, when a loaded machine took longer).
 	running := make(chan reply, 1)
-	go func() { running <- post(t, p.url, "/very-slow", "slow-1", "x") }()
-	waitFor(t, func() bool { return up.count("/very-slow") > 0 })
+	go func() { running <- post(t, p.url, "/hold", "slow-1", "x") }()
+	waitFor(t, func() bool { return up.count("/hold") > 0 })
 	out, stderr, ok = admin("list", "--state", "in_progress", "-o", "json")
 	if !ok || json.Unmarshal([]byte(out), &v) != nil || v.Token == 0 {
 		t.Fatalf("keys --admin list --state in_progress: %q %q", out, stderr)
