@@ -190,6 +190,20 @@ func (u *upstream) hold(c string) (entered <-chan struct{}, release func()) {
 	return e, sync.OnceFunc(func() { close(h) })
 }
 
+// postHeld posts an empty body with key as Bearer alice while up holds
+// the key's call: it returns once the call has reached up, with the
+// channel of its response and the release of the hold (released anyway
+// when the test ends).
+func (p *caddyProc) postHeld(t *testing.T, up *upstream, path, key string) (<-chan response, func()) {
+	t.Helper()
+	entered, release := up.hold(key)
+	t.Cleanup(release)
+	first := make(chan response, 1)
+	go func() { first <- p.post(t, path, key, "Bearer alice", `{}`) }()
+	wait(t, "the request with key "+key+" reaches the upstream", entered)
+	return first, release
+}
+
 // wait blocks until ch is closed, or fails t after within.
 func wait(t *testing.T, what string, ch <-chan struct{}) {
 	t.Helper()

@@ -9,15 +9,7 @@ import (
 
 // quotaGateway is a Caddyfile whose /q/* route bounds each principal to
 // two keys with the quota subdirective.
-const quotaGateway = `{
-	admin 127.0.0.1:{{ADMIN}}
-	auto_https off
-	persist_config off
-	default_bind 127.0.0.1
-}
-
-http://127.0.0.1:{{PORT}} {
-	handle /healthz {
+const quotaGateway = caddySite + `	handle /healthz {
 		respond "ok"
 	}
 	handle /q/* {

@@ -10,10 +10,10 @@ import (
 	"time"
 )
 
-// gateway is the Caddyfile of the end-to-end tests: one idempotency
-// handler per route block, each with its own settings, before
-// reverse_proxy. {{VERSION}} tells a reload's config from the first.
-const gateway = `{
+// caddySite opens the end-to-end tests' Caddyfiles: global options for a
+// test (the admin API on {{ADMIN}}, no HTTPS, nothing saved) and the site
+// on {{PORT}}, whose handlers follow.
+const caddySite = `{
 	admin 127.0.0.1:{{ADMIN}}
 	auto_https off
 	persist_config off
@@ -21,7 +21,12 @@ const gateway = `{
 }
 
 http://127.0.0.1:{{PORT}} {
-	handle /healthz {
+`
+
+// gateway is the Caddyfile of the end-to-end tests: one idempotency
+// handler per route block, each with its own settings, before
+// reverse_proxy. {{VERSION}} tells a reload's config from the first.
+const gateway = caddySite + `	handle /healthz {
 		respond "ok {{VERSION}}"
 	}
 	handle /slow/* {
@@ -87,11 +92,7 @@ func TestCaddy(t *testing.T) {
 	})
 
 	t.Run("concurrent", func(t *testing.T) {
-		entered, release := up.hold("conc-1")
-		defer release()
-		first := make(chan response, 1)
-		go func() { first <- p.post(t, "/orders", "conc-1", "Bearer alice", `{}`) }()
-		wait(t, "the first request reaches the upstream", entered)
+		first, release := p.postHeld(t, up, "/orders", "conc-1")
 		var wg sync.WaitGroup
 		others := make([]response, 4)
 		for i := range others {
@@ -139,11 +140,7 @@ func TestCaddy(t *testing.T) {
 		// The upstream takes more than twice the 2s lease: the lease is
 		// renewed while it works, so a retry meanwhile is 409, never a
 		// second execution.
-		entered, release := up.hold("slow-1")
-		defer release()
-		first := make(chan response, 1)
-		go func() { first <- p.post(t, "/slow/orders", "slow-1", "Bearer alice", `{}`) }()
-		wait(t, "the slow request reaches the upstream", entered)
+		first, release := p.postHeld(t, up, "/slow/orders", "slow-1")
 		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
 			if r := p.post(t, "/slow/orders", "slow-1", "Bearer alice", `{}`); r.status != http.StatusConflict {
 				t.Fatalf("retry while the upstream works: %+v, want 409", r)
@@ -212,11 +209,7 @@ func TestCaddyReload(t *testing.T) {
 	if r := p.post(t, "/orders", "before", "Bearer alice", `{}`); r.status != http.StatusCreated {
 		t.Fatalf("before the reload: %+v", r)
 	}
-	entered, release := up.hold("inflight")
-	defer release()
-	first := make(chan response, 1)
-	go func() { first <- p.post(t, "/orders", "inflight", "Bearer alice", `{}`) }()
-	wait(t, "the request reaches the upstream", entered)
+	first, release := p.postHeld(t, up, "/orders", "inflight")
 
 	p.vars["VERSION"] = "2"
 	path := p.write(t, gateway)
