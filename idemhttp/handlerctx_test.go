@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/internal/testsupport/httptestx"
 	"github.com/idem-go/idem/keystore"
 )
 
@@ -26,13 +27,10 @@ import (
 // answers after work; a handler whose context ends before the answer fails
 // (502), as a Go HTTP client cut by its context does, though the charge
 // was made.
-func chargeHandler(work time.Duration, charges map[string]int, mu *sync.Mutex) http.HandlerFunc {
+func chargeHandler(work time.Duration, charges *httptestx.Ledger) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("Idempotency-Key")
-		mu.Lock()
-		charges[key]++
-		n := charges[key]
-		mu.Unlock()
+		n := charges.Charge(key)
 		select {
 		case <-time.After(work):
 		case <-r.Context().Done():
@@ -52,27 +50,19 @@ func chargeHandler(work time.Duration, charges map[string]int, mu *sync.Mutex) h
 // key, and the next attempt charged again.
 func TestClientTimeoutDoesNotRepeatTheEffect(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	charges := map[string]int{}
+	var charges httptestx.Ledger
 	m, err := idemhttp.New(memStore(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(m.Handler(chargeHandler(200*time.Millisecond, charges, &mu)))
+	srv := httptest.NewServer(m.Handler(chargeHandler(200*time.Millisecond, &charges)))
 	t.Cleanup(srv.Close)
 	const keys = 20
-	type final struct {
-		status      int
-		replayed    string
-		body        string
-		attempts    int
-		chargedOnce bool // the key was charged before the final attempt was sent
-	}
-	finals := make([]final, keys)
+	finals := make([]httptestx.Final, keys)
 	var wg sync.WaitGroup
 	for k := range keys {
 		wg.Go(func() {
-			key := fmt.Sprintf("k-%d", k)
+			key := httptestx.KeyOf(k)
 			for attempt := 1; ; attempt++ {
 				// The first three attempts time out at 50 ms; later
 				// ones wait, so that the test ends on the old code too.
@@ -83,9 +73,7 @@ func TestClientTimeoutDoesNotRepeatTheEffect(t *testing.T) {
 				req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/charge", strings.NewReader(`{"amount":3}`))
 				req.Header.Set("Idempotency-Key", key)
 				req.Header.Set("Authorization", "Bearer alice")
-				mu.Lock()
-				charged := charges[key] > 0
-				mu.Unlock()
+				charged := charges.Charged(key)
 				res, err := (&http.Client{Timeout: timeout}).Do(req)
 				if err != nil {
 					if t.Context().Err() != nil {
@@ -96,7 +84,7 @@ func TestClientTimeoutDoesNotRepeatTheEffect(t *testing.T) {
 				b, _ := io.ReadAll(res.Body)
 				res.Body.Close()
 				if res.StatusCode/100 == 2 {
-					finals[k] = final{res.StatusCode, res.Header.Get("Idempotent-Replayed"), string(b), attempt, charged}
+					finals[k] = httptestx.Final{Answer: fmt.Sprintf("%d %s", res.StatusCode, b), Replayed: res.Header.Get("Idempotent-Replayed") == "true", ChargedBefore: charged, Attempts: attempt}
 					return
 				}
 				// 409 while the first attempt runs: a client's back-off.
@@ -105,26 +93,8 @@ func TestClientTimeoutDoesNotRepeatTheEffect(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
-	replays := 0
-	for k, f := range finals {
-		key := fmt.Sprintf("k-%d", k)
-		if charges[key] != 1 {
-			t.Errorf("%s charged %d times, want once", key, charges[key])
-		}
-		// Under load an attempt may time out before it reaches the
-		// handler; once one has, every later answer is its replay.
-		if f.status != http.StatusCreated || f.body != fmt.Sprintf("charge %s #1", key) || (f.chargedOnce && f.replayed != "true") {
-			t.Errorf("%s: after %d attempts %d %q replayed=%q, want the first charge's 201 (replayed: %v)", key, f.attempts, f.status, f.body, f.replayed, f.chargedOnce)
-		}
-		if f.chargedOnce {
-			replays++
-		}
-	}
-	if replays == 0 {
-		t.Error("no key's first attempt reached the handler before it timed out: nothing was tested")
-	}
+	// The first charge's 201.
+	charges.CheckChargedOnce(t, finals, func(key string) string { return fmt.Sprintf("%d charge %s #1", http.StatusCreated, key) })
 }
 
 // blockingHandler reports its context's Err and cause once it ends.

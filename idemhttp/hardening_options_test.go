@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/internal/testsupport/httptestx"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/memstore"
 	"github.com/idem-go/idem/keystore/storetest"
@@ -104,29 +105,7 @@ func TestBodyTimeout(t *testing.T) {
 			}
 			srv := httptest.NewServer(m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) })))
 			defer srv.Close()
-			conn, err := net.Dial("tcp", srv.Listener.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			fmt.Fprintf(conn, "POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k\r\nAuthorization: Bearer a\r\n%s\r\n", tc.head)
-			stop := make(chan struct{})
-			defer close(stop)
-			if tc.drip != "" {
-				go func() {
-					for {
-						select {
-						case <-stop:
-							return
-						case <-time.After(50 * time.Millisecond):
-							if _, err := io.WriteString(conn, tc.drip); err != nil {
-								return
-							}
-						}
-					}
-				}()
-			}
-			_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second)) // a hung server fails, not hangs
+			conn := httptestx.SlowClient(t, srv.Listener.Addr().String(), "Idempotency-Key: k\r\nAuthorization: Bearer a\r\n"+tc.head, tc.drip, 50*time.Millisecond)
 			res, err := http.ReadResponse(bufio.NewReader(conn), nil)
 			if err != nil {
 				t.Fatalf("no answer: %v", err)

@@ -13,12 +13,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/internal/testsupport/httptestx"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/storetest"
@@ -26,24 +26,10 @@ import (
 
 // outcomes records the Outcomes reported to Hooks.
 type outcomes struct {
-	mu   sync.Mutex
-	list []idemhttp.Outcome
+	httptestx.Outcomes[idemhttp.Outcome]
 }
 
-func (o *outcomes) Request(oc idemhttp.Outcome, _ time.Duration) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.list = append(o.list, oc)
-}
-
-func (o *outcomes) first() idemhttp.Outcome {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if len(o.list) == 0 {
-		return ""
-	}
-	return o.list[0]
-}
+func (o *outcomes) Request(oc idemhttp.Outcome, _ time.Duration) { o.Add(oc) }
 
 // operatorRelease releases the key of a request with key k (and
 // Authorization "Bearer alice") in s as `idem keys release` does: the
@@ -140,7 +126,7 @@ func TestOperatorReleaseWhileRunning(t *testing.T) {
 		} else if a.code != http.StatusBadGateway {
 			t.Fatalf("answer %d %s, want the handler's 502", a.code, a.body)
 		}
-		if o := seen.first(); o != idemhttp.OutcomeLeaseLost {
+		if o := seen.First(); o != idemhttp.OutcomeLeaseLost {
 			t.Fatalf("outcome %q, want %q", o, idemhttp.OutcomeLeaseLost)
 		}
 		out := logs.String()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idem-go/idem/adapters/idemgrpc"
 	"github.com/idem-go/idem/adapters/idemgrpc/internal/testpb"
+	"github.com/idem-go/idem/internal/testsupport/httptestx"
 	"github.com/idem-go/idem/keystore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -31,14 +32,10 @@ import (
 // charged again.
 func TestClientDeadlineDoesNotRepeatTheEffect(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	charges := map[string]int{}
+	var charges httptestx.Ledger
 	svc := &payments{charge: func(ctx context.Context, _ int64, req *testpb.ChargeRequest) (*testpb.ChargeReply, error) {
 		key, _ := idemgrpc.KeyFrom(ctx)
-		mu.Lock()
-		charges[key]++ // the provider has the charge
-		n := charges[key]
-		mu.Unlock()
+		n := charges.Charge(key) // the provider has the charge
 		select {
 		case <-time.After(200 * time.Millisecond):
 		case <-ctx.Done():
@@ -48,36 +45,28 @@ func TestClientDeadlineDoesNotRepeatTheEffect(t *testing.T) {
 	}}
 	c := dial(t, serve(t, svc, nil, nil).addr)
 	const keys = 10
-	type final struct {
-		id          string
-		replayed    bool
-		chargedOnce bool
-		err         error
-	}
-	finals := make([]final, keys)
+	finals := make([]httptestx.Final, keys)
 	var wg sync.WaitGroup
 	for k := range keys {
 		wg.Go(func() {
-			key := fmt.Sprintf("k-%d", k)
+			key := httptestx.KeyOf(k)
 			base := keyed(ctxT(t), "Bearer alice", key)
 			for attempt := 1; ; attempt++ {
 				d := 50 * time.Millisecond
 				if attempt > 3 {
 					d = 10 * time.Second // so that the test ends on the old code too
 				}
-				mu.Lock()
-				charged := charges[key] > 0
-				mu.Unlock()
+				charged := charges.Charged(key)
 				ctx, cancel := context.WithTimeout(base, d)
 				var hdr metadata.MD
 				r, err := c.Charge(ctx, &testpb.ChargeRequest{Amount: 3}, grpc.Header(&hdr))
 				cancel()
 				if err == nil {
-					finals[k] = final{r.GetId(), len(hdr.Get(idemgrpc.MetadataReplayed)) == 1, charged, nil}
+					finals[k] = httptestx.Final{Answer: r.GetId(), Replayed: len(hdr.Get(idemgrpc.MetadataReplayed)) == 1, ChargedBefore: charged, Attempts: attempt}
 					return
 				}
 				if base.Err() != nil {
-					finals[k].err = err
+					finals[k] = httptestx.Final{Answer: err.Error(), Attempts: attempt}
 					return
 				}
 				time.Sleep(10 * time.Millisecond) // a client's back-off
@@ -85,24 +74,7 @@ func TestClientDeadlineDoesNotRepeatTheEffect(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
-	replays := 0
-	for k, f := range finals {
-		key := fmt.Sprintf("k-%d", k)
-		if charges[key] != 1 {
-			t.Errorf("%s charged %d times, want once", key, charges[key])
-		}
-		if f.err != nil || f.id != "ch_"+key+"_1" || (f.chargedOnce && !f.replayed) {
-			t.Errorf("%s: %q replayed=%v err=%v, want the first charge (replayed: %v)", key, f.id, f.replayed, f.err, f.chargedOnce)
-		}
-		if f.chargedOnce {
-			replays++
-		}
-	}
-	if replays == 0 {
-		t.Error("no key's first call reached the handler before its deadline: nothing was tested")
-	}
+	charges.CheckChargedOnce(t, finals, func(key string) string { return "ch_" + key + "_1" })
 }
 
 // ended reports the Err and cause of a handler's context once it ends.

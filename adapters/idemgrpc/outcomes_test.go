@@ -15,6 +15,7 @@ import (
 	"github.com/idem-go/idem/adapters/idemgrpc"
 	"github.com/idem-go/idem/adapters/idemgrpc/internal/testpb"
 	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/internal/testsupport/httptestx"
 	"github.com/idem-go/idem/keystore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -24,17 +25,14 @@ import (
 
 // outcomes records what the Hooks saw.
 type outcomes struct {
-	mu  sync.Mutex
-	got []idemgrpc.Outcome
+	httptestx.Outcomes[idemgrpc.Outcome]
 }
 
 func (o *outcomes) Call(out idemgrpc.Outcome, d time.Duration) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
 	if d <= 0 {
 		out += " (no duration)"
 	}
-	o.got = append(o.got, out)
+	o.Add(out)
 }
 
 // answering is a store whose Reserve answers c (and blocks until its ctx
@@ -148,8 +146,8 @@ func TestOutcomes(t *testing.T) {
 					t.Fatalf("call %d took %v", n, time.Since(start))
 				}
 			}
-			if !slices.Equal(seen.got, tc.want) {
-				t.Fatalf("outcomes %v, want %v", seen.got, tc.want)
+			if !slices.Equal(seen.All(), tc.want) {
+				t.Fatalf("outcomes %v, want %v", seen.All(), tc.want)
 			}
 			wantStatus(t, err, tc.code, tc.reason)
 		})

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/testsupport/httptestx"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 )
 
@@ -318,40 +319,18 @@ func TestServeCutsOffSlowClients(t *testing.T) {
 	addr := strings.TrimPrefix(p.url, "http://")
 	for _, tc := range []struct {
 		name, head string
-		drip       bool
+		drip       string // sent every 100 ms, for ever
 	}{
-		{"keyed, no body", "Idempotency-Key: k1\r\nContent-Length: 100\r\n", false},
-		{"keyed, a byte at a time", "Idempotency-Key: k2\r\nContent-Length: 100000\r\n", true},
-		{"unkeyed, no body", "Content-Length: 100\r\n", false},
-		{"unkeyed, a byte at a time", "Content-Length: 100000\r\n", true},
+		{"keyed, no body", "Idempotency-Key: k1\r\nContent-Length: 100\r\n", ""},
+		{"keyed, a byte at a time", "Idempotency-Key: k2\r\nContent-Length: 100000\r\n", "x"},
+		{"unkeyed, no body", "Content-Length: 100\r\n", ""},
+		{"unkeyed, a byte at a time", "Content-Length: 100000\r\n", "x"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			conn, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			fmt.Fprintf(conn, "POST /orders HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer a\r\n%s\r\n", tc.head)
-			stop := make(chan struct{})
-			defer close(stop)
-			if tc.drip {
-				go func() {
-					for {
-						select {
-						case <-stop:
-							return
-						case <-time.After(100 * time.Millisecond):
-							if _, err := io.WriteString(conn, "x"); err != nil {
-								return
-							}
-						}
-					}
-				}()
-			}
 			// Cut off: an answer, then the connection closed. A server that
-			// keeps the connection fails at this deadline.
-			_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			// keeps the connection fails at the client's read deadline.
+			conn := httptestx.SlowClient(t, addr, "Authorization: Bearer a\r\n"+tc.head, tc.drip, 100*time.Millisecond)
 			br := bufio.NewReader(conn)
 			if res, err := http.ReadResponse(br, nil); err == nil {
 				_, _ = io.Copy(io.Discard, res.Body)
