@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -57,43 +56,24 @@ func TestClientTimeoutDoesNotRepeatTheEffect(t *testing.T) {
 	}
 	srv := httptest.NewServer(m.Handler(chargeHandler(200*time.Millisecond, &charges)))
 	t.Cleanup(srv.Close)
-	const keys = 20
-	finals := make([]httptestx.Final, keys)
-	var wg sync.WaitGroup
-	for k := range keys {
-		wg.Go(func() {
-			key := httptestx.KeyOf(k)
-			for attempt := 1; ; attempt++ {
-				// The first three attempts time out at 50 ms; later
-				// ones wait, so that the test ends on the old code too.
-				timeout := 50 * time.Millisecond
-				if attempt > 3 {
-					timeout = 10 * time.Second
-				}
-				req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/charge", strings.NewReader(`{"amount":3}`))
-				req.Header.Set("Idempotency-Key", key)
-				req.Header.Set("Authorization", "Bearer alice")
-				charged := charges.Charged(key)
-				res, err := (&http.Client{Timeout: timeout}).Do(req)
-				if err != nil {
-					if t.Context().Err() != nil {
-						return
-					}
-					continue // timed out: retry with the same key
-				}
-				b, _ := io.ReadAll(res.Body)
-				res.Body.Close()
-				if res.StatusCode/100 == 2 {
-					finals[k] = httptestx.Final{Answer: fmt.Sprintf("%d %s", res.StatusCode, b), Replayed: res.Header.Get("Idempotent-Replayed") == "true", ChargedBefore: charged, Attempts: attempt}
-					return
-				}
-				// 409 while the first attempt runs: a client's back-off.
-				time.Sleep(10 * time.Millisecond)
-			}
-		})
-	}
-	wg.Wait()
-	// The first charge's 201.
+	finals := charges.Retry(20, func(key string, timeout time.Duration) (string, bool, bool) {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/charge", strings.NewReader(`{"amount":3}`))
+		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("Authorization", "Bearer alice")
+		res, err := (&http.Client{Timeout: timeout}).Do(req)
+		if err != nil {
+			// Timed out: retry with the same key, unless the test is over.
+			return "", false, t.Context().Err() != nil
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode/100 != 2 {
+			// 409 while the first attempt runs: a client's back-off.
+			time.Sleep(10 * time.Millisecond)
+			return "", false, false
+		}
+		return fmt.Sprintf("%d %s", res.StatusCode, b), res.Header.Get("Idempotent-Replayed") == "true", true
+	})
 	charges.CheckChargedOnce(t, finals, func(key string) string { return fmt.Sprintf("%d charge %s #1", http.StatusCreated, key) })
 }
 

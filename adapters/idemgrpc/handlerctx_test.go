@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -44,36 +43,21 @@ func TestClientDeadlineDoesNotRepeatTheEffect(t *testing.T) {
 		return &testpb.ChargeReply{Id: fmt.Sprintf("ch_%s_%d", key, n), Amount: req.GetAmount()}, nil
 	}}
 	c := dial(t, serve(t, svc, nil, nil).addr)
-	const keys = 10
-	finals := make([]httptestx.Final, keys)
-	var wg sync.WaitGroup
-	for k := range keys {
-		wg.Go(func() {
-			key := httptestx.KeyOf(k)
-			base := keyed(ctxT(t), "Bearer alice", key)
-			for attempt := 1; ; attempt++ {
-				d := 50 * time.Millisecond
-				if attempt > 3 {
-					d = 10 * time.Second // so that the test ends on the old code too
-				}
-				charged := charges.Charged(key)
-				ctx, cancel := context.WithTimeout(base, d)
-				var hdr metadata.MD
-				r, err := c.Charge(ctx, &testpb.ChargeRequest{Amount: 3}, grpc.Header(&hdr))
-				cancel()
-				if err == nil {
-					finals[k] = httptestx.Final{Answer: r.GetId(), Replayed: len(hdr.Get(idemgrpc.MetadataReplayed)) == 1, ChargedBefore: charged, Attempts: attempt}
-					return
-				}
-				if base.Err() != nil {
-					finals[k] = httptestx.Final{Answer: err.Error(), Attempts: attempt}
-					return
-				}
-				time.Sleep(10 * time.Millisecond) // a client's back-off
-			}
-		})
-	}
-	wg.Wait()
+	base := ctxT(t)
+	finals := charges.Retry(10, func(key string, timeout time.Duration) (string, bool, bool) {
+		ctx, cancel := context.WithTimeout(keyed(base, "Bearer alice", key), timeout)
+		defer cancel()
+		var hdr metadata.MD
+		r, err := c.Charge(ctx, &testpb.ChargeRequest{Amount: 3}, grpc.Header(&hdr))
+		if err == nil {
+			return r.GetId(), len(hdr.Get(idemgrpc.MetadataReplayed)) == 1, true
+		}
+		if base.Err() != nil {
+			return err.Error(), false, true
+		}
+		time.Sleep(10 * time.Millisecond) // a client's back-off
+		return "", false, false
+	})
 	charges.CheckChargedOnce(t, finals, func(key string) string { return "ch_" + key + "_1" })
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Ledger is a payment provider's record of the charges it made, by
@@ -48,6 +49,38 @@ type Final struct {
 
 // KeyOf is the key the client of finals[i] sends: "k-i".
 func KeyOf(i int) string { return fmt.Sprintf("k-%d", i) }
+
+// Retry runs a client for each of keys keys, KeyOf(0) on, concurrently,
+// and returns what each ended with. A client calls attempt with its key
+// and a timeout until attempt reports done, with the answer it got and
+// whether it was a replay: a timeout of 50 ms for the first three
+// attempts, less than the provider takes, then of 10 s, so that the test
+// ends even where every attempt charges again. A Final is the last
+// attempt's answer, with the number of attempts and whether the key had
+// been charged when that attempt was sent.
+func (l *Ledger) Retry(keys int, attempt func(key string, timeout time.Duration) (answer string, replayed, done bool)) []Final {
+	finals := make([]Final, keys)
+	var wg sync.WaitGroup
+	for k := range keys {
+		wg.Go(func() {
+			key := KeyOf(k)
+			for n := 1; ; n++ {
+				timeout := 50 * time.Millisecond
+				if n > 3 {
+					timeout = 10 * time.Second
+				}
+				charged := l.Charged(key)
+				answer, replayed, done := attempt(key, timeout)
+				if done {
+					finals[k] = Final{Answer: answer, Replayed: replayed, ChargedBefore: charged, Attempts: n}
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return finals
+}
 
 // CheckChargedOnce fails t unless each key KeyOf(i) was charged once and
 // finals[i] is the first charge's answer, want(key), replayed if the key

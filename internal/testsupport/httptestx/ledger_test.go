@@ -2,7 +2,9 @@ package httptestx
 
 import (
 	"fmt"
+	"sync"
 	"testing"
+	"time"
 )
 
 // errs records what a check reports instead of failing the test.
@@ -57,5 +59,28 @@ func TestOutcomes(t *testing.T) {
 	o.Add("b")
 	if o.First() != "a" || fmt.Sprint(o.All()) != "[a b]" {
 		t.Fatalf("First %q, All %v, want a and [a b]", o.First(), o.All())
+	}
+}
+
+func TestRetry(t *testing.T) {
+	var l Ledger
+	var mu sync.Mutex
+	timeouts := map[string][]time.Duration{}
+	// The provider charges on each attempt; a client is done at its fifth.
+	finals := l.Retry(3, func(key string, timeout time.Duration) (string, bool, bool) {
+		n := l.Charge(key)
+		mu.Lock()
+		timeouts[key] = append(timeouts[key], timeout)
+		mu.Unlock()
+		return fmt.Sprint(key, "#", n), false, n == 5
+	})
+	for i, f := range finals {
+		key := KeyOf(i)
+		if f != (Final{Answer: key + "#5", ChargedBefore: true, Attempts: 5}) {
+			t.Errorf("%s: %+v, want its fifth answer after 5 attempts, charged before", key, f)
+		}
+		if got := fmt.Sprint(timeouts[key]); got != "[50ms 50ms 50ms 10s 10s]" {
+			t.Errorf("%s: timeouts %s", key, got)
+		}
 	}
 }
