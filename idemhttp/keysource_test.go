@@ -30,10 +30,7 @@ type eventServer struct {
 
 func newEventServer(t *testing.T, opts ...idemhttp.Option) *eventServer {
 	t.Helper()
-	ms, err := memstore.New()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ms := memStore(t)
 	e := &eventServer{t: t, store: &countingStore{Store: ms}, status: http.StatusOK}
 	m, err := idemhttp.New(e.store, append([]idemhttp.Option{idemhttp.WithScopeHeader("X-Sender")}, opts...)...)
 	if err != nil {

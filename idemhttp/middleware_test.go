@@ -17,7 +17,6 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/keystore"
-	"github.com/idem-go/idem/keystore/memstore"
 )
 
 // countingStore counts calls, and fails them all when down is set.
@@ -84,11 +83,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, opts ...idemhttp.Option) *fixture {
 	t.Helper()
-	ms, err := memstore.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ms.Close() })
+	ms := memStore(t)
 	f := &fixture{t: t, store: &countingStore{Store: ms}, up: &upstream{execs: map[string]int{}}}
 	m, err := idemhttp.New(f.store, opts...)
 	if err != nil {

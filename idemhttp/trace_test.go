@@ -18,7 +18,6 @@ import (
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/internal/tracing"
 	"github.com/idem-go/idem/keystore"
-	"github.com/idem-go/idem/keystore/memstore"
 )
 
 // tracedStore starts a span around each call, with the call's context, as
@@ -61,11 +60,7 @@ type traceFixture struct {
 // ServeMux pattern.
 func newTraceFixture(t *testing.T, h http.HandlerFunc, opts ...idemhttp.Option) *traceFixture {
 	t.Helper()
-	ms, err := memstore.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ms.Close() })
+	ms := memStore(t)
 	f := &traceFixture{t: t, rec: &tracing.Recorder{}}
 	f.store = &tracedStore{Store: ms, rec: f.rec}
 	m, err := idemhttp.New(f.store, append([]idemhttp.Option{idemhttp.WithTracer(f.rec)}, opts...)...)
@@ -93,11 +88,7 @@ func (f *traceFixture) do(method, key, body string, hdr ...string) int {
 }
 
 func TestWithTracerRejectsNil(t *testing.T) {
-	ms, err := memstore.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ms.Close()
+	ms := memStore(t)
 	if _, err := idemhttp.New(ms, idemhttp.WithTracer(nil)); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Fatalf("WithTracer(nil): %v", err)
 	}
@@ -240,11 +231,7 @@ func TestTraceProxy(t *testing.T) {
 	}))
 	defer up.Close()
 	target, _ := url.Parse(up.URL)
-	ms, err := memstore.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ms.Close()
+	ms := memStore(t)
 	rec := &tracing.Recorder{}
 	p, err := idemhttp.NewProxy(target, &tracedStore{Store: ms, rec: rec}, idemhttp.WithTracer(rec))
 	if err != nil {
