@@ -12,6 +12,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemotel"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testsupport/inboxtest"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/internal/tracing"
 	"github.com/idem-go/idem/sqldialect"
@@ -74,14 +75,8 @@ func BenchmarkInboxProcess(b *testing.B) {
 			if bc.t != nil {
 				opts = append(opts, inbox.WithTracer(bc.t))
 			}
-			in, err := inbox.New(db, sqldialect.SQLite, "bench", opts...)
-			if err != nil {
-				b.Fatal(err)
-			}
+			in := inboxtest.Migrated(b, db, sqldialect.SQLite, "bench", opts...)
 			ctx := context.Background()
-			if err := in.Migrate(ctx); err != nil {
-				b.Fatal(err)
-			}
 			noop := func(context.Context, *sql.Tx) error { return nil }
 			i := 0
 			for b.Loop() {

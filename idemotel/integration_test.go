@@ -17,6 +17,7 @@ import (
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/idemotel"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testsupport/inboxtest"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/sqldialect"
 )
@@ -27,14 +28,8 @@ import (
 func TestInboxSpans(t *testing.T) {
 	r := newRecorder(t)
 	db := testenv.Open(t, "sqlite", testenv.SQLiteDSN(t))
-	in, err := inbox.New(db, sqldialect.SQLite, "payments", inbox.WithTracer(r.t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	in := inboxtest.Migrated(t, db, sqldialect.SQLite, "payments", inbox.WithTracer(r.t))
 	ctx := context.Background()
-	if err := in.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	const key = "payment-4417-secret"
 	tracer := r.tp.Tracer("handler")
 	handler := func(ctx context.Context, tx *sql.Tx) error {

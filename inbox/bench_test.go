@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testsupport/inboxtest"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/sqldialect"
 )
@@ -48,19 +49,9 @@ func openBench(b *testing.B, d sqldialect.Dialect) *benchDB {
 	}
 	db.SetMaxOpenConns(16)
 	db.SetMaxIdleConns(16)
-	ctx := context.Background()
-	in, err := inbox.New(db, d, "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := in.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
+	in := inboxtest.Migrated(b, db, d, "bench")
 	// The raw baseline gets its own key table of the same shape.
-	raw, _ := inbox.New(db, d, "bench", inbox.WithTable("raw_keys"), inbox.WithLayout(inbox.LayoutRows))
-	if err := raw.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
+	inboxtest.Migrated(b, db, d, "bench", inbox.WithTable("raw_keys"), inbox.WithLayout(inbox.LayoutRows))
 	if _, err := db.Exec("CREATE TABLE wallet (id INT PRIMARY KEY, balance BIGINT NOT NULL)"); err != nil {
 		b.Fatal(err)
 	}

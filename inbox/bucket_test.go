@@ -13,6 +13,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testsupport/inboxtest"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -104,13 +105,7 @@ func TestBucketManyConcurrentDuplicates(t *testing.T) {
 	forEachBucketed(t, func(t *testing.T, b backend) {
 		e := setup(t, b, inbox.WithBucketWidth(time.Hour))
 		ctx := context.Background()
-		ahead, err := inbox.New(e.db2, e.d, "wallet-consumer")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := ahead.Migrate(ctx); err != nil {
-			t.Fatal(err)
-		}
+		ahead := inboxtest.Migrated(t, e.db2, e.d, "wallet-consumer")
 		inbox.SkewClock(ahead, time.Hour)
 		const keys, copies = 40, 4
 		var wg sync.WaitGroup
@@ -227,13 +222,7 @@ func TestBucketRetentionHonoursHorizon(t *testing.T) {
 		e := setup(t, b, inbox.WithBucketWidth(time.Second))
 		ctx := context.Background()
 		// Another consumer of the same table records a one-hour horizon.
-		other, err := inbox.New(e.db2, e.d, "other-consumer", inbox.WithRedeliveryHorizon(time.Hour))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := other.Migrate(ctx); err != nil {
-			t.Fatal(err)
-		}
+		other := inboxtest.Migrated(t, e.db2, e.d, "other-consumer", inbox.WithRedeliveryHorizon(time.Hour))
 		for i := 0; i < 20; i++ {
 			if _, err := e.in.Process(ctx, fmt.Sprint("a-", i), e.credit(1, 1)); err != nil {
 				t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testsupport/inboxtest"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/sqldialect"
 )
@@ -45,13 +45,7 @@ func TestFailoverCancelledSyncCommit(t *testing.T) {
 	h := testenv.StartPGHA(t, testenv.PGSync)
 	db := cancellingDB(t, h.URL())
 	ctx := context.Background()
-	in, err := inbox.New(db, sqldialect.Postgres, "c")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := in.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	in := inboxtest.Migrated(t, db, sqldialect.Postgres, "c")
 	if _, err := db.Exec(`CREATE TABLE effects (id text PRIMARY KEY)`); err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +79,7 @@ func TestFailoverCancelledSyncCommit(t *testing.T) {
 	}
 	t.Logf("Process: applied %v, err %v", r.applied, r.err)
 	var n int
-	err = poll(func() error { return db.QueryRow(`SELECT count(*) FROM effects`).Scan(&n) })
+	err := poll(func() error { return db.QueryRow(`SELECT count(*) FROM effects`).Scan(&n) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/app/demo"
 	"github.com/idem-go/idem/internal/testsupport/dbtest"
+	"github.com/idem-go/idem/internal/testsupport/inboxtest"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/sqldialect"
 )
@@ -76,14 +77,8 @@ func setup(t *testing.T, b backend, opts ...inbox.Option) *env {
 	t.Helper()
 	db, db2 := b.open(t)
 	opts = append(append([]inbox.Option(nil), b.opts...), opts...)
-	in, err := inbox.New(db, b.d, "wallet-consumer", opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	in := inboxtest.Migrated(t, db, b.d, "wallet-consumer", opts...)
 	ctx := context.Background()
-	if err := in.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := db.ExecContext(ctx, "CREATE TABLE wallet (id INT PRIMARY KEY, balance BIGINT NOT NULL)"); err != nil {
 		t.Fatal(err)
 	}
@@ -466,13 +461,7 @@ func TestPoolOfOneConnection(t *testing.T) {
 	each := func(context.Context, *sql.Tx, inbox.Message) error { return nil }
 	set := func(context.Context, *sql.Tx, []inbox.Message) error { return nil }
 	for round := range 2 { // the second round runs on prepared statements
-		in, err := inbox.New(db, sqldialect.SQLite, fmt.Sprint("pool-of-one-", round))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := in.Migrate(ctx); err != nil {
-			t.Fatal(err)
-		}
+		in := inboxtest.Migrated(t, db, sqldialect.SQLite, fmt.Sprint("pool-of-one-", round))
 		for i := range 2 {
 			if _, err := in.Process(ctx, fmt.Sprint("k", i), nop); err != nil {
 				t.Fatalf("round %d: Process: %v", round, err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testsupport/dbtest"
+	"github.com/idem-go/idem/internal/testsupport/inboxtest"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/internal/uuidtext"
 	"github.com/idem-go/idem/sqldialect"
@@ -93,14 +94,7 @@ func openScale(t *testing.T, d sqldialect.Dialect, kind string, width time.Durat
 	if strings.HasSuffix(kind, "-rows") {
 		opts = []inbox.Option{inbox.WithLayout(inbox.LayoutRows)}
 	}
-	in, err := inbox.New(db, d, "scale", opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := in.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	in := inboxtest.Migrated(t, db, d, "scale", opts...)
 	if strings.HasSuffix(kind, "-plain") && d == sqldialect.SQLite {
 		// Plain buckets, without runs: the meta of the first bucketed
 		// build, read by a new Inbox.
@@ -112,6 +106,7 @@ func openScale(t *testing.T, d sqldialect.Dialect, kind string, width time.Durat
 				t.Fatal(err)
 			}
 		}
+		var err error
 		if in, err = inbox.New(db, d, "scale", opts...); err != nil {
 			t.Fatal(err)
 		}
@@ -417,13 +412,7 @@ func newRetireRun(t *testing.T, d sqldialect.Dialect, layout inbox.Layout, n int
 	case sqldialect.MySQL:
 		r.db = openScaleMariaDB(t)
 	}
-	in, err := inbox.New(r.db, d, "retire", inbox.WithLayout(layout), inbox.WithBucketWidth(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := in.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	in := inboxtest.Migrated(t, r.db, d, "retire", inbox.WithLayout(layout), inbox.WithBucketWidth(2*time.Second))
 	r.in = in
 	msgs := make([]inbox.Message, 1000)
 	for done := 0; done < n; done += len(msgs) {

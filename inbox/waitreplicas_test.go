@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testsupport/inboxtest"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/sqldialect"
 )
@@ -43,13 +44,7 @@ func TestWaitReplicasHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	open := func(timeout time.Duration) *inbox.Inbox {
-		in, err := inbox.New(db, sqldialect.Postgres, "c", inbox.WithWaitReplicas(1, timeout), inbox.WithLayout(inbox.LayoutRows))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := in.Migrate(ctx); err != nil {
-			t.Fatal(err)
-		}
+		in := inboxtest.Migrated(t, db, sqldialect.Postgres, "c", inbox.WithWaitReplicas(1, timeout), inbox.WithLayout(inbox.LayoutRows))
 		return in
 	}
 	patient, hasty := open(time.Minute), open(300*time.Millisecond)
@@ -163,13 +158,7 @@ func BenchmarkWaitReplicas(b *testing.B) {
 	variants := map[string][]inbox.Option{"plain": nil, "wait": {inbox.WithWaitReplicas(1, 10*time.Second)}}
 	inboxes := map[string]*inbox.Inbox{}
 	for name, opts := range variants {
-		in, err := inbox.New(db, sqldialect.Postgres, "bench-"+name, append(opts, inbox.WithLayout(inbox.LayoutRows), inbox.WithTable("inbox_"+name))...)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := in.Migrate(ctx); err != nil {
-			b.Fatal(err)
-		}
+		in := inboxtest.Migrated(b, db, sqldialect.Postgres, "bench-"+name, append(opts, inbox.WithLayout(inbox.LayoutRows), inbox.WithTable("inbox_"+name))...)
 		inboxes[name] = in
 	}
 	const rounds, perRound, workers = 6, 1000, 4

@@ -5,7 +5,7 @@ import (
 	"database/sql"
 	"testing"
 
-	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testsupport/inboxtest"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/sqldialect"
 )
@@ -67,13 +67,7 @@ UPDATE wallets SET balance = balance + 50 WHERE user_id = 42 AND EXISTS (SELECT 
 		t.Fatalf("CTE gate: balance %d, want 50", got)
 	}
 
-	in, err := inbox.New(db, sqldialect.Postgres, "wallet")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := in.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	in := inboxtest.Migrated(t, db, sqldialect.Postgres, "wallet")
 	for range 2 {
 		if _, err := in.Process(ctx, "txn-123", func(ctx context.Context, tx *sql.Tx) error {
 			_, err := tx.ExecContext(ctx, "UPDATE wallets SET balance = balance + 50 WHERE user_id = 42")

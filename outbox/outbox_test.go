@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testsupport/dbtest"
+	"github.com/idem-go/idem/internal/testsupport/inboxtest"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/sqldialect"
@@ -183,10 +183,7 @@ func TestRelaysCrashOrderAndDedup(t *testing.T) {
 			}
 			// Downstream: an inbox absorbs the republications.
 			sink := testenv.SQLite(t)
-			in, _ := inbox.New(sink, sqldialect.SQLite, "downstream")
-			if err := in.Migrate(context.Background()); err != nil {
-				t.Fatal(err)
-			}
+			in := inboxtest.Migrated(t, sink, sqldialect.SQLite, "downstream")
 			if _, err := sink.Exec("CREATE TABLE applied (id TEXT PRIMARY KEY, n INTEGER NOT NULL DEFAULT 0)"); err != nil {
 				t.Fatal(err)
 			}
@@ -313,10 +310,7 @@ func TestConsumeTransformProduce(t *testing.T) {
 		t.Run(c.D.String(), func(t *testing.T) {
 			db, o := setup(t, c.D, c.Open)
 			ctx := context.Background()
-			in, _ := inbox.New(db, c.D, "stock")
-			if err := in.Migrate(ctx); err != nil {
-				t.Fatal(err)
-			}
+			in := inboxtest.Migrated(t, db, c.D, "stock")
 			if _, err := db.Exec("CREATE TABLE stock (sku TEXT PRIMARY KEY, qty INT NOT NULL)"); err != nil {
 				t.Fatal(err)
 			}

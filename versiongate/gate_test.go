@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/testsupport/dbtest"
+	"github.com/idem-go/idem/internal/testsupport/inboxtest"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/sqldialect"
 	"github.com/idem-go/idem/versiongate"
@@ -141,10 +141,7 @@ func TestGateConcurrentOutOfOrder(t *testing.T) {
 func TestGateInsideInbox(t *testing.T) {
 	db, g := setup(t, sqldialect.SQLite, testenv.SQLite)
 	ctx := context.Background()
-	in, _ := inbox.New(db, sqldialect.SQLite, "catalog")
-	if err := in.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	in := inboxtest.Migrated(t, db, sqldialect.SQLite, "catalog")
 	var gated []bool
 	for _, m := range []struct {
 		key     string

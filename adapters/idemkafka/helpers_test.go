@@ -25,6 +25,7 @@ import (
 	"github.com/idem-go/idem/adapters/idemkafka"
 	"github.com/idem-go/idem/adapters/internal/consume/consumetest"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testsupport/inboxtest"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/outbox"
@@ -161,14 +162,7 @@ func (e *effects) requireOnce(t testing.TB, ids []string) {
 // newInbox returns a migrated SQLite inbox of db for consumer group.
 func newInbox(t testing.TB, db *sql.DB, group string, opts ...inbox.Option) *inbox.Inbox {
 	t.Helper()
-	in, err := inbox.New(db, sqldialect.SQLite, group, opts...)
-	if err == nil {
-		err = in.Migrate(context.Background())
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return in
+	return inboxtest.Migrated(t, db, sqldialect.SQLite, group, opts...)
 }
 
 // newProducer wraps cl in a Producer.

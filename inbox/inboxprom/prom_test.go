@@ -18,6 +18,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/inbox/inboxprom"
+	"github.com/idem-go/idem/internal/testsupport/inboxtest"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -36,13 +37,7 @@ func TestInboxMetrics(t *testing.T) {
 	}
 	defer db.Close()
 	ctx := context.Background()
-	in, err := inbox.New(db, sqldialect.SQLite, "billing", inbox.WithHooks(h))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := in.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	in := inboxtest.Migrated(t, db, sqldialect.SQLite, "billing", inbox.WithHooks(h))
 	ok := func(context.Context, *sql.Tx) error { return nil }
 	for _, key := range []string{"a", "b", "a", "a"} {
 		if _, err := in.Process(ctx, key, ok); err != nil {

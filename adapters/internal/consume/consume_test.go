@@ -14,6 +14,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/retry"
+	"github.com/idem-go/idem/internal/testsupport/inboxtest"
 	"github.com/idem-go/idem/sqldialect"
 	_ "modernc.org/sqlite"
 )
@@ -54,13 +55,7 @@ func newFake(t testing.TB, h Handler[msg], opts ...Option[msg]) *fake {
 	if _, err := db.Exec("CREATE TABLE effects (k TEXT NOT NULL, body TEXT NOT NULL)"); err != nil {
 		t.Fatal(err)
 	}
-	in, err := inbox.New(db, sqldialect.SQLite, "consume-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := in.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	in := inboxtest.Migrated(t, db, sqldialect.SQLite, "consume-test")
 	f := &fake{t: t, db: db, in: in, cfg: Defaults("faketransport", msgKey)}
 	f.cfg.Backoff = retry.Backoff{Min: time.Millisecond, Max: 8 * time.Millisecond}
 	f.cfg.MaxAttempts = 3

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testsupport/inboxtest"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/sqlstore"
@@ -271,13 +272,7 @@ func probe(t *testing.T, sc scenario, l load) result {
 		inOpts = append(inOpts, inbox.WithWaitReplicas(1, waitFor))
 		ksOpts = append(ksOpts, sqlstore.WithWaitReplicas(1, waitFor))
 	}
-	in, err := inbox.New(db, sqldialect.Postgres, "probe", inOpts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := in.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	in := inboxtest.Migrated(t, db, sqldialect.Postgres, "probe", inOpts...)
 	ks, err := sqlstore.New(db, sqldialect.Postgres, ksOpts...)
 	if err != nil {
 		t.Fatal(err)

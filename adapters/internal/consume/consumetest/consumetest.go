@@ -18,6 +18,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testsupport/inboxtest"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/sqldialect"
 )
@@ -49,15 +50,8 @@ type Effects struct {
 func NewEffects(tb testing.TB) *Effects {
 	tb.Helper()
 	db := testenv.SQLite(tb)
-	in, err := inbox.New(db, sqldialect.SQLite, "orders-worker")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := in.Migrate(ctx); err != nil {
-		tb.Fatal(err)
-	}
-	if _, err := db.ExecContext(ctx, "CREATE TABLE effects (key TEXT NOT NULL, data TEXT NOT NULL)"); err != nil {
+	in := inboxtest.Migrated(tb, db, sqldialect.SQLite, "orders-worker")
+	if _, err := db.ExecContext(context.Background(), "CREATE TABLE effects (key TEXT NOT NULL, data TEXT NOT NULL)"); err != nil {
 		tb.Fatal(err)
 	}
 	return &Effects{DB: db, In: in}
