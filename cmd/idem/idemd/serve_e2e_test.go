@@ -381,7 +381,7 @@ func TestServeUpstreamDiesMidBody(t *testing.T) {
 // not stored: once the upstream is up, the retry executes.
 func TestServeStore5xxDoesNotStoreItsOwn502(t *testing.T) {
 	t.Parallel()
-	addr, listen := refusingAddr(t)
+	addr, listen := testenv.RefusingAddr(t)
 	p := startServe(t, "http://"+addr, "memory", "--store-5xx")
 	if r := post(t, p.url, "/orders", "k", "x"); r.status != 502 {
 		t.Fatalf("upstream down: %d %s", r.status, r.body)

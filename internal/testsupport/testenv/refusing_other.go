@@ -1,18 +1,18 @@
 //go:build !unix
 
-package main
+package testenv
 
 import (
 	"net"
 	"testing"
 )
 
-// refusingAddr returns a free loopback port and a function that listens on
+// RefusingAddr returns a free loopback port and a function that listens on
 // it. Outside Unix the port is released in between, so another process
 // could take it meanwhile; the test then fails with the listen error.
-func refusingAddr(t *testing.T) (string, func() net.Listener) {
+func RefusingAddr(t testing.TB) (string, func() net.Listener) {
 	t.Helper()
-	addr := freeAddr(t)
+	addr := FreeAddr(t)
 	return addr, func() net.Listener {
 		t.Helper()
 		l, err := net.Listen("tcp", addr)

@@ -1,6 +1,6 @@
 //go:build unix
 
-package main
+package testenv
 
 import (
 	"net"
@@ -10,12 +10,12 @@ import (
 	"testing"
 )
 
-// refusingAddr holds a loopback port that refuses connections (a bound TCP
+// RefusingAddr holds a loopback port that refuses connections (a bound TCP
 // socket that does not listen answers a connect with RST), and returns its
 // address and a function that starts listening on that same socket. No
 // other process can take the port in between, unlike a free port closed
 // and listened on again later.
-func refusingAddr(t *testing.T) (string, func() net.Listener) {
+func RefusingAddr(t testing.TB) (string, func() net.Listener) {
 	t.Helper()
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	if err != nil {
