@@ -490,13 +490,14 @@ func (g *gen) matchBatch(vals []u128, cand []int, span [][2]uint64, emit func(id
 		part := cand[lo:min(lo+matchStage, len(cand))]
 		sp := span[lo : lo+len(part)]
 		for k, id := range part {
-			sp[k][0] = g.samples[vals[id].rsh(L).lo>>sampleShift]
+			h := vals[id].rsh(L).lo
+			sp[k] = [2]uint64{g.samples[h>>sampleShift], h}
 		}
 		for k := range part {
 			touch += g.upper[sp[k][0]/64]
 		}
-		for k, id := range part {
-			first, count := g.bucketFrom(sp[k][0], vals[id].rsh(L).lo)
+		for k := range part {
+			first, count := g.bucketFrom(sp[k][0], sp[k][1])
 			sp[k] = [2]uint64{first, count}
 			if count > 0 {
 				touch += g.mid[first*uint64(r)/64]
