@@ -18,6 +18,19 @@ func (a u128) rsh(s uint) u128 {
 	return u128{a.hi >> s, a.lo>>s | a.hi<<(64-s)}
 }
 
+// lsh returns a << s for s < 128.
+func (a u128) lsh(s uint) u128 {
+	switch {
+	case s == 0:
+		return a
+	case s >= 64:
+		return u128{a.lo << (s - 64), 0}
+	}
+	return u128{a.hi<<s | a.lo>>(64-s), a.lo << s}
+}
+
+func (a u128) or(b u128) u128 { return u128{a.hi | b.hi, a.lo | b.lo} }
+
 // low returns the w low bits of a (w ≤ 128).
 func (a u128) low(w uint) u128 {
 	if w >= 64 {

@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -107,6 +108,7 @@ func (s *Set) load(c config) error {
 		s.latest = max(s.latest, g.tmax)
 		next = seq + 1
 	}
+	s.dropSuperseded()
 	// Journals of sealed generations are leftovers of a crash during a
 	// seal; the open generation's is the one above them.
 	var live []uint64
@@ -131,6 +133,27 @@ func (s *Set) load(c config) error {
 	}
 	s.log, s.logBytes = log, logHeaderLen
 	return nil
+}
+
+// dropSuperseded deletes the files whose generations a newer file holds
+// too: the older input of a merge that a crash cut short after the merged
+// file was renamed into place. Files of a set hold disjoint spans of
+// generations otherwise, so any overlap is such a leftover.
+func (s *Set) dropSuperseded() {
+	var keep []*gen
+	lo := uint64(math.MaxUint64) // the oldest generation of the files kept
+	for i := len(s.gens) - 1; i >= 0; i-- {
+		g := s.gens[i]
+		if g.seq >= lo {
+			g.close()
+			os.Remove(g.path)
+			continue
+		}
+		lo = g.tags[0].seq
+		keep = append(keep, g)
+	}
+	slices.Reverse(keep)
+	s.gens = keep
 }
 
 // manifest reads the SET file, or writes a new one if the directory holds

@@ -3,11 +3,13 @@ package diskwindow
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
 	"math/bits"
 	"os"
+	"sync/atomic"
 )
 
 // A sealed generation is one immutable file of the sorted f-bit
@@ -18,8 +20,14 @@ import (
 //     sets bit high(i)+i): n + 2ᵘ bits, 1.5 to 2 bits an id;
 //   - mid: the next r bits of each value, packed (r = 6 when n ≥ 1.25·2ᵘ,
 //     else 5: see midBitsFor);
-//   - low: the remaining f−u−r bits of each value, packed, in
-//     blocks of blockSize bytes, each with its own CRC-32C.
+//   - low: the remaining f−u−r bits of each value, then its t tag bits,
+//     packed, in blocks of blockSize bytes, each with its own CRC-32C.
+//
+// A file may hold several generations, merged (a run, see merge.go): its
+// tag table lists them, oldest first (sequence, first and last accept,
+// count), and each value's t = ⌈log₂ tags⌉ tag bits say which one it came
+// from, so that a lookup answers duplicate only for a value whose
+// generation has not expired. A file of one generation has t = 0.
 //
 // Upper and mid (with the block checksums) are read into memory when the
 // file is opened, checksummed as a whole: they are the generation's
@@ -27,53 +35,70 @@ import (
 // upper, compares mid bits in memory, and reads the low bits from disk
 // only for an id whose upper and mid bits match one of the file's: a
 // false match costs one block read with probability about n/2ᵘ⁺ʳ
-// (2⁻⁶ to 2⁻⁴) per generation probed for a new id.
+// (2⁻⁶ to 2⁻⁴) per file probed for a new id.
 //
 // Layout, little-endian:
 //
 //	0   magic "IDEMDWG1"
-//	8   version uint32 (1)
-//	12  f, u, r (mid bits), 0 (one byte each)
-//	16  generation sequence uint64
+//	8   version uint32 (2; 1 is read too: no tag table, t = 0)
+//	12  f, u, r (mid bits), tags (one byte each)
+//	16  sequence of the newest generation uint64 (the file's name)
 //	24  n uint64
 //	32  tmin, tmax int64: first accept of the oldest and newest id, Unix ns
 //	48  upper words, mid words, low bytes uint64
 //	72  key check uint64: which set's key fingerprinted the values
 //	80  CRC-32C of bytes 0–79 uint32, 0 uint32
-//	88  upper words, mid words (uint64 each), one CRC-32C uint32 a low
+//	88  the tag table: per generation, sequence uint64, tmin and tmax
+//	    int64, count uint64 (32 bytes; version 2)
+//	... upper words, mid words (uint64 each), one CRC-32C uint32 a low
 //	    block, then the CRC-32C of every byte from 0 to here
 //	... zeros to the next multiple of blockSize: lowOff
 //	lowOff  low bytes, zero-padded to whole blocks; the file ends there.
 const (
 	genMagic     = "IDEMDWG1"
-	genVersion   = 1
+	genVersion   = 2
 	genHeaderLen = 88
+	tagLen       = 32
+	maxTags      = 255
 	blockSize    = 4096
 	sampleShift  = 9 // one sample every 512 buckets
-	// MaxGeneration is the most ids one generation file holds.
+	// maxGenIDs bounds the ids of one file.
 	maxGenIDs = 1 << 32
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// layout is the shape of a generation file of n f-bit values.
+// genTag is one generation of a file: its sequence number, the first
+// accepts of its oldest and newest ids (Unix ns), and its count of ids.
+type genTag struct {
+	seq        uint64
+	tmin, tmax int64
+	count      uint64
+}
+
+// layout is the shape of a file of n f-bit values from ntags
+// generations (version 1: ntags 0, read as one).
 type layout struct {
 	n                               uint64
-	f, u, r, lw                     uint
+	f, u, r, lw, t                  uint
+	ntags                           int
 	upperWords, midWords, lowBytes  uint64
 	nblocks, metaLen, lowOff, total uint64
 }
 
-func newLayout(n uint64, f, r uint) layout {
-	l := layout{n: n, f: f, r: r}
+func newLayout(n uint64, f, r uint, ntags int) layout {
+	l := layout{n: n, f: f, r: r, ntags: ntags}
 	l.u = uint(bits.Len64(n)) - 1
 	l.lw = f - l.u - l.r
+	if ntags > 1 {
+		l.t = uint(bits.Len(uint(ntags - 1)))
+	}
 	l.upperWords = (n + 1<<l.u + 63) / 64
 	l.midWords = (n*uint64(l.r) + 63) / 64
-	l.lowBytes = (n*uint64(l.lw) + 7) / 8
+	l.lowBytes = (n*uint64(l.lw+l.t) + 7) / 8
 	l.lowBytes = (l.lowBytes + blockSize - 1) / blockSize * blockSize
 	l.nblocks = l.lowBytes / blockSize
-	l.metaLen = genHeaderLen + 8*l.upperWords + 8*l.midWords + 4*l.nblocks + 4
+	l.metaLen = genHeaderLen + tagLen*uint64(ntags) + 8*l.upperWords + 8*l.midWords + 4*l.nblocks + 4
 	l.lowOff = (l.metaLen + blockSize - 1) / blockSize * blockSize
 	l.total = l.lowOff + l.lowBytes
 	return l
@@ -95,12 +120,13 @@ func midBitsFor(n uint64) uint {
 	return 5
 }
 
-// gen is an open sealed generation.
+// gen is an open sealed file: one generation, or a run of several.
 type gen struct {
 	path       string
 	file       *os.File
-	seq, n     uint64
+	seq, n     uint64 // seq: the newest generation's
 	tmin, tmax int64
+	tags       []genTag
 	l          layout
 	upper, mid []uint64
 	samples    []uint64 // bit position in upper where bucket k<<sampleShift starts
@@ -111,6 +137,22 @@ type gen struct {
 	cached, ncah int64
 }
 
+// live reports whether tag's generation still holds live ids at cut: its
+// newest id was first accepted after cut.
+func (g *gen) live(tag uint64, cut int64) bool { return g.tags[tag].tmax > cut }
+
+// deadIDs counts the ids of the generations expired at cut.
+func (g *gen) deadIDs(cut int64) (dead uint64, liveTags int) {
+	for _, t := range g.tags {
+		if t.tmax > cut {
+			liveTags++
+		} else {
+			dead += t.count
+		}
+	}
+	return dead, liveTags
+}
+
 // writeGen writes vals (f-bit values, reordered in place) as generation
 // seq in dir, fsyncs it and renames it into place, and returns its path.
 func writeGen(dir string, seq uint64, f uint, keyCheck uint64, vals []u128, tmin, tmax int64) (string, error) {
@@ -118,28 +160,61 @@ func writeGen(dir string, seq uint64, f uint, keyCheck uint64, vals []u128, tmin
 	if n == 0 || n >= maxGenIDs {
 		return "", fmt.Errorf("diskwindow: generation of %d ids", n)
 	}
-	l := newLayout(n, f, midBitsFor(n))
+	sortByHigh(vals, f-(uint(bits.Len64(n))-1), uint(bits.Len64(n))-1)
+	tags := []genTag{{seq: seq, tmin: tmin, tmax: tmax, count: n}}
+	path, rd, err := writeRun(dir, f, keyCheck, tags, func(put func(v u128, tag uint64) error) error {
+		for _, v := range vals {
+			if err := put(v, 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil)
+	if err != nil {
+		return "", err
+	}
+	rd.Close()
+	return path, nil
+}
+
+// errStopped ends a merge the Set's Close interrupted.
+var errStopped = errors.New("diskwindow: merge stopped")
+
+// writeRun writes the file of the generations tags (oldest first, counts
+// summing to n) to dir, under the newest one's name: each calls put with
+// the n values in ascending order and their tags (indexes into tags). It
+// fsyncs the file and renames it into place, replacing a file of that
+// name, and returns its path and the file opened for reading. If stop is set while it writes, it gives up
+// with errStopped and leaves nothing.
+func writeRun(dir string, f uint, keyCheck uint64, tags []genTag, each func(put func(v u128, tag uint64) error) error, stop *atomic.Bool) (string, *os.File, error) {
+	var n uint64
+	tmin, tmax := tags[0].tmin, tags[0].tmax
+	for _, t := range tags {
+		n += t.count
+		tmin, tmax = min(tmin, t.tmin), max(tmax, t.tmax)
+	}
+	if n == 0 || n >= maxGenIDs || len(tags) > maxTags {
+		return "", nil, fmt.Errorf("diskwindow: a file of %d ids from %d generations", n, len(tags))
+	}
+	seq := tags[len(tags)-1].seq
+	l := newLayout(n, f, midBitsFor(n), len(tags))
 	L := f - l.u
-	sortByHigh(vals, L, l.u)
 	upper := make([]uint64, l.upperWords)
 	mid := make([]uint64, l.midWords)
-	for i, v := range vals {
-		h := v.rsh(L).lo
-		p := h + uint64(i)
-		upper[p/64] |= 1 << (p % 64)
-		putWords(mid, uint64(i)*uint64(l.r), l.r, v.rsh(l.lw).lo)
-	}
 
 	path := genPath(dir, seq)
 	tmp := path + ".tmp"
 	file, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		return "", fmt.Errorf("diskwindow: %w", err)
+		return "", nil, fmt.Errorf("diskwindow: %w", err)
 	}
-	fail := func(err error) (string, error) {
+	fail := func(err error) (string, *os.File, error) {
 		file.Close()
 		os.Remove(tmp)
-		return "", fmt.Errorf("diskwindow: writing %s: %w", path, err)
+		if errors.Is(err, errStopped) {
+			return "", nil, err
+		}
+		return "", nil, fmt.Errorf("diskwindow: writing %s: %w", path, err)
 	}
 	// The low blocks first, from lowOff, checksummed as they go.
 	if _, err := file.Seek(int64(l.lowOff), io.SeekStart); err != nil {
@@ -161,8 +236,29 @@ func writeGen(dir string, seq uint64, f uint, keyCheck uint64, vals []u128, tmin
 			endBlock()
 		}
 	}}
-	for _, v := range vals {
+	var i uint64
+	var prev u128
+	err = each(func(v u128, tag uint64) error {
+		if i == n || i > 0 && v.less(prev) || tag >= uint64(len(tags)) {
+			return fmt.Errorf("value %d out of order, past %d, or of tag %d of %d", i, n, tag, len(tags))
+		}
+		if i%(1<<16) == 0 && stop != nil && stop.Load() {
+			return errStopped
+		}
+		p := v.rsh(L).lo + i
+		upper[p/64] |= 1 << (p % 64)
+		putWords(mid, i*uint64(l.r), l.r, v.rsh(l.lw).lo)
 		w.putWide(v.low(l.lw), l.lw)
+		w.put(tag, l.t)
+		prev = v
+		i++
+		return nil
+	})
+	if err == nil && i != n {
+		err = fmt.Errorf("%d values, want %d", i, n)
+	}
+	if err != nil {
+		return fail(err)
 	}
 	w.flush()
 	if len(block) > 0 {
@@ -177,7 +273,7 @@ func writeGen(dir string, seq uint64, f uint, keyCheck uint64, vals []u128, tmin
 	meta := make([]byte, genHeaderLen, l.metaLen)
 	copy(meta, genMagic)
 	binary.LittleEndian.PutUint32(meta[8:], genVersion)
-	meta[12], meta[13], meta[14] = byte(f), byte(l.u), byte(l.r)
+	meta[12], meta[13], meta[14], meta[15] = byte(f), byte(l.u), byte(l.r), byte(len(tags))
 	binary.LittleEndian.PutUint64(meta[16:], seq)
 	binary.LittleEndian.PutUint64(meta[24:], n)
 	binary.LittleEndian.PutUint64(meta[32:], uint64(tmin))
@@ -187,6 +283,12 @@ func writeGen(dir string, seq uint64, f uint, keyCheck uint64, vals []u128, tmin
 	binary.LittleEndian.PutUint64(meta[64:], l.lowBytes)
 	binary.LittleEndian.PutUint64(meta[72:], keyCheck)
 	binary.LittleEndian.PutUint32(meta[80:], crc32.Checksum(meta[:80], castagnoli))
+	for _, t := range tags {
+		meta = binary.LittleEndian.AppendUint64(meta, t.seq)
+		meta = binary.LittleEndian.AppendUint64(meta, uint64(t.tmin))
+		meta = binary.LittleEndian.AppendUint64(meta, uint64(t.tmax))
+		meta = binary.LittleEndian.AppendUint64(meta, t.count)
+	}
 	for _, x := range upper {
 		meta = binary.LittleEndian.AppendUint64(meta, x)
 	}
@@ -205,13 +307,24 @@ func writeGen(dir string, seq uint64, f uint, keyCheck uint64, vals []u128, tmin
 	}
 	if err := file.Close(); err != nil {
 		os.Remove(tmp)
-		return "", fmt.Errorf("diskwindow: writing %s: %w", path, err)
+		return "", nil, fmt.Errorf("diskwindow: writing %s: %w", path, err)
+	}
+	// Opened before the rename: once renamed, expiry may delete it.
+	rd, err := os.Open(tmp)
+	if err != nil {
+		os.Remove(tmp)
+		return "", nil, fmt.Errorf("diskwindow: %w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
+		rd.Close()
 		os.Remove(tmp)
-		return "", fmt.Errorf("diskwindow: %w", err)
+		return "", nil, fmt.Errorf("diskwindow: %w", err)
 	}
-	return path, syncDir(dir)
+	if err := syncDir(dir); err != nil {
+		rd.Close()
+		return "", nil, err
+	}
+	return path, rd, nil
 }
 
 // sortByHigh sorts vals: a counting sort on the u bits above bit L (the
@@ -283,8 +396,9 @@ func readGen(path string, file *os.File, f uint, keyCheck uint64, verify bool) (
 	if c := crc32.Checksum(h[:80], castagnoli); c != binary.LittleEndian.Uint32(h[80:]) {
 		return nil, bad("header checksum mismatch")
 	}
-	if v := binary.LittleEndian.Uint32(h[8:]); v != genVersion {
-		return nil, bad("unsupported version %d", v)
+	version := binary.LittleEndian.Uint32(h[8:])
+	if version != 1 && version != genVersion {
+		return nil, bad("unsupported version %d", version)
 	}
 	if uint(h[12]) != f {
 		return nil, bad("%d-bit fingerprints, the set's are %d", h[12], f)
@@ -299,7 +413,11 @@ func readGen(path string, file *os.File, f uint, keyCheck uint64, verify bool) (
 	if r := uint(h[14]); r != 5 && r != 6 {
 		return nil, bad("%d mid bits", r)
 	}
-	l := newLayout(n, f, uint(h[14]))
+	ntags := int(h[15])
+	if version == 1 && ntags != 0 || version == 2 && ntags == 0 {
+		return nil, bad("version %d with %d generations", version, ntags)
+	}
+	l := newLayout(n, f, uint(h[14]), ntags)
 	if uint(h[13]) != l.u || binary.LittleEndian.Uint64(h[48:]) != l.upperWords ||
 		binary.LittleEndian.Uint64(h[56:]) != l.midWords || binary.LittleEndian.Uint64(h[64:]) != l.lowBytes {
 		return nil, bad("layout does not match %d ids", n)
@@ -319,7 +437,10 @@ func readGen(path string, file *os.File, f uint, keyCheck uint64, verify bool) (
 	if c := crc32.Checksum(meta[:l.metaLen-4], castagnoli); c != binary.LittleEndian.Uint32(meta[l.metaLen-4:]) {
 		return nil, bad("index checksum mismatch")
 	}
-	p := meta[genHeaderLen:]
+	if err := g.readTags(meta[genHeaderLen : genHeaderLen+tagLen*ntags]); err != nil {
+		return nil, bad("%v", err)
+	}
+	p := meta[genHeaderLen+tagLen*ntags:]
 	g.upper = make([]uint64, l.upperWords)
 	for i := range g.upper {
 		g.upper[i] = binary.LittleEndian.Uint64(p[8*i:])
@@ -346,6 +467,34 @@ func readGen(path string, file *os.File, f uint, keyCheck uint64, verify bool) (
 		}
 	}
 	return g, nil
+}
+
+// readTags reads the tag table b (empty for version 1: one generation,
+// the file's) and checks it against the header: sequences ascending, the
+// newest the file's, times within the file's, counts summing to n.
+func (g *gen) readTags(b []byte) error {
+	if len(b) == 0 {
+		g.tags = []genTag{{seq: g.seq, tmin: g.tmin, tmax: g.tmax, count: g.n}}
+		return nil
+	}
+	var sum uint64
+	g.tags = make([]genTag, 0, len(b)/tagLen)
+	for p := b; len(p) > 0; p = p[tagLen:] {
+		t := genTag{seq: binary.LittleEndian.Uint64(p), tmin: int64(binary.LittleEndian.Uint64(p[8:])),
+			tmax: int64(binary.LittleEndian.Uint64(p[16:])), count: binary.LittleEndian.Uint64(p[24:])}
+		if k := len(g.tags); k > 0 && t.seq <= g.tags[k-1].seq {
+			return fmt.Errorf("generations out of order")
+		}
+		if t.tmin > t.tmax || t.tmin < g.tmin || t.tmax > g.tmax || t.count == 0 || t.count > g.n {
+			return fmt.Errorf("generation %d's times or count out of the file's", t.seq)
+		}
+		sum += t.count
+		g.tags = append(g.tags, t)
+	}
+	if g.tags[len(g.tags)-1].seq != g.seq || sum != g.n {
+		return fmt.Errorf("generations do not add up to the file's")
+	}
+	return nil
 }
 
 // index checks upper (n ones, none past bit n+2ᵘ) and samples it.
@@ -419,7 +568,7 @@ func (g *gen) bucketFrom(pos, h uint64) (first, count uint64) {
 	}
 }
 
-// has reports whether v, an f-bit value, is in the generation.
+// has reports whether v, an f-bit value, is in the file, expired or not.
 func (g *gen) has(v u128) (bool, error) {
 	L := g.l.f - g.l.u
 	first, count := g.bucket(v.rsh(L).lo)
@@ -433,7 +582,7 @@ func (g *gen) has(v u128) (bool, error) {
 		if mi < m {
 			continue
 		}
-		x, err := g.lowAt(i)
+		x, _, err := g.lowAt(i)
 		if err != nil {
 			return false, err
 		}
@@ -529,34 +678,47 @@ func (g *gen) matchBatch(vals []u128, cand []int, span [][2]uint64, emit func(id
 // steps.
 const matchStage = 256
 
-// lowInto reads value i's low bits from disk into buf (2·blockSize
-// bytes), checking the blocks it reads: safe for concurrent use.
-func (g *gen) lowInto(i uint64, buf []byte) (u128, error) {
-	p := i * uint64(g.l.lw)
+// lowInto reads value i's low bits and tag from disk into buf
+// (2·blockSize bytes), checking the blocks it reads: safe for concurrent
+// use.
+func (g *gen) lowInto(i uint64, buf []byte) (u128, uint64, error) {
+	w := uint64(g.l.lw + g.l.t)
+	p := i * w
 	b0 := int64(p / 8 / blockSize)
-	b1 := int64((p + uint64(g.l.lw) - 1) / 8 / blockSize)
+	b1 := int64((p + w - 1) / 8 / blockSize)
 	k := b1 - b0 + 1
 	buf = buf[:k*blockSize]
 	if _, err := g.file.ReadAt(buf, int64(g.l.lowOff)+b0*blockSize); err != nil {
-		return u128{}, &CorruptError{File: g.path, Reason: fmt.Sprintf("low block %d: %v", b0, err)}
+		return u128{}, 0, &CorruptError{File: g.path, Reason: fmt.Sprintf("low block %d: %v", b0, err)}
 	}
 	for j := int64(0); j < k; j++ {
 		if crc32.Checksum(buf[j*blockSize:(j+1)*blockSize], castagnoli) != g.crcs[b0+j] {
-			return u128{}, &CorruptError{File: g.path, Reason: fmt.Sprintf("low block %d: checksum mismatch", b0+j)}
+			return u128{}, 0, &CorruptError{File: g.path, Reason: fmt.Sprintf("low block %d: checksum mismatch", b0+j)}
 		}
 	}
-	return getWide(buf, p-uint64(b0)*blockSize*8, g.l.lw), nil
+	return g.lowTag(buf, p-uint64(b0)*blockSize*8)
 }
 
-// lowAt reads value i's low bits from disk.
-func (g *gen) lowAt(i uint64) (u128, error) {
-	p := i * uint64(g.l.lw)
-	b0 := int64(p / 8 / blockSize)
-	b1 := int64((p + uint64(g.l.lw) - 1) / 8 / blockSize)
-	if err := g.load(b0, b1-b0+1); err != nil {
-		return u128{}, err
+// lowTag decodes the low bits and tag at bit p of b, checking the tag.
+func (g *gen) lowTag(b []byte, p uint64) (u128, uint64, error) {
+	low := getWide(b, p, g.l.lw)
+	tag := getBytes(b, p+uint64(g.l.lw), g.l.t)
+	if tag >= uint64(len(g.tags)) {
+		return u128{}, 0, &CorruptError{File: g.path, Reason: fmt.Sprintf("tag %d of %d generations", tag, len(g.tags))}
 	}
-	return getWide(g.buf, p-uint64(b0)*blockSize*8, g.l.lw), nil
+	return low, tag, nil
+}
+
+// lowAt reads value i's low bits and tag from disk.
+func (g *gen) lowAt(i uint64) (u128, uint64, error) {
+	w := uint64(g.l.lw + g.l.t)
+	p := i * w
+	b0 := int64(p / 8 / blockSize)
+	b1 := int64((p + w - 1) / 8 / blockSize)
+	if err := g.load(b0, b1-b0+1); err != nil {
+		return u128{}, 0, err
+	}
+	return g.lowTag(g.buf, p-uint64(b0)*blockSize*8)
 }
 
 // load reads k (1 or 2) low blocks from block b into buf and checks them.

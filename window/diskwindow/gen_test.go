@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -78,7 +79,7 @@ func TestGenDamage(t *testing.T) {
 		t.Fatal(err)
 	}
 	orig, _ := os.ReadFile(path)
-	l := newLayout(20000, 85, midBitsFor(20000))
+	l := newLayout(20000, 85, midBitsFor(20000), 1)
 	for _, off := range []uint64{0, 9, 13, 30, 75, 81, genHeaderLen + 3, l.metaLen - 2, l.lowOff + 5, l.total - 1} {
 		b := append([]byte(nil), orig...)
 		b[off] ^= 0x10
@@ -124,6 +125,23 @@ func FuzzGenDecode(f *testing.F) {
 		b, _ := os.ReadFile(path)
 		f.Add(b)
 	}
+	// A merged file: three generations, two tag bits a value.
+	tags := []genTag{{1, 0, 1, 2}, {2, 1, 2, 300}, {3, 2, 3, 5}}
+	vals := randVals(r, 307, 64)
+	slices.SortFunc(vals, func(a, b u128) int { return cmpU128(a, b) })
+	path, rd, err := writeRun(dir, 64, 0, tags, func(put func(u128, uint64) error) error {
+		for i, v := range vals {
+			if err := put(v, uint64(i%3)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil)
+	if err == nil {
+		rd.Close()
+	}
+	b, _ := os.ReadFile(path)
+	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p := filepath.Join(t.TempDir(), "x.edf")
 		if err := os.WriteFile(p, b, 0o600); err != nil {
@@ -143,6 +161,28 @@ func FuzzGenDecode(f *testing.F) {
 		rr := rand.New(rand.NewPCG(uint64(len(b)), 0))
 		for range 100 {
 			g.has(u128{lo: rr.Uint64()})
+		}
+		// Read in full, as a merge does: values in order, or an error.
+		it := newGenIter(g, g.file)
+		var prev u128
+		for i := uint64(0); ; i++ {
+			v, _, ok, err := it.next()
+			if err != nil {
+				if !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("not a CorruptError: %v", err)
+				}
+				break
+			}
+			if !ok {
+				if i != g.n {
+					t.Fatalf("%d values of %d", i, g.n)
+				}
+				break
+			}
+			if v.less(prev) {
+				t.Fatalf("value %d out of order", i)
+			}
+			prev = v
 		}
 	})
 }

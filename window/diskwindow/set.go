@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"sync"
@@ -57,6 +58,7 @@ type config struct {
 	maxOpen int
 	f       int
 	verify  bool
+	noMerge bool // tests: keep every generation in a file of its own
 }
 
 // WithGenerations cuts the horizon into k generations (k > 0, default
@@ -126,6 +128,11 @@ type Set struct {
 	pendingSeq uint64   // commits appended to pending, ever
 	gens       []*gen   // oldest first
 	lock       *os.File // dir's LOCK file, locked while the Set is open
+
+	noMerge    bool
+	merging    chan struct{} // closed when the merge running ends; nil if none
+	nextExpiry int64         // when a generation next expires: a merge may be due
+	stopMerge  atomic.Bool   // set by Close
 }
 
 // Open opens the set in dir, creating dir and a new set if it holds
@@ -144,7 +151,7 @@ func Open(dir string, horizon time.Duration, opts ...Option) (*Set, error) {
 	if err := option.Apply("diskwindow", &c, opts); err != nil {
 		return nil, err
 	}
-	s := &Set{dir: dir, w: int64(horizon), span: max(int64(horizon)/int64(c.gens), 1), maxOpen: c.maxOpen}
+	s := &Set{dir: dir, w: int64(horizon), span: max(int64(horizon)/int64(c.gens), 1), maxOpen: c.maxOpen, noMerge: c.noMerge}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("diskwindow: %w", err)
 	}
@@ -157,6 +164,9 @@ func Open(dir string, horizon time.Duration, opts ...Option) (*Set, error) {
 		s.closeFiles()
 		return nil, err
 	}
+	s.mu.Lock()
+	s.maybeMerge()
+	s.mu.Unlock()
 	return s, nil
 }
 
@@ -352,6 +362,10 @@ func (s *Set) answer(fps []compact.FP, dups []bool, record bool) ([]bool, error)
 // true duplicate) are made concurrently, so that a cold page cache costs
 // the disk's parallel latency, not the sum of the reads'.
 func (s *Set) probeSealed(cand []int, vals []u128, dups []bool) error {
+	cut := s.latest - s.w
+	if cut > s.latest {
+		cut = math.MinInt64
+	}
 	type read struct {
 		g   *gen
 		id  int
@@ -382,9 +396,9 @@ func (s *Set) probeSealed(cand []int, vals []u128, dups []bool) error {
 					return
 				}
 				r := reads[k]
-				low, err := r.g.lowInto(r.pos, buf)
+				low, tag, err := r.g.lowInto(r.pos, buf)
 				errs[k] = err
-				found[k] = err == nil && low == vals[r.id].low(r.g.l.lw)
+				found[k] = err == nil && low == vals[r.id].low(r.g.l.lw) && r.g.live(tag, cut)
 			}
 		})
 	}
@@ -432,6 +446,9 @@ func (s *Set) advance(nowNs int64) {
 		g.close()
 		os.Remove(g.path) // a file left by a crash is deleted at the next open
 		s.gens = s.gens[1:]
+	}
+	if cut >= s.nextExpiry {
+		s.maybeMerge()
 	}
 }
 
@@ -519,6 +536,7 @@ func (s *Set) sealIf(force bool) error {
 		s.err = err
 		return err
 	}
+	s.maybeMerge()
 	return nil
 }
 
@@ -564,7 +582,8 @@ func (s *Set) seal() error {
 type Stats struct {
 	IDs          int   // ids held: open and sealed, expired ones in live files included
 	OpenIDs      int   // ids in the open generation
-	Generations  int   // sealed files
+	Generations  int   // sealed generations, merged or not
+	Files        int   // sealed files (runs of merged generations)
 	DiskBytes    int64 // sealed files and the journal
 	JournalBytes int64 // the journal alone (12 bytes an open id)
 	SealedMem    int   // memory the sealed generations hold
@@ -575,9 +594,10 @@ type Stats struct {
 func (s *Set) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := Stats{OpenIDs: s.open.Len(), Generations: len(s.gens), OpenMem: s.open.Bytes(), DiskBytes: s.logBytes, JournalBytes: s.logBytes}
+	st := Stats{OpenIDs: s.open.Len(), Files: len(s.gens), OpenMem: s.open.Bytes(), DiskBytes: s.logBytes, JournalBytes: s.logBytes}
 	st.IDs = st.OpenIDs
 	for _, g := range s.gens {
+		st.Generations += len(g.tags)
 		st.IDs += int(g.n)
 		st.DiskBytes += int64(g.l.total)
 		st.SealedMem += g.memBytes()
@@ -589,6 +609,8 @@ func (s *Set) Stats() Stats {
 // memory. The open generation stays in its journal, replayed by the next
 // Open. Calls after Close return ErrClosed.
 func (s *Set) Close() error {
+	s.stopMerge.Store(true)
+	s.waitMerges()
 	err := s.commit(s.pendingTarget())
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()

@@ -60,8 +60,9 @@ func TestAddSealRestart(t *testing.T) {
 			t.Fatalf("id %d: duplicate on first add", i)
 		}
 	}
-	if got := s.Stats().Generations; got != 3 {
-		t.Fatalf("%d generations, want 3", got)
+	s.waitMerges()
+	if st := s.Stats(); st.Generations != 3 || st.Files != 1 {
+		t.Fatalf("%d generations in %d files, want 3 merged in 1", st.Generations, st.Files)
 	}
 	checks := 0
 	check := func(s *Set) {
@@ -87,7 +88,7 @@ func TestAddSealRestart(t *testing.T) {
 	defer s.Close()
 	check(s)
 	st := s.Stats()
-	if st.IDs != 3501 && st.IDs != 3502 || st.Generations != 3 {
+	if st.IDs != 3501 && st.IDs != 3502 || st.Generations != 3 || st.Files != 1 {
 		t.Fatalf("after restart: %+v", st)
 	}
 }
@@ -205,3 +206,6 @@ func TestTornJournal(t *testing.T) {
 		t.Fatal("new id answered duplicate")
 	}
 }
+
+// withoutMerge keeps each sealed generation in a file of its own.
+func withoutMerge() Option { return func(c *config) error { c.noMerge = true; return nil } }
