@@ -286,7 +286,14 @@ func (s *Set) replay(path string) error {
 	if err != nil {
 		return fmt.Errorf("diskwindow: %w", err)
 	}
-	s.open.Reserve(min(len(b)/12, maxOpenReserve)) // no index growth while replaying
+	// No index growth while replaying, nor after it while the generation
+	// fills as the last sealed one did (as seal sizes the next one).
+	want := len(b) / 12
+	if len(s.gens) > 0 {
+		tags := s.gens[len(s.gens)-1].tags
+		want = max(want, min(int(tags[len(tags)-1].count), s.maxOpen))
+	}
+	s.open.Reserve(min(want, maxOpenReserve))
 	good, err := decodeLog(path, b, s.openSeq, func(t int64, fp compact.FP) error {
 		if t > s.latest {
 			s.latest = t
