@@ -231,6 +231,19 @@ func printKeys(out, errOut io.Writer, format string, keys []keyView, next string
 	return nil
 }
 
+// withStoreKey is withKeys for a command on one key: the store key that
+// args or hk's flags name (hk.storeKey), then fn on it. Errors start with
+// "keys <verb>:".
+func withStoreKey(cmd *cobra.Command, f *keysFlags, hk *httpKeyFlags, args []string, verb string, fn func(ctx context.Context, ops keyOps, key string) error) error {
+	key, err := hk.storeKey(args)
+	if err != nil {
+		return fmt.Errorf("keys %s: %w", verb, err)
+	}
+	return withKeys(cmd, f, verb, func(ctx context.Context, ops keyOps) error {
+		return fn(ctx, ops, key)
+	})
+}
+
 func newKeysShow(f *keysFlags) *cobra.Command {
 	var hk httpKeyFlags
 	cmd := &cobra.Command{
@@ -242,11 +255,7 @@ instead of the store key: --idempotency-key and the headers that scope it
 --config FILE --route 'POST /path', or --scope-header as idem serve runs).`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			key, err := hk.storeKey(args)
-			if err != nil {
-				return fmt.Errorf("keys show: %w", err)
-			}
-			return withKeys(cmd, f, "show", func(ctx context.Context, ops keyOps) error {
+			return withStoreKey(cmd, f, &hk, args, "show", func(ctx context.Context, ops keyOps, key string) error {
 				v, err := ops.show(ctx, key)
 				if err != nil {
 					return err
@@ -290,11 +299,7 @@ func newKeysRelease(f *keysFlags) *cobra.Command {
 			if err != nil || tok == 0 {
 				return fmt.Errorf("keys release: --token %q: want the key's token from 'idem keys show' (a positive integer)", token)
 			}
-			key, err := hk.storeKey(args)
-			if err != nil {
-				return fmt.Errorf("keys release: %w", err)
-			}
-			return withKeys(cmd, f, "release", func(ctx context.Context, ops keyOps) error {
+			return withStoreKey(cmd, f, &hk, args, "release", func(ctx context.Context, ops keyOps, key string) error {
 				if err := ops.release(ctx, key, tok); err != nil {
 					return err
 				}
@@ -316,11 +321,7 @@ func newKeysForget(f *keysFlags) *cobra.Command {
 		Short: "Delete a done key's stored result: the next request with it executes again",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			key, err := hk.storeKey(args)
-			if err != nil {
-				return fmt.Errorf("keys forget: %w", err)
-			}
-			return withKeys(cmd, f, "forget", func(ctx context.Context, ops keyOps) error {
+			return withStoreKey(cmd, f, &hk, args, "forget", func(ctx context.Context, ops keyOps, key string) error {
 				if err := ops.forget(ctx, key); err != nil {
 					return err
 				}
