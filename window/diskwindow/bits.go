@@ -1,6 +1,9 @@
 package diskwindow
 
-import "math/bits"
+import (
+	"encoding/binary"
+	"math/bits"
+)
 
 // u128 is a fingerprint of up to 96 bits as one unsigned number.
 type u128 struct{ hi, lo uint64 }
@@ -69,6 +72,16 @@ func putWords(ws []uint64, p uint64, w uint, v uint64) {
 // getBytes returns the w ≤ 64 bits at bit p of the little-endian bit
 // stream in b (bit k is bit k%8 of b[k/8]), reading b[p/8 : (p+w+7)/8].
 func getBytes(b []byte, p uint64, w uint) uint64 {
+	if i, off := p/8, uint(p%8); w > 0 && i+9 <= uint64(len(b)) {
+		v := binary.LittleEndian.Uint64(b[i:]) >> off
+		if off+w > 64 {
+			v |= uint64(b[i+8]) << (64 - off)
+		}
+		if w < 64 {
+			v &= 1<<w - 1
+		}
+		return v
+	}
 	var v uint64
 	got := uint(0)
 	for got < w {
@@ -119,29 +132,50 @@ var select8 = func() (t [256][8]uint8) {
 	return t
 }()
 
-// bitWriter appends a little-endian bit stream to whole bytes.
-type bitWriter struct {
-	acc  uint64 // pending bits, the oldest lowest
-	n    uint   // pending bit count, < 8 after flushes
-	emit func(b byte)
+// lowWriter packs a little-endian bit stream into blocks of blockSize
+// bytes, eight bytes at a time, and passes each block to full when it is
+// filled (the last one zero-padded by flush). full may keep no reference
+// to the block.
+type lowWriter struct {
+	acc   uint64 // pending bits, the oldest lowest
+	n     uint   // pending bit count, < 64
+	block []byte // blockSize bytes
+	off   int    // bytes of block filled, a multiple of 8
+	full  func(block []byte)
 }
 
-func (w *bitWriter) put(v uint64, width uint) {
-	for width > 0 {
-		take := min(width, 56-w.n)
-		w.acc |= (v & (1<<take - 1)) << w.n
-		w.n += take
-		v >>= take
-		width -= take
-		for w.n >= 8 {
-			w.emit(byte(w.acc))
-			w.acc >>= 8
-			w.n -= 8
-		}
+func (w *lowWriter) word(x uint64) {
+	binary.LittleEndian.PutUint64(w.block[w.off:], x)
+	w.off += 8
+	if w.off == len(w.block) {
+		w.full(w.block)
+		w.off = 0
 	}
 }
 
-func (w *bitWriter) putWide(v u128, width uint) {
+// put appends the width ≤ 64 low bits of v.
+func (w *lowWriter) put(v uint64, width uint) {
+	if width == 0 {
+		return
+	}
+	if width < 64 {
+		v &= 1<<width - 1
+	}
+	w.acc |= v << w.n
+	if w.n+width < 64 {
+		w.n += width
+		return
+	}
+	w.word(w.acc)
+	spill := w.n + width - 64 // v's bits not yet written
+	w.acc = 0
+	if spill > 0 {
+		w.acc = v >> (width - spill)
+	}
+	w.n = spill
+}
+
+func (w *lowWriter) putWide(v u128, width uint) {
 	if width <= 64 {
 		w.put(v.lo, width)
 		return
@@ -150,10 +184,15 @@ func (w *bitWriter) putWide(v u128, width uint) {
 	w.put(v.hi, width-64)
 }
 
-// flush emits the last partial byte, zero-padded.
-func (w *bitWriter) flush() {
+// flush writes the pending bits and the last block, zero-padded.
+func (w *lowWriter) flush() {
 	if w.n > 0 {
-		w.emit(byte(w.acc))
+		w.word(w.acc)
 		w.acc, w.n = 0, 0
+	}
+	if w.off > 0 {
+		clear(w.block[w.off:])
+		w.full(w.block)
+		w.off = 0
 	}
 }

@@ -222,19 +222,9 @@ func writeRun(dir string, f uint, keyCheck uint64, tags []genTag, each func(put 
 	}
 	bw := bufio.NewWriterSize(file, 1<<20)
 	crcs := make([]uint32, 0, l.nblocks)
-	block := make([]byte, 0, blockSize)
-	endBlock := func() {
-		block = block[:blockSize] // zero-padded: block was cleared
+	w := lowWriter{block: make([]byte, blockSize), full: func(block []byte) {
 		crcs = append(crcs, crc32.Checksum(block, castagnoli))
 		bw.Write(block)
-		clear(block)
-		block = block[:0]
-	}
-	w := bitWriter{emit: func(b byte) {
-		block = append(block, b)
-		if len(block) == blockSize {
-			endBlock()
-		}
 	}}
 	var i uint64
 	var prev u128
@@ -261,9 +251,6 @@ func writeRun(dir string, f uint, keyCheck uint64, tags []genTag, each func(put 
 		return fail(err)
 	}
 	w.flush()
-	if len(block) > 0 {
-		endBlock()
-	}
 	if err := bw.Flush(); err != nil {
 		return fail(err)
 	}
@@ -466,6 +453,7 @@ func readGen(path string, file *os.File, f uint, keyCheck uint64, verify bool) (
 			}
 		}
 	}
+	adviseRandom(file) // after verify's reads, front to back
 	return g, nil
 }
 

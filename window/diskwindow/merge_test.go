@@ -242,3 +242,45 @@ func TestMergeDamaged(t *testing.T) {
 		t.Fatalf("files after the failed merge: %v", after)
 	}
 }
+
+// BenchmarkMerge merges two files of 2²² values each: the CPU a merge
+// costs a value (read, compare, written), page cache warm.
+func BenchmarkMerge(b *testing.B) {
+	r := rand.New(rand.NewPCG(9, 10))
+	const f, n = 85, 1 << 22
+	dir := b.TempDir()
+	var in []*gen
+	var files []*os.File
+	for seq := uint64(1); seq <= 2; seq++ {
+		path, err := writeGen(dir, seq, f, 42, randVals(r, n, f), int64(seq), int64(seq))
+		if err != nil {
+			b.Fatal(err)
+		}
+		g, err := openGen(path, f, 42, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer g.close()
+		in = append(in, g)
+	}
+	out := b.TempDir()
+	for b.Loop() {
+		files = files[:0]
+		for _, g := range in {
+			h, err := os.Open(g.path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			files = append(files, h)
+		}
+		g, err := mergeFiles(out, f, 42, in, files, 0, new(atomic.Bool))
+		if err != nil {
+			b.Fatal(err)
+		}
+		g.close()
+		for _, h := range files {
+			h.Close()
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*2*n), "ns/value")
+}
