@@ -107,7 +107,8 @@ bench-dedup-disk:
 		$(GO) test -run '^TestDedupDiskCurve$$' -v -count=1 -timeout 0 ./window/diskwindow 2>&1 | tee $(DEDUP_LOG)
 	@grep -q '^--- PASS' $(DEDUP_LOG)
 	cp $(DEDUP_CSV) docs/img/dedup-disk.csv
-	cd tools/benchchart && $(GO) run . -kind dedupdisk -in ../../docs/img/dedup-disk.csv -out ../../docs/img/dedup-disk.svg
+	cd tools/benchchart && $(GO) run . -kind dedupdisk -in ../../docs/img/dedup-disk.csv -out ../../docs/img/dedup-disk.svg \
+		-before ../../docs/img/dedup-disk-nomerge.csv -before-name 'unmerged, per CPU-second'
 	@grep '^ids=' $(DEDUP_LOG)
 
 ## bench-scale: the inbox scale curve (msg/s per million keys, UUIDv4 against

@@ -21,23 +21,32 @@ import (
 // and the set's bytes an id on disk and in memory, against the ids held.
 // The rates per CPU-second (process CPU time, getrusage), when the CSV has
 // them, are drawn beside the wall-clock ones: on a shared machine they are
-// the figures that do not move with the load.
-func runDedupDisk(in, out string) error {
-	f, err := os.Open(in)
+// the figures that do not move with the load. With before (a CSV of an
+// earlier run, "" for none), its rate per CPU-second is drawn beside them,
+// named beforeName.
+func runDedupDisk(in, out, before, beforeName string) error {
+	rows, col, err := readDedupCSV(in)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	rows, err := csv.NewReader(f).ReadAll()
-	if err != nil {
-		return err
-	}
-	if len(rows) < 2 || len(rows[0]) < 5 || rows[0][0] != "ids" {
-		return fmt.Errorf("%s: not a TestDedupDiskCurve CSV", in)
-	}
-	col := map[string]int{}
-	for i, name := range rows[0] {
-		col[name] = i
+	var prior plotter.XYs
+	if before != "" {
+		brows, bcol, err := readDedupCSV(before)
+		if err != nil {
+			return err
+		}
+		c, ok := bcol["adds_per_cpu_s"]
+		if !ok {
+			return fmt.Errorf("%s: no adds_per_cpu_s column", before)
+		}
+		for _, r := range brows[1:] {
+			x, err1 := strconv.ParseFloat(r[0], 64)
+			y, err2 := strconv.ParseFloat(r[c], 64)
+			if err1 != nil || err2 != nil {
+				return fmt.Errorf("%s: %v %v", before, err1, err2)
+			}
+			prior = append(prior, plotter.XY{X: x / 1e6, Y: y})
+		}
 	}
 	cpu, wcpu := col["adds_per_cpu_s"], col["window_adds_per_cpu_s"]
 	var rate, wrate, disk, mem, crate, cwrate plotter.XYs
@@ -65,7 +74,7 @@ func runDedupDisk(in, out string) error {
 			cwrate = append(cwrate, plotter.XY{X: x, Y: w})
 		}
 	}
-	rp := newPlot("window/diskwindow AddBatch (4096 UUIDs, fsync a batch, sealed files cold) beside window.Dedup", "new ids/s")
+	rp := newPlot("diskwindow AddBatch (4096 UUIDs, fsync a batch, files cold) and window.Dedup", "new ids/s")
 	rp.X.Label.Text = "ids in the set (millions)"
 	bp := newPlot("bytes an id: disk (sealed files + journal), memory (sealed generations)", "B/id")
 	bp.X.Label.Text = rp.X.Label.Text
@@ -75,7 +84,7 @@ func runDedupDisk(in, out string) error {
 		name string
 		xy   plotter.XYs
 	}{{0, "diskwindow", rate}, {0, "window (in memory)", wrate}, {1, "disk", disk}, {1, "memory, sealed", mem},
-		{0, "diskwindow, per CPU-second", crate}, {0, "window, per CPU-second", cwrate}} {
+		{0, "diskwindow, per CPU-second", crate}, {0, "window, per CPU-second", cwrate}, {0, beforeName, prior}} {
 		if len(s.xy) == 0 {
 			continue
 		}
@@ -101,4 +110,25 @@ func runDedupDisk(in, out string) error {
 	}
 	g := &grid{plots: [][]*plot.Plot{{rp}, {bp}}, legends: legends, w: 12 * vg.Inch, h: 9 * vg.Inch}
 	return g.save(out)
+}
+
+// readDedupCSV reads a TestDedupDiskCurve CSV and names its columns.
+func readDedupCSV(path string) ([][]string, map[string]int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(rows) < 2 || len(rows[0]) < 5 || rows[0][0] != "ids" {
+		return nil, nil, fmt.Errorf("%s: not a TestDedupDiskCurve CSV", path)
+	}
+	col := map[string]int{}
+	for i, name := range rows[0] {
+		col[name] = i
+	}
+	return rows, col, nil
 }

@@ -45,6 +45,8 @@ type point struct{ keys, rate, bpk float64 }
 func main() {
 	in := flag.String("in", "", "CSV from TestScaleCurve (IDEM_SCALE_CSV) or TestMemoryCurve (IDEM_COMPACT_CURVE_CSV)")
 	out := flag.String("out", "docs/img/inbox-scale.svg", "SVG to write")
+	before := flag.String("before", "", "dedupdisk: an earlier run's CSV, whose rate per CPU-second is drawn beside")
+	beforeName := flag.String("before-name", "earlier run, per CPU-second", "dedupdisk: the legend of -before")
 	kind := flag.String("kind", "inbox", "inbox (rate and bytes a key), compact (bytes a key, log count) or dedupdisk (window/diskwindow's curve)")
 	flag.Parse()
 	var err error
@@ -54,7 +56,7 @@ func main() {
 	case "compact":
 		err = runCompact(*in, *out)
 	case "dedupdisk":
-		err = runDedupDisk(*in, *out)
+		err = runDedupDisk(*in, *out, *before, *beforeName)
 	default:
 		err = fmt.Errorf("-kind %q: want inbox, compact or dedupdisk", *kind)
 	}

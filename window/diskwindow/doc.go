@@ -19,8 +19,13 @@
 // a byte an id) stay in memory as the generation's index and filter, and
 // the rest are read from disk, one 4 KiB block, only for an id that
 // matches those in memory (for a new id about one generation in 16 to 64;
-// in 51 at the default WithMaxOpen). A file is deleted whole once its
-// newest id has expired.
+// in 51 at the default WithMaxOpen). In the background, sealed files are
+// merged while the result stays under 2³² ids: each value of a merged
+// file carries a tag naming its generation, so that each generation still
+// expires on its own, and a new id probes one file for every 2³² ids
+// rather than one for every generation. A file is deleted whole once its
+// newest id has expired; a merge drops expired generations, and a file
+// whose expired ids reach a quarter of it is rewritten without them.
 //
 // # Guarantees
 //
@@ -55,10 +60,14 @@
 //
 // # Costs
 //
-// Disk: 2 + f − log₂(n) bits an id for a generation of n ids, plus 0.1%
-// of block checksums: 7.3 bytes an id for the seeds' hourly generations
-// (n = 3.6×10⁸), 7.7 at n = 4.2×10⁷ (5·2²³, the default WithMaxOpen). Each
-// sealed generation costs one in-memory probe per new id, so keep their
-// number (k plus the seals forced by WithMaxOpen) in the tens.
+// Disk: 2 + f − log₂(n) bits an id for a file of n ids, plus ⌈log₂ g⌉ tag
+// bits for a file merged from g generations and 0.1% of block checksums:
+// 7.7 bytes an id at n = 4.2×10⁷ (5·2²³, the default WithMaxOpen), and as
+// much for four such generations merged (the tags' two bits are the two
+// the larger n saves); 7.4 for the seeds' day (n = 4.3×10⁹ a file, 12
+// hourly generations, 4 tag bits). Each sealed file costs one in-memory
+// probe per new id; merging keeps them to one per 2³² ids. A merge needs
+// the disk of the file it writes, and its in-memory part beside its
+// inputs' while it runs.
 // Measured figures: docs/dedup-disk.md and docs/benchmarks.md.
 package diskwindow
