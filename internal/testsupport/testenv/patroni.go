@@ -187,7 +187,7 @@ func (p *Patroni) config(m *patroniMember) string {
 	}
 	c := map[string]any{
 		"scope": p.scope, "namespace": "/idem/", "name": m.name,
-		"log":     map[string]any{"level": "WARNING"},
+		"log":     map[string]any{"level": "INFO"}, // its decisions, for Diagnose
 		"restapi": map[string]any{"listen": fmt.Sprintf("127.0.0.1:%d", m.api), "connect_address": fmt.Sprintf("127.0.0.1:%d", m.api)},
 		"etcd3":   map[string]any{"hosts": []string{fmt.Sprintf("127.0.0.1:%d", p.etcdAPI)}},
 		"bootstrap": map[string]any{
@@ -255,6 +255,21 @@ func (p *Patroni) live() []*patroniMember {
 		}
 	}
 	return l
+}
+
+// Diagnose describes the cluster for a failure message: its members as
+// the REST API lists them, then the end of each member's Patroni log
+// (where it says why it did or did not take the lead).
+func (p *Patroni) Diagnose() string {
+	var b strings.Builder
+	c, err := p.cluster()
+	fmt.Fprintf(&b, "members: %+v (%v)\n", c.Members, err)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range p.members {
+		fmt.Fprintf(&b, "--- %s (killed: %v), end of its log:\n%s\n", m.name, m.dead, m.srv.logTail())
+	}
+	return b.String()
 }
 
 // WaitLeader waits until a member is the running leader and returns its

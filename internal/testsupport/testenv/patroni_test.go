@@ -38,7 +38,7 @@ func TestPatroni(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if err != nil {
-		t.Fatalf("no write on a new leader within a minute of %s's kill: %v", killed, err)
+		t.Fatalf("no write on a new leader within a minute of %s's kill: %v\n%s", killed, err, p.Diagnose())
 	}
 	// The write above reached the new primary; Patroni's member list can
 	// still show the killed leader until its key's ttl runs out and a loop
