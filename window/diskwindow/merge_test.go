@@ -178,22 +178,30 @@ func TestMergeSet(t *testing.T) {
 	}
 }
 
+// unmerged adds the ids 0 to n-1 to a set in dir sealed every maxOpen ids
+// and never merged, closes it, and returns its sealed files, oldest first.
+func unmerged(t *testing.T, dir string, maxOpen, n int) []string {
+	t.Helper()
+	s := mustOpen(t, dir, time.Hour, WithMaxOpen(maxOpen), withoutMerge())
+	for i := range n {
+		add(t, s, "", fmt.Sprint(i), t0)
+	}
+	s.Close()
+	files, _ := filepath.Glob(filepath.Join(dir, "*.edf"))
+	return files
+}
+
 // TestMergeLeftover is a crash between a merge's rename and its deletion
 // of the older input: Open deletes the input the merged file covers.
 func TestMergeLeftover(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s := mustOpen(t, dir, time.Hour, WithMaxOpen(1000), withoutMerge())
-	for i := range 2500 {
-		add(t, s, "", fmt.Sprint(i), t0)
-	}
-	s.Close()
-	files, _ := filepath.Glob(filepath.Join(dir, "*.edf"))
+	files := unmerged(t, dir, 1000, 2500)
 	if len(files) != 2 {
 		t.Fatalf("files %v", files)
 	}
 	older, _ := os.ReadFile(files[0])
-	s = mustOpen(t, dir, time.Hour)
+	s := mustOpen(t, dir, time.Hour)
 	s.waitMerges()
 	if st := s.Stats(); st.Files != 1 {
 		t.Fatalf("not merged: %+v", st)
@@ -221,16 +229,11 @@ func TestMergeLeftover(t *testing.T) {
 func TestMergeDamaged(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s := mustOpen(t, dir, time.Hour, WithMaxOpen(2000), withoutMerge())
-	for i := range 4500 {
-		add(t, s, "", fmt.Sprint(i), t0)
-	}
-	s.Close()
-	files, _ := filepath.Glob(filepath.Join(dir, "*.edf"))
+	files := unmerged(t, dir, 2000, 4500)
 	b, _ := os.ReadFile(files[0])
 	b[len(b)-100] ^= 1
 	os.WriteFile(files[0], b, 0o600)
-	s = mustOpen(t, dir, time.Hour) // the index is intact: Open takes it
+	s := mustOpen(t, dir, time.Hour) // the index is intact: Open takes it
 	defer s.Close()
 	s.waitMerges()
 	_, err := s.Add(context.Background(), "", "x", t0)
