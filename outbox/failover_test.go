@@ -53,6 +53,16 @@ func TestRelayFailover(t *testing.T) {
 	}
 }
 
+// waitFor polls cond until it holds, and fails the test after a minute.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited a minute for %s", what)
+		}
+	}
+}
+
 type tlog struct{ t *testing.T }
 
 func (l tlog) Write(b []byte) (int, error) { l.t.Log(string(b)); return len(b), nil }
@@ -63,7 +73,6 @@ func relayFailover(t *testing.T, mode testenv.PGHAMode, wait bool) relayResult {
 	h := testenv.StartPGHA(t, mode)
 	db := testenv.Open(t, "pgx", h.URL())
 	ctx, cancel := context.WithCancel(context.Background())
-	wctx, stopWriter := context.WithCancel(ctx)
 	o, err := outbox.New(sqldialect.Postgres)
 	if err != nil {
 		t.Fatal(err)
@@ -98,11 +107,22 @@ func relayFailover(t *testing.T, mode testenv.PGHAMode, wait bool) relayResult {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	wg.Add(2)
+	var wg, writer sync.WaitGroup
+	wg.Add(1)
 	go func() { defer wg.Done(); _ = relay.Run(ctx) }()
-	var n atomic.Int64 // orders begun
+	var (
+		n         atomic.Int64 // orders begun
+		nTold     atomic.Int64
+		stopWrite atomic.Bool
+	)
+	pubCount := func() int64 { mu.Lock(); defer mu.Unlock(); return int64(len(published)) }
+	// Each attempt has a context of its own that the stop does not
+	// cancel: a commit cancelled in flight can still commit on the server
+	// after the drain below has seen the outbox empty, and its message
+	// would then be counted as never published.
 	write := func(id string) error {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
 		tx, err := db.BeginTx(wctx, nil)
 		if err != nil {
 			return err
@@ -116,15 +136,17 @@ func relayFailover(t *testing.T, mode testenv.PGHAMode, wait bool) relayResult {
 		}
 		return tx.Commit()
 	}
+	writer.Add(1)
 	go func() { // the writer: one order every 5 ms, each retried until committed
-		defer wg.Done()
-		for wctx.Err() == nil {
+		defer writer.Done()
+		for !stopWrite.Load() {
 			id := fmt.Sprintf("o%05d", n.Add(1))
-			for wctx.Err() == nil {
+			for !stopWrite.Load() {
 				if err := write(id); err == nil {
 					mu.Lock()
 					told[id] = true
 					mu.Unlock()
+					nTold.Add(1)
 					break
 				}
 				time.Sleep(20 * time.Millisecond)
@@ -132,9 +154,11 @@ func relayFailover(t *testing.T, mode testenv.PGHAMode, wait bool) relayResult {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
-	time.Sleep(2 * time.Second)
+	defer func() { stopWrite.Store(true); cancel(); writer.Wait(); wg.Wait() }()
+	// Busy before the kill: orders committed and the relay publishing.
+	waitFor(t, "200 orders committed and 100 published before the kill", func() bool { return nTold.Load() >= 200 && pubCount() >= 100 })
 	h.HoldReplication()
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // commits the standby has not got
 	h.KillPrimary()
 	h.Promote()
 	if wait { // the new primary's relay waits for a standby of its own
@@ -142,9 +166,12 @@ func relayFailover(t *testing.T, mode testenv.PGHAMode, wait bool) relayResult {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(2 * time.Second)
-	// Stop writing; the relay drains the new primary's outbox.
-	stopWriter()
+	after := nTold.Load()
+	waitFor(t, "50 orders committed on the new primary", func() bool { return nTold.Load() >= after+50 })
+	// Stop writing, and wait for the write in flight to end; then the
+	// relay drains the new primary's outbox.
+	stopWrite.Store(true)
+	writer.Wait()
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		var unsent int
 		if db.QueryRow(`SELECT count(*) FROM idem_outbox WHERE sent_at IS NULL`).Scan(&unsent) == nil && unsent == 0 {
@@ -178,6 +205,12 @@ func relayFailover(t *testing.T, mode testenv.PGHAMode, wait bool) relayResult {
 	for id := range survived {
 		if published[id] == 0 {
 			r.never++
+			var sent bool // marked sent, or left unsent by the drain
+			if err := db.QueryRow(`SELECT sent_at IS NOT NULL FROM idem_outbox WHERE id = $1`, id).Scan(&sent); err != nil {
+				t.Logf("never published %s: its outbox row: %v", id, err)
+			} else {
+				t.Logf("never published %s: marked sent: %v", id, sent)
+			}
 		}
 	}
 	for id, k := range published {
