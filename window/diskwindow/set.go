@@ -306,11 +306,18 @@ func (s *Set) begin(ctx context.Context, scope string, ids []string, now time.Ti
 func (s *Set) answer(fps []compact.FP, dups []bool, record bool) ([]bool, error) {
 	base := len(dups)
 	var cand []int // ids absent from the open generation
-	for i, fp := range fps {
-		_, ok := s.open.Find(fp)
-		dups = append(dups, ok)
-		if !ok {
-			cand = append(cand, i)
+	// The index groups are loaded a few at a time before they are read
+	// (Touch): the misses of a large open generation overlap instead of
+	// following one another.
+	for j := 0; j < len(fps); j += compact.TouchBatch {
+		part := fps[j:min(j+compact.TouchBatch, len(fps))]
+		s.open.Touch(part)
+		for i, fp := range part {
+			_, ok := s.open.Find(fp)
+			dups = append(dups, ok)
+			if !ok {
+				cand = append(cand, j+i)
+			}
 		}
 	}
 	vals := make([]u128, len(fps))
@@ -339,15 +346,20 @@ func (s *Set) answer(fps []compact.FP, dups []bool, record bool) ([]bool, error)
 			dups[base+cand[j]] = true // repeated within the batch
 		}
 	}
-	var fresh []compact.FP
+	fresh := make([]compact.FP, 0, len(cand))
 	for i, fp := range fps {
-		if dups[base+i] {
-			continue
+		if !dups[base+i] {
+			fresh = append(fresh, fp)
 		}
-		if err := s.open.Append(fp, compact.Rec{T: s.latest, Seq: s.open.NextSeq()}); err != nil {
-			return nil, fmt.Errorf("diskwindow: %w", err)
+	}
+	for j := 0; j < len(fresh); j += compact.TouchBatch {
+		part := fresh[j:min(j+compact.TouchBatch, len(fresh))]
+		s.open.Touch(part)
+		for _, fp := range part {
+			if err := s.open.Append(fp, compact.Rec{T: s.latest, Seq: s.open.NextSeq()}); err != nil {
+				return nil, fmt.Errorf("diskwindow: %w", err)
+			}
 		}
-		fresh = append(fresh, fp)
 	}
 	if len(fresh) > 0 {
 		s.pending = appendRecords(s.pending, s.latest, fresh)
