@@ -7,8 +7,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -68,7 +70,14 @@ func killChild() {
 	os.Exit(0)
 }
 
-func TestKill9(t *testing.T) {
+func TestKill9(t *testing.T) { killRounds(t, false) }
+
+// TestKill9InMerge aims each kill inside a merge: the parent watches the
+// directory and kills the child while a merged file is being written (its
+// temporary file stands beside the newer input it will replace).
+func TestKill9InMerge(t *testing.T) { killRounds(t, true) }
+
+func killRounds(t *testing.T, inMerge bool) {
 	if testing.Short() {
 		t.Skip("starts child processes")
 	}
@@ -83,7 +92,7 @@ func TestKill9(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	var acked [][2]int // [first, last] acknowledged batch of each round
-	start, forgotten, falselySeen, total := 0, 0, 0, 0
+	start, forgotten, falselySeen, total, inside := 0, 0, 0, 0, 0
 	for round := range rounds {
 		cmd := exec.Command(exe, "-test.run=^$")
 		cmd.Env = append(os.Environ(), childEnv+"="+dir, childStartEnv+"="+strconv.Itoa(start))
@@ -96,8 +105,14 @@ func TestKill9(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Kill after a random number of acknowledged batches (up to about
-		// two seals' worth), at a random point of the next one.
+		// two seals' worth), at a random point of the next one; or, aimed
+		// at a merge, at the first merge after that.
 		killAfter := 1 + r.IntN(100)
+		var armed atomic.Bool
+		watched, force := make(chan bool, 1), make(chan struct{})
+		if inMerge {
+			go func() { watched <- killInMerge(dir, cmd.Process, &armed, force) }()
+		}
 		sc := bufio.NewScanner(out)
 		last := -1
 		for sc.Scan() {
@@ -108,10 +123,23 @@ func TestKill9(t *testing.T) {
 				t.Fatalf("round %d: child: %s", round, line)
 			}
 			last, _ = strconv.Atoi(strings.TrimPrefix(line, "ack "))
-			if last-start+1 >= killAfter {
+			if last-start+1 < killAfter {
+				continue
+			}
+			if !inMerge {
 				time.Sleep(time.Duration(r.IntN(3000)) * time.Microsecond)
 				cmd.Process.Signal(syscall.SIGKILL)
 				break
+			}
+			armed.Store(true)
+			if last-start+1 >= killAfter+2000 { // no merge seen: kill anyway
+				break
+			}
+		}
+		if inMerge {
+			close(force) // the watcher kills the child now if it has not
+			if <-watched {
+				inside++
 			}
 		}
 		cmd.Wait()
@@ -152,10 +180,54 @@ func TestKill9(t *testing.T) {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
+		if left := tmpFilesIn(dir); len(left) > 0 {
+			t.Fatalf("round %d: temporary files left after a reopen: %v", round, left)
+		}
 		start = last + 10 // past the batch in flight at the kill
 	}
 	t.Logf("%d rounds: %d acknowledged ids checked, %d forgotten, %d never-sent ids falsely seen", rounds, total, forgotten, falselySeen)
 	if forgotten > 0 || falselySeen > 0 {
 		t.Fatalf("%d acknowledged ids forgotten, %d falsely seen", forgotten, falselySeen)
 	}
+	if inMerge {
+		t.Logf("%d of %d kills landed while a merged file was being written", inside, rounds)
+		if inside == 0 {
+			t.Fatalf("no kill landed inside a merge")
+		}
+	}
+}
+
+// killInMerge polls dir, once armed, for a merge being written (gen-X.edf.tmp
+// beside gen-X.edf: a seal's temporary file has no finished namesake), kills
+// p when it sees one, and reports whether it did. When force is closed
+// first it kills p and reports false.
+func killInMerge(dir string, p *os.Process, armed *atomic.Bool, force <-chan struct{}) bool {
+	for {
+		select {
+		case <-force:
+			p.Signal(syscall.SIGKILL)
+			return false
+		default:
+		}
+		if armed.Load() {
+			for _, name := range tmpFilesIn(dir) {
+				if _, err := os.Stat(filepath.Join(dir, strings.TrimSuffix(name, ".tmp"))); err == nil {
+					p.Signal(syscall.SIGKILL)
+					return true
+				}
+			}
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+func tmpFilesIn(dir string) []string {
+	entries, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".tmp") {
+			names = append(names, e.Name())
+		}
+	}
+	return names
 }
