@@ -13,7 +13,8 @@
 // directory. The newest generation is in memory (about 22 bytes an id)
 // and in an append-only journal of fingerprints. When it is horizon/k old
 // ([WithGenerations], default k = 24) or holds [WithMaxOpen] ids, it is
-// sealed: its fingerprints, sorted, are written to an immutable file in
+// sealed in the background (it answers from memory until its file is in
+// place): its fingerprints, sorted, are written to an immutable file in
 // an Elias–Fano code, of which the top bits (upper bits in unary, 1.5 to
 // 2 bits an id) and five or six more bits an id (six where they fit under
 // a byte an id) stay in memory as the generation's index and filter, and

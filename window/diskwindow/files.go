@@ -119,8 +119,28 @@ func (s *Set) load(c config) error {
 			live = append(live, seq)
 		}
 	}
-	if len(live) > 1 {
+	if len(live) > 2 {
 		return &CorruptError{File: logPath(s.dir, live[0]), Reason: fmt.Sprintf("%d open journals", len(live))}
+	}
+	if len(live) == 2 {
+		// A crash while the older generation was sealed in the
+		// background: seal it now, then open the newer one.
+		s.openSeq = live[0]
+		if err := s.replay(logPath(s.dir, live[0])); err != nil {
+			return err
+		}
+		s.log.Close()
+		s.log = nil
+		if s.open.Len() > 0 {
+			g, err := s.sealFile(s.open, live[0])
+			if err != nil {
+				return err
+			}
+			s.gens = append(s.gens, g)
+		}
+		os.Remove(logPath(s.dir, live[0]))
+		s.open = compact.NewSet()
+		live = live[1:]
 	}
 	if len(live) == 1 {
 		s.openSeq = live[0]

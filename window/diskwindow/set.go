@@ -58,7 +58,8 @@ type config struct {
 	maxOpen int
 	f       int
 	verify  bool
-	noMerge bool // tests: keep every generation in a file of its own
+	noMerge bool   // tests: keep every generation in a file of its own
+	onSeal  func() // tests: called by a background seal before it writes
 }
 
 // WithGenerations cuts the horizon into k generations (k > 0, default
@@ -122,6 +123,9 @@ type Set struct {
 	latest     int64
 	open       *compact.Set
 	openSeq    uint64
+	frozen     *compact.Set  // the generation sealed in the background, read-only; nil if none
+	sealDone   chan struct{} // closed when the background seal ends; nil if none runs
+	frozenLog  int64         // the frozen generation's journal bytes
 	log        *os.File
 	logBytes   int64
 	pending    []byte   // journal records not yet written
@@ -130,6 +134,7 @@ type Set struct {
 	lock       *os.File // dir's LOCK file, locked while the Set is open
 
 	noMerge    bool
+	onSeal     func()
 	merging    chan struct{} // closed when the merge running ends; nil if none
 	nextExpiry int64         // when a generation next expires: a merge may be due
 	stopMerge  atomic.Bool   // set by Close
@@ -151,7 +156,7 @@ func Open(dir string, horizon time.Duration, opts ...Option) (*Set, error) {
 	if err := option.Apply("diskwindow", &c, opts); err != nil {
 		return nil, err
 	}
-	s := &Set{dir: dir, w: int64(horizon), span: max(int64(horizon)/int64(c.gens), 1), maxOpen: c.maxOpen, noMerge: c.noMerge}
+	s := &Set{dir: dir, w: int64(horizon), span: max(int64(horizon)/int64(c.gens), 1), maxOpen: c.maxOpen, noMerge: c.noMerge, onSeal: c.onSeal}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("diskwindow: %w", err)
 	}
@@ -320,6 +325,9 @@ func (s *Set) answer(fps []compact.FP, dups []bool, record bool) ([]bool, error)
 			}
 		}
 	}
+	if s.frozen != nil && len(cand) > 0 {
+		cand = s.probeFrozen(fps, cand, dups[base:])
+	}
 	vals := make([]u128, len(fps))
 	for _, i := range cand {
 		vals[i] = s.value(fps[i])
@@ -366,6 +374,34 @@ func (s *Set) answer(fps []compact.FP, dups []bool, record bool) ([]bool, error)
 		s.pendingSeq++
 	}
 	return dups, nil
+}
+
+// probeFrozen sets dups[i] for the ids cand[…] = i live in the generation
+// being sealed in the background, and returns the others.
+func (s *Set) probeFrozen(fps []compact.FP, cand []int, dups []bool) []int {
+	cut := s.latest - s.w
+	if cut > s.latest {
+		cut = math.MinInt64
+	}
+	rest := make([]int, 0, len(cand))
+	var part [compact.TouchBatch]compact.FP
+	for j := 0; j < len(cand); j += compact.TouchBatch {
+		ids := cand[j:min(j+compact.TouchBatch, len(cand))]
+		for k, i := range ids {
+			part[k] = fps[i]
+		}
+		s.frozen.Touch(part[:len(ids)])
+		for _, i := range ids {
+			// Not dropped as it expires (it is read while its file is
+			// written): an expired id answers new, as in the open one.
+			if r, ok := s.frozen.Find(fps[i]); ok && r.T > cut {
+				dups[i] = true
+			} else {
+				rest = append(rest, i)
+			}
+		}
+	}
+	return rest
 }
 
 // probeSealed sets dups[i] for the ids cand[…] = i (sorted by value)
@@ -514,9 +550,10 @@ func (s *Set) commit(target uint64) error {
 }
 
 // Seal writes the open generation to a sealed file now, whatever its
-// size and age, and starts a new one. Add seals by itself (see
-// WithGenerations and WithMaxOpen); Seal is for tests and for callers
-// that want memory back before a quiet period.
+// size and age, starts a new one, and returns once the file is written.
+// Add seals by itself, in the background (see WithGenerations and
+// WithMaxOpen); Seal is for tests and for callers that want memory back
+// before a quiet period.
 func (s *Set) Seal() error { return s.sealIf(true) }
 
 // Expire moves the set's clock to now (never backwards): expired ids are
@@ -542,62 +579,124 @@ func (s *Set) sealIf(force bool) error {
 		return err
 	}
 	if s.open.Len() == 0 || !force && !s.sealDue() {
+		if force {
+			s.waitSealLocked()
+			return s.usable()
+		}
 		return nil
+	}
+	// One generation is sealed at a time: a generation that filled
+	// before the last one's file was written waits for it.
+	s.waitSealLocked()
+	if err := s.usable(); err != nil {
+		return err
 	}
 	if err := s.seal(); err != nil {
 		s.err = err
 		return err
 	}
-	s.maybeMerge()
+	if force {
+		s.waitSealLocked()
+		return s.usable()
+	}
 	return nil
 }
 
-// seal writes the open generation as a sealed file, then starts the next
-// generation's journal and deletes the sealed one's: a crash in between
-// leaves a file and the journal of the same generation, and Open keeps
-// the file. Called with syncMu and mu held.
+// waitSealLocked waits, with mu held (released while it waits), until no
+// background seal runs. With syncMu held no new one can start.
+func (s *Set) waitSealLocked() {
+	for s.sealDone != nil {
+		done := s.sealDone
+		s.mu.Unlock()
+		<-done
+		s.mu.Lock()
+	}
+}
+
+// seal freezes the open generation and starts its sealed file's write in
+// the background: its pending records are written to its journal and
+// fsync'd, the next generation starts with a journal of its own, and the
+// frozen generation answers lookups from memory until its file is in
+// place; then its journal is deleted. A crash before that leaves both
+// journals, and Open seals the older one. Called with syncMu and mu held
+// and no background seal running.
 func (s *Set) seal() error {
-	vals := make([]u128, 0, s.open.Len())
-	s.open.Each(func(fp compact.FP, _ compact.Rec) { vals = append(vals, s.value(fp)) })
-	tmin, _ := s.open.Oldest()
-	tmax, _ := s.open.Newest()
-	path, err := writeGen(s.dir, s.openSeq, s.f, s.keyCheck, vals, tmin, tmax)
-	if err != nil {
-		return err
+	if len(s.pending) > 0 {
+		if _, err := s.log.Write(s.pending); err != nil {
+			return fmt.Errorf("diskwindow: journal %s: %w", s.log.Name(), err)
+		}
+		if err := s.log.Sync(); err != nil {
+			return fmt.Errorf("diskwindow: journal %s: %w", s.log.Name(), err)
+		}
+		s.logBytes += int64(len(s.pending))
+		s.pending = s.pending[:0]
 	}
-	g, err := openGen(path, s.f, s.keyCheck, false)
-	if err != nil {
-		return err
-	}
-	s.gens = append(s.gens, g)
-	// Everything pending is in the file now.
-	s.pending = s.pending[:0]
 	s.durable.Store(s.pendingSeq)
-	old := s.log
 	log, err := createLog(s.dir, s.openSeq+1)
 	if err != nil {
 		return err
 	}
+	old, frozen, seq := s.log, s.open, s.openSeq
+	s.frozenLog = s.logBytes
 	s.log, s.logBytes = log, logHeaderLen
 	s.openSeq++
 	s.open = compact.NewSet()
 	// The next generation is likely to fill as this one did: size its
 	// index for as many ids now (at most maxOpen), so that it never grows
 	// by moving its records (a fifth of AddBatch's CPU time when it did).
-	s.open.Reserve(min(len(vals), s.maxOpen))
+	s.open.Reserve(min(frozen.Len(), s.maxOpen))
 	old.Close()
-	os.Remove(old.Name())
+	done := make(chan struct{})
+	s.frozen, s.sealDone = frozen, done
+	go s.sealBackground(frozen, seq, old.Name(), done)
 	return nil
+}
+
+// sealBackground writes the frozen generation's file, then puts it in
+// place of the frozen generation and deletes its journal.
+func (s *Set) sealBackground(frozen *compact.Set, seq uint64, logName string, done chan struct{}) {
+	defer close(done)
+	if s.onSeal != nil {
+		s.onSeal()
+	}
+	g, err := s.sealFile(frozen, seq)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sealDone = nil
+	if err != nil {
+		if s.err == nil {
+			s.err = err
+		}
+		return
+	}
+	s.gens = append(s.gens, g)
+	s.frozen, s.frozenLog = nil, 0
+	os.Remove(logName)
+	s.maybeMerge()
+}
+
+// sealFile writes generation seq, the ids of set, as a sealed file and
+// opens it. set is only read.
+func (s *Set) sealFile(set *compact.Set, seq uint64) (*gen, error) {
+	vals := make([]u128, 0, set.Len())
+	set.Each(func(fp compact.FP, _ compact.Rec) { vals = append(vals, s.value(fp)) })
+	tmin, _ := set.Oldest()
+	tmax, _ := set.Newest()
+	path, err := writeGen(s.dir, seq, s.f, s.keyCheck, vals, tmin, tmax)
+	if err != nil {
+		return nil, err
+	}
+	return openGen(path, s.f, s.keyCheck, false)
 }
 
 // Stats describes a Set's size.
 type Stats struct {
 	IDs          int   // ids held: open and sealed, expired ones in live files included
-	OpenIDs      int   // ids in the open generation
+	OpenIDs      int   // ids in the open generation (and in one sealed in the background)
 	Generations  int   // sealed generations, merged or not
 	Files        int   // sealed files (runs of merged generations)
 	DiskBytes    int64 // sealed files and the journal
-	JournalBytes int64 // the journal alone (12 bytes an open id)
+	JournalBytes int64 // the journals alone (12 bytes an open id)
 	SealedMem    int   // memory the sealed generations hold
 	OpenMem      int   // memory the open generation holds
 }
@@ -607,6 +706,12 @@ func (s *Set) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := Stats{OpenIDs: s.open.Len(), Files: len(s.gens), OpenMem: s.open.Bytes(), DiskBytes: s.logBytes, JournalBytes: s.logBytes}
+	if s.frozen != nil { // sealed in the background: still in memory
+		st.OpenIDs += s.frozen.Len()
+		st.OpenMem += s.frozen.Bytes()
+		st.DiskBytes += s.frozenLog
+		st.JournalBytes += s.frozenLog
+	}
 	st.IDs = st.OpenIDs
 	for _, g := range s.gens {
 		st.Generations += len(g.tags)
@@ -621,11 +726,14 @@ func (s *Set) Stats() Stats {
 // memory. The open generation stays in its journal, replayed by the next
 // Open. Calls after Close return ErrClosed.
 func (s *Set) Close() error {
-	s.stopMerge.Store(true)
-	s.waitMerges()
 	err := s.commit(s.pendingTarget())
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
+	s.mu.Lock()
+	s.waitSealLocked() // no seal starts: syncMu is held
+	s.mu.Unlock()
+	s.stopMerge.Store(true)
+	s.waitMerges()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {

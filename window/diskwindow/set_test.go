@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -209,3 +210,108 @@ func TestTornJournal(t *testing.T) {
 
 // withoutMerge keeps each sealed generation in a file of its own.
 func withoutMerge() Option { return func(c *config) error { c.noMerge = true; return nil } }
+
+// withSealHook calls fn in each background seal before it writes the file.
+func withSealHook(fn func()) Option { return func(c *config) error { c.onSeal = fn; return nil } }
+
+// TestSealBackground holds a background seal before it writes: the frozen
+// generation answers from memory meanwhile (its expired ids new), a copy
+// of the directory taken then (both journals, no file: a crash) opens with
+// the older journal sealed, and the held seal completes into one file.
+func TestSealBackground(t *testing.T) {
+	dir := t.TempDir()
+	entered, hold := make(chan struct{}), make(chan struct{})
+	s := mustOpen(t, dir, time.Hour, WithMaxOpen(1000), withSealHook(func() { entered <- struct{}{}; <-hold }))
+	ctx := context.Background()
+	ids := func(prefix string, n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf("%s-%d", prefix, i)
+		}
+		return out
+	}
+	first, second := ids("a", 1000), ids("b", 500)
+	if _, err := s.AddBatch(ctx, "p", first, t0, nil); err != nil {
+		t.Fatal(err)
+	}
+	<-entered // the first generation is frozen, its file not written
+	if _, err := s.AddBatch(ctx, "p", second, t0.Add(time.Second), nil); err != nil {
+		t.Fatal(err)
+	}
+	dups, err := s.AddBatch(ctx, "p", append(append([]string(nil), first...), second...), t0.Add(2*time.Second), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range dups {
+		if !d {
+			t.Fatalf("id %d answered new while its generation is sealed in the background", i)
+		}
+	}
+	if st := s.Stats(); st.Files != 0 || st.OpenIDs != 1500 {
+		t.Fatalf("while the seal is held: %+v; want no file and 1500 ids in memory", st)
+	}
+	crashed := t.TempDir()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := 0
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(e.Name(), ".log") {
+			logs++
+		}
+		if err := os.WriteFile(filepath.Join(crashed, e.Name()), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if logs != 2 {
+		t.Fatalf("%d journals while the seal is held; want 2", logs)
+	}
+	// Past the horizon, the frozen generation's ids are new (SeenBatch
+	// records nothing).
+	seen, err := s.SeenBatch(ctx, "p", first, t0.Add(2*time.Hour), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range seen {
+		if d {
+			t.Fatalf("id %d expired an hour ago answered duplicate from the frozen generation", i)
+		}
+	}
+	close(hold)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The crash's copy: the older journal is sealed at Open.
+	r := mustOpen(t, crashed, time.Hour)
+	defer r.Close()
+	if st := r.Stats(); st.Generations != 1 || st.OpenIDs != 500 {
+		t.Fatalf("after Open of the crash: %+v; want 1 sealed generation and 500 open ids", st)
+	}
+	if _, err := os.Stat(logPath(crashed, 0)); !os.IsNotExist(err) {
+		t.Fatalf("the sealed generation's journal is still there: %v", err)
+	}
+	dups, err = r.SeenBatch(ctx, "p", append(append([]string(nil), first...), second...), t0.Add(3*time.Second), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range dups {
+		if !d {
+			t.Fatalf("id %d forgotten by the Open that sealed the older journal", i)
+		}
+	}
+	fresh, err := r.SeenBatch(ctx, "p", ids("c", 100), t0.Add(3*time.Second), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range fresh {
+		if d {
+			t.Fatalf("never-sent id %d answered duplicate", i)
+		}
+	}
+}
