@@ -15,6 +15,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemkafka"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 )
 
 // TestTransactCrash kills consumer processes with SIGKILL after producing
@@ -232,7 +233,7 @@ func TestTransactRebalanceAborts(t *testing.T) {
 			return []*kgo.Record{{Topic: "ledger", Key: r.Key, Value: r.Value}}, nil
 		}
 	}
-	var logs lockedBuffer
+	var logs testenv.SyncBuffer
 	ta := newTally()
 	m1, err := idemkafka.NewTransactional("m1", ledger(true), append(groupOpts(c, "g", "payments"), onRevoked),
 		ta.option(), idemkafka.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))), idemkafka.WithBatchSize(10))
@@ -262,21 +263,4 @@ func TestTransactRebalanceAborts(t *testing.T) {
 			rc.records, rc.duplicates, rc.missing, rc.outOfOrder, n)
 	}
 	ta.want(t, "outcomes only after a commit", map[idem.Outcome]int{idem.Applied: n})
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
