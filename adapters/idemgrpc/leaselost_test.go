@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// lockedBuffer is a log destination the interceptor writes to from its
+// goroutines while the test reads it.
 type lockedBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer

@@ -1,13 +1,11 @@
 package idemgrpc_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -188,9 +186,8 @@ func isInvalidOption(err error) bool { return errors.Is(err, idem.ErrInvalidOpti
 // cannot say to the client.
 func TestLoggerSeesStoreErrors(t *testing.T) {
 	t.Parallel()
-	var buf bytes.Buffer
-	var mu sync.Mutex
-	l := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
+	var logs lockedBuffer
+	l := slog.New(slog.NewTextHandler(&logs, nil))
 	ic, err := idemgrpc.New(&faultyStore{Store: newMem(t), completeErr: errDown}, idemgrpc.WithLogger(l))
 	if err != nil {
 		t.Fatal(err)
@@ -199,22 +196,9 @@ func TestLoggerSeesStoreErrors(t *testing.T) {
 	if _, err := call(context.Background(), ic, charge, &testpb.ChargeRequest{}, h, "authorization", "a", idemgrpc.MetadataKey, "k"); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if !strings.Contains(buf.String(), "storing the response failed") || !strings.Contains(buf.String(), errDown.Error()) {
-		t.Fatalf("log: %q", buf.String())
+	if log := logs.String(); !strings.Contains(log, "storing the response failed") || !strings.Contains(log, errDown.Error()) {
+		t.Fatalf("log: %q", log)
 	}
-}
-
-type lockedWriter struct {
-	w  *bytes.Buffer
-	mu *sync.Mutex
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 // TestFingerprint: the method and the message's content decide the
