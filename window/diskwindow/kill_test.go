@@ -70,14 +70,26 @@ func killChild() {
 	os.Exit(0)
 }
 
-func TestKill9(t *testing.T) { killRounds(t, false) }
+func TestKill9(t *testing.T) { killRounds(t, "") }
 
 // TestKill9InMerge aims each kill inside a merge: the parent watches the
 // directory and kills the child while a merged file is being written (its
 // temporary file stands beside the newer input it will replace).
-func TestKill9InMerge(t *testing.T) { killRounds(t, true) }
+func TestKill9InMerge(t *testing.T) { killRounds(t, aimMerge) }
 
-func killRounds(t *testing.T, inMerge bool) {
+// TestKill9InSeal aims each kill inside a background seal: while a sealed
+// file is being written (a temporary file with no finished namesake), its
+// generation's journal not yet deleted.
+func TestKill9InSeal(t *testing.T) { killRounds(t, aimSeal) }
+
+const (
+	aimMerge = "a merge"
+	aimSeal  = "a seal"
+)
+
+// killRounds runs the kill -9 rounds, each kill at a random moment or,
+// with aim, inside a merge or a seal.
+func killRounds(t *testing.T, aim string) {
 	if testing.Short() {
 		t.Skip("starts child processes")
 	}
@@ -110,8 +122,8 @@ func killRounds(t *testing.T, inMerge bool) {
 		killAfter := 1 + r.IntN(100)
 		var armed atomic.Bool
 		watched, force := make(chan bool, 1), make(chan struct{})
-		if inMerge {
-			go func() { watched <- killInMerge(dir, cmd.Process, &armed, force) }()
+		if aim != "" {
+			go func() { watched <- killInWrite(dir, aim, cmd.Process, &armed, force) }()
 		}
 		sc := bufio.NewScanner(out)
 		last := -1
@@ -126,7 +138,7 @@ func killRounds(t *testing.T, inMerge bool) {
 			if last-start+1 < killAfter {
 				continue
 			}
-			if !inMerge {
+			if aim == "" {
 				time.Sleep(time.Duration(r.IntN(3000)) * time.Microsecond)
 				cmd.Process.Signal(syscall.SIGKILL)
 				break
@@ -136,7 +148,7 @@ func killRounds(t *testing.T, inMerge bool) {
 				break
 			}
 		}
-		if inMerge {
+		if aim != "" {
 			close(force) // the watcher kills the child now if it has not
 			if <-watched {
 				inside++
@@ -189,19 +201,19 @@ func killRounds(t *testing.T, inMerge bool) {
 	if forgotten > 0 || falselySeen > 0 {
 		t.Fatalf("%d acknowledged ids forgotten, %d falsely seen", forgotten, falselySeen)
 	}
-	if inMerge {
-		t.Logf("%d of %d kills landed while a merged file was being written", inside, rounds)
+	if aim != "" {
+		t.Logf("%d of %d kills landed inside %s", inside, rounds, aim)
 		if inside == 0 {
-			t.Fatalf("no kill landed inside a merge")
+			t.Fatalf("no kill landed inside %s", aim)
 		}
 	}
 }
 
-// killInMerge polls dir, once armed, for a merge being written (gen-X.edf.tmp
-// beside gen-X.edf: a seal's temporary file has no finished namesake), kills
-// p when it sees one, and reports whether it did. When force is closed
-// first it kills p and reports false.
-func killInMerge(dir string, p *os.Process, armed *atomic.Bool, force <-chan struct{}) bool {
+// killInWrite polls dir, once armed, for a merge being written
+// (gen-X.edf.tmp beside gen-X.edf) or a seal (a temporary file with no
+// finished namesake), as aim says, kills p when it sees one, and reports
+// whether it did. When force is closed first it kills p and reports false.
+func killInWrite(dir, aim string, p *os.Process, armed *atomic.Bool, force <-chan struct{}) bool {
 	for {
 		select {
 		case <-force:
@@ -211,7 +223,8 @@ func killInMerge(dir string, p *os.Process, armed *atomic.Bool, force <-chan str
 		}
 		if armed.Load() {
 			for _, name := range tmpFilesIn(dir) {
-				if _, err := os.Stat(filepath.Join(dir, strings.TrimSuffix(name, ".tmp"))); err == nil {
+				_, err := os.Stat(filepath.Join(dir, strings.TrimSuffix(name, ".tmp")))
+				if (err == nil) == (aim == aimMerge) {
 					p.Signal(syscall.SIGKILL)
 					return true
 				}
