@@ -136,7 +136,7 @@ func startDLQ(t testing.TB, conn *amqp.Connection, tp *topology, e *effects, h i
 
 func start(c *idemamqp.Consumer) *consumetest.Runner { return consumetest.Start(c.Run) }
 
-var waitFor = consumetest.WaitFor
+var waitFor = testenv.WaitFor
 
 // crash runs a Consumer of tp's queue on its own connection and closes
 // that connection right after the first commit, before any ack; it waits

@@ -221,7 +221,7 @@ func (ta *tally) total() int {
 // waitFor polls cond until it holds or 20 s pass.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	consumetest.WaitFor(t, 20*time.Second, what, cond)
+	testenv.WaitFor(t, 20*time.Second, what, cond)
 }
 
 // running starts c.Run in a goroutine; the returned stop cancels it, waits,

@@ -12,7 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idem-go/idem/adapters/idemkafka"
-	"github.com/idem-go/idem/adapters/internal/consume/consumetest"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/sqldialect"
 )
@@ -100,7 +99,7 @@ func offsetsFailover(t *testing.T, busy bool) (lost, doubled, rolledBack int, re
 		total += n
 	}
 	wave("a", 100)
-	consumetest.WaitFor(t, 60*time.Second, "wave a applied", func() bool { return distinct() == total })
+	testenv.WaitFor(t, 60*time.Second, "wave a applied", func() bool { return distinct() == total })
 	if err := h.WaitReplicated(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +134,7 @@ func offsetsFailover(t *testing.T, busy bool) (lost, doubled, rolledBack int, re
 		wave("b", 100)
 		// Applied on the primary alone; then the consumer is idle.
 		primary := testenv.Open(t, "pgx", h.PrimaryURL())
-		consumetest.WaitFor(t, 60*time.Second, "wave b applied on the primary", func() bool {
+		testenv.WaitFor(t, 60*time.Second, "wave b applied on the primary", func() bool {
 			var n int
 			return primary.QueryRow(`SELECT count(DISTINCT id) FROM effects`).Scan(&n) == nil && n == total
 		})

@@ -15,6 +15,7 @@ import (
 	"github.com/idem-go/idem/adapters/internal/consume/consumetest"
 	"github.com/idem-go/idem/adapters/internal/consume/settest"
 	"github.com/idem-go/idem/internal/testsupport/natsenv"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -412,7 +413,7 @@ func startDLQ(t testing.TB, js jetstream.JetStream, cons jetstream.Consumer, e *
 
 func start(c *idemnats.Consumer) *consumetest.Runner { return consumetest.Start(c.Run) }
 
-var waitFor = consumetest.WaitFor
+var waitFor = testenv.WaitFor
 
 // publishAll publishes n messages order-<i> with data <i> and returns their
 // ids.

@@ -125,18 +125,6 @@ func (r *Runner) Stop(tb testing.TB) error {
 	}
 }
 
-// WaitFor polls cond until it holds, failing tb after d.
-func WaitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // Events collects a consumer's settled messages; Observe is its observer.
 type Events[M any] struct {
 	mu  sync.Mutex
@@ -200,7 +188,7 @@ func Crashed(tb testing.TB, e *Effects, run func(context.Context) error) int {
 func RunUntil(tb testing.TB, run func(context.Context) error, d time.Duration, what string, cond func() bool) {
 	tb.Helper()
 	r := Start(run)
-	WaitFor(tb, d, what, cond)
+	testenv.WaitFor(tb, d, what, cond)
 	if err := r.Stop(tb); !errors.Is(err, context.Canceled) {
 		tb.Fatalf("Run = %v, want context.Canceled", err)
 	}
