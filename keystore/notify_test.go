@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/memstore"
 )
@@ -45,16 +46,6 @@ func (n *notifying) Notify(ctx context.Context, key string) (<-chan struct{}, fu
 
 func (n *notifying) Unwrap() keystore.Store { return n.Store }
 
-// waitUntil polls cond until it holds, failing after a minute.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 // TestAwaitWokenByNotification: waiters asleep for a poll interval of
 // minutes are answered soon after the holder completes or releases the
 // key, and every subscription is stopped when Await returns.
@@ -85,7 +76,7 @@ func TestAwaitWokenByNotification(t *testing.T) {
 					}
 				})
 			}
-			waitUntil(t, "waiters asleep", func() bool { return s.reserves.Load() >= 2*waiters })
+			testenv.WaitFor(t, time.Minute, "waiters asleep", func() bool { return s.reserves.Load() >= 2*waiters })
 			start = time.Now()
 			var err error
 			if release {
@@ -124,7 +115,7 @@ func TestAwaitPollsWithoutNotification(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				waitUntil(t, "a poll", func() bool { return s.reserves.Load() >= 3 })
+				testenv.WaitFor(t, time.Minute, "a poll", func() bool { return s.reserves.Load() >= 3 })
 				if err := mem.Complete(context.Background(), holder, []byte("r"), time.Hour); err != nil {
 					t.Error(err)
 				}
@@ -151,7 +142,7 @@ func TestAwaitNotifyRespectsContext(t *testing.T) {
 	s := &notifying{Store: mem}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
-		waitUntil(t, "the waiter asleep", func() bool { return s.reserves.Load() >= 2 })
+		testenv.WaitFor(t, time.Minute, "the waiter asleep", func() bool { return s.reserves.Load() >= 2 })
 		cancel()
 	}()
 	_, err := keystore.Await(ctx, s, "k", []byte("fp"), time.Minute, keystore.Wait{Min: time.Hour, Max: time.Hour})

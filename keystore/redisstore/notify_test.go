@@ -14,16 +14,6 @@ import (
 	"github.com/idem-go/idem/keystore/storetest"
 )
 
-// waitFor polls cond until it holds, failing after a minute.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(2 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 // numSub is the number of subscribers of channel ch on rdb's server.
 func numSub(t *testing.T, rdb *redis.Client, ch string) int64 {
 	n, err := rdb.PubSubNumSub(context.Background(), ch).Result()
@@ -57,13 +47,13 @@ func TestNotifyResubscribes(t *testing.T) {
 		done <- answer{c, err}
 	}()
 	ch := st.RedisKey("k")
-	waitFor(t, "the subscription", func() bool { return numSub(t, rdb, ch) == 1 && s.Reserves() >= 2 })
+	testenv.WaitFor(t, time.Minute, "the subscription", func() bool { return numSub(t, rdb, ch) == 1 && s.Reserves() >= 2 })
 	if err := rdb.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
 		t.Fatal(err)
 	}
 	// The reconnection wakes the waiter (messages may have been lost), which
 	// reserves once more and sleeps again.
-	waitFor(t, "the subscription again", func() bool { return numSub(t, rdb, ch) == 1 && s.Reserves() >= 3 })
+	testenv.WaitFor(t, time.Minute, "the subscription again", func() bool { return numSub(t, rdb, ch) == 1 && s.Reserves() >= 3 })
 	start := time.Now()
 	if err := st.Complete(ctx, holder, []byte("r"), time.Hour); err != nil {
 		t.Fatal(err)
@@ -75,7 +65,7 @@ func TestNotifyResubscribes(t *testing.T) {
 	if took := time.Since(start); took > 20*time.Second {
 		t.Fatalf("answered %v after Complete: not woken by the notification", took)
 	}
-	waitFor(t, "the subscription closed", func() bool { return redisstore.Subscriptions(st) == 0 })
+	testenv.WaitFor(t, time.Minute, "the subscription closed", func() bool { return redisstore.Subscriptions(st) == 0 })
 }
 
 // TestNotifyMissedPolls: a change that publishes nothing (the key deleted
@@ -89,14 +79,14 @@ func TestNotifyMissedPolls(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() {
-		waitFor(t, "a poll", func() bool { return s.Reserves() >= 3 })
+		testenv.WaitFor(t, time.Minute, "a poll", func() bool { return s.Reserves() >= 3 })
 		rdb.Del(ctx, st.RedisKey("k"))
 	}()
 	c, err := keystore.Await(ctx, s, "k", nil, time.Hour, keystore.Wait{Min: time.Millisecond, Max: 20 * time.Millisecond, Timeout: time.Minute})
 	if err != nil || c.State != keystore.Acquired {
 		t.Fatalf("Await: %v %v, want acquired", c.State, err)
 	}
-	waitFor(t, "the subscription closed", func() bool { return redisstore.Subscriptions(st) == 0 })
+	testenv.WaitFor(t, time.Minute, "the subscription closed", func() bool { return redisstore.Subscriptions(st) == 0 })
 }
 
 // TestNotifyRedisDown: with the server gone, Notify fails within its
@@ -111,7 +101,7 @@ func TestNotifyRedisDown(t *testing.T) {
 	if _, _, err := s.Notify(ctx, "k"); err == nil {
 		t.Fatal("Notify with the server down: nil error")
 	}
-	waitFor(t, "the subscription closed", func() bool { return redisstore.Subscriptions(s) == 0 })
+	testenv.WaitFor(t, time.Minute, "the subscription closed", func() bool { return redisstore.Subscriptions(s) == 0 })
 }
 
 // TestClusterNotifyFirstSubscription: on a Cluster, a store's first

@@ -82,11 +82,11 @@ func TestListenerReconnects(t *testing.T) {
 		}
 		return n
 	}
-	waitUntil(t, "the waiter asleep", func() bool { return s.Reserves() >= 2 && listeners() == 1 })
+	testenv.WaitFor(t, time.Minute, "the waiter asleep", func() bool { return s.Reserves() >= 2 && listeners() == 1 })
 	if _, err := db.ExecContext(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'`); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the waiter asleep again", func() bool { return s.Reserves() >= 3 && listeners() == 1 })
+	testenv.WaitFor(t, time.Minute, "the waiter asleep again", func() bool { return s.Reserves() >= 3 && listeners() == 1 })
 	start := time.Now()
 	if err := st.Complete(ctx, holder, []byte("r"), time.Hour); err != nil {
 		t.Fatal(err)
@@ -97,15 +97,5 @@ func TestListenerReconnects(t *testing.T) {
 	if took := time.Since(start); took > 20*time.Second {
 		t.Fatalf("answered %v after Complete: not woken by the notification", took)
 	}
-	waitUntil(t, "the listener gone", func() bool { return listeners() == 0 })
-}
-
-// waitUntil polls cond until it holds, failing after a minute.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	testenv.WaitFor(t, time.Minute, "the listener gone", func() bool { return listeners() == 0 })
 }
