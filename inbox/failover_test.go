@@ -88,14 +88,6 @@ func TestFailoverCancelledSyncCommit(t *testing.T) {
 	}
 }
 
-// poll retries f for a while: the pool's connections to the killed primary
+// poll retries f for 30 s: the pool's connections to the killed primary
 // fail once each.
-func poll(f func() error) error {
-	var err error
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if err = f(); err == nil {
-			return nil
-		}
-	}
-	return err
-}
+func poll(f func() error) error { return testenv.Poll(30*time.Second, 50*time.Millisecond, f) }

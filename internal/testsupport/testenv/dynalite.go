@@ -63,7 +63,7 @@ func startDynalite() (string, error) {
 	hc := &http.Client{Timeout: time.Second}
 	// Any HTTP answer (dynalite answers a bare GET with an error document)
 	// means it is serving.
-	err = poll(30*time.Second, 20*time.Millisecond, func() error {
+	err = Poll(30*time.Second, 20*time.Millisecond, func() error {
 		resp, err := hc.Get(endpoint)
 		if err == nil {
 			resp.Body.Close()

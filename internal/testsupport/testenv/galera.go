@@ -167,7 +167,7 @@ func (g *Galera) start(server, provider string) error {
 	}
 	// The database reaches every node before its tests connect.
 	for i := range g.nodes {
-		err := poll(30*time.Second, 50*time.Millisecond, func() error {
+		err := Poll(30*time.Second, 50*time.Millisecond, func() error {
 			db := g.open(i, g.db)
 			defer db.Close()
 			return db.Ping()
@@ -201,7 +201,7 @@ func (g *Galera) open(i int, db string) *sql.DB {
 func (g *Galera) waitSynced(i int, d time.Duration) error {
 	db := g.open(i, "")
 	defer db.Close()
-	return poll(d, 100*time.Millisecond, func() error {
+	return Poll(d, 100*time.Millisecond, func() error {
 		var name, state string
 		if err := db.QueryRow(`SHOW STATUS LIKE 'wsrep_local_state_comment'`).Scan(&name, &state); err != nil {
 			return err

@@ -128,7 +128,7 @@ func (p *Patroni) start(etcd string, members int) error {
 	if err != nil {
 		return err
 	}
-	if err := poll(30*time.Second, 50*time.Millisecond, func() error {
+	if err := Poll(30*time.Second, 50*time.Millisecond, func() error {
 		return httpGet(client+"/health", nil)
 	}); err != nil {
 		return fmt.Errorf("etcd: %w: %s", err, p.etcd.logTail())
@@ -278,7 +278,7 @@ func (p *Patroni) WaitLeader(d time.Duration) (string, error) { return p.waitLea
 
 func (p *Patroni) waitLeader(d time.Duration) (string, error) {
 	var leader string
-	err := poll(d, 50*time.Millisecond, func() error {
+	err := Poll(d, 50*time.Millisecond, func() error {
 		c, err := p.cluster()
 		if err != nil {
 			return err
@@ -297,7 +297,7 @@ func (p *Patroni) waitLeader(d time.Duration) (string, error) {
 // waitStreaming waits until n live members stream from the leader (and
 // one of them is the synchronous standby in synchronous_mode).
 func (p *Patroni) waitStreaming(d time.Duration, n int) error {
-	return poll(d, 100*time.Millisecond, func() error {
+	return Poll(d, 100*time.Millisecond, func() error {
 		c, err := p.cluster()
 		if err != nil {
 			return err
@@ -405,7 +405,7 @@ func (p *Patroni) Switchover() (string, error) {
 		return "", fmt.Errorf("switchover: %s: %s", resp.Status, msg)
 	}
 	var next string
-	err = poll(60*time.Second, 50*time.Millisecond, func() error {
+	err = Poll(60*time.Second, 50*time.Millisecond, func() error {
 		var err error
 		if next, err = p.waitLeader(time.Second); err == nil && next == leader {
 			err = errors.New("the old leader still leads")
@@ -427,7 +427,7 @@ func (p *Patroni) WaitReplicated(ctx context.Context) error {
 	if err := db.QueryRowContext(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
 		return err
 	}
-	return poll(30*time.Second, 20*time.Millisecond, func() error {
+	return Poll(30*time.Second, 20*time.Millisecond, func() error {
 		var behind int
 		err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_replication WHERE replay_lsn IS NULL OR replay_lsn < $1::pg_lsn`, lsn).Scan(&behind)
 		if err == nil && behind > 0 {

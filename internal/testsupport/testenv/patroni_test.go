@@ -61,19 +61,7 @@ func TestPatroni(t *testing.T) {
 	if next == leader {
 		t.Fatalf("switchover: %s still leads", next)
 	}
-	if err := poll(func() error { _, err := db.Exec(`INSERT INTO t VALUES (3)`); return err }); err != nil {
+	if err := testenv.Poll(time.Minute, 50*time.Millisecond, func() error { _, err := db.Exec(`INSERT INTO t VALUES (3)`); return err }); err != nil {
 		t.Fatalf("write after the switchover to %s: %v", next, err)
 	}
-}
-
-// poll retries f for up to a minute: a pool's connections to a member that
-// is no longer the leader fail once each.
-func poll(f func() error) error {
-	var err error
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if err = f(); err == nil {
-			return nil
-		}
-	}
-	return err
 }

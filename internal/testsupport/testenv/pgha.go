@@ -152,7 +152,7 @@ func (h *PGHA) start() error {
 	if h.sync {
 		want = "sync"
 	}
-	return poll(30*time.Second, 50*time.Millisecond, func() error {
+	return Poll(30*time.Second, 50*time.Millisecond, func() error {
 		var state string
 		err := h.admin(0).QueryRow(`SELECT sync_state FROM pg_stat_replication WHERE application_name = 'standby1' AND state = 'streaming'`).Scan(&state)
 		if err == nil && state != want {
@@ -243,7 +243,7 @@ func (h *PGHA) WaitReplicated(ctx context.Context) error {
 	if err := h.admin(0).QueryRowContext(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
 		return err
 	}
-	return poll(30*time.Second, 20*time.Millisecond, func() error {
+	return Poll(30*time.Second, 20*time.Millisecond, func() error {
 		var ok bool
 		err := h.admin(1).QueryRowContext(ctx, `SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn`, lsn).Scan(&ok)
 		if err == nil && !ok {
@@ -274,7 +274,7 @@ func (h *PGHA) Promote() time.Duration {
 	if _, err := db.Exec(`SELECT pg_promote(true, 60)`); err != nil {
 		h.t.Fatalf("testenv: pg_promote: %v", err)
 	}
-	err := poll(60*time.Second, 20*time.Millisecond, func() error {
+	err := Poll(60*time.Second, 20*time.Millisecond, func() error {
 		var rec bool
 		if err := db.QueryRow(`SELECT pg_is_in_recovery()`).Scan(&rec); err != nil {
 			return err
@@ -307,7 +307,7 @@ func (h *PGHA) StopPrimary() error {
 	p.dead = true
 	h.mu.Unlock()
 	db := h.admin(1)
-	return poll(30*time.Second, 20*time.Millisecond, func() error {
+	return Poll(30*time.Second, 20*time.Millisecond, func() error {
 		var n int
 		if err := db.QueryRow(`SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming'`).Scan(&n); err != nil {
 			return err
@@ -344,7 +344,7 @@ func (h *PGHA) Rejoin() error {
 	}
 	n.dead = false
 	db := h.admin(1)
-	return poll(30*time.Second, 20*time.Millisecond, func() error {
+	return Poll(30*time.Second, 20*time.Millisecond, func() error {
 		var state string
 		return db.QueryRow(`SELECT state FROM pg_stat_replication WHERE application_name = 'standby0' AND state = 'streaming'`).Scan(&state)
 	})

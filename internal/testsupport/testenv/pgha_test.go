@@ -69,7 +69,7 @@ func TestPGHASyncWaits(t *testing.T) {
 func rows(t *testing.T, db *sql.DB, q string) []int {
 	t.Helper()
 	var out []int
-	err := testenvPoll(func() error {
+	err := testenv.Poll(30*time.Second, 50*time.Millisecond, func() error {
 		out = out[:0]
 		r, err := db.Query(q)
 		if err != nil {
@@ -89,16 +89,4 @@ func rows(t *testing.T, db *sql.DB, q string) []int {
 		t.Fatal(err)
 	}
 	return out
-}
-
-// testenvPoll retries f for a while: the pool's connections to the killed
-// primary fail once each.
-func testenvPoll(f func() error) error {
-	var err error
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if err = f(); err == nil {
-			return nil
-		}
-	}
-	return err
 }

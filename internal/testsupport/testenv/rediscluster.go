@@ -106,7 +106,7 @@ func (r *RedisServer) Start() error {
 		return err
 	}
 	r.srv = s
-	err = poll(20*time.Second, 20*time.Millisecond, func() error {
+	err = Poll(20*time.Second, 20*time.Millisecond, func() error {
 		if out, err := nodeCmd(r.Addr, "ping"); err != nil || out != "PONG" {
 			return fmt.Errorf("PING: %v %q", err, out)
 		}
@@ -245,7 +245,7 @@ func (c *RedisCluster) Addrs() []string {
 // every slot is served by a master that answers, with every master's
 // replica online.
 func (c *RedisCluster) WaitHealthy(d time.Duration) error {
-	err := poll(d, 50*time.Millisecond, func() error {
+	err := Poll(d, 50*time.Millisecond, func() error {
 		for _, n := range c.Nodes {
 			n.mu.Lock()
 			up := n.srv != nil
@@ -270,7 +270,7 @@ func (c *RedisCluster) WaitHealthy(d time.Duration) error {
 // WaitRole waits until node i reports role (master or slave) in INFO
 // replication: a replica's promotion after its master was killed.
 func (c *RedisCluster) WaitRole(i int, role string, d time.Duration) error {
-	return poll(d, 50*time.Millisecond, func() error {
+	return Poll(d, 50*time.Millisecond, func() error {
 		info, err := nodeCmd(c.Nodes[i].Addr, "info", "replication")
 		if err == nil && !strings.Contains(strings.ReplaceAll(info, "\r", "")+"\n", "role:"+role+"\n") {
 			err = fmt.Errorf("not %s", role)

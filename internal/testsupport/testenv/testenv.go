@@ -287,10 +287,11 @@ func unprivileged(names ...string) (*syscall.Credential, error) {
 	return nil, fmt.Errorf("running as root and none of the users %v exists", names)
 }
 
-// poll calls try every interval until it returns nil or d has passed; then
-// it returns try's last error. Every wait for a server to come up or to
-// settle is one poll.
-func poll(d, every time.Duration, try func() error) error {
+// Poll calls try every interval until it returns nil or d has passed; then
+// it returns try's last error, wrapped with d. Every wait for a server to
+// come up or to settle is one Poll, and so is a test's retry of a
+// statement whose pooled connections to a killed primary fail once each.
+func Poll(d, every time.Duration, try func() error) error {
 	deadline := time.Now().Add(d)
 	for {
 		err := try()
@@ -306,7 +307,7 @@ func poll(d, every time.Duration, try func() error) error {
 
 // waitDB pings db until it answers or d passes.
 func waitDB(db *sql.DB, s *server, d time.Duration) error {
-	err := poll(d, 50*time.Millisecond, func() error {
+	err := Poll(d, 50*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		return db.PingContext(ctx)
