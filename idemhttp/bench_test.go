@@ -6,11 +6,11 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/internal/testsupport/compactbench"
 	"github.com/idem-go/idem/internal/uuidtext"
 	"github.com/idem-go/idem/keystore/memstore"
 )
@@ -45,15 +45,6 @@ func (w *nullWriter) Write(p []byte) (int, error) { return len(p), nil }
 // on the connection) is in tools/peerbench's numbers.
 func (w *nullWriter) SetReadDeadline(time.Time) error  { return nil }
 func (w *nullWriter) SetWriteDeadline(time.Time) error { return nil }
-
-// cpuTime is the process's CPU time (user and system, every thread, the
-// garbage collector's too): on a loaded machine a truer cost than the wall
-// clock.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // keyGen makes UUIDv4-shaped keys, each new: a random base and a counter.
 // Both sides of a comparison pay for it.
@@ -102,7 +93,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		}
 		r.Header.Set("Authorization", "Bearer bench-client")
 		r.Header.Set("Content-Type", "application/json")
-		cpu := cpuTime()
+		cpu := compactbench.CPUTime()
 		n := 0
 		for b.Loop() {
 			n++
@@ -116,7 +107,7 @@ func BenchmarkMiddleware(b *testing.B) {
 				b.Fatalf("status %d", w.status)
 			}
 		}
-		b.ReportMetric(float64(cpuTime()-cpu)/float64(n), "cpu-ns/op")
+		b.ReportMetric(float64(compactbench.CPUTime()-cpu)/float64(n), "cpu-ns/op")
 	}
 	gen := newKeyGen()
 	b.Run("bare", func(b *testing.B) { serve(b, benchHandler, gen.next) })

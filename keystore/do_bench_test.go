@@ -3,10 +3,9 @@ package keystore_test
 import (
 	"context"
 	"strconv"
-	"syscall"
 	"testing"
-	"time"
 
+	"github.com/idem-go/idem/internal/testsupport/compactbench"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/memstore"
 )
@@ -24,7 +23,7 @@ func BenchmarkDoNewKey(b *testing.B) {
 	fp := []byte("fp")
 	effect := func(context.Context) ([]byte, error) { return []byte("ok"), nil }
 	b.ReportAllocs()
-	cpu := cpuTime()
+	cpu := compactbench.CPUTime()
 	i := 0
 	for b.Loop() {
 		i++
@@ -32,14 +31,5 @@ func BenchmarkDoNewKey(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(cpuTime()-cpu)/float64(i), "cpu-ns/op")
-}
-
-// cpuTime is the process's CPU time (user and system, every thread, the
-// garbage collector's too): on a shared machine a truer cost than the wall
-// clock.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64(compactbench.CPUTime()-cpu)/float64(i), "cpu-ns/op")
 }

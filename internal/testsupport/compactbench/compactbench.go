@@ -1,7 +1,7 @@
 // Package compactbench holds what the memory benchmarks of window,
 // memstore and sequence share: random UUIDv4 keys, the live heap after a
 // full collection, and the Go map baseline they are measured beside, in the
-// same run.
+// same run. Its [CPUTime] serves every benchmark that reports CPU time.
 package compactbench
 
 import (
@@ -50,11 +50,12 @@ type Mark struct {
 }
 
 // Start returns the Mark of now.
-func Start() Mark { return Mark{wall: time.Now(), cpu: cpuTime()} }
+func Start() Mark { return Mark{wall: time.Now(), cpu: CPUTime()} }
 
-// cpuTime returns the CPU time the process has used, user and system, on
-// every thread (the garbage collector's included).
-func cpuTime() time.Duration {
+// CPUTime returns the CPU time the process has used, user and system, on
+// every thread (the garbage collector's included): on a machine shared
+// with other jobs a truer cost than the wall clock.
+func CPUTime() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
@@ -67,7 +68,7 @@ func cpuTime() time.Duration {
 // machine shared with other jobs the CPU time is the steadier one: it does
 // not count the time the benchmark waited for a core.
 func ReportTime(b *testing.B, ops int, start Mark, perOp string) {
-	wall, cpu := time.Since(start.wall), cpuTime()-start.cpu
+	wall, cpu := time.Since(start.wall), CPUTime()-start.cpu
 	b.ReportMetric(float64(wall.Nanoseconds())/float64(ops), perOp)
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(ops), "cpu-"+perOp)
 }
