@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 )
 
 // One Budget shared by two Middlewares bounds their bodies together: a body
@@ -22,11 +23,11 @@ func TestBudgetSharedAcrossMiddlewares(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := []idemhttp.Option{idemhttp.WithBudget(b), idemhttp.WithMaxRequestBody(40 << 10)}
-	m1, err := idemhttp.New(memStore(t), opts...)
+	m1, err := idemhttp.New(dbtest.MemStore(t), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m2, err := idemhttp.New(memStore(t), opts...)
+	m2, err := idemhttp.New(dbtest.MemStore(t), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func TestProxyTransportAndForwarded(t *testing.T) {
 	target, _ := url.Parse(up.URL)
 	rt := &countingTransport{}
 	var sawIncoming atomic.Bool
-	p, err := idemhttp.NewProxy(target, memStore(t), idemhttp.WithUpstreamTransport(rt),
+	p, err := idemhttp.NewProxy(target, dbtest.MemStore(t), idemhttp.WithUpstreamTransport(rt),
 		idemhttp.WithForwarded(func(in *http.Request, out http.Header) {
 			if out.Get("X-Forwarded-For") != "" || out.Get("Forwarded") != "" {
 				sawIncoming.Store(true)
@@ -170,7 +171,7 @@ func TestProxyTransportDoesNotResendKeyedRequests(t *testing.T) {
 				conn.Close()
 			}))
 			defer up.Close()
-			srv := serveProxy(t, up.URL, memStore(t))
+			srv := serveProxy(t, up.URL, dbtest.MemStore(t))
 			send := func(key string) int {
 				req, _ := http.NewRequest("POST", srv.URL+"/charges", strings.NewReader(tc.body))
 				req.Header.Set("Idempotency-Key", key)

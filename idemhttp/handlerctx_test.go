@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/internal/testsupport/httptestx"
 	"github.com/idem-go/idem/keystore"
 )
@@ -50,7 +51,7 @@ func chargeHandler(work time.Duration, charges *httptestx.Ledger) http.HandlerFu
 func TestClientTimeoutDoesNotRepeatTheEffect(t *testing.T) {
 	t.Parallel()
 	var charges httptestx.Ledger
-	m, err := idemhttp.New(memStore(t))
+	m, err := idemhttp.New(dbtest.MemStore(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +113,7 @@ func (h *blockingHandler) waitEnded(t *testing.T, what string) (error, error) {
 // options opts on a memory store.
 func serveBlocking(t *testing.T, opts ...idemhttp.Option) (*idemhttp.Middleware, *blockingHandler, *httptest.Server) {
 	t.Helper()
-	m, err := idemhttp.New(memStore(t), opts...)
+	m, err := idemhttp.New(dbtest.MemStore(t), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +165,7 @@ func TestHandlerTimeout(t *testing.T) {
 	if code := <-got; code != http.StatusServiceUnavailable {
 		t.Fatalf("answer %d, want the handler's 503", code)
 	}
-	if _, err := idemhttp.New(memStore(t), idemhttp.WithHandlerTimeout(-time.Second)); err == nil {
+	if _, err := idemhttp.New(dbtest.MemStore(t), idemhttp.WithHandlerTimeout(-time.Second)); err == nil {
 		t.Fatal("a negative handler timeout was accepted")
 	}
 }
@@ -216,7 +217,7 @@ func TestAbortEndsHandlers(t *testing.T) {
 // The handler reads the parsed key and the claim from its context.
 func TestKeyAndClaimInContext(t *testing.T) {
 	t.Parallel()
-	s := memStore(t)
+	s := dbtest.MemStore(t)
 	m, err := idemhttp.New(s)
 	if err != nil {
 		t.Fatal(err)

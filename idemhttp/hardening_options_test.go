@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/internal/testsupport/httptestx"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/memstore"
@@ -52,7 +53,7 @@ func TestScopeCookieAndAnonymous(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var runs atomic.Int32
-			m, err := idemhttp.New(memStore(t), tc.opts...)
+			m, err := idemhttp.New(dbtest.MemStore(t), tc.opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,7 +99,7 @@ func TestBodyTimeout(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			store := &countingStore{Store: memStore(t)}
+			store := &countingStore{Store: dbtest.MemStore(t)}
 			m, err := idemhttp.New(store, idemhttp.WithBodyTimeout(300*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
@@ -127,7 +128,7 @@ func TestBufferedBytesBound(t *testing.T) {
 		size    = 1 << 20
 		bound   = 4 << 20
 	)
-	m, err := idemhttp.New(memStore(t), idemhttp.WithMaxRequestBody(size), idemhttp.WithMaxBufferedBytes(bound))
+	m, err := idemhttp.New(dbtest.MemStore(t), idemhttp.WithMaxRequestBody(size), idemhttp.WithMaxBufferedBytes(bound))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,23 +21,13 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/keystore"
-	"github.com/idem-go/idem/keystore/memstore"
 	"github.com/idem-go/idem/keystore/sqlitestore"
 	"github.com/idem-go/idem/keystore/sqlstore"
 	"github.com/idem-go/idem/sqldialect"
 )
-
-func memStore(t *testing.T) keystore.Store {
-	t.Helper()
-	ms, err := memstore.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ms.Close() })
-	return ms
-}
 
 // keyed sends a keyed POST with a principal to a live server.
 func keyed(t *testing.T, base, path, key string, hdr ...string) (int, http.Header, string) {
@@ -123,7 +113,7 @@ func TestProxyUpstreamDiesMidBody(t *testing.T) {
 				halfBody(tc.status)(w, r)
 			}))
 			defer up.Close()
-			p := newProxy(t, up.URL, memStore(t))
+			p := newProxy(t, up.URL, dbtest.MemStore(t))
 			send := func() (int, http.Header, string) {
 				if !tc.direct {
 					srv := httptest.NewServer(p)
@@ -167,7 +157,7 @@ func TestPanicAfterStatus(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var runs atomic.Int32
-			m, err := idemhttp.New(memStore(t))
+			m, err := idemhttp.New(dbtest.MemStore(t))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -200,7 +190,7 @@ func TestProxyMadeUpAnswersAreNeverStored(t *testing.T) {
 			// Nothing listens on addr, and no other process can take it
 			// before the upstream comes back on it.
 			addr, listen := testenv.RefusingAddr(t)
-			srv := serveProxy(t, "http://"+addr, memStore(t), idemhttp.WithStore5xx(store5xx))
+			srv := serveProxy(t, "http://"+addr, dbtest.MemStore(t), idemhttp.WithStore5xx(store5xx))
 			if code, _, body := keyed(t, srv.URL, "/charges", "k"); code != 502 {
 				t.Fatalf("upstream down: %d %s", code, body)
 			}
@@ -225,7 +215,7 @@ func TestProxyMadeUpAnswersAreNeverStored(t *testing.T) {
 				w.WriteHeader(201)
 			}))
 			defer up.Close()
-			srv := serveProxy(t, up.URL, memStore(t), idemhttp.WithStore5xx(store5xx))
+			srv := serveProxy(t, up.URL, dbtest.MemStore(t), idemhttp.WithStore5xx(store5xx))
 			if code, _, _ := keyed(t, srv.URL, "/charges", "k"); code != 502 {
 				t.Fatalf("no response: %d", code)
 			}
@@ -346,10 +336,10 @@ func TestChunkedResponsesAreStored(t *testing.T) {
 			if tc.proxy {
 				up := httptest.NewServer(app)
 				defer up.Close()
-				p := newProxy(t, up.URL, memStore(t))
+				p := newProxy(t, up.URL, dbtest.MemStore(t))
 				h = p
 			} else {
-				m, err := idemhttp.New(memStore(t))
+				m, err := idemhttp.New(dbtest.MemStore(t))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -378,7 +368,7 @@ func TestChunkedResponsesAreStored(t *testing.T) {
 // lease left.
 func TestRetryAfterFollowsExecutionTime(t *testing.T) {
 	t.Parallel()
-	m, err := idemhttp.New(memStore(t), idemhttp.WithLease(30*time.Second))
+	m, err := idemhttp.New(dbtest.MemStore(t), idemhttp.WithLease(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,7 +402,7 @@ func TestRetryAfterFollowsExecutionTime(t *testing.T) {
 func TestNoPrincipalIsRefused(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int32
-	m, err := idemhttp.New(memStore(t))
+	m, err := idemhttp.New(dbtest.MemStore(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -514,7 +504,7 @@ func TestProxyUpstreamBodyNeverEnds(t *testing.T) {
 	}))
 	defer up.Close()
 	// A store that cannot renew: the lease, not its loss, ends the call.
-	srv := serveProxy(t, up.URL, noExtend{memStore(t)}, idemhttp.WithLease(500*time.Millisecond))
+	srv := serveProxy(t, up.URL, noExtend{dbtest.MemStore(t)}, idemhttp.WithLease(500*time.Millisecond))
 	keyed(t, srv.URL, "/export", "k")
 	code, _, body := keyed(t, srv.URL, "/export", "k")
 	if code != 502 || !strings.Contains(body, "response-lost") || runs.Load() != 1 {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/keystore/memstore"
 )
 
@@ -30,7 +31,7 @@ type eventServer struct {
 
 func newEventServer(t *testing.T, opts ...idemhttp.Option) *eventServer {
 	t.Helper()
-	ms := memStore(t)
+	ms := dbtest.MemStore(t)
 	e := &eventServer{t: t, store: &countingStore{Store: ms}, status: http.StatusOK}
 	m, err := idemhttp.New(e.store, append([]idemhttp.Option{idemhttp.WithScopeHeader("X-Sender")}, opts...)...)
 	if err != nil {

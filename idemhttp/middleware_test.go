@@ -16,6 +16,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/keystore"
 )
 
@@ -83,7 +84,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, opts ...idemhttp.Option) *fixture {
 	t.Helper()
-	ms := memStore(t)
+	ms := dbtest.MemStore(t)
 	f := &fixture{t: t, store: &countingStore{Store: ms}, up: &upstream{execs: map[string]int{}}}
 	m, err := idemhttp.New(f.store, opts...)
 	if err != nil {
@@ -477,7 +478,7 @@ func TestNewRejects(t *testing.T) {
 		"cookie name with ;":      {idemhttp.WithScopeCookie("a;b")},
 		"stream type bad":         {idemhttp.WithStreamContentTypes("/")},
 	} {
-		if _, err := idemhttp.New(memStore(t), opts...); !errors.Is(err, idem.ErrInvalidOption) {
+		if _, err := idemhttp.New(dbtest.MemStore(t), opts...); !errors.Is(err, idem.ErrInvalidOption) {
 			t.Errorf("%s: %v, want idem.ErrInvalidOption", name, err)
 		}
 	}
@@ -549,7 +550,7 @@ func (stuckStore) Reserve(ctx context.Context, _ string, _ []byte, _ time.Durati
 // with 503 once WithStoreTimeout has passed, and the handler does not run.
 func TestStoreTimeoutOption(t *testing.T) {
 	t.Parallel()
-	m, err := idemhttp.New(stuckStore{memStore(t)}, idemhttp.WithStoreTimeout(20*time.Millisecond))
+	m, err := idemhttp.New(stuckStore{dbtest.MemStore(t)}, idemhttp.WithStoreTimeout(20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

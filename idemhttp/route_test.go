@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 )
 
 // routeHooks records the routes reported to idemhttp.RouteHooks.
@@ -27,11 +28,11 @@ func (h *routeHooks) RequestRoute(route string, _ idemhttp.Outcome, _ time.Durat
 
 func TestRoute(t *testing.T) {
 	t.Parallel()
-	if _, err := idemhttp.New(memStore(t), idemhttp.WithRoute(" ")); err == nil {
+	if _, err := idemhttp.New(dbtest.MemStore(t), idemhttp.WithRoute(" ")); err == nil {
 		t.Fatal("an empty route name was accepted")
 	}
 	h := &routeHooks{}
-	s := memStore(t)
+	s := dbtest.MemStore(t)
 	named, err := idemhttp.New(s, idemhttp.WithHooks(h), idemhttp.WithRoute("payments"))
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/internal/tracing"
 	"github.com/idem-go/idem/keystore"
 )
@@ -60,7 +61,7 @@ type traceFixture struct {
 // ServeMux pattern.
 func newTraceFixture(t *testing.T, h http.HandlerFunc, opts ...idemhttp.Option) *traceFixture {
 	t.Helper()
-	ms := memStore(t)
+	ms := dbtest.MemStore(t)
 	f := &traceFixture{t: t, rec: &tracing.Recorder{}}
 	f.store = &tracedStore{Store: ms, rec: f.rec}
 	m, err := idemhttp.New(f.store, append([]idemhttp.Option{idemhttp.WithTracer(f.rec)}, opts...)...)
@@ -88,7 +89,7 @@ func (f *traceFixture) do(method, key, body string, hdr ...string) int {
 }
 
 func TestWithTracerRejectsNil(t *testing.T) {
-	ms := memStore(t)
+	ms := dbtest.MemStore(t)
 	if _, err := idemhttp.New(ms, idemhttp.WithTracer(nil)); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Fatalf("WithTracer(nil): %v", err)
 	}
@@ -231,7 +232,7 @@ func TestTraceProxy(t *testing.T) {
 	}))
 	defer up.Close()
 	target, _ := url.Parse(up.URL)
-	ms := memStore(t)
+	ms := dbtest.MemStore(t)
 	rec := &tracing.Recorder{}
 	p, err := idemhttp.NewProxy(target, &tracedStore{Store: ms, rec: rec}, idemhttp.WithTracer(rec))
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/memstore"
 )
@@ -17,7 +18,7 @@ import (
 // and that holder's claim.
 func held(t *testing.T) (keystore.Store, keystore.Claim) {
 	t.Helper()
-	s := newMem(t)
+	s := dbtest.MemStore(t)
 	c, err := s.Reserve(context.Background(), "k", []byte("fp"), time.Hour)
 	if err != nil || c.State != keystore.Acquired {
 		t.Fatalf("first Reserve: %v %v", c.State, err)
@@ -102,7 +103,7 @@ func TestAwaitTakesOver(t *testing.T) {
 // ctx ended is released, and the error says so.
 func TestAwaitCancelledDuringReserve(t *testing.T) {
 	t.Parallel()
-	mem := newMem(t)
+	mem := dbtest.MemStore(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s := &halfway{Store: mem, cancelDuring: cancel}
@@ -118,7 +119,7 @@ func TestAwaitCancelledDuringReserve(t *testing.T) {
 // store is touched.
 func TestAwaitBadWait(t *testing.T) {
 	t.Parallel()
-	s := &halfway{Store: newMem(t)}
+	s := &halfway{Store: dbtest.MemStore(t)}
 	for _, w := range []keystore.Wait{
 		{Min: 0, Max: time.Second},
 		{Min: time.Second, Max: time.Millisecond},

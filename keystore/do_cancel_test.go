@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/keystore"
 )
 
@@ -37,7 +38,7 @@ func (h *halfway) Reserve(ctx context.Context, key string, fp []byte, lease time
 // (which a Reserve cut half-way did: the store took the key and Do, told
 // context.Canceled, never released it).
 func TestDoCancelledDuringReserve(t *testing.T) {
-	mem := newMem(t)
+	mem := dbtest.MemStore(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s := &halfway{Store: mem, cancelDuring: cancel}
@@ -60,7 +61,7 @@ func TestDoCancelledDuringReserve(t *testing.T) {
 
 // TestDoCancelledBefore: a ctx that ended before Do touches no store.
 func TestDoCancelledBefore(t *testing.T) {
-	s := &halfway{Store: newMem(t)}
+	s := &halfway{Store: dbtest.MemStore(t)}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, _, err := keystore.Do(ctx, s, "k", nil, func(context.Context) ([]byte, error) {

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/keystore"
-	"github.com/idem-go/idem/keystore/memstore"
 )
 
 // faulty wraps a store and fails the calls it is told to.
@@ -34,15 +34,6 @@ func (f *faulty) Release(ctx context.Context, c keystore.Claim) error {
 	return f.Store.Release(ctx, c)
 }
 
-func newMem(t *testing.T) *memstore.Store {
-	s, err := memstore.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
 var (
 	errEffect = errors.New("effect failed")
 	errStore  = errors.New("store down")
@@ -50,7 +41,7 @@ var (
 
 func TestDoReleaseFails(t *testing.T) {
 	ctx := context.Background()
-	mem := newMem(t)
+	mem := dbtest.MemStore(t)
 	s := &faulty{Store: mem, releaseErr: errStore}
 	_, _, err := keystore.Do(ctx, s, "k", nil, func(context.Context) ([]byte, error) { return nil, errEffect }, keystore.WithLease(time.Minute))
 	if !errors.Is(err, errEffect) || !errors.Is(err, errStore) {
@@ -64,7 +55,7 @@ func TestDoReleaseFails(t *testing.T) {
 
 func TestDoCompleteFails(t *testing.T) {
 	ctx := context.Background()
-	mem := newMem(t)
+	mem := dbtest.MemStore(t)
 	s := &faulty{Store: mem, completeErr: errStore}
 	res, replayed, err := keystore.Do(ctx, s, "k", nil, func(context.Context) ([]byte, error) { return []byte("r"), nil })
 	if !errors.Is(err, errStore) || string(res) != "r" || replayed {
@@ -78,7 +69,7 @@ func TestDoCompleteFails(t *testing.T) {
 
 // A cancelled ctx does not stop Do from recording the effect that happened.
 func TestDoCompletesAfterCancel(t *testing.T) {
-	mem := newMem(t)
+	mem := dbtest.MemStore(t)
 	s := &faulty{Store: mem}
 	ctx, cancel := context.WithCancel(context.Background())
 	res, _, err := keystore.Do(ctx, s, "k", nil, func(context.Context) ([]byte, error) {
@@ -94,7 +85,7 @@ func TestDoCompletesAfterCancel(t *testing.T) {
 }
 
 func TestDoReserveError(t *testing.T) {
-	_, _, err := keystore.Do(context.Background(), newMem(t), "", nil, func(context.Context) ([]byte, error) {
+	_, _, err := keystore.Do(context.Background(), dbtest.MemStore(t), "", nil, func(context.Context) ([]byte, error) {
 		t.Error("fn ran")
 		return nil, nil
 	})

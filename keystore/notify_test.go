@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/memstore"
@@ -213,14 +214,14 @@ func TestWatchers(t *testing.T) {
 // errors.ErrUnsupported, and Await polls it.
 func TestNotifyUnsupported(t *testing.T) {
 	t.Parallel()
-	s := &halfway{Store: newMem(t)}
+	s := &halfway{Store: dbtest.MemStore(t)}
 	if keystore.CanNotify(s) {
 		t.Fatal("CanNotify on a store without Notifier")
 	}
 	if _, _, err := keystore.Notify(context.Background(), s, "k"); !errors.Is(err, errors.ErrUnsupported) {
 		t.Fatalf("Notify: %v, want errors.ErrUnsupported", err)
 	}
-	if !keystore.CanNotify(newMem(t)) {
+	if !keystore.CanNotify(dbtest.MemStore(t)) {
 		t.Fatal("memstore cannot notify")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/memstore"
 	"github.com/idem-go/idem/keystore/storetest"
@@ -20,7 +21,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) keystore.Store { return newStore(t) })
+	storetest.Run(t, func(t *testing.T) keystore.Store { return dbtest.MemStore(t) })
 }
 
 // clock is a hand-moved clock for tests.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/memstore"
 )
@@ -187,23 +188,12 @@ func TestTokenAcrossRestart(t *testing.T) {
 	wantLost(t, r2.Complete(ctx, n, nil, time.Hour), "Complete of another restored store's claim")
 }
 
-// newStore returns a store with the real clock, closed when t ends.
-func newStore(t testing.TB) *memstore.Store {
-	t.Helper()
-	s, err := memstore.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
 // TestTokensStepByShard checks that a key's tokens strictly increase over
 // many claims, each a multiple of 64 (the shard count) above the last, as
 // the lookup by token needs.
 func TestTokensStepByShard(t *testing.T) {
 	ctx := context.Background()
-	s := newStore(t)
+	s := dbtest.MemStore(t)
 	last := map[string]uint64{}
 	for round := range 50 {
 		for i := range 40 {
@@ -229,7 +219,7 @@ func TestTokensStepByShard(t *testing.T) {
 // completed it stays done.
 func TestConcurrentOneKey(t *testing.T) {
 	ctx := context.Background()
-	s := newStore(t)
+	s := dbtest.MemStore(t)
 	const workers, rounds = 8, 400
 	var (
 		holders   atomic.Int32
@@ -395,7 +385,7 @@ func TestReserveCompleteAllocs(t *testing.T) {
 		format string
 		max    float64
 	}{{"%08x-1111-4111-8111-%012x", 1}, {"order-%d-%d", 0}} {
-		s := newStore(t)
+		s := dbtest.MemStore(t)
 		keys := make([]string, 3000)
 		for i := range keys {
 			keys[i] = fmt.Sprintf(tc.format, i, i)

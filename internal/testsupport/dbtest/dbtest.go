@@ -1,7 +1,7 @@
 // Package dbtest names the databases that idem's SQL tests run on, each
 // opened fresh per test by internal/testsupport/testenv, so that every package tests
-// the same dialects and driver settings, and opens the SQLite key store the
-// keystore tests share.
+// the same dialects and driver settings, and opens the key stores (SQLite,
+// memory) the tests share.
 package dbtest
 
 import (
@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/idem-go/idem/internal/testsupport/testenv"
+	"github.com/idem-go/idem/keystore/memstore"
 	"github.com/idem-go/idem/keystore/sqlitestore"
 	"github.com/idem-go/idem/keystore/sqlstore"
 	"github.com/idem-go/idem/sqldialect"
@@ -55,6 +56,18 @@ func SQLiteStore(t testing.TB, path string, opts ...sqlstore.Option) *sqlitestor
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+// MemStore returns a new in-memory key store with the real clock, closed
+// when the test ends.
+func MemStore(t testing.TB) *memstore.Store {
+	t.Helper()
+	s, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
 	return s
 }
 
