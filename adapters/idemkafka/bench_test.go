@@ -119,14 +119,7 @@ const benchPayload = `{"amount":50,"user":42}`
 
 // headerID returns the record's idem-id header, as the consumer's default
 // key function reads it.
-func headerID(r *kgo.Record) string {
-	for _, h := range r.Headers {
-		if h.Key == idemkafka.HeaderID {
-			return string(h.Value)
-		}
-	}
-	return ""
-}
+func headerID(r *kgo.Record) string { return header(r, idemkafka.HeaderID) }
 
 type consumeMode int
 
