@@ -20,6 +20,7 @@ import (
 	"github.com/idem-go/idem/inbox/internal/engine/bucket"
 	"github.com/idem-go/idem/inbox/internal/engine/runs"
 	"github.com/idem-go/idem/internal/testsupport/dbtest"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/sqldialect"
 	_ "modernc.org/sqlite"
 )
@@ -47,12 +48,8 @@ func smallRuns(t *testing.T, flush, fanout int) {
 
 func openRunsDB(t testing.TB, path string) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("sqlite", sqldialect.SQLiteDSN(path))
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := testenv.Open(t, "sqlite", sqldialect.SQLiteDSN(path))
 	db.SetMaxOpenConns(1)
-	t.Cleanup(func() { db.Close() })
 	return db
 }
 

@@ -2,35 +2,26 @@ package keystore_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
-	"path/filepath"
 	"testing"
 
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/keystore"
-	"github.com/idem-go/idem/keystore/memstore"
 	"github.com/idem-go/idem/keystore/sqlstore"
 	"github.com/idem-go/idem/sqldialect"
 )
 
 func TestCheck(t *testing.T) {
 	t.Parallel()
-	ms, err := memstore.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ms.Close()
+	ms := dbtest.MemStore(t)
 	if err := keystore.Check(t.Context(), ms); err != nil {
 		t.Errorf("memstore: %v", err)
 	}
 	if err := keystore.Check(t.Context(), noExtend{ms}); err != nil {
 		t.Errorf("a store that is no Inspector: %v, want nil (checked by its first call)", err)
 	}
-	db, err := sql.Open("sqlite", sqldialect.SQLiteDSN(filepath.Join(t.TempDir(), "k.db")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := testenv.SQLite(t)
 	s, err := sqlstore.New(db, sqldialect.SQLite)
 	if err != nil {
 		t.Fatal(err)

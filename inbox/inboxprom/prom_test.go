@@ -19,6 +19,7 @@ import (
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/inbox/inboxprom"
 	"github.com/idem-go/idem/internal/testsupport/inboxtest"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -31,11 +32,7 @@ func TestInboxMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := sql.Open("sqlite", sqldialect.SQLiteDSN(filepath.Join(t.TempDir(), "inbox.db")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := testenv.SQLite(t)
 	ctx := context.Background()
 	in := inboxtest.Migrated(t, db, sqldialect.SQLite, "billing", inbox.WithHooks(h))
 	ok := func(context.Context, *sql.Tx) error { return nil }
