@@ -53,16 +53,6 @@ func TestRelayFailover(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds, and fails the test after a minute.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited a minute for %s", what)
-		}
-	}
-}
-
 type tlog struct{ t *testing.T }
 
 func (l tlog) Write(b []byte) (int, error) { l.t.Log(string(b)); return len(b), nil }
@@ -156,7 +146,7 @@ func relayFailover(t *testing.T, mode testenv.PGHAMode, wait bool) relayResult {
 	}()
 	defer func() { stopWrite.Store(true); cancel(); writer.Wait(); wg.Wait() }()
 	// Busy before the kill: orders committed and the relay publishing.
-	waitFor(t, "200 orders committed and 100 published before the kill", func() bool { return nTold.Load() >= 200 && pubCount() >= 100 })
+	testenv.WaitFor(t, time.Minute, "200 orders committed and 100 published before the kill", func() bool { return nTold.Load() >= 200 && pubCount() >= 100 })
 	h.HoldReplication()
 	time.Sleep(time.Second) // commits the standby has not got
 	h.KillPrimary()
@@ -167,7 +157,7 @@ func relayFailover(t *testing.T, mode testenv.PGHAMode, wait bool) relayResult {
 		}
 	}
 	after := nTold.Load()
-	waitFor(t, "50 orders committed on the new primary", func() bool { return nTold.Load() >= after+50 })
+	testenv.WaitFor(t, time.Minute, "50 orders committed on the new primary", func() bool { return nTold.Load() >= after+50 })
 	// Stop writing, and wait for the write in flight to end; then the
 	// relay drains the new primary's outbox.
 	stopWrite.Store(true)
