@@ -58,8 +58,8 @@ type config struct {
 	maxOpen int
 	f       int
 	verify  bool
-	noMerge bool   // tests: keep every generation in a file of its own
-	onSeal  func() // tests: called by a background seal before it writes
+	noMerge bool      // tests: keep every generation in a file of its own
+	onSeal  *sealHook // tests: called by a background seal before it writes
 }
 
 // WithGenerations cuts the horizon into k generations (k > 0, default
@@ -134,11 +134,15 @@ type Set struct {
 	lock       *os.File // dir's LOCK file, locked while the Set is open
 
 	noMerge    bool
-	onSeal     func()
+	onSeal     *sealHook
 	merging    chan struct{} // closed when the merge running ends; nil if none
 	nextExpiry int64         // when a generation next expires: a merge may be due
 	stopMerge  atomic.Bool   // set by Close
 }
+
+// sealHook is a test's hook into background seals (a pointer: config
+// stays comparable).
+type sealHook struct{ fn func() }
 
 // Open opens the set in dir, creating dir and a new set if it holds
 // none, with the given horizon (> 0): an id is a duplicate while less
@@ -657,7 +661,7 @@ func (s *Set) seal() error {
 func (s *Set) sealBackground(frozen *compact.Set, seq uint64, logName string, done chan struct{}) {
 	defer close(done)
 	if s.onSeal != nil {
-		s.onSeal()
+		s.onSeal.fn()
 	}
 	g, err := s.sealFile(frozen, seq)
 	s.mu.Lock()
