@@ -212,7 +212,9 @@ func TestTornJournal(t *testing.T) {
 func withoutMerge() Option { return func(c *config) error { c.noMerge = true; return nil } }
 
 // withSealHook calls fn in each background seal before it writes the file.
-func withSealHook(fn func()) Option { return func(c *config) error { c.onSeal = &sealHook{fn}; return nil } }
+func withSealHook(fn func()) Option {
+	return func(c *config) error { c.onSeal = &sealHook{fn}; return nil }
+}
 
 // TestSealBackground holds a background seal before it writes: the frozen
 // generation answers from memory meanwhile (its expired ids new), a copy
