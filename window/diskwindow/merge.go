@@ -61,10 +61,7 @@ func (s *Set) maybeMerge() {
 	if s.noMerge || s.merging != nil || s.closed || s.err != nil || s.stopMerge.Load() {
 		return
 	}
-	cut := s.latest - s.w
-	if cut > s.latest {
-		cut = math.MinInt64 // the horizon reaches before the clock's zero
-	}
+	cut := s.cut()
 	s.nextExpiry = math.MaxInt64
 	for _, g := range s.gens {
 		for _, t := range g.tags {

@@ -383,10 +383,7 @@ func (s *Set) answer(fps []compact.FP, dups []bool, record bool) ([]bool, error)
 // probeFrozen sets dups[i] for the ids cand[…] = i live in the generation
 // being sealed in the background, and returns the others.
 func (s *Set) probeFrozen(fps []compact.FP, cand []int, dups []bool) []int {
-	cut := s.latest - s.w
-	if cut > s.latest {
-		cut = math.MinInt64
-	}
+	cut := s.cut()
 	rest := make([]int, 0, len(cand))
 	var part [compact.TouchBatch]compact.FP
 	for j := 0; j < len(cand); j += compact.TouchBatch {
@@ -414,10 +411,7 @@ func (s *Set) probeFrozen(fps []compact.FP, cand []int, dups []bool) []int {
 // true duplicate) are made concurrently, so that a cold page cache costs
 // the disk's parallel latency, not the sum of the reads'.
 func (s *Set) probeSealed(cand []int, vals []u128, dups []bool) error {
-	cut := s.latest - s.w
-	if cut > s.latest {
-		cut = math.MinInt64
-	}
+	cut := s.cut()
 	type read struct {
 		g   *gen
 		id  int
@@ -464,6 +458,15 @@ func (s *Set) probeSealed(cand []int, vals []u128, dups []bool) error {
 		}
 	}
 	return nil
+}
+
+// cut is the newest first accept that has expired at the latest now;
+// math.MinInt64 while the horizon reaches before the clock's zero.
+func (s *Set) cut() int64 {
+	if c := s.latest - s.w; c <= s.latest {
+		return c
+	}
+	return math.MinInt64
 }
 
 // maxReaders bounds the concurrent block reads of one call.
