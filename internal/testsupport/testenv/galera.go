@@ -220,6 +220,17 @@ func (g *Galera) DSN(i int) string { return g.config(i, g.db).FormatDSN() }
 // test ends.
 func (g *Galera) DB(i int) *sql.DB { return Open(g.t, "mysql", g.DSN(i)) }
 
+// SyncedDB is DB with wsrep_sync_wait=1 on each connection: a read waits
+// until node i has applied every write set the cluster had committed when
+// the read began. Galera certifies a write on every node before COMMIT
+// returns but applies it on the others afterwards, so a plain read through
+// another node can miss a write that already returned.
+func (g *Galera) SyncedDB(i int) *sql.DB {
+	c := g.config(i, g.db)
+	c.Params = map[string]string{"wsrep_sync_wait": "1"}
+	return Open(g.t, "mysql", c.FormatDSN())
+}
+
 // Kill kills node i's server with SIGKILL. The others notice it is gone
 // after the group communication's suspect timeout (evs.suspect_timeout,
 // 5 s by default) and go on as a cluster of the rest.

@@ -6,9 +6,11 @@ import (
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 )
 
-// A row written through one node is read through the others (Galera
-// certifies and applies before COMMIT returns; wsrep_sync_wait makes the
-// read wait for what the cluster committed).
+// A row written through one node is read through the others. Galera
+// certifies a write set on every node before COMMIT returns but applies it
+// on the others afterwards, so a read there can come before the apply;
+// SyncedDB's wsrep_sync_wait=1 makes the read wait until the node has
+// applied what the cluster had committed.
 func TestGaleraReplicates(t *testing.T) {
 	t.Parallel()
 	g := testenv.StartGalera(t)
@@ -19,10 +21,13 @@ func TestGaleraReplicates(t *testing.T) {
 		}
 	}
 	for i := 1; i < testenv.GaleraNodes; i++ {
-		conn := g.DB(i)
-		var n int
-		if err := conn.QueryRow(`SELECT /* wsrep_sync_wait */ count(*) FROM t`).Scan(&n); err != nil {
+		conn := g.SyncedDB(i)
+		var n, wait int
+		if err := conn.QueryRow(`SELECT @@wsrep_sync_wait, count(*) FROM t`).Scan(&wait, &n); err != nil {
 			t.Fatal(err)
+		}
+		if wait != 1 {
+			t.Fatalf("node %d: wsrep_sync_wait = %d, want 1 (SyncedDB's parameter was not applied)", i, wait)
 		}
 		if n != 1 {
 			t.Fatalf("node %d sees %d rows, want 1", i, n)
