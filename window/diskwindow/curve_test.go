@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"testing"
@@ -26,7 +27,9 @@ import (
 // that reaches that many ids, drops the page cache of all its files
 // (journal included), times Open, and goes on with the reopened set. It
 // asserts no speed: only that every id was new and every id re-added a
-// duplicate.
+// duplicate. With IDEM_DEDUP_CPUPROFILE=prefix it writes a CPU profile of
+// the set's adds (the window's left out) for each step that starts at or
+// after IDEM_DEDUP_PROFILE_FROM ids (default 0), to prefix.<ids>.
 func TestDedupDiskCurve(t *testing.T) {
 	n, step := 200_000, 0
 	if v := os.Getenv("IDEM_DEDUP_IDS"); v != "" {
@@ -55,6 +58,12 @@ func TestDedupDiskCurve(t *testing.T) {
 	if v := os.Getenv("IDEM_DEDUP_REOPEN_AT"); v != "" {
 		f, _ := strconv.ParseFloat(v, 64)
 		reopenAt = int(f)
+	}
+	profile := os.Getenv("IDEM_DEDUP_CPUPROFILE")
+	profileFrom := 0
+	if v := os.Getenv("IDEM_DEDUP_PROFILE_FROM"); v != "" {
+		f, _ := strconv.ParseFloat(v, 64)
+		profileFrom = int(f)
 	}
 	dir := t.TempDir()
 	if v := os.Getenv("IDEM_DEDUP_DIR"); v != "" {
@@ -96,6 +105,15 @@ func TestDedupDiskCurve(t *testing.T) {
 		ids := uuids(r, k)
 		sample = append(sample, ids[:min(len(ids), 2000)]...)
 		dropSealed(t, dir)
+		var prof *os.File
+		if profile != "" && done >= profileFrom {
+			if prof, err = os.Create(fmt.Sprintf("%s.%d", profile, done+k)); err != nil {
+				t.Fatal(err)
+			}
+			if err := pprof.StartCPUProfile(prof); err != nil {
+				t.Fatal(err)
+			}
+		}
 		start, cpu0 := time.Now(), cpuTime()
 		for i := 0; i < k; i += batch {
 			b := ids[i:min(i+batch, k)]
@@ -116,6 +134,12 @@ func TestDedupDiskCurve(t *testing.T) {
 		el := time.Since(start)
 		s.waitMerges()
 		wait, cpu := time.Since(start)-el, cpuTime()-cpu0
+		if prof != nil {
+			pprof.StopCPUProfile()
+			if err := prof.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
 		diskTime += el + wait
 		diskCPU += cpu
 		start, cpu0 = time.Now(), cpuTime()
