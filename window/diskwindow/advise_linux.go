@@ -16,3 +16,13 @@ import (
 func adviseRandom(f *os.File) {
 	unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_RANDOM)
 }
+
+// willNeed starts reading n bytes of f at off into the page cache and
+// returns without waiting (posix_fadvise POSIX_FADV_WILLNEED): a lookup's
+// block reads are all started first and then read in order, from one
+// goroutine. On a virtual machine's disk that is about twice the reads a
+// second, at about half the CPU a read, of blocking reads from 32
+// goroutines at once. It reports whether the advice was taken.
+func willNeed(f *os.File, off, n int64) bool {
+	return unix.Fadvise(int(f.Fd()), off, n, unix.FADV_WILLNEED) == nil
+}

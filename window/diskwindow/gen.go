@@ -687,6 +687,16 @@ func (g *gen) lowInto(i uint64, buf []byte) (u128, uint64, error) {
 	return g.lowTag(buf, p-uint64(b0)*blockSize*8)
 }
 
+// prefetch starts reading the low blocks of value i into the page cache
+// (willNeed), for a lowInto that follows; it reports whether it could.
+func (g *gen) prefetch(i uint64) bool {
+	w := uint64(g.l.lw + g.l.t)
+	p := i * w
+	b0 := int64(p / 8 / blockSize)
+	b1 := int64((p + w - 1) / 8 / blockSize)
+	return willNeed(g.file, int64(g.l.lowOff)+b0*blockSize, (b1-b0+1)*blockSize)
+}
+
 // lowTag decodes the low bits and tag at bit p of b, checking the tag.
 func (g *gen) lowTag(b []byte, p uint64) (u128, uint64, error) {
 	low := getWide(b, p, g.l.lw)

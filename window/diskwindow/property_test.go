@@ -25,6 +25,9 @@ func TestProperty(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		dir := t.TempDir()
 		opts := []Option{WithGenerations(k), WithMaxOpen(rapid.IntRange(1, 20).Draw(rt, "maxOpen"))}
+		if rapid.Bool().Draw(rt, "withoutAdvise") {
+			opts = append(opts, withoutAdvise())
+		}
 		s, err := Open(dir, w, opts...)
 		if err != nil {
 			rt.Fatal(err)

@@ -54,12 +54,13 @@ func (e *CorruptError) Unwrap() error { return ErrCorrupt }
 type Option func(*config) error
 
 type config struct {
-	gens    int
-	maxOpen int
-	f       int
-	verify  bool
-	noMerge bool      // tests: keep every generation in a file of its own
-	onSeal  *sealHook // tests: called by a background seal before it writes
+	gens     int
+	maxOpen  int
+	f        int
+	verify   bool
+	noMerge  bool      // tests: keep every generation in a file of its own
+	noAdvise bool      // tests: read blocks as where posix_fadvise is missing
+	onSeal   *sealHook // tests: called by a background seal before it writes
 }
 
 // WithGenerations cuts the horizon into k generations (k > 0, default
@@ -129,11 +130,13 @@ type Set struct {
 	log        *os.File
 	logBytes   int64
 	pending    []byte   // journal records not yet written
+	readBuf    []byte   // probeSealed's block buffer, under mu
 	pendingSeq uint64   // commits appended to pending, ever
 	gens       []*gen   // oldest first
 	lock       *os.File // dir's LOCK file, locked while the Set is open
 
 	noMerge    bool
+	noAdvise   bool
 	onSeal     *sealHook
 	merging    chan struct{} // closed when the merge running ends; nil if none
 	nextExpiry int64         // when a generation next expires: a merge may be due
@@ -160,7 +163,7 @@ func Open(dir string, horizon time.Duration, opts ...Option) (*Set, error) {
 	if err := option.Apply("diskwindow", &c, opts); err != nil {
 		return nil, err
 	}
-	s := &Set{dir: dir, w: int64(horizon), span: max(int64(horizon)/int64(c.gens), 1), maxOpen: c.maxOpen, noMerge: c.noMerge, onSeal: c.onSeal}
+	s := &Set{dir: dir, w: int64(horizon), span: max(int64(horizon)/int64(c.gens), 1), maxOpen: c.maxOpen, noMerge: c.noMerge, noAdvise: c.noAdvise, onSeal: c.onSeal}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("diskwindow: %w", err)
 	}
@@ -408,8 +411,10 @@ func (s *Set) probeFrozen(fps []compact.FP, cand []int, dups []bool) []int {
 // probeSealed sets dups[i] for the ids cand[…] = i (sorted by value)
 // found in a sealed generation. The in-memory parts are probed first; the
 // disk reads they leave (a few in a hundred ids per generation, and every
-// true duplicate) are made concurrently, so that a cold page cache costs
-// the disk's parallel latency, not the sum of the reads'.
+// true duplicate) all start before the first is waited for, so that a
+// cold page cache costs the disk's parallel latency, not the sum of the
+// reads': on Linux each block is asked for with POSIX_FADV_WILLNEED and
+// then read in turn, elsewhere up to maxReaders goroutines read at once.
 func (s *Set) probeSealed(cand []int, vals []u128, dups []bool) error {
 	cut := s.cut()
 	type read struct {
@@ -430,25 +435,42 @@ func (s *Set) probeSealed(cand []int, vals []u128, dups []bool) error {
 	}
 	found := make([]bool, len(reads))
 	errs := make([]error, len(reads))
-	workers := min(len(reads), maxReaders)
-	var wg sync.WaitGroup
-	var next atomic.Int64
-	for range workers {
-		wg.Go(func() {
-			buf := make([]byte, 2*blockSize)
-			for {
-				k := int(next.Add(1) - 1)
-				if k >= len(reads) {
-					return
-				}
-				r := reads[k]
-				low, tag, err := r.g.lowInto(r.pos, buf)
-				errs[k] = err
-				found[k] = err == nil && low == vals[r.id].low(r.g.l.lw) && r.g.live(tag, cut)
-			}
-		})
+	readOne := func(k int, buf []byte) {
+		r := reads[k]
+		low, tag, err := r.g.lowInto(r.pos, buf)
+		errs[k] = err
+		found[k] = err == nil && low == vals[r.id].low(r.g.l.lw) && r.g.live(tag, cut)
 	}
-	wg.Wait()
+	// Every read is started first, then each is read in turn: the
+	// kernel's reads overlap without a goroutine blocked on each.
+	prefetched := !s.noAdvise
+	for _, r := range reads {
+		if !prefetched {
+			break
+		}
+		prefetched = r.g.prefetch(r.pos)
+	}
+	if prefetched {
+		if s.readBuf == nil {
+			s.readBuf = make([]byte, 2*blockSize)
+		}
+		for k := range reads {
+			readOne(k, s.readBuf)
+		}
+	} else {
+		workers := min(len(reads), maxReaders)
+		var wg sync.WaitGroup
+		var next atomic.Int64
+		for range workers {
+			wg.Go(func() {
+				buf := make([]byte, 2*blockSize)
+				for k := int(next.Add(1) - 1); k < len(reads); k = int(next.Add(1) - 1) {
+					readOne(k, buf)
+				}
+			})
+		}
+		wg.Wait()
+	}
 	for k, r := range reads {
 		if errs[k] != nil {
 			return errs[k]

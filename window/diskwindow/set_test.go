@@ -208,6 +208,11 @@ func TestTornJournal(t *testing.T) {
 	}
 }
 
+// withoutAdvise reads sealed blocks from several goroutines at once, as
+// where posix_fadvise is not available, instead of starting them all with
+// POSIX_FADV_WILLNEED and reading them in turn.
+func withoutAdvise() Option { return func(c *config) error { c.noAdvise = true; return nil } }
+
 // withoutMerge keeps each sealed generation in a file of its own.
 func withoutMerge() Option { return func(c *config) error { c.noMerge = true; return nil } }
 
