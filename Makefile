@@ -3,7 +3,7 @@ GO      ?= go
 TIMEOUT ?= 20m
 FUZZTIME ?= 15s
 
-.PHONY: failover failover-long test deps lint unit modules install-test bench bench-compact bench-compact-curve bench-dedup-disk bench-scale bench-keystore-scale bench-peers soak fuzz demo chaos caddy flakes
+.PHONY: failover failover-long test deps lint unit modules install-test bench bench-compact bench-compact-curve bench-dedup-disk bench-scale bench-keystore-scale bench-peers bench-ratios soak fuzz demo chaos caddy flakes
 
 # Every package of every module in go.work. In workspace mode `./...` at the
 # root covers only the root module, so the targets name each module's tree.
@@ -152,6 +152,15 @@ bench-keystore-scale: deps
 PEERS_FLAGS ?=
 bench-peers:
 	cd tools/peerbench && $(GO) run . $(PEERS_FLAGS)
+	GO=$(GO) ./scripts/ratios.sh
+
+## bench-ratios: the goals against the same server's bare client
+## (scripts/ratios.sh; `make bench-peers` ends with it): the NATS, RabbitMQ
+## and Kafka consume loops against their store alone and their broker
+## alone, with the broker pinned to its own core and shared, and redisstore
+## Reserve against SET NX PX at 1-64 callers.
+bench-ratios: deps
+	GO=$(GO) ./scripts/ratios.sh
 
 ## soak: the failover tests of the distributed key stores (kill -9 of a Redis
 ## Cluster master, with and without replication lag; of the JetStream stream

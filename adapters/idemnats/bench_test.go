@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -56,22 +57,7 @@ func BenchmarkConsume(b *testing.B) {
 		_, js, cons := benchSetup(b)
 		fill(b, js, b.N)
 		b.ResetTimer()
-		start := time.Now()
-		it, err := cons.Messages(jetstream.PullMaxMessages(2 * batch))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer it.Stop()
-		for range b.N {
-			m, err := it.Next()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := m.Ack(); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+		b.ReportMetric(float64(b.N)/rawMessages(b, cons, b.N, 2*batch).Seconds(), "msgs/s")
 	})
 	for _, v := range consumetest.Variants(batch) {
 		b.Run(v.Name, func(b *testing.B) {
@@ -97,8 +83,16 @@ func BenchmarkConsume(b *testing.B) {
 }
 
 func benchSetup(b *testing.B) (*nats.Conn, jetstream.JetStream, jetstream.Consumer) {
-	s := natsenv.Run(b, b.TempDir(), -1)
-	nc, js := natsenv.Connect(b, s.ClientURL())
+	var url string
+	if os.Getenv(natsenv.ServerCPUsEnv) != "" {
+		// A server process on the CPUs named there, apart from this
+		// binary's (run it under taskset): the broker's work does not
+		// take the consumer's and the store's core.
+		url = natsenv.RunProcess(b, b.TempDir())
+	} else {
+		url = natsenv.Run(b, b.TempDir(), -1).ClientURL()
+	}
+	nc, js := natsenv.Connect(b, url)
 	setup(b, js)
 	// The default AckWait (30s): under load, a buffered message must not be
 	// redelivered before its turn comes.
@@ -137,6 +131,29 @@ func fillKeys(b *testing.B, js jetstream.JetStream, n int, key func(int) string)
 	}
 }
 
+// rawMessages consumes n messages from cons with the plain client's
+// Messages iterator (pulls of up to buffer messages), acking each, and
+// returns the time it took.
+func rawMessages(b *testing.B, cons jetstream.Consumer, n, buffer int) time.Duration {
+	b.Helper()
+	start := time.Now()
+	it, err := cons.Messages(jetstream.PullMaxMessages(buffer))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer it.Stop()
+	for range n {
+		m, err := it.Next()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := m.Ack(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return time.Since(start)
+}
+
 // setInsert is the set handler of the benchmark: e.apply's INSERT as one
 // multi-row statement per group.
 var setInsert = consumetest.SetInsert(msgID, msgData)
@@ -148,9 +165,16 @@ var setInsert = consumetest.SetInsert(msgID, msgData)
 // statement, in exactly the group sizes the Consumer formed, with no broker
 // at all (consumetest.StoreOnly). The two alternate in every iteration, so
 // the machine's load hits them alike; the log line and the consumer/store
-// metric give the ratio.
+// metric give the ratio. A third side consumes and acks the same records
+// with the plain client (rawMessages): consumer/bound compares the
+// consumer with an adapter that would cost nothing beyond nats.go itself.
 //
 //	go test -run '^$' -bench ConsumeVsStore -benchtime 5x ./adapters/idemnats
+//
+// With the broker on a core of its own (a server process, not embedded),
+// the consumer and the store on the other:
+//
+//	IDEM_TEST_SERVER_CPUS=1 taskset -c 0 go test -run '^$' -bench ConsumeVsStore -benchtime 5x ./adapters/idemnats
 func BenchmarkConsumeVsStore(b *testing.B) {
 	const n, batch = 20000, 500
 	var cons jetstream.Consumer
@@ -165,5 +189,5 @@ func BenchmarkConsumeVsStore(b *testing.B) {
 			b.Fatal(err)
 		}
 		return c.Run
-	})
+	}, func(n int) time.Duration { return rawMessages(b, cons, n, 2*batch) })
 }

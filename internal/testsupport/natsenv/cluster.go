@@ -43,11 +43,15 @@ func runChild(raw string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	s, err := server.NewServer(&server.Options{
+	opts := &server.Options{
 		ServerName: c.Name, Host: "127.0.0.1", Port: c.Port, JetStream: true, StoreDir: c.Dir,
-		Cluster: server.ClusterOpts{Name: "idem", Host: "127.0.0.1", Port: c.ClusterPort},
-		Routes:  server.RoutesFromStr(c.Routes), NoSigs: true, NoLog: true,
-	})
+		NoSigs: true, NoLog: true,
+	}
+	if c.ClusterPort != 0 { // else a single server ([RunProcess])
+		opts.Cluster = server.ClusterOpts{Name: "idem", Host: "127.0.0.1", Port: c.ClusterPort}
+		opts.Routes = server.RoutesFromStr(c.Routes)
+	}
+	s, err := server.NewServer(opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -257,7 +261,11 @@ func (n *Node) Start() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	bin, args := os.Args[0], []string{"-test.run=^$"}
+	if cpus := os.Getenv(ServerCPUsEnv); cpus != "" {
+		bin, args = "taskset", append([]string{"-c", cpus, bin}, args...)
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), childEnv+"="+string(cfg))
 	logf, err := os.OpenFile(filepath.Join(n.cfg.Dir, "server.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {

@@ -26,6 +26,30 @@ func Run(t testing.TB, dir string, port int) *server.Server {
 	return s
 }
 
+// ServerCPUsEnv is testenv's variable of the same name: set to a CPU list
+// in taskset's syntax, the server processes that natsenv starts ([Start],
+// [Shared], [RunProcess]) run on those CPUs only. Embedded servers ([Run])
+// share the test binary's.
+const ServerCPUsEnv = "IDEM_TEST_SERVER_CPUS"
+
+// RunProcess starts one JetStream server storing in dir in a process of its
+// own (the test binary, run again), pinned as [ServerCPUsEnv] says, and
+// returns its client URL; the server is killed when t ends. A benchmark
+// uses it to keep the broker's CPU apart from its own.
+func RunProcess(t testing.TB, dir string) string {
+	t.Helper()
+	ports, err := freePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &Node{cfg: child{Name: "n1", Port: ports[0], Dir: dir}}
+	if err := n.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Kill)
+	return "nats://" + n.Addr()
+}
+
 // Port is the client port s listens on.
 func Port(s *server.Server) int { return s.Addr().(*net.TCPAddr).Port }
 

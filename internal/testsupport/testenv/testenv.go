@@ -235,11 +235,31 @@ func command(dir string, cred *syscall.Credential, bin string, args ...string) (
 	if err != nil {
 		return nil, nil, err
 	}
+	bin, args = Pinned(bin, args...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
 	dieWithParent(cmd.SysProcAttr)
 	return cmd, logf, nil
+}
+
+// ServerCPUsEnv names the variable that pins the servers the tests start:
+// set to a CPU list in taskset's syntax ("1", "2-3"), every server process
+// that testenv starts (and natsenv's, which reads the same variable) runs
+// on those CPUs only, so that a benchmark run under "taskset -c 0" has the
+// broker's or the database's work on other cores than its own. Unset (the
+// suite, CI), servers run wherever the kernel puts them.
+const ServerCPUsEnv = "IDEM_TEST_SERVER_CPUS"
+
+// Pinned returns the command line that runs bin with args on the CPUs
+// that [ServerCPUsEnv] lists, through taskset (util-linux), or bin and
+// args unchanged when it is unset.
+func Pinned(bin string, args ...string) (string, []string) {
+	cpus := os.Getenv(ServerCPUsEnv)
+	if cpus == "" {
+		return bin, args
+	}
+	return "taskset", append([]string{"-c", cpus, bin}, args...)
 }
 
 // stop signals the server, kills its process group if it has not exited

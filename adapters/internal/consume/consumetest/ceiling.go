@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/internal/consume/settest"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 )
 
 // Sizes records the size of every batch a set handler received.
@@ -100,13 +103,16 @@ func StoreOnly(tb testing.TB, keys []string, data string, sizes []int) time.Dura
 // records go straight into a fresh inbox ([StoreOnly]) in the batch sizes
 // the consumer formed. The two alternate in every iteration, so the
 // machine's load hits them alike, and take turns at running first after
-// the publish; [Ceiling] reports both rates and their ratio.
+// the publish. When raw is not nil, the records are then published once
+// more and raw consumes and acks them with the broker's plain client and
+// no inbox, returning the time it took: the broker-and-client side of the
+// bound. [Ceiling] reports the rates and their ratios.
 func VsStore[M any](b *testing.B, n int, key, data func(M) string, publish func(keys []string, payload []byte),
-	newRun func(in *inbox.Inbox, set func(context.Context, *sql.Tx, []M) error, observe func(idem.DeliveryEvent[M])) func(context.Context) error) {
+	newRun func(in *inbox.Inbox, set func(context.Context, *sql.Tx, []M) error, observe func(idem.DeliveryEvent[M])) func(context.Context) error,
+	raw func(n int) time.Duration) {
 	payload := make([]byte, 100)
-	var consumed, store time.Duration
+	var r Rates
 	var prev []int // the batch sizes of the previous iteration's consumer
-	batches := 0
 	for iter := 0; b.Loop(); iter++ {
 		keys := make([]string, n)
 		for i := range keys {
@@ -121,22 +127,32 @@ func VsStore[M any](b *testing.B, n int, key, data func(M) string, publish func(
 		storeFirst := iter%2 == 1 && prev != nil
 		if storeFirst {
 			runtime.GC()
-			store += StoreOnly(b, keys, string(payload), prev)
+			r.Store += StoreOnly(b, keys, string(payload), prev)
 		}
 		e := NewEffects(b)
 		var sizes Sizes
 		runtime.GC()
-		consumed += untilSettled(n, func(observe func(idem.DeliveryEvent[M])) func(context.Context) error {
+		cpu0 := processCPU()
+		r.Consumer += untilSettled(n, func(observe func(idem.DeliveryEvent[M])) func(context.Context) error {
 			return newRun(e.In, Record(&sizes, SetInsert(key, data)), observe)
 		})
+		r.ConsumerCPU += processCPU() - cpu0
 		prev = sizes.All()
 		if !storeFirst {
 			runtime.GC()
-			store += StoreOnly(b, keys, string(payload), prev)
+			r.Store += StoreOnly(b, keys, string(payload), prev)
 		}
-		batches += len(prev)
+		r.Batches += len(prev)
+		if raw != nil {
+			publish(keys, payload)
+			runtime.GC()
+			cpu0 := processCPU()
+			r.Raw += raw(n)
+			r.RawCPU += processCPU() - cpu0
+		}
 	}
-	Ceiling(b, n*b.N, consumed, store, batches)
+	r.Records = n * b.N
+	r.Report(b)
 }
 
 // untilSettled runs the consumer that newRun builds until its observer
@@ -202,10 +218,72 @@ func TimeOrderedID(int) string { return uuid.Must(uuid.NewV7()).String() }
 // each way, in total), and their ratio, as benchmark metrics and as one
 // line on the benchmark's log.
 func Ceiling(b *testing.B, n int, consumer, store time.Duration, batches int) {
-	rc, rs := float64(n)/consumer.Seconds(), float64(n)/store.Seconds()
+	Rates{Records: n, Consumer: consumer, Store: store, Batches: batches}.Report(b)
+}
+
+// Rates are the times one speed check measured, each over Records records.
+type Rates struct {
+	Records  int
+	Consumer time.Duration // consume → inbox → ack
+	Store    time.Duration // the same records straight into an inbox
+	Batches  int           // the groups the consumer formed
+	Raw      time.Duration // the broker's plain client, consume and ack (0: not measured)
+	RawCPU   time.Duration // this process's CPU time during Raw
+
+	ConsumerCPU time.Duration // this process's CPU time during Consumer (0: not measured)
+}
+
+// Report puts r on b as metrics and one log line. With a raw time, it adds
+// the bound of an adapter that would cost nothing beyond the broker's own
+// client, the lower of two rates: the CPU bound, where a record costs its
+// store time plus the client's CPU time a record measured on the raw side
+// (the most any pipelining reaches when the consumer runs on one core with
+// the broker pinned to another: the benchmark under taskset -c 0 with
+// [testenv.ServerCPUsEnv] set, so that the store side uses that core in
+// full), and the broker's own rate, consume and ack with nothing else.
+// Without [testenv.ServerCPUsEnv] the broker's CPU is counted nowhere, and
+// no bound is reported.
+func (r Rates) Report(b *testing.B) {
+	n := float64(r.Records)
+	rc, rs := n/r.Consumer.Seconds(), n/r.Store.Seconds()
 	b.ReportMetric(rc, "consumer-records/s")
 	b.ReportMetric(rs, "store-only-records/s")
 	b.ReportMetric(rc/rs, "consumer/store")
-	b.ReportMetric(float64(n)/float64(max(batches, 1)), "records/batch")
-	b.Logf("consumer %.0f records/s, store only %.0f records/s: %.2fx", rc, rs, rc/rs)
+	b.ReportMetric(n/float64(max(r.Batches, 1)), "records/batch")
+	if r.ConsumerCPU > 0 {
+		b.ReportMetric(r.ConsumerCPU.Seconds()*1e6/n, "consumer-cpu-µs/record")
+	}
+	if r.Raw <= 0 {
+		b.Logf("consumer %.0f records/s, store only %.0f records/s: %.2fx", rc, rs, rc/rs)
+		return
+	}
+	rr := n / r.Raw.Seconds()
+	clientCPU := r.RawCPU.Seconds() / n // seconds a record
+	b.ReportMetric(rr, "broker-only-records/s")
+	b.ReportMetric(clientCPU*1e6, "client-cpu-µs/record")
+	if os.Getenv(testenv.ServerCPUsEnv) == "" {
+		// The broker shares this process's cores (or is in it): its CPU
+		// is in neither side's count, and no bound follows.
+		b.Logf("consumer %.0f records/s (%.1f µs CPU a record), store only %.0f records/s: %.2fx; "+
+			"the broker with its plain client %.0f records/s (%.2fx the store)", rc, r.ConsumerCPU.Seconds()*1e6/n, rs, rc/rs, rr, rr/rs)
+		return
+	}
+	cpu := 1 / (1/rs + clientCPU)
+	bound := min(cpu, rr)
+	b.ReportMetric(cpu/rs, "cpu-bound/store")
+	b.ReportMetric(bound/rs, "bound/store")
+	b.ReportMetric(rc/bound, "consumer/bound")
+	b.Logf("consumer %.0f records/s (%.1f µs CPU a record), store only %.0f records/s: %.2fx; "+
+		"the broker with its plain client %.0f records/s (%.1f µs client CPU a record); CPU bound %.0f records/s, "+
+		"so an adapter costing nothing reaches %.2fx the store: the consumer is at %.2fx of that",
+		rc, r.ConsumerCPU.Seconds()*1e6/n, rs, rc/rs, rr, clientCPU*1e6, cpu, bound/rs, rc/bound)
+}
+
+// processCPU is the CPU time this process has used, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
