@@ -35,13 +35,12 @@ const (
 // (idem.scope, for a view returned by Scope), idem.takeover on a Reserve
 // that replaced an expired lease, and the outcome. The wrapper changes no
 // behaviour: it has every optional interface of package keystore
-// (Extender, Scoper, Sweeper, Inspector, Forgetter, Notifier) and forwards
-// each to s,
-// failing with errors.ErrUnsupported where s lacks it; keystore.As and
-// keystore.CanExtend look through its Unwrap method, so keystore.Do and
-// KeepAlive (and keystore.Await, for notifications) see what s can do.
-// Scoped views are wrapped too. Sweep, Inspect, List, Forget and Notify are
-// not traced: they are an operator's, a janitor's or a waiter's, not
+// (Extender, Scoper, Sweeper, Inspector, Forgetter, Notifier, Peeker) and
+// forwards each to s, failing with errors.ErrUnsupported where s lacks it
+// (Peek answers not ok); keystore.As and keystore.CanExtend look through
+// its Unwrap method, so keystore.Do and KeepAlive (and keystore.Await, for
+// notifications and peeks) see what s can do. Scoped views are wrapped
+// too. Sweep, Inspect, List, Forget, Notify and Peek are not traced: they are an operator's, a janitor's or a waiter's, not
 // traffic.
 //
 // A nil t returns s itself; a nil s returns nil.
@@ -155,4 +154,11 @@ func (s *store) Forget(ctx context.Context, key string) error {
 
 func (s *store) Notify(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	return keystore.Notify(ctx, s.inner, key)
+}
+
+// Peek calls the wrapped store's Peek (see [keystore.Peeker]); ok is false
+// when it has none, and keystore.Await then reserves. Peeks are not
+// counted as Reserves.
+func (s *store) Peek(ctx context.Context, key string, fp []byte) (keystore.Claim, bool) {
+	return keystore.Peek(ctx, s.inner, key, fp)
 }

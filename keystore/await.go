@@ -70,9 +70,13 @@ func (w Wait) validate() error {
 // in progress, reserves once more, and then wakes as soon as the holder
 // completes or releases the key; the polls go on beside it, so a
 // notification lost or never sent costs one poll, and an expired lease,
-// which sends none, is found by polling as before.
+// which sends none, is found by polling as before. When s is a [Peeker]
+// (through every wrapper, as for Notifier), each look after the first
+// peeks before it reserves: a key done meanwhile is answered from a read,
+// so that many waiters woken at once by one completion do not queue on
+// the key's lock.
 //
-// Each Reserve runs detached from ctx (see [Detach], bounded by
+// Each Reserve (and Peek) runs detached from ctx (see [Detach], bounded by
 // w.CallTimeout), so that its answer is true even if ctx ends while it runs:
 // a store cut off half-way could take the key and report an error, leaving
 // it in progress for a whole lease with nobody to release it. Only the
@@ -93,6 +97,7 @@ func Await(ctx context.Context, s Store, key string, fp []byte, lease time.Durat
 	}
 	n := watch{w: w, deadline: deadline, key: key}
 	n.notifier, n.can = As[Notifier](s)
+	peeker, canPeek := As[Peeker](s)
 	defer n.stop()
 	var last Claim // the last InProgress answer
 	polls := 0     // pauses so far, for the backoff
@@ -102,6 +107,13 @@ func Await(ctx context.Context, s Store, key string, fp []byte, lease time.Durat
 				return last, fmt.Errorf("keystore: waiting for key %q: %w: %w", key, ErrInProgress, err)
 			}
 			return Claim{}, fmt.Errorf("keystore: reserve %q: %w", key, err)
+		}
+		if attempt > 0 && canPeek {
+			// After a pause (or the subscription's second look), a key that
+			// is done now is read, not reserved: no lock, no commit.
+			if c, ok := peekDetached(ctx, peeker, key, fp, w.CallTimeout); ok {
+				return c, nil
+			}
 		}
 		c, err := reserveDetached(ctx, s, key, fp, lease, w.CallTimeout)
 		if err != nil {

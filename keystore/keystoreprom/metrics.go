@@ -234,3 +234,10 @@ func (s *Store) Forget(ctx context.Context, key string) error {
 func (s *Store) Notify(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	return keystore.Notify(ctx, s.inner, key)
 }
+
+// Peek calls the wrapped store's Peek (see [keystore.Peeker]); ok is false
+// when it has none, and keystore.Await then reserves. Peeks are not
+// counted as Reserves.
+func (s *Store) Peek(ctx context.Context, key string, fp []byte) (keystore.Claim, bool) {
+	return keystore.Peek(ctx, s.inner, key, fp)
+}

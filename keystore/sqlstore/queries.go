@@ -30,8 +30,9 @@ type queries struct {
 	layout Layout
 	// reserve takes the key when it is absent or expired. PostgreSQL's
 	// also returns the live row otherwise; SQLite's returns nothing then,
-	// and lookup reads the live row. Both report whether the live row is
-	// this key's (a digest collision makes it another's).
+	// and lookup reads the live row (Peek's read in both dialects). Both
+	// report whether the live row is this key's (a digest collision makes
+	// it another's).
 	reserve  string
 	lookup   string
 	complete string
@@ -260,6 +261,10 @@ SELECT true, state, token, takeovers, fingerprint, result, ` + pgMicros("expires
 UNION ALL
 SELECT false, state, token, takeovers, fingerprint, result, ` + pgMicros("expires_at") + `, ` + same + ` FROM {T}
 WHERE ` + lookupBy + ` AND expires_at > now() AND NOT EXISTS (SELECT 1 FROM up)`,
+			// lookup is the statement's second branch alone: Peek's read,
+			// which takes no lock and writes nothing.
+			lookup: `SELECT state, token, takeovers, fingerprint, result, ` + pgMicros("expires_at") + `, ` + same + ` FROM {T}
+WHERE ` + lookupBy + ` AND expires_at > now()`,
 			complete: `UPDATE {T} SET state = 2, result = $4, expires_at = now() + $5::bigint * interval '1 microsecond'
 WHERE ` + match + ` AND token = $3 AND state = 1`,
 			// The notifying forms notify the table's channel with the key's

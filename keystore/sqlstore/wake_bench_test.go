@@ -11,10 +11,16 @@ import (
 	"github.com/idem-go/idem/sqldialect"
 )
 
-// go test -run '^$' -bench BenchmarkWake -benchtime 100x ./keystore/sqlstore/
+// BenchmarkWake is storetest.BenchmarkWake on PostgreSQL with a listener,
+// on a pool that keeps up to 32 idle connections.
+//
+//	go test -run '^$' -bench BenchmarkWake -benchtime 100x ./keystore/sqlstore/
 func BenchmarkWake(b *testing.B) {
 	storetest.BenchmarkWake(b, func(b *testing.B) keystore.Store {
 		db := testenv.Postgres(b)
+		// A service's pool keeps its connections: database/sql's default of
+		// two idle ones would make most woken waiters open a connection.
+		db.SetMaxIdleConns(32)
 		l, err := pglisten.New(db)
 		if err != nil {
 			b.Fatal(err)

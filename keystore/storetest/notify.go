@@ -41,6 +41,11 @@ func (c *Counted) Notify(ctx context.Context, key string) (<-chan struct{}, func
 	return keystore.Notify(ctx, c.Store, key)
 }
 
+// Peek forwards to the store's [keystore.Peeker]; peeks are not counted.
+func (c *Counted) Peek(ctx context.Context, key string, fp []byte) (keystore.Claim, bool) {
+	return keystore.Peek(ctx, c.Store, key, fp)
+}
+
 // Unwrap returns the store.
 func (c *Counted) Unwrap() keystore.Store { return c.Store }
 
