@@ -17,6 +17,7 @@ import (
 
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/keystore"
+	"github.com/idem-go/idem/keystore/memstore"
 	"github.com/idem-go/idem/keystore/storetest"
 	"github.com/redis/go-redis/v9"
 )
@@ -160,4 +161,22 @@ func TestServeAdminKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkAdminKeys(t, p.admin, opened.Store)
+}
+
+// The admin mode's recording wrapper keeps what the store can do for
+// waiters: a notifying store still notifies, and one that cannot still
+// cannot (keystore.As looks through every layer).
+func TestHeldStoreKeepsNotify(t *testing.T) {
+	h := newHeldKeys()
+	mem, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mem.Close() })
+	if !keystore.CanNotify(h.wrap(mem, "r")) {
+		t.Fatal("memstore behind the admin wrapper cannot notify")
+	}
+	if _, ok := keystore.As[keystore.Peeker](h.wrap(mem, "r")); ok {
+		t.Fatal("the admin wrapper claims a Peek that memstore does not have")
+	}
 }

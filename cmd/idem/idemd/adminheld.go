@@ -80,6 +80,19 @@ type heldStore struct {
 // Unwrap returns the wrapped store, for keystore.As.
 func (s *heldStore) Unwrap() keystore.Store { return s.Store }
 
+// Notify forwards to the wrapped store's Notifier, so that duplicates
+// waiting behind the admin mode are woken as without it (keystore.As
+// finds a Notifier only where every layer has one).
+func (s *heldStore) Notify(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	return keystore.Notify(ctx, s.Store, key)
+}
+
+// Peek forwards to the wrapped store's Peeker; it reserves nothing, so
+// there is nothing to record.
+func (s *heldStore) Peek(ctx context.Context, key string, fp []byte) (keystore.Claim, bool) {
+	return keystore.Peek(ctx, s.Store, key, fp)
+}
+
 func (s *heldStore) Reserve(ctx context.Context, key string, fp []byte, lease time.Duration) (keystore.Claim, error) {
 	c, err := s.Store.Reserve(ctx, key, fp, lease)
 	if err == nil && c.State == keystore.Acquired {
