@@ -2,13 +2,14 @@ package keystore_test
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/memstore"
+	"github.com/idem-go/idem/keystore/storetest"
 )
 
 // peeking forwards to a store and its Notifier, counting Reserves, with a
@@ -57,20 +58,9 @@ func TestAwaitPeeksAfterWaking(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		done := make(chan error, 1)
-		go func() {
-			c, err := keystore.Await(ctx, p, "k", nil, time.Hour, keystore.Wait{Min: time.Hour, Max: time.Hour})
-			if err == nil && (c.State != keystore.Done || string(c.Result) != "r") {
-				err = errors.New("not the result: " + c.State.String())
-			}
-			done <- err
-		}()
+		done := storetest.AwaitResult(ctx, p, "k", "r")
 		// Reserve, subscribe, Peek (in progress: declined), Reserve, sleep.
-		for deadline := time.Now().Add(time.Minute); p.reserves.Load() < 2; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("the waiter did not reserve twice")
-			}
-		}
+		testenv.WaitFor(t, time.Minute, "two Reserves", func() bool { return p.reserves.Load() >= 2 })
 		if n := p.peeks.Load(); n != 1 {
 			t.Fatalf("decline=%v: %d Peeks before the sleep, want 1 (the first look reserves)", decline, n)
 		}

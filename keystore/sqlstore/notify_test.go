@@ -67,14 +67,7 @@ func TestListenerReconnects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() {
-		c, err := keystore.Await(ctx, s, "k", nil, time.Hour, keystore.Wait{Min: time.Hour, Max: time.Hour})
-		if err == nil && (c.State != keystore.Done || string(c.Result) != "r") {
-			err = errors.New("not the result: " + c.State.String())
-		}
-		done <- err
-	}()
+	done := storetest.AwaitResult(ctx, s, "k", "r")
 	listeners := func() int {
 		var n int
 		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'`).Scan(&n); err != nil {

@@ -4,11 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/sqlstore"
 	"github.com/idem-go/idem/keystore/storetest"
@@ -113,35 +113,17 @@ func TestWokenWaitersPeek(t *testing.T) {
 		t.Fatal(err)
 	}
 	const waiters = 16
-	var wg sync.WaitGroup
-	errs := make(chan error, waiters)
+	var answers []<-chan error
 	for range waiters {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// Polls an hour apart: only the notification wakes them.
-			c, err := keystore.Await(ctx, s, "k", nil, time.Hour, keystore.Wait{Min: time.Hour, Max: time.Hour})
-			if err == nil && (c.State != keystore.Done || string(c.Result) != "r") {
-				err = errors.New("not the result: " + c.State.String())
-			}
-			errs <- err
-		}()
+		answers = append(answers, storetest.AwaitResult(ctx, s, "k", "r"))
 	}
 	// Each waiter reserves, subscribes, peeks, reserves again and sleeps.
-	deadline := time.Now().Add(time.Minute)
-	for s.Reserves() < 2*waiters {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d Reserves, want %d before the waiters sleep", s.Reserves(), 2*waiters)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.WaitFor(t, time.Minute, "the waiters asleep", func() bool { return s.Reserves() >= 2*waiters })
 	if err := st.Complete(ctx, holder, []byte("r"), time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
+	for _, a := range answers {
+		if err := <-a; err != nil {
 			t.Fatal(err)
 		}
 	}

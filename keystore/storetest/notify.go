@@ -52,6 +52,22 @@ func (c *Counted) Unwrap() keystore.Store { return c.Store }
 // Reserves is the number of Reserve calls so far.
 func (c *Counted) Reserves() int64 { return c.reserves.Load() }
 
+// AwaitResult starts a waiter of key on s that only a notification can
+// answer in time (keystore.Await with polls an hour apart) and returns
+// the channel of its verdict: nil when Await answered Done with result
+// want, else what went wrong.
+func AwaitResult(ctx context.Context, s keystore.Store, key, want string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		c, err := keystore.Await(ctx, s, key, nil, time.Hour, keystore.Wait{Min: time.Hour, Max: time.Hour})
+		if err == nil && (c.State != keystore.Done || string(c.Result) != want) {
+			err = fmt.Errorf("Await of %q: %v %q, want Done %q", key, c.State, c.Result, want)
+		}
+		done <- err
+	}()
+	return done
+}
+
 // testNotify checks a [keystore.Notifier]: waiters of several keys, in
 // the default scope and in a named one, asleep for a poll interval far
 // longer than the test, are all answered soon after the holder completes
