@@ -61,7 +61,7 @@ func AwaitResult(ctx context.Context, s keystore.Store, key, want string) <-chan
 	go func() {
 		c, err := keystore.Await(ctx, s, key, nil, time.Hour, keystore.Wait{Min: time.Hour, Max: time.Hour})
 		if err == nil && (c.State != keystore.Done || string(c.Result) != want) {
-			err = fmt.Errorf("Await of %q: %v %q, want Done %q", key, c.State, c.Result, want)
+			err = fmt.Errorf("keystore.Await of %q: %v %q, want Done %q", key, c.State, c.Result, want)
 		}
 		done <- err
 	}()
