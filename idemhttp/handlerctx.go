@@ -76,9 +76,9 @@ func ClaimFrom(ctx context.Context) (c keystore.Claim, ok bool) { return handler
 // middleware records what they did (a handler that answers 5xx releases
 // its key, and the client's retry executes on another instance). See
 // docs/http.md for the whole shutdown.
-func (m *Middleware) Abort() { m.abort() }
+func (m *Middleware) Abort() { m.aborted.Abort() }
 
 // handlerConfig is the handler contexts' configuration.
 func (m *Middleware) handlerConfig() handlerctx.Config {
-	return handlerctx.Config{Timeout: m.cfg.handlerTimeout, Abort: m.aborted, ClientCancel: m.cfg.clientCancel}
+	return handlerctx.Config{Timeout: m.cfg.handlerTimeout, Abort: &m.aborted, ClientCancel: m.cfg.clientCancel}
 }

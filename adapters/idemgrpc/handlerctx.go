@@ -58,8 +58,8 @@ func ClaimFrom(ctx context.Context) (keystore.Claim, bool) { return handlerctx.C
 // then let the handlers return, so that what they did is recorded (a
 // handler that fails with a release code releases its key, and the
 // client's retry executes elsewhere).
-func (i *Interceptor) Abort() { i.abort() }
+func (i *Interceptor) Abort() { i.aborted.Abort() }
 
 func (i *Interceptor) handlerConfig() handlerctx.Config {
-	return handlerctx.Config{Timeout: i.cfg.handlerTimeout, Abort: i.aborted, ClientCancel: i.cfg.clientCancel}
+	return handlerctx.Config{Timeout: i.cfg.handlerTimeout, Abort: &i.aborted, ClientCancel: i.cfg.clientCancel}
 }

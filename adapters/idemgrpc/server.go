@@ -13,6 +13,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/internal/ewma"
+	"github.com/idem-go/idem/internal/frontend/handlerctx"
 	"github.com/idem-go/idem/internal/option"
 	"github.com/idem-go/idem/keystore"
 	"google.golang.org/grpc"
@@ -30,8 +31,7 @@ type Interceptor struct {
 	store   keystore.Store
 	cfg     config
 	took    ewma.Duration
-	aborted context.Context // ends on Abort
-	abort   context.CancelFunc
+	aborted handlerctx.Abort // ends the handlers' contexts on Abort
 }
 
 // New returns an Interceptor that keeps keys and responses in s. Options
@@ -49,7 +49,6 @@ func New(s keystore.Store, opts ...Option) (*Interceptor, error) {
 		return nil, err
 	}
 	ic := &Interceptor{store: s, cfg: cfg}
-	ic.aborted, ic.abort = context.WithCancel(context.Background())
 	return ic, nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/idem-go/idem/keystore"
@@ -25,8 +26,8 @@ import (
 type Config struct {
 	// Timeout bounds the handler's run (0: no bound).
 	Timeout time.Duration
-	// Abort ends every handler context when it ends (nil: never).
-	Abort context.Context
+	// Abort ends every handler context when it is aborted (nil: never).
+	Abort *Abort
 	// ClientCancel keeps the request's cancellation: the handler's
 	// context also ends when the client disconnects or its deadline
 	// passes, as net/http and grpc-go do.
@@ -101,11 +102,7 @@ func Start(req context.Context, s keystore.Store, key string, claim keystore.Cla
 		run.renewal.Start(renewCtx, ext, claim, lease, cancel)
 	}
 	if cfg.Abort != nil {
-		if cfg.Abort.Err() != nil {
-			cancel(ErrAborted)
-		} else {
-			run.unhook = context.AfterFunc(cfg.Abort, func() { cancel(ErrAborted) })
-		}
+		cfg.Abort.add(run)
 	}
 	return ctx, run
 }
@@ -117,7 +114,11 @@ type Run struct {
 	renews      bool
 	cancel      context.CancelCauseFunc
 	endDeadline context.CancelFunc // nil without a deadline
-	unhook      func() bool        // nil without Abort
+
+	// abort is Config.Abort; prev and next link the run into its list
+	// of runs in flight while it is linked (under abort.mu).
+	abort      *Abort
+	prev, next *Run
 
 	stopped bool
 }
@@ -133,8 +134,8 @@ func (r *Run) Stop() (keystore.Claim, error) {
 	}
 	if !r.stopped {
 		r.stopped = true
-		if r.unhook != nil {
-			r.unhook()
+		if r.abort != nil {
+			r.abort.remove(r)
 		}
 		r.cancel(context.Canceled)
 		if r.endDeadline != nil {
@@ -142,6 +143,67 @@ func (r *Run) Stop() (keystore.Claim, error) {
 		}
 	}
 	return claim, lost
+}
+
+// Abort ends the contexts of the handlers in flight, and of those that
+// start later, with the cause [ErrAborted]: a server's last word once its
+// shutdown grace period has passed. The zero value is ready to use.
+//
+// A handler registers with it by linking its run into a list, and leaves it
+// by unlinking (no allocation, no map, no goroutine: what context.AfterFunc
+// on an abort context would cost each request).
+type Abort struct {
+	mu      sync.Mutex
+	head    *Run // the runs in flight, most recent first
+	aborted bool
+}
+
+// Abort ends every handler context registered, and those registered
+// later. Calling it again does nothing.
+func (a *Abort) Abort() {
+	a.mu.Lock()
+	a.aborted = true
+	var runs []*Run
+	for r := a.head; r != nil; r = r.next {
+		runs = append(runs, r)
+	}
+	a.mu.Unlock()
+	// Outside the lock: a run that stops meanwhile is cancelled twice,
+	// which does nothing the second time.
+	for _, r := range runs {
+		r.cancel(ErrAborted)
+	}
+}
+
+// add links r, or ends its context at once if a has been aborted.
+func (a *Abort) add(r *Run) {
+	a.mu.Lock()
+	if a.aborted {
+		a.mu.Unlock()
+		r.cancel(ErrAborted)
+		return
+	}
+	r.abort, r.next = a, a.head
+	if a.head != nil {
+		a.head.prev = r
+	}
+	a.head = r
+	a.mu.Unlock()
+}
+
+// remove unlinks r.
+func (a *Abort) remove(r *Run) {
+	a.mu.Lock()
+	if r.prev != nil {
+		r.prev.next = r.next
+	} else if a.head == r {
+		a.head = r.next
+	}
+	if r.next != nil {
+		r.next.prev = r.prev
+	}
+	r.prev, r.next = nil, nil
+	a.mu.Unlock()
 }
 
 // detached is context.WithoutCancel(req) and context.WithValue for the key
