@@ -47,7 +47,7 @@ func detachCall(ctx context.Context, timeout time.Duration) *callContext {
 	if timeout <= 0 {
 		timeout = CallTimeout
 	}
-	return &callContext{parent: context.WithoutCancel(ctx), deadline: time.Now().Add(timeout)}
+	return &callContext{parent: ctx, deadline: time.Now().Add(timeout)}
 }
 
 // callContext is the context of one store call made by detachCall: the
@@ -56,13 +56,16 @@ func detachCall(ctx context.Context, timeout time.Duration) *callContext {
 // not a timer was ever started; a timer starts only when Done is asked for
 // (or context.AfterFunc, or a cancellable child, registers with it).
 type callContext struct {
-	parent   context.Context // without cancellation
+	// parent is the caller's context, whose cancellation the call does
+	// not see: Value and the timer go through nocancel.
+	parent   context.Context
 	deadline time.Time
 
-	mu     sync.Mutex
-	err    error              // set once the context has ended
-	timed  context.Context    // the timer-backed context, once asked for
-	cancel context.CancelFunc // timed's
+	mu       sync.Mutex
+	nocancel context.Context    // context.WithoutCancel(parent), once asked for
+	err      error              // set once the context has ended
+	timed    context.Context    // the timer-backed context, once asked for
+	cancel   context.CancelFunc // timed's
 }
 
 // Deadline is the end of the call's timeout.
@@ -70,7 +73,23 @@ func (c *callContext) Deadline() (time.Time, bool) { return c.deadline, true }
 
 // Value is the caller's: a context.WithoutCancel, which hides the caller's
 // cancellation from context.Cause and from children.
-func (c *callContext) Value(key any) any { return c.parent.Value(key) }
+func (c *callContext) Value(key any) any { return c.detached().Value(key) }
+
+// detached returns context.WithoutCancel(c.parent), made on first use: a
+// store that answers from memory and reads no value pays no allocation
+// for it.
+func (c *callContext) detached() context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.detachedLocked()
+}
+
+func (c *callContext) detachedLocked() context.Context {
+	if c.nocancel == nil {
+		c.nocancel = context.WithoutCancel(c.parent)
+	}
+	return c.nocancel
+}
 
 // Done starts the timer, if it has not started yet.
 func (c *callContext) Done() <-chan struct{} { return c.timer().Done() }
@@ -101,7 +120,7 @@ func (c *callContext) timer() context.Context {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.timed == nil {
-		c.timed, c.cancel = context.WithDeadline(c.parent, c.deadline)
+		c.timed, c.cancel = context.WithDeadline(c.detachedLocked(), c.deadline)
 		if c.err == context.Canceled {
 			c.cancel()
 		}

@@ -81,3 +81,26 @@ func TestDetachForEndsAtItsTimeout(t *testing.T) {
 		t.Fatalf("Err after end past the deadline = %v, want DeadlineExceeded (the first reason stays)", err)
 	}
 }
+
+// TestDetachAllocations: a call that only checks Err (a store answering
+// from memory) pays for the call context alone, not for a
+// context.WithoutCancel; reading values builds that once (and
+// context's withoutCancelCtx.Value allocates a little on each call).
+func TestDetachAllocations(t *testing.T) {
+	parent := context.WithValue(context.Background(), callKey{}, "v")
+	if n := testing.AllocsPerRun(100, func() {
+		c, end := keystore.Detach(parent)
+		_ = c.Err()
+		end()
+	}); n > 1 {
+		t.Errorf("Detach, Err, end: %v allocations, want at most 1", n)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		c, end := keystore.Detach(parent)
+		_ = c.Value(callKey{})
+		_ = c.Value(callKey{})
+		end()
+	}); n > 4 {
+		t.Errorf("Detach and two Values: %v allocations, want at most 4", n)
+	}
+}
