@@ -35,6 +35,22 @@ type exchange struct {
 	att  attempt
 	jb   jsonBody
 	body bodyReader
+	hv   [hvCount]string // backing of the header values the middleware sets
+}
+
+// The header values the middleware sets, each one a slot of exchange.hv.
+const (
+	hvKey      = iota // Idempotency-Key, echoed
+	hvReplayed        // Idempotent-Replayed
+	hvLength          // Content-Length of a replay
+	hvCount
+)
+
+// header returns a one-value header slice for slot i of x.hv: the
+// request's own backing instead of the allocation Header.Set makes.
+func (x *exchange) header(i int, v string) []string {
+	x.hv[i] = v
+	return x.hv[i : i+1 : i+1]
 }
 
 // bodyReader is the request body once the middleware has read it.

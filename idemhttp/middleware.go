@@ -14,6 +14,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/ewma"
+	"github.com/idem-go/idem/internal/frontend/handlerctx"
 	"github.com/idem-go/idem/internal/option"
 	"github.com/idem-go/idem/keystore"
 )
@@ -25,10 +26,9 @@ type Middleware struct {
 	cfg     config
 	budget  *budget
 	took    ewma.Duration
-	aborted context.Context // ends on Abort
-	abort   context.CancelFunc
-	proxied bool    // a Proxy's: the handler's context carries the attempt
-	quotas  *quotas // WithQuota's accounting, else nil
+	aborted handlerctx.Abort // ends the handlers' contexts on Abort
+	proxied bool             // a Proxy's: the handler's context carries the attempt
+	quotas  *quotas          // WithQuota's accounting, else nil
 }
 
 // New returns a Middleware that keeps keys and responses in s. It does no
@@ -58,7 +58,6 @@ func New(s keystore.Store, opts ...Option) (*Middleware, error) {
 	if cfg.quota != nil {
 		m.quotas = newQuotas(*cfg.quota, cfg.ttl)
 	}
-	m.aborted, m.abort = context.WithCancel(context.Background())
 	return m, nil
 }
 
@@ -146,7 +145,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		// problem), as Stripe does, so that a client can correlate a
 		// response with its key.
 		echo = strings.Trim(r.Header.Get(HeaderKey), " \t")
-		w.Header().Set(HeaderKey, echo)
+		w.Header()[HeaderKey] = x.header(hvKey, echo)
 	}
 	scope, err := m.cfg.scopeOf(r)
 	switch {
@@ -193,7 +192,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.problem(w, http.StatusServiceUnavailable, probStore, "the request was not executed; retry later with the same key", map[string]string{"Retry-After": "1"})
 		return OutcomeStoreError
 	case claim.State == keystore.Done:
-		return m.replay(w, claim)
+		return m.replay(w, x, claim)
 	}
 	x.setBody(r, jb.raw)
 	if m.quotas != nil {
@@ -228,7 +227,7 @@ func (m *Middleware) release(ctx context.Context, c keystore.Claim, why string) 
 	}
 }
 
-func (m *Middleware) replay(w http.ResponseWriter, c keystore.Claim) Outcome {
+func (m *Middleware) replay(w http.ResponseWriter, x *exchange, c keystore.Claim) Outcome {
 	// A stored response is decoded straight into w's header (parse checks
 	// every field before it writes one); a problem answer (lost, not
 	// stored) keeps its header out of w.
@@ -249,8 +248,8 @@ func (m *Middleware) replay(w http.ResponseWriter, c keystore.Claim) Outcome {
 		m.problem(w, http.StatusGone, probNotStored, fmt.Sprintf("the request was executed and answered %d, but the response was too large or streamed and was not kept; it will not be executed again", rec.status), map[string]string{HeaderReplayed: "true"})
 		return OutcomeReplayed
 	}
-	h.Set(HeaderReplayed, "true")
-	h.Set("Content-Length", strconv.Itoa(len(rec.body)))
+	h[HeaderReplayed] = x.header(hvReplayed, "true")
+	h["Content-Length"] = x.header(hvLength, strconv.Itoa(len(rec.body)))
 	w.WriteHeader(rec.status)
 	_, _ = w.Write(rec.body)
 	return OutcomeReplayed

@@ -215,9 +215,11 @@ func (c *config) recordHead(status int, h http.Header) (out []byte, bodyAt int) 
 		fields++
 	}
 	slices.Sort(names)
-	size += 512 // a small body without growing
-	if n, err := strconv.Atoi(h.Get("Content-Length")); err == nil && n > 0 {
-		size += min(n, c.maxResponse)
+	size += 512                                  // a small body without growing
+	if cl := h.Get("Content-Length"); cl != "" { // Atoi("") would allocate its error
+		if n, err := strconv.Atoi(cl); err == nil && n > 0 {
+			size += min(n, c.maxResponse)
+		}
 	}
 	out = appendRecordHead(make([]byte, 0, size), 0, status, fields)
 	for _, name := range names {
