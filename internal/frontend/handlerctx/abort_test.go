@@ -11,18 +11,24 @@ import (
 	"github.com/idem-go/idem/keystore/memstore"
 )
 
+// abortSetup returns a store (closed when t ends) and an Abort.
+func abortSetup(t *testing.T) (keystore.Store, *handlerctx.Abort) {
+	t.Helper()
+	s, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s, &handlerctx.Abort{}
+}
+
 // TestAbortEndsRunsInFlight links runs into an Abort, stops some of them
 // (the first, the last and one in the middle of its list), aborts, and
 // checks that exactly the runs still in flight ended with ErrAborted, and
 // that a run started after Abort ends at once.
 func TestAbortEndsRunsInFlight(t *testing.T) {
-	s, err := memstore.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	var a handlerctx.Abort
-	cfg := handlerctx.Config{Abort: &a}
+	s, a := abortSetup(t)
+	cfg := handlerctx.Config{Abort: a}
 	const n = 7
 	ctxs := make([]context.Context, n)
 	runs := make([]*handlerctx.Run, n)
@@ -55,13 +61,8 @@ func TestAbortEndsRunsInFlight(t *testing.T) {
 // Abort is called, under -race: every run that had not stopped by the
 // time Abort returned has ended, and Stop after Abort does not block.
 func TestAbortConcurrent(t *testing.T) {
-	s, err := memstore.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	var a handlerctx.Abort
-	cfg := handlerctx.Config{Abort: &a}
+	s, a := abortSetup(t)
+	cfg := handlerctx.Config{Abort: a}
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	live := make(chan context.Context, 400)
