@@ -41,13 +41,20 @@ func fixture(t *testing.T) string {
 	return dir
 }
 
-func TestSetCheckTags(t *testing.T) {
-	t.Parallel()
-	dir := fixture(t)
+// mustLoad is loadRepo(dir); an error fails the test.
+func mustLoad(t *testing.T, dir string) *Repo {
+	t.Helper()
 	repo, err := loadRepo(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return repo
+}
+
+func TestSetCheckTags(t *testing.T) {
+	t.Parallel()
+	dir := fixture(t)
+	repo := mustLoad(t, dir)
 	ps := strings.Join(repo.problems(), "\n")
 	for _, want := range []string{
 		"a/go.mod requires example.com/x v0.0.0, not v0.1.0",
@@ -63,10 +70,7 @@ func TestSetCheckTags(t *testing.T) {
 	if err := repo.Set("v0.2.0"); err != nil {
 		t.Fatal(err)
 	}
-	repo, err = loadRepo(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	repo = mustLoad(t, dir)
 	if ps := repo.problems(); len(ps) > 0 {
 		t.Errorf("after set, check reports:\n%s", strings.Join(ps, "\n"))
 	}
@@ -103,10 +107,7 @@ func TestSetCheckTags(t *testing.T) {
 func TestWriteProxy(t *testing.T) {
 	t.Parallel()
 	dir := fixture(t)
-	repo, err := loadRepo(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	repo := mustLoad(t, dir)
 	proxy := t.TempDir()
 	const v = "v0.3.0-rc.1"
 	if err := repo.WriteProxy(proxy, v); err != nil {
