@@ -146,18 +146,15 @@ type core struct {
 
 type shard struct {
 	mu sync.Mutex
-	// m maps an internal key to its entry's index in entries. Entries live
-	// in a slab rather than in the map so that Complete updates one in
-	// place without writing the map (which would copy the key), and so that
-	// a map slot is 24 bytes instead of 56.
-	m       map[string]uint32
-	entries []entry
-	free    []uint32     // indexes of unused entries
-	bytes   atomic.Int64 // len(data) of entries, for WithMaxBytes; written under mu
+	// t is the map tier: keys with a request fingerprint or a result,
+	// found by their fingerprint (see table). Complete updates an entry in
+	// place, without writing the index.
+	t     table
+	bytes atomic.Int64 // fingerprint and result bytes of t's entries, for WithMaxBytes; written under mu
 	// done is the compact tier: completed keys with an empty result and no
 	// request fingerprint, as 96-bit keyed fingerprints with their expiry
 	// and fencing token (16 or 17 bytes a record plus the index), in expiry
-	// order, dropped from the front as they expire. A key is in m or in
+	// order, dropped from the front as they expire. A key is in t or in
 	// done, never both. Created on first use.
 	done *compact.Set
 	// prefetchDone is done, for lock's call of Prefetch before it takes
@@ -166,7 +163,7 @@ type shard struct {
 	prefetchDone atomic.Pointer[compact.Set]
 	// pending holds keys in progress reserved without a request
 	// fingerprint, by compact fingerprint and by token; see pendTable. A
-	// key is in m, pending or done, never in two.
+	// key is in t, pending or done, never in two.
 	pending pendTable
 	// doneHead is the expiry of the compact tier's oldest record
 	// (math.MaxInt64 if none), kept here so that the check each call makes
@@ -183,7 +180,7 @@ type shard struct {
 	// are idx modulo numShards (see nextToken).
 	tokens uint64
 	idx    uint64 // the shard's index in core.shards
-	// minExp is a lower bound of the earliest expiry in m (ns since base):
+	// minExp is a lower bound of the earliest expiry in t and pending (ns since base):
 	// while the clock is before it, nothing in the shard has expired and a
 	// scan would find nothing. Every write lowers it; a full scan sets it
 	// exactly. Read without the lock by reclaim.
@@ -195,19 +192,6 @@ type shard struct {
 	nextSample int64
 	_          [64]byte // keep shards' locks on separate cache lines
 }
-
-// entry is one key. Fingerprint and result share one string so that an
-// entry is 40 bytes and its bytes one allocation.
-type entry struct {
-	data  string // fingerprint followed by result
-	exp   int64  // lease or result expiry, ns since base
-	token uint64
-	fpLen uint8 // ≤ idem.MaxFingerprintLen
-	state uint8
-}
-
-func (e *entry) fp() string     { return e.data[:e.fpLen] }
-func (e *entry) result() []byte { return []byte(e.data[e.fpLen:]) }
 
 // New returns an empty store. Options are validated here; a bad one returns
 // an error wrapping idem.ErrInvalidOption. The store starts no goroutine:
@@ -248,7 +232,7 @@ func newCore(cfg config, fpKey *compact.Hasher) *core {
 	c.base = c.clock()
 	start := uint64(max(c.base.UnixNano(), 0))
 	for i := range c.shards {
-		c.shards[i].m = make(map[string]uint32)
+		c.shards[i].t = newTable()
 		c.shards[i].idx = uint64(i)
 		c.shards[i].doneHead = math.MaxInt64
 		c.shards[i].minExp.Store(math.MaxInt64)
@@ -295,7 +279,7 @@ func (s *Store) Close() error {
 	for i := range s.c.shards {
 		sh := &s.c.shards[i]
 		sh.mu.Lock()
-		sh.m, sh.entries, sh.free, sh.done, sh.pending, sh.forgotten = nil, nil, nil, nil, pendTable{}, nil
+		sh.t, sh.done, sh.pending, sh.forgotten = table{}, nil, pendTable{}, nil
 		sh.prefetchDone.Store(nil)
 		sh.mu.Unlock()
 	}
@@ -352,7 +336,7 @@ func (s *Store) lock(ctx context.Context, op, key string, buf *keyBuf, check fun
 		return nil, nil, compact.FP{}, fmt.Errorf("memstore: %s: %w", op, err)
 	}
 	sh.mu.Lock()
-	if sh.m == nil {
+	if sh.t.closed() {
 		sh.mu.Unlock()
 		return nil, nil, compact.FP{}, fmt.Errorf("memstore: %s: %w", op, idem.ErrClosed)
 	}
@@ -372,7 +356,7 @@ func (s *Store) lockToken(ctx context.Context, cl keystore.Claim) (sh *shard, j 
 	}
 	sh = s.c.tokenShard(cl.Token)
 	sh.mu.Lock()
-	if j = sh.pending.byToken(cl.Token); j >= 0 && sh.m != nil {
+	if j = sh.pending.byToken(cl.Token); j >= 0 && !sh.t.closed() {
 		if p := &sh.pending.slots[j]; p.key == cl.Key && p.prefix == s.prefix {
 			return sh, j
 		}
@@ -415,34 +399,26 @@ func (sh *shard) token(aux uint64) uint64 {
 // tokenShard returns the shard that handed out token, if this store did.
 func (c *core) tokenShard(token uint64) *shard { return &c.shards[token%numShards] }
 
-// add stores e under the internal key k, which must be absent, reusing a
-// free slot if there is one. Called with the shard locked.
-func (sh *shard) add(k []byte, e entry) {
-	sh.bytes.Add(int64(len(e.data)))
-	var i uint32
-	if n := len(sh.free); n > 0 {
-		i, sh.free = sh.free[n-1], sh.free[:n-1]
-		sh.entries[i] = e
-	} else {
-		i = uint32(len(sh.entries))
-		sh.entries = append(sh.entries, e)
-	}
-	sh.m[string(k)] = i
+// add stores e, whose key must be absent from the map tier, and returns
+// its slot. Called with the shard locked.
+func (sh *shard) add(e entry) uint32 {
+	sh.bytes.Add(int64(e.size()))
+	return sh.t.add(e)
 }
 
-// remove deletes the key k whose entry is at i. Called with the shard
+// remove deletes the map-tier entry in slot i. Called with the shard
 // locked.
-func (sh *shard) remove(k string, i uint32) {
-	sh.bytes.Add(-int64(len(sh.entries[i].data)))
-	delete(sh.m, k)
-	sh.entries[i] = entry{} // drop the fingerprint and result
-	sh.free = append(sh.free, i)
+func (sh *shard) remove(i uint32) {
+	sh.bytes.Add(-int64(sh.t.at(i).size()))
+	sh.t.remove(i)
 }
 
-// set replaces the entry at i with e. Called with the shard locked.
+// set replaces the entry in slot i with e, an entry of the same key.
+// Called with the shard locked.
 func (sh *shard) set(i uint32, e entry) {
-	sh.bytes.Add(int64(len(e.data) - len(sh.entries[i].data)))
-	sh.entries[i] = e
+	p := sh.t.at(i)
+	sh.bytes.Add(int64(e.size() - p.size()))
+	*p = e
 }
 
 // heldBytes is the bytes of results and fingerprints held, all shards.
@@ -500,15 +476,15 @@ func (sh *shard) findDone(c *core, fp compact.FP, now int64) (compact.Rec, bool)
 	return r, ok
 }
 
-// completeDone moves the in-progress entry e of the key with internal key
-// k and fingerprint fp, at index i, into the compact tier as completed with
-// expiry exp, if it fits there (see appendDone). It reports whether it did.
-// Called with the shard locked.
-func (s *Store) completeDone(sh *shard, k []byte, fp compact.FP, i uint32, e *entry, exp int64) bool {
+// completeDone moves the in-progress entry e of the key with fingerprint
+// fp, in slot i, into the compact tier as completed with expiry exp, if it
+// fits there (see appendDone). It reports whether it did. Called with the
+// shard locked.
+func (s *Store) completeDone(sh *shard, fp compact.FP, i uint32, e *entry, exp int64) bool {
 	if !s.appendDone(sh, fp, e.token, exp) {
 		return false
 	}
-	sh.remove(string(k), i)
+	sh.remove(i)
 	return true
 }
 

@@ -24,8 +24,8 @@ func (s *Store) Extend(ctx context.Context, cl keystore.Claim, lease time.Durati
 	}
 	defer sh.mu.Unlock()
 	exp := after(s.c.now(), lease)
-	if i, ok := sh.m[string(k)]; ok {
-		e := &sh.entries[i]
+	if i, ok := sh.t.find(kfp, k); ok {
+		e := sh.t.at(i)
 		if e.token != cl.Token || e.state != stInProgress {
 			return keystore.Claim{}, keystore.LeaseLostError("extend", cl.Key, cl.Token)
 		}
@@ -52,8 +52,8 @@ func (s *Store) Inspect(ctx context.Context, key string) (keystore.KeyInfo, erro
 	}
 	defer sh.mu.Unlock()
 	now := s.c.now()
-	if i, ok := sh.m[string(k)]; ok {
-		e := &sh.entries[i]
+	if i, ok := sh.t.find(kfp, k); ok {
+		e := sh.t.at(i)
 		if e.state == stDone && e.exp <= now {
 			return keystore.KeyInfo{}, keystore.NotFoundError(key)
 		}
@@ -88,7 +88,7 @@ func (s *Store) List(ctx context.Context, opts keystore.ListOptions) ([]keystore
 	for i := range s.c.shards {
 		sh := &s.c.shards[i]
 		sh.mu.Lock()
-		if sh.m == nil {
+		if sh.t.closed() {
 			sh.mu.Unlock()
 			return nil, "", fmt.Errorf("memstore: list: %w", idem.ErrClosed)
 		}
@@ -109,9 +109,9 @@ func (s *Store) listShard(sh *shard, out []keystore.KeyInfo, opts keystore.ListO
 	want := func(key string, st keystore.State) bool {
 		return key > opts.After && (opts.State == 0 || opts.State == st)
 	}
-	for ik, i := range sh.m {
-		key, ok := strings.CutPrefix(ik, s.prefix)
-		e := &sh.entries[i]
+	for i := range sh.t.all {
+		e := sh.t.at(i)
+		key, ok := strings.CutPrefix(e.key(), s.prefix)
 		if !ok || e.state == stDone && e.exp <= now {
 			continue
 		}
@@ -139,14 +139,14 @@ func (s *Store) Forget(ctx context.Context, key string) error {
 	}
 	defer sh.mu.Unlock()
 	now := s.c.now()
-	if i, ok := sh.m[string(k)]; ok {
-		switch e := &sh.entries[i]; {
+	if i, ok := sh.t.find(kfp, k); ok {
+		switch e := sh.t.at(i); {
 		case e.state == stInProgress:
 			return keystore.ForgetInProgressError(key)
 		case e.exp <= now:
 			return keystore.NotFoundError(key)
 		}
-		sh.remove(string(k), i)
+		sh.remove(i)
 		s.c.count.Add(-1)
 		return nil
 	}
@@ -168,7 +168,7 @@ func (s *Store) Forget(ctx context.Context, key string) error {
 func (c *core) info(key string, e *entry) keystore.KeyInfo {
 	k := keystore.KeyInfo{Key: key, State: keystore.InProgress, Token: e.token, Expires: c.at(e.exp), Fingerprint: keystore.HexFingerprint([]byte(e.fp()))}
 	if e.state == stDone {
-		k.State, k.ResultSize = keystore.Done, len(e.data)-int(e.fpLen)
+		k.State, k.ResultSize = keystore.Done, e.size()-int(e.fpLen)
 	}
 	return k
 }

@@ -21,10 +21,10 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 	defer sh.mu.Unlock()
 	c := s.c
 	now := c.now()
-	i, ok := sh.m[string(k)]
+	i, ok := sh.t.find(kfp, k)
 	var e *entry
 	if ok {
-		e = &sh.entries[i]
+		e = sh.t.at(i)
 	}
 	takeover := false
 	switch {
@@ -75,11 +75,11 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 	}
 	token := sh.nextToken()
 	exp := after(now, lease)
-	n := entry{data: string(fp), exp: exp, token: token, fpLen: uint8(len(fp)), state: stInProgress}
+	n := newEntry(k, kfp, fp, nil, exp, token, stInProgress)
 	if ok {
 		sh.set(i, n)
 	} else {
-		sh.add(k, n)
+		sh.add(n)
 	}
 	sh.lower(exp)
 	return keystore.Claim{Key: key, State: keystore.Acquired, Token: token, Expires: c.at(exp), Takeover: takeover}, nil
@@ -122,7 +122,7 @@ func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, 
 		s.signal(cl.Key)
 		return nil
 	}
-	i, ok := sh.m[string(k)]
+	i, ok := sh.t.find(kfp, k)
 	if !ok {
 		now := c.now()
 		if r, found := sh.findDone(c, kfp, now); found && sh.token(r.Aux) == cl.Token {
@@ -130,19 +130,19 @@ func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, 
 		}
 		return keystore.LeaseLostError("complete", cl.Key, cl.Token)
 	}
-	if sh.entries[i].token != cl.Token {
+	e := sh.t.at(i)
+	if e.token != cl.Token {
 		return keystore.LeaseLostError("complete", cl.Key, cl.Token)
 	}
-	e := &sh.entries[i]
 	if e.state == stDone {
 		return nil // this claim completed already
 	}
 	now := c.now()
 	defer s.signal(cl.Key)
-	if len(result) == 0 && e.fpLen == 0 && s.completeDone(sh, k, kfp, i, e, after(now, ttl)) {
+	if len(result) == 0 && e.fpLen == 0 && s.completeDone(sh, kfp, i, e, after(now, ttl)) {
 		return nil
 	}
-	sh.set(i, entry{data: e.fp() + string(result), exp: after(now, ttl), token: e.token, fpLen: e.fpLen, state: stDone})
+	sh.set(i, newEntry(e.key(), kfp, e.fp(), result, after(now, ttl), e.token, stDone))
 	sh.lower(e.exp)
 	return nil
 }
@@ -166,7 +166,7 @@ func (s *Store) Release(ctx context.Context, cl keystore.Claim) error {
 	}
 	defer sh.mu.Unlock()
 	c := s.c
-	i, ok := sh.m[string(k)]
+	i, ok := sh.t.find(kfp, k)
 	if !ok {
 		if j := sh.pending.find(kfp); j >= 0 && sh.pending.slots[j].token == cl.Token {
 			sh.pending.remove(j)
@@ -176,10 +176,10 @@ func (s *Store) Release(ctx context.Context, cl keystore.Claim) error {
 		}
 		return keystore.LeaseLostError("release", cl.Key, cl.Token)
 	}
-	if sh.entries[i].token != cl.Token || sh.entries[i].state != stInProgress {
+	if e := sh.t.at(i); e.token != cl.Token || e.state != stInProgress {
 		return keystore.LeaseLostError("release", cl.Key, cl.Token)
 	}
-	sh.remove(string(k), i)
+	sh.remove(i)
 	c.count.Add(-1)
 	s.signal(cl.Key)
 	return nil
@@ -209,7 +209,7 @@ func (s *Store) Sweep(ctx context.Context, batch int) (int, error) {
 			}
 			sh.mu.Lock()
 			n := 0
-			if sh.m != nil {
+			if !sh.t.closed() {
 				n = sh.scan(s.c, now, batch)
 			}
 			sh.mu.Unlock()
@@ -246,9 +246,9 @@ func (sh *shard) lower(exp int64) {
 // with the shard locked.
 func (sh *shard) sample(c *core, now int64) {
 	seen, freed := 0, 0
-	for k, i := range sh.m {
-		if sh.entries[i].exp <= now {
-			sh.remove(k, i)
+	for i := range sh.t.all {
+		if sh.t.at(i).exp <= now {
+			sh.remove(i)
 			freed++
 		}
 		if seen++; seen == sampleSize {
@@ -278,14 +278,14 @@ func (sh *shard) scan(c *core, now int64, limit int) int {
 	}
 	complete := true
 	removed := 0
-	for k, i := range sh.m {
-		exp := sh.entries[i].exp
+	for i := range sh.t.all {
+		exp := sh.t.at(i).exp
 		if exp <= now {
 			if freed >= limit {
 				complete = false
 				break
 			}
-			sh.remove(k, i)
+			sh.remove(i)
 			freed++
 			removed++
 			continue
@@ -322,7 +322,7 @@ func (c *core) admit(own *shard, now int64) bool {
 			continue
 		}
 		freed := 0
-		if sh.m != nil {
+		if !sh.t.closed() {
 			freed = sh.scan(c, now, math.MaxInt)
 		}
 		sh.mu.Unlock()

@@ -202,7 +202,7 @@ func (s *Store) completePending(sh *shard, i int, result []byte, exp int64) {
 		return
 	}
 	var buf keyBuf
-	sh.add(s.ikey(&buf, p.key), entry{data: string(result), exp: exp, token: p.token, state: stDone})
+	sh.add(newEntry(s.ikey(&buf, p.key), p.fp, "", result, exp, p.token, stDone))
 	sh.lower(exp)
 }
 

@@ -92,7 +92,7 @@ func (s *Store) WriteSnapshot(w io.Writer) error {
 	for i := range c.shards {
 		sh := &c.shards[i]
 		sh.mu.Lock()
-		if sh.m == nil {
+		if sh.t.closed() {
 			sh.mu.Unlock()
 			return fmt.Errorf("memstore: write snapshot: %w", idem.ErrClosed)
 		}
@@ -143,18 +143,19 @@ func (c *core) appendShard(b []byte, sh *shard, now int64) []byte {
 	binary.BigEndian.PutUint32(b[at:], uint32(n))
 	at, n = len(b), 0
 	b = append(b, 0, 0, 0, 0)
-	for k, i := range sh.m {
-		e := &sh.entries[i]
+	for i := range sh.t.all {
+		e := sh.t.at(i)
 		if e.exp <= now {
 			continue
 		}
+		k := e.key()
 		b = binary.BigEndian.AppendUint16(b, uint16(len(k)))
 		b = append(b, k...)
 		b = binary.BigEndian.AppendUint64(b, uint64(c.wall(e.exp)))
 		b = binary.BigEndian.AppendUint64(b, e.token)
 		b = append(b, e.state, e.fpLen)
-		b = binary.BigEndian.AppendUint32(b, uint32(len(e.data)))
-		b = append(b, e.data...)
+		b = binary.BigEndian.AppendUint32(b, uint32(e.size()))
+		b = append(b, e.value()...)
 		n++
 	}
 	binary.BigEndian.PutUint32(b[at:], uint32(n))
@@ -462,7 +463,7 @@ func (rd *restorer) entries(sh *shard, i int) error {
 		if rd.c.shard(fp) != sh {
 			return rd.corrupt(i, "entry %d belongs to another shard", j)
 		}
-		if _, dup := sh.m[ik]; dup {
+		if _, dup := sh.t.find(fp, []byte(ik)); dup {
 			return rd.corrupt(i, "entry %d repeats a key", j)
 		}
 		exp := rd.c.since(int64(wexp))
@@ -477,7 +478,7 @@ func (rd *restorer) entries(sh *shard, i int) error {
 				return rd.corrupt(i, "entry %d is also done", j)
 			}
 		}
-		sh.add([]byte(ik), entry{data: data, exp: exp, token: token, fpLen: fpLen, state: state})
+		sh.add(newEntry(ik, fp, data[:fpLen], []byte(data[fpLen:]), exp, token, state))
 		rd.add(sh, exp)
 	}
 	return nil
