@@ -3,7 +3,6 @@ package natsstore_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -69,13 +68,7 @@ func BenchmarkNATS(b *testing.B) {
 // Each replica stores that much again. n is IDEM_BYTES_KEYS (default
 // 20000).
 func BenchmarkNATSBytesPerKey(b *testing.B) {
-	n := 20_000
-	if v := os.Getenv("IDEM_BYTES_KEYS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n <= 0 {
-			b.Fatalf("IDEM_BYTES_KEYS=%q: want a positive integer", v)
-		}
-	}
+	n := testenv.EnvInt(b, "IDEM_BYTES_KEYS", 20_000, 1)
 	ctx := context.Background()
 	_, js := natsenv.Shared(b).Connect(b)
 	keys := make([]string, n)

@@ -2,7 +2,6 @@ package redisstore_test
 
 import (
 	"context"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,13 +26,7 @@ import (
 // n is IDEM_BYTES_KEYS (default 200000). Each variant's keys are deleted
 // before the next one starts. `idem plan` prints the done-nil figure.
 func BenchmarkRedisBytesPerKey(b *testing.B) {
-	n := 200_000
-	if v := os.Getenv("IDEM_BYTES_KEYS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n <= 0 {
-			b.Fatalf("IDEM_BYTES_KEYS=%q: want a positive integer", v)
-		}
-	}
+	n := testenv.EnvInt(b, "IDEM_BYTES_KEYS", 200_000, 1)
 	ctx := context.Background()
 	rdb := client(b, func(o *redis.Options) { o.PoolSize = 64 })
 	s := newStore(b, rdb)

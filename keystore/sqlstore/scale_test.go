@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,14 +24,7 @@ import (
 // runs the scale tests quickly and asserts no speed; 1M for the numbers in
 // docs/benchmarks.md).
 func scaleKeys(t *testing.T) int {
-	n := 5_000
-	if v := os.Getenv("IDEM_SQLSTORE_SCALE"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1000 {
-			t.Fatalf("IDEM_SQLSTORE_SCALE=%q: want a number of keys ≥ 1000", v)
-		}
-	}
-	return n
+	return testenv.EnvInt(t, "IDEM_SQLSTORE_SCALE", 5_000, 1000)
 }
 
 // report prints a result line on stdout when IDEM_SQLSTORE_SCALE is set,

@@ -37,14 +37,7 @@ import (
 // 17.8, for 100 MiB of responses: no bound there tells a bounded store
 // from an unbounded one).
 func TestServeMemoryBound(t *testing.T) {
-	keys := 400
-	if v := os.Getenv("IDEM_RSS_KEYS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			t.Fatalf("IDEM_RSS_KEYS=%q: want a positive count", v)
-		}
-		keys = n
-	}
+	keys := testenv.EnvInt(t, "IDEM_RSS_KEYS", 400, 1)
 	body := strings.Repeat("x", 256<<10)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
