@@ -2,7 +2,6 @@ package inbox_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"log/slog"
 	"strings"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testsupport/inboxtest"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/sqldialect"
 )
@@ -23,13 +23,7 @@ func TestMigrateReplicationCheck(t *testing.T) {
 	db := testenv.SQLite(t)
 	var calls int
 	var got sqldialect.Replication
-	in, err := inbox.New(db, sqldialect.SQLite, "c", inbox.WithReplicationCheck(func(r sqldialect.Replication) { calls++; got = r }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := in.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	inboxtest.Migrated(t, db, sqldialect.SQLite, "c", inbox.WithReplicationCheck(func(r sqldialect.Replication) { calls++; got = r }))
 	if calls != 1 || len(got.Hazards) != 0 {
 		t.Fatalf("check called %d times with %+v, want once without hazards", calls, got)
 	}
@@ -45,13 +39,7 @@ func TestMigrateReplicationLogged(t *testing.T) {
 	db := testenv.SQLite(t)
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	in, err := inbox.New(db, sqldialect.SQLite, "c", inbox.WithLogger(log))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := in.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	inboxtest.Migrated(t, db, sqldialect.SQLite, "c", inbox.WithLogger(log))
 	if strings.Contains(buf.String(), "replication") {
 		t.Fatalf("logged %q on SQLite", buf.String())
 	}
