@@ -11,8 +11,8 @@ import (
 
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/internal/testsupport/compactbench"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/internal/uuidtext"
-	"github.com/idem-go/idem/keystore/memstore"
 )
 
 // benchBody is a small JSON order, the kind of body an Idempotency-Key
@@ -73,12 +73,7 @@ func (g *keyGen) next() string {
 // idemhttp/* and bare is the middleware's own cost (docs/benchmarks.md,
 // Peers).
 func BenchmarkMiddleware(b *testing.B) {
-	ms, err := memstore.New()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ms.Close()
-	m, err := idemhttp.New(ms)
+	m, err := idemhttp.New(dbtest.MemStore(b))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,7 +23,6 @@ import (
 	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/keystore"
-	"github.com/idem-go/idem/keystore/sqlitestore"
 	"github.com/idem-go/idem/keystore/sqlstore"
 	"github.com/idem-go/idem/sqldialect"
 )
@@ -280,15 +278,7 @@ func TestCancelledClientsLeaveNoKeyInProgress(t *testing.T) {
 }
 
 func openSQLite(t *testing.T) keystore.Store {
-	s, err := sqlitestore.Open(filepath.Join(t.TempDir(), "idem.db")) // as idem serve opens it
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return dbtest.SQLiteStore(t, "") // as idem serve opens it
 }
 
 func openPostgres(t *testing.T) keystore.Store {

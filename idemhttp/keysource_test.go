@@ -14,7 +14,6 @@ import (
 
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/internal/testsupport/dbtest"
-	"github.com/idem-go/idem/keystore/memstore"
 )
 
 // eventServer is a webhook receiver behind the middleware: its effect
@@ -217,7 +216,7 @@ func TestKeySourceJSON(t *testing.T) {
 // TestKeySourceInvalid: options refuse what cannot work.
 func TestKeySourceInvalid(t *testing.T) {
 	t.Parallel()
-	ms, _ := memstore.New()
+	ms := dbtest.MemStore(t)
 	for _, o := range []idemhttp.Option{
 		idemhttp.WithKeySource(idemhttp.KeyFromHeader("")),
 		idemhttp.WithKeySource(idemhttp.KeyFromHeader("a b")),

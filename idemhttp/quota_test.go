@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/keystore/memstore"
 )
 
@@ -166,7 +167,7 @@ func TestQuotaConcurrent(t *testing.T) {
 }
 
 func TestQuotaOptions(t *testing.T) {
-	store, _ := memstore.New()
+	store := dbtest.MemStore(t)
 	for _, q := range []Quota{{}, {PrincipalBytes: 1 << 20}, {PrincipalKeys: -1}, {Keys: 1, Bytes: -1}} {
 		if _, err := New(store, WithQuota(q)); err == nil {
 			t.Errorf("WithQuota(%+v) accepted", q)
