@@ -17,6 +17,7 @@ import (
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/idemotel"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/internal/testsupport/inboxtest"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/sqldialect"
@@ -92,7 +93,7 @@ func TestInboxSpans(t *testing.T) {
 // calls under it, the client's key hashed, nothing of the key or body.
 func TestHTTPSpans(t *testing.T) {
 	r := newRecorder(t)
-	store := idemotel.WrapStore(newMem(t), r.t)
+	store := idemotel.WrapStore(dbtest.MemStore(t), r.t)
 	m, err := idemhttp.New(store, idemhttp.WithTracer(r.t))
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +148,7 @@ func TestProxyPropagates(t *testing.T) {
 	}))
 	defer up.Close()
 	target, _ := url.Parse(up.URL)
-	p, err := idemhttp.NewProxy(target, idemotel.WrapStore(newMem(t), r.t), idemhttp.WithTracer(r.t))
+	p, err := idemhttp.NewProxy(target, idemotel.WrapStore(dbtest.MemStore(t), r.t), idemhttp.WithTracer(r.t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,6 @@ import (
 	"github.com/idem-go/idem/idemotel"
 	"github.com/idem-go/idem/internal/tracing"
 	"github.com/idem-go/idem/keystore"
-	"github.com/idem-go/idem/keystore/memstore"
 )
 
 // recorder is an in-memory exporter behind a synchronous provider: every
@@ -98,15 +97,6 @@ func noText(t *testing.T, spans tracetest.SpanStubs, text string) {
 			t.Errorf("%s: status %q holds the key", s.Name, s.Status.Description)
 		}
 	}
-}
-
-func newMem(t testing.TB) *memstore.Store {
-	s, err := memstore.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
 }
 
 func TestKeyHash(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemotel"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/storetest"
 )
@@ -20,7 +21,7 @@ func TestWrapStoreConformance(t *testing.T) {
 	r := newRecorder(t)
 	t.Run("suite", func(t *testing.T) { // returns when its parallel subtests have
 		storetest.Run(t, func(t *testing.T) keystore.Store {
-			return idemotel.WrapStore(newMem(t), r.t)
+			return idemotel.WrapStore(dbtest.MemStore(t), r.t)
 		})
 	})
 	if len(r.named(idem.OpKeystoreReserve)) == 0 || len(r.named(idem.OpKeystoreExtend)) == 0 {
@@ -29,7 +30,7 @@ func TestWrapStoreConformance(t *testing.T) {
 }
 
 func TestWrapStoreNil(t *testing.T) {
-	m := newMem(t)
+	m := dbtest.MemStore(t)
 	if s := idemotel.WrapStore(m, nil); s != keystore.Store(m) {
 		t.Fatalf("WrapStore(s, nil) = %T, want s", s)
 	}
@@ -43,7 +44,7 @@ func TestWrapStoreNil(t *testing.T) {
 func TestWrapStoreOutcomes(t *testing.T) {
 	r := newRecorder(t)
 	ctx := context.Background()
-	s := idemotel.WrapStore(newMem(t), r.t)
+	s := idemotel.WrapStore(dbtest.MemStore(t), r.t)
 	sc, err := keystore.Scope(s, "tenant-a")
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +146,7 @@ func TestWrapStoreOutcomes(t *testing.T) {
 func TestWrapStoreTakeover(t *testing.T) {
 	r := newRecorder(t)
 	ctx := context.Background()
-	s := idemotel.WrapStore(newMem(t), r.t)
+	s := idemotel.WrapStore(dbtest.MemStore(t), r.t)
 	if _, err := s.Reserve(ctx, "k", nil, 20*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
@@ -169,8 +170,8 @@ type onlyStore struct{ keystore.Store }
 func TestWrapStoreOptional(t *testing.T) {
 	r := newRecorder(t)
 	ctx := context.Background()
-	full := idemotel.WrapStore(newMem(t), r.t)
-	bare := idemotel.WrapStore(onlyStore{newMem(t)}, r.t)
+	full := idemotel.WrapStore(dbtest.MemStore(t), r.t)
+	bare := idemotel.WrapStore(onlyStore{dbtest.MemStore(t)}, r.t)
 	if !keystore.CanExtend(full) || keystore.CanExtend(bare) {
 		t.Fatalf("CanExtend: full %v, bare %v", keystore.CanExtend(full), keystore.CanExtend(bare))
 	}
