@@ -59,6 +59,11 @@
 // tier's newest (a shorter TTL after a longer one) goes to the map tier,
 // as do keys reserved with a request fingerprint and keys completed with
 // a result: about 160 bytes a key plus the result and fingerprint bytes.
+// That tier is indexed by the same keyed fingerprint, in a map without
+// pointers (which the garbage collector does not scan), and each entry
+// holds its key, request fingerprint and result in one allocation; a
+// lookup compares the key itself, so keys in the map tier are exact, a
+// second key with the same fingerprint indexed by its name.
 //
 // # Operations
 //
