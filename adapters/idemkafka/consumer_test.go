@@ -19,7 +19,7 @@ import (
 	"github.com/idem-go/idem/adapters/idemkafka"
 	"github.com/idem-go/idem/adapters/internal/consume/settest"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/keystore/memstore"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 )
 
 // TestDuplicatesApplyOnce: the same id produced twice is applied once, and
@@ -201,10 +201,7 @@ func TestKeystoreMode(t *testing.T) {
 	t.Parallel()
 	all := ids("k", 10)
 	f := newFixture(t, 2, append(all, all[0])...)
-	store, err := memstore.New()
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := dbtest.MemStore(t)
 	snd := newSender("k-003", errors.New("smtp timeout"))
 	h := snd.handle
 	first := newTally()

@@ -11,7 +11,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemkafka"
-	"github.com/idem-go/idem/keystore/memstore"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 )
 
 // TestFingerprints: with WithFingerprint, a fingerprint longer than
@@ -46,11 +46,7 @@ func TestFingerprints(t *testing.T) {
 			if kind == "inbox" {
 				con = f.consumer(f.eff.handler("1"), opts...)
 			} else {
-				store, err := memstore.New()
-				if err != nil {
-					t.Fatal(err)
-				}
-				con = f.keystoreConsumer(store, func(_ context.Context, r *kgo.Record) error {
+				con = f.keystoreConsumer(dbtest.MemStore(t), func(_ context.Context, r *kgo.Record) error {
 					mu.Lock()
 					applied[string(r.Value)]++
 					mu.Unlock()

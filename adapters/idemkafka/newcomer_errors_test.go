@@ -11,8 +11,8 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemkafka"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
-	"github.com/idem-go/idem/keystore/memstore"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -24,11 +24,7 @@ func TestNoConsumerGroupSaysWhatToAdd(t *testing.T) {
 	t.Parallel()
 	db := testenv.SQLite(t)
 	kopts := []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1"), kgo.ConsumeTopics("orders")}
-	store, err := memstore.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := dbtest.MemStore(t)
 	for name, build := range map[string]func() (closer, error){
 		"NewConsumer": func() (closer, error) {
 			return idemkafka.NewConsumer(newInbox(t, db, "g"), func(context.Context, *sql.Tx, *kgo.Record) error { return nil }, kopts)

@@ -12,9 +12,9 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemkafka"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/keystore"
-	"github.com/idem-go/idem/keystore/memstore"
 	"github.com/idem-go/idem/sqldialect"
 	"github.com/idem-go/idem/window/diskwindow"
 )
@@ -71,10 +71,7 @@ func TestOptionsValidated(t *testing.T) {
 	if _, err := idemkafka.NewWindowConsumer(dedupSet(t), nil, kopts); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Errorf("nil window handler: %v", err)
 	}
-	store, err := memstore.New()
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := dbtest.MemStore(t)
 	ks := func(context.Context, *kgo.Record) error { return nil }
 	set := idemkafka.WithSetHandler(func(context.Context, *sql.Tx, []*kgo.Record) error { return nil })
 	for name, build := range map[string]func() error{

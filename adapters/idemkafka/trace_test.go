@@ -13,7 +13,7 @@ import (
 	"github.com/idem-go/idem/adapters/internal/consume/spantest"
 	"github.com/idem-go/idem/idemotel"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/keystore/memstore"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/outbox"
 )
 
@@ -78,11 +78,7 @@ func TestTraceConsumer(t *testing.T) {
 func TestTraceKeystoreConsumer(t *testing.T) {
 	t.Parallel()
 	rec, producer, f := tracedFixture(t, nil)
-	mem, err := memstore.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { mem.Close() })
+	mem := dbtest.MemStore(t)
 	fail := consumetest.FailFirst(recordValue, 1)
 	h := func(_ context.Context, r *kgo.Record) error { return fail(r) }
 	ta := newTally()
