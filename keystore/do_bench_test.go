@@ -6,19 +6,15 @@ import (
 	"testing"
 
 	"github.com/idem-go/idem/internal/testsupport/compactbench"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/keystore"
-	"github.com/idem-go/idem/keystore/memstore"
 )
 
 // BenchmarkDoNewKey is keystore.Do's cost a new key on memstore (which
 // renews leases, so KeepAlive is armed and stopped every call): the
 // Watermill path's per-message core (issue 32).
 func BenchmarkDoNewKey(b *testing.B) {
-	s, err := memstore.New()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := dbtest.MemStore(b)
 	ctx := context.Background()
 	fp := []byte("fp")
 	effect := func(context.Context) ([]byte, error) { return []byte("ok"), nil }

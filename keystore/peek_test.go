@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/keystore"
-	"github.com/idem-go/idem/keystore/memstore"
 	"github.com/idem-go/idem/keystore/storetest"
 )
 
@@ -47,11 +47,7 @@ func (p *peeking) Peek(ctx context.Context, key string, fp []byte) (keystore.Cla
 // followed by the Reserve that answers.
 func TestAwaitPeeksAfterWaking(t *testing.T) {
 	for _, decline := range []bool{false, true} {
-		s, err := memstore.New()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
+		s := dbtest.MemStore(t)
 		p := &peeking{Store: s, decline: decline}
 		ctx := context.Background()
 		holder, err := s.Reserve(ctx, "k", nil, time.Hour)
