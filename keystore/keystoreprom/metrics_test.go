@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/keystoreprom"
@@ -55,11 +56,7 @@ func newWrapped(t *testing.T) (*keystoreprom.Store, *clock, *prometheus.Registry
 // The wrapper changes no behaviour.
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) keystore.Store {
-		mem, err := memstore.New()
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, _ := wrap(t, mem)
+		m, _ := wrap(t, dbtest.MemStore(t))
 		return m
 	})
 }
