@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/idemhttp"
-	"github.com/idem-go/idem/keystore/memstore"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -34,11 +34,7 @@ func TestCheck(t *testing.T) {
 		t.Errorf("key optional with key-from: %+v", s.Required)
 	}
 	// Every option builds a middleware.
-	store, err := memstore.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := dbtest.MemStore(t)
 	if _, err := idemhttp.New(store, s.Options()...); err != nil {
 		t.Fatal(err)
 	}
