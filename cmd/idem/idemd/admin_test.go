@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/keystore"
-	"github.com/idem-go/idem/keystore/memstore"
 	"github.com/idem-go/idem/keystore/storetest"
 	"github.com/redis/go-redis/v9"
 )
@@ -168,11 +168,7 @@ func TestServeAdminKeys(t *testing.T) {
 // cannot (keystore.As looks through every layer).
 func TestHeldStoreKeepsNotify(t *testing.T) {
 	h := newHeldKeys()
-	mem, err := memstore.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { mem.Close() })
+	mem := dbtest.MemStore(t)
 	if !keystore.CanNotify(h.wrap(mem, "r")) {
 		t.Fatal("memstore behind the admin wrapper cannot notify")
 	}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem/keystore/memstore"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 )
 
 func TestParseConfigRefuses(t *testing.T) {
@@ -131,12 +131,7 @@ func TestExampleConfig(t *testing.T) {
 // store closed when the test ends, and the policy set of its routes.
 func buildPolicies(t *testing.T, f serveFlags, target *url.URL, routes []route) (*gateway, *policySet) {
 	t.Helper()
-	s, err := memstore.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	g, err := newGateway(f, slog.New(slog.DiscardHandler), target, s, http.DefaultTransport, trustedProxies(nil).set, nil)
+	g, err := newGateway(f, slog.New(slog.DiscardHandler), target, dbtest.MemStore(t), http.DefaultTransport, trustedProxies(nil).set, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
