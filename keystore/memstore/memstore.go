@@ -301,27 +301,17 @@ func (c *core) now() int64 {
 
 func (c *core) at(ns int64) time.Time { return c.base.Add(time.Duration(ns)) }
 
-// ikey builds the internal key (scope prefix + key) in buf, which is large
-// enough for any valid scope and key, so lookups do not allocate.
-func (s *Store) ikey(buf *keyBuf, key string) []byte {
-	return append(append(buf[:0], s.prefix...), key...)
-}
-
-// keyBuf holds an internal key: the scope's prefix, then the key.
-type keyBuf [2 + keystore.MaxScopeLen + idem.MaxKeyLen]byte
-
 // lock returns the error of check (the call's argument check) or ctx's,
-// or locks the shard of key and returns it with the internal key, written
-// in buf, and the key's fingerprint. op names the call in errors. On an
+// or locks the shard of key and returns it with the key's fingerprint. op names the call in errors. On an
 // error (bad argument, ctx ended, store closed) nothing is left locked.
 //
 // A key of a valid length is hashed before check runs: the compact tier's
 // index group for it is then prefetched first, and its cache miss
 // overlaps the check, the lock and what the caller does before its lookup.
-func (s *Store) lock(ctx context.Context, op, key string, buf *keyBuf, check func() error) (*shard, []byte, compact.FP, error) {
+func (s *Store) lock(ctx context.Context, op, key string, check func() error) (*shard, compact.FP, error) {
 	if len(key) > idem.MaxKeyLen {
 		if err := check(); err != nil {
-			return nil, nil, compact.FP{}, err // not hashed: too long to be a key
+			return nil, compact.FP{}, err // not hashed: too long to be a key
 		}
 	}
 	kfp := s.c.fpKey.Sum(s.prefix, key)
@@ -330,17 +320,17 @@ func (s *Store) lock(ctx context.Context, op, key string, buf *keyBuf, check fun
 		d.Prefetch(kfp)
 	}
 	if err := check(); err != nil {
-		return nil, nil, compact.FP{}, err
+		return nil, compact.FP{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, nil, compact.FP{}, fmt.Errorf("memstore: %s: %w", op, err)
+		return nil, compact.FP{}, fmt.Errorf("memstore: %s: %w", op, err)
 	}
 	sh.mu.Lock()
 	if sh.t.closed() {
 		sh.mu.Unlock()
-		return nil, nil, compact.FP{}, fmt.Errorf("memstore: %s: %w", op, idem.ErrClosed)
+		return nil, compact.FP{}, fmt.Errorf("memstore: %s: %w", op, idem.ErrClosed)
 	}
-	return sh, s.ikey(buf, key), kfp, nil
+	return sh, kfp, nil
 }
 
 // lockToken locks the shard that handed out cl.Token and returns it with

@@ -17,14 +17,13 @@ import (
 // taken over), ends lease from now. Otherwise it returns an error wrapping
 // keystore.ErrLeaseLost and changes nothing.
 func (s *Store) Extend(ctx context.Context, cl keystore.Claim, lease time.Duration) (keystore.Claim, error) {
-	var buf keyBuf
-	sh, k, kfp, err := s.lock(ctx, "extend", cl.Key, &buf, func() error { return keystore.ValidateExtend(cl, lease) })
+	sh, kfp, err := s.lock(ctx, "extend", cl.Key, func() error { return keystore.ValidateExtend(cl, lease) })
 	if err != nil {
 		return keystore.Claim{}, err
 	}
 	defer sh.mu.Unlock()
 	exp := after(s.c.now(), lease)
-	if i, ok := sh.t.find(kfp, k); ok {
+	if i, ok := sh.t.find(kfp, s.prefix, cl.Key); ok {
 		e := sh.t.at(i)
 		if e.token != cl.Token || e.state != stInProgress {
 			return keystore.Claim{}, keystore.LeaseLostError("extend", cl.Key, cl.Token)
@@ -45,14 +44,13 @@ func (s *Store) Extend(ctx context.Context, cl keystore.Claim, lease time.Durati
 // Inspect implements [keystore.Inspector], in every tier. A key done in
 // the compact tier has token, expiry and an empty result, no fingerprint.
 func (s *Store) Inspect(ctx context.Context, key string) (keystore.KeyInfo, error) {
-	var buf keyBuf
-	sh, k, kfp, err := s.lock(ctx, "inspect", key, &buf, func() error { return keystore.ValidateInspect(ctx, key) })
+	sh, kfp, err := s.lock(ctx, "inspect", key, func() error { return keystore.ValidateInspect(ctx, key) })
 	if err != nil {
 		return keystore.KeyInfo{}, err
 	}
 	defer sh.mu.Unlock()
 	now := s.c.now()
-	if i, ok := sh.t.find(kfp, k); ok {
+	if i, ok := sh.t.find(kfp, s.prefix, key); ok {
 		e := sh.t.at(i)
 		if e.state == stDone && e.exp <= now {
 			return keystore.KeyInfo{}, keystore.NotFoundError(key)
@@ -132,14 +130,13 @@ func (s *Store) listShard(sh *shard, out []keystore.KeyInfo, opts keystore.ListO
 // early, still counts towards [WithMaxKeys] until its result would have
 // expired.
 func (s *Store) Forget(ctx context.Context, key string) error {
-	var buf keyBuf
-	sh, k, kfp, err := s.lock(ctx, "forget", key, &buf, func() error { return keystore.ValidateInspect(ctx, key) })
+	sh, kfp, err := s.lock(ctx, "forget", key, func() error { return keystore.ValidateInspect(ctx, key) })
 	if err != nil {
 		return err
 	}
 	defer sh.mu.Unlock()
 	now := s.c.now()
-	if i, ok := sh.t.find(kfp, k); ok {
+	if i, ok := sh.t.find(kfp, s.prefix, key); ok {
 		switch e := sh.t.at(i); {
 		case e.state == stInProgress:
 			return keystore.ForgetInProgressError(key)

@@ -13,15 +13,14 @@ import (
 // Reserve implements [keystore.Store.Reserve]. It takes one shard lock and,
 // for a new key, inspects at most a few other entries of that shard.
 func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.Duration) (keystore.Claim, error) {
-	var buf keyBuf
-	sh, k, kfp, err := s.lock(ctx, "reserve", key, &buf, func() error { return keystore.ValidateReserve(key, fp, lease) })
+	sh, kfp, err := s.lock(ctx, "reserve", key, func() error { return keystore.ValidateReserve(key, fp, lease) })
 	if err != nil {
 		return keystore.Claim{}, err
 	}
 	defer sh.mu.Unlock()
 	c := s.c
 	now := c.now()
-	i, ok := sh.t.find(kfp, k)
+	i, ok := sh.t.find(kfp, s.prefix, key)
 	var e *entry
 	if ok {
 		e = sh.t.at(i)
@@ -75,7 +74,7 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 	}
 	token := sh.nextToken()
 	exp := after(now, lease)
-	n := newEntry(k, kfp, fp, nil, exp, token, stInProgress)
+	n := newEntry(s.prefix, key, kfp, fp, nil, exp, token, stInProgress)
 	if ok {
 		sh.set(i, n)
 	} else {
@@ -108,8 +107,7 @@ func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, 
 			return nil
 		}
 	}
-	var buf keyBuf
-	sh, k, kfp, err := s.lock(ctx, "complete", cl.Key, &buf, func() error { return keystore.ValidateComplete(cl, result, ttl, s.c.maxResult) })
+	sh, kfp, err := s.lock(ctx, "complete", cl.Key, func() error { return keystore.ValidateComplete(cl, result, ttl, s.c.maxResult) })
 	if err != nil {
 		return err
 	}
@@ -122,7 +120,7 @@ func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, 
 		s.signal(cl.Key)
 		return nil
 	}
-	i, ok := sh.t.find(kfp, k)
+	i, ok := sh.t.find(kfp, s.prefix, cl.Key)
 	if !ok {
 		now := c.now()
 		if r, found := sh.findDone(c, kfp, now); found && sh.token(r.Aux) == cl.Token {
@@ -142,7 +140,7 @@ func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, 
 	if len(result) == 0 && e.fpLen == 0 && s.completeDone(sh, kfp, i, e, after(now, ttl)) {
 		return nil
 	}
-	sh.set(i, newEntry(e.key(), kfp, e.fp(), result, after(now, ttl), e.token, stDone))
+	sh.set(i, newEntry("", e.key(), kfp, e.fp(), result, after(now, ttl), e.token, stDone))
 	sh.lower(e.exp)
 	return nil
 }
@@ -159,14 +157,13 @@ func (s *Store) Release(ctx context.Context, cl keystore.Claim) error {
 			return nil
 		}
 	}
-	var buf keyBuf
-	sh, k, kfp, err := s.lock(ctx, "release", cl.Key, &buf, func() error { return keystore.ValidateRelease(cl) })
+	sh, kfp, err := s.lock(ctx, "release", cl.Key, func() error { return keystore.ValidateRelease(cl) })
 	if err != nil {
 		return err
 	}
 	defer sh.mu.Unlock()
 	c := s.c
-	i, ok := sh.t.find(kfp, k)
+	i, ok := sh.t.find(kfp, s.prefix, cl.Key)
 	if !ok {
 		if j := sh.pending.find(kfp); j >= 0 && sh.pending.slots[j].token == cl.Token {
 			sh.pending.remove(j)

@@ -201,8 +201,7 @@ func (s *Store) completePending(sh *shard, i int, result []byte, exp int64) {
 	if len(result) == 0 && s.appendDone(sh, p.fp, p.token, exp) {
 		return
 	}
-	var buf keyBuf
-	sh.add(newEntry(s.ikey(&buf, p.key), p.fp, "", result, exp, p.token, stDone))
+	sh.add(newEntry(s.prefix, p.key, p.fp, "", result, exp, p.token, stDone))
 	sh.lower(exp)
 }
 

@@ -463,7 +463,7 @@ func (rd *restorer) entries(sh *shard, i int) error {
 		if rd.c.shard(fp) != sh {
 			return rd.corrupt(i, "entry %d belongs to another shard", j)
 		}
-		if _, dup := sh.t.find(fp, []byte(ik)); dup {
+		if _, dup := sh.t.find(fp, "", ik); dup {
 			return rd.corrupt(i, "entry %d repeats a key", j)
 		}
 		exp := rd.c.since(int64(wexp))
@@ -478,7 +478,7 @@ func (rd *restorer) entries(sh *shard, i int) error {
 				return rd.corrupt(i, "entry %d is also done", j)
 			}
 		}
-		sh.add(newEntry(ik, fp, data[:fpLen], []byte(data[fpLen:]), exp, token, state))
+		sh.add(newEntry("", ik, fp, data[:fpLen], []byte(data[fpLen:]), exp, token, state))
 		rd.add(sh, exp)
 	}
 	return nil

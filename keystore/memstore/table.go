@@ -43,13 +43,16 @@ func (t *table) closed() bool { return t.index == nil }
 // at returns the entry in slot i.
 func (t *table) at(i uint32) *entry { return &t.pages[i>>pageBits][i&(pageSize-1)] }
 
-// find returns the slot of the key with internal key k and fingerprint fp.
-func (t *table) find(fp compact.FP, k []byte) (uint32, bool) {
-	if i, ok := t.index[fp]; ok && t.at(i).key() == string(k) {
+// find returns the slot of the key with internal key prefix+key and
+// fingerprint fp. The two parts are compared in place, not joined into a
+// buffer on the caller's stack (in a goroutine a message, as Watermill's
+// router starts, a larger frame costs the goroutine a stack growth).
+func (t *table) find(fp compact.FP, prefix, key string) (uint32, bool) {
+	if i, ok := t.index[fp]; ok && t.at(i).is(prefix, key) {
 		return i, true
 	}
 	if len(t.coll) > 0 {
-		i, ok := t.coll[string(k)]
+		i, ok := t.coll[prefix+key]
 		return i, ok
 	}
 	return 0, false
@@ -121,26 +124,34 @@ type entry struct {
 	state uint8
 }
 
-// newEntry is the entry of the key with internal key k and fingerprint
-// kfp, holding the request fingerprint fp and result: one allocation, the
-// three copied into it.
-func newEntry[K, F ~string | ~[]byte](k K, kfp compact.FP, fp F, result []byte, exp int64, token uint64, state uint8) entry {
-	b := make([]byte, len(k)+len(fp)+len(result))
-	n := copy(b, k)
+// newEntry is the entry of the key with internal key prefix+key and
+// fingerprint kfp, holding the request fingerprint fp and result: one
+// allocation, the four copied into it.
+func newEntry[F ~string | ~[]byte](prefix, key string, kfp compact.FP, fp F, result []byte, exp int64, token uint64, state uint8) entry {
+	k := len(prefix) + len(key)
+	b := make([]byte, k+len(fp)+len(result))
+	n := copy(b, prefix)
+	n += copy(b[n:], key)
 	n += copy(b[n:], fp)
 	copy(b[n:], result)
 	return entry{
 		data: unsafe.String(unsafe.SliceData(b), len(b)), // b is not written again
 		exp:  exp, token: token, kfpLo: kfp.Lo, kfpHi: kfp.Hi,
-		klen: uint16(len(k)), fpLen: uint8(len(fp)), state: state,
+		klen: uint16(k), fpLen: uint8(len(fp)), state: state,
 	}
 }
 
 func (e *entry) kfp() compact.FP { return compact.FP{Lo: e.kfpLo, Hi: e.kfpHi} }
 func (e *entry) key() string     { return e.data[:e.klen] }
-func (e *entry) fp() string      { return e.data[e.klen : int(e.klen)+int(e.fpLen)] }
-func (e *entry) value() string   { return e.data[e.klen:] } // fingerprint and result
-func (e *entry) result() []byte  { return []byte(e.data[int(e.klen)+int(e.fpLen):]) }
+
+// is reports whether e is the key with internal key prefix+key.
+func (e *entry) is(prefix, key string) bool {
+	k := e.key()
+	return len(k) == len(prefix)+len(key) && k[:len(prefix)] == prefix && k[len(prefix):] == key
+}
+func (e *entry) fp() string     { return e.data[e.klen : int(e.klen)+int(e.fpLen)] }
+func (e *entry) value() string  { return e.data[e.klen:] } // fingerprint and result
+func (e *entry) result() []byte { return []byte(e.data[int(e.klen)+int(e.fpLen):]) }
 
 // size is the bytes of fingerprint and result (what WithMaxBytes counts).
 func (e *entry) size() int { return len(e.data) - int(e.klen) }

@@ -14,7 +14,7 @@ import (
 // through adds, removals in every order and reused slots, against a map.
 func TestTableCollisions(t *testing.T) {
 	tb := newTable()
-	model := map[string]uint64{} // internal key -> token
+	model := map[string]uint64{} // key (in scope "\x00") -> token
 	fpOf := func(k string) compact.FP {
 		var n int
 		_, _ = fmt.Sscanf(k, "k%d", &n)
@@ -23,20 +23,26 @@ func TestTableCollisions(t *testing.T) {
 	check := func(step string) {
 		t.Helper()
 		for k, token := range model {
-			i, ok := tb.find(fpOf(k), []byte(k))
-			if !ok || tb.at(i).key() != k || tb.at(i).token != token {
+			i, ok := tb.find(fpOf(k), "\x00", k)
+			if !ok || tb.at(i).key() != "\x00"+k || tb.at(i).token != token {
 				t.Fatalf("%s: %s not found as itself (ok=%v)", step, k, ok)
+			}
+			if j, ok := tb.find(fpOf(k), "", "\x00"+k); !ok || j != i {
+				t.Fatalf("%s: %s not found by its whole internal key", step, k)
+			}
+			if _, ok := tb.find(fpOf(k), "\x01", k); ok {
+				t.Fatalf("%s: %s found in another scope", step, k)
 			}
 		}
 		for n := 2000; n < 2010; n++ {
 			k := fmt.Sprintf("k%d", n)
-			if _, ok := tb.find(fpOf(k), []byte(k)); ok {
+			if _, ok := tb.find(fpOf(k), "\x00", k); ok {
 				t.Fatalf("%s: absent %s found", step, k)
 			}
 		}
 		seen := 0
 		for i := range tb.all {
-			if _, ok := model[tb.at(i).key()]; !ok {
+			if _, ok := model[tb.at(i).key()[1:]]; !ok {
 				t.Fatalf("%s: all yields %q, not in the table", step, tb.at(i).key())
 			}
 			seen++
@@ -47,12 +53,12 @@ func TestTableCollisions(t *testing.T) {
 	}
 	add := func(n int) {
 		k := fmt.Sprintf("k%d", n)
-		tb.add(newEntry(k, fpOf(k), "fp", []byte("result"), 1, uint64(n), stDone))
+		tb.add(newEntry("\x00", k, fpOf(k), "fp", []byte("result"), 1, uint64(n), stDone))
 		model[k] = uint64(n)
 	}
 	remove := func(n int) {
 		k := fmt.Sprintf("k%d", n)
-		i, ok := tb.find(fpOf(k), []byte(k))
+		i, ok := tb.find(fpOf(k), "\x00", k)
 		if !ok {
 			t.Fatalf("remove: %s not found", k)
 		}
@@ -91,12 +97,12 @@ func TestEntryLayout(t *testing.T) {
 	if n := unsafe.Sizeof(entry{}); n != 48 {
 		t.Fatalf("entry is %d bytes, want 48", n)
 	}
-	e := newEntry([]byte("\x00key"), compact.FP{Lo: 1, Hi: 2}, []byte("fp"), []byte("result"), 5, 6, stDone)
+	e := newEntry("\x00", "key", compact.FP{Lo: 1, Hi: 2}, []byte("fp"), []byte("result"), 5, 6, stDone)
 	if e.key() != "\x00key" || e.fp() != "fp" || string(e.result()) != "result" || e.value() != "fpresult" || e.size() != 8 || e.kfp() != (compact.FP{Lo: 1, Hi: 2}) {
 		t.Fatalf("entry reads back key %q fp %q result %q size %d kfp %v", e.key(), e.fp(), e.result(), e.size(), e.kfp())
 	}
 	if a := testing.AllocsPerRun(100, func() {
-		_ = newEntry([]byte("\x00a-key-longer-than-thirty-two-bytes-0000"), compact.FP{}, []byte("fp"), []byte("result"), 5, 6, stDone)
+		_ = newEntry("\x00", "a-key-longer-than-thirty-two-bytes-0000", compact.FP{}, []byte("fp"), []byte("result"), 5, 6, stDone)
 	}); a > 1 {
 		t.Fatalf("newEntry allocates %v times, want 1", a)
 	}
