@@ -90,68 +90,85 @@ func Await(ctx context.Context, s Store, key string, fp []byte, lease time.Durat
 	if err := w.validate(); err != nil {
 		return Claim{}, fmt.Errorf("keystore: %w: %w", err, idem.ErrInvalidArgument)
 	}
-	backoff := retry.Backoff{Min: w.Min, Max: w.Max}
 	var deadline time.Time
 	if w.Timeout > 0 {
 		deadline = time.Now().Add(w.Timeout)
 	}
+	if err := ctx.Err(); err != nil {
+		return Claim{}, fmt.Errorf("keystore: reserve %q: %w", key, err)
+	}
+	c, err := reserveDetached(ctx, s, key, fp, lease, w.CallTimeout)
+	if err != nil || c.State != InProgress {
+		return answer(ctx, s, c, err, w.CallTimeout)
+	}
+	// The wait is a function of its own: most calls do not wait, and the
+	// goroutine a message that routers such as Watermill's start grows its
+	// stack for the frames a call uses.
+	return await(ctx, s, key, fp, lease, w, deadline, c)
+}
+
+// await is Await once a Reserve found the key in progress (c): it waits,
+// looks again, and answers as Await does.
+func await(ctx context.Context, s Store, key string, fp []byte, lease time.Duration, w Wait, deadline time.Time, c Claim) (Claim, error) {
+	backoff := retry.Backoff{Min: w.Min, Max: w.Max}
 	n := watch{w: w, deadline: deadline, key: key}
 	n.notifier, n.can = As[Notifier](s)
 	peeker, canPeek := As[Peeker](s)
 	defer n.stop()
-	var last Claim // the last InProgress answer
-	polls := 0     // pauses so far, for the backoff
-	for attempt := 0; ; attempt++ {
-		if err := ctx.Err(); err != nil {
-			if attempt > 0 {
-				return last, fmt.Errorf("keystore: waiting for key %q: %w: %w", key, ErrInProgress, err)
-			}
-			return Claim{}, fmt.Errorf("keystore: reserve %q: %w", key, err)
-		}
-		if attempt > 0 && canPeek {
-			// After a pause (or the subscription's second look), a key that
-			// is done now is read, not reserved: no lock, no commit.
-			if c, ok := peekDetached(ctx, peeker, key, fp, w.CallTimeout); ok {
-				return c, nil
-			}
-		}
-		c, err := reserveDetached(ctx, s, key, fp, lease, w.CallTimeout)
-		if err != nil {
-			return c, err
-		}
-		switch c.State {
-		case Done:
-			return c, nil
-		case Acquired:
-			if err := ctx.Err(); err != nil {
-				// ctx ended while Reserve ran: the caller will not act, so
-				// give the key back at once rather than hold it for a lease.
-				return Claim{}, releaseUnused(ctx, s, c, err, w.CallTimeout)
-			}
-			return c, nil
-		case InProgress:
-		default:
-			return Claim{}, fmt.Errorf("keystore: %T.Reserve returned a claim in state %v", s, c.State)
-		}
-		last = c
+	polls := 0 // pauses so far, for the backoff
+	for {
+		// c, the last answer, is InProgress.
 		if w.enabled() && n.wake == nil && n.arm(ctx) {
 			// Subscribed after a Reserve that found the key in progress:
 			// reserve once more at once, so that a change between the two
 			// is not missed; from then on a change wakes the wait.
-			continue
+		} else {
+			pause := backoff.Delay(polls)
+			polls++
+			if !deadline.IsZero() {
+				pause = min(pause, time.Until(deadline))
+			}
+			if !w.enabled() || pause <= 0 {
+				return c, &InProgressError{Key: key, Expires: c.Expires}
+			}
+			if err := n.sleep(ctx, pause); err != nil {
+				return c, fmt.Errorf("keystore: waiting for key %q: %w: %w", key, ErrInProgress, err)
+			}
 		}
-		pause := backoff.Delay(polls)
-		polls++
-		if !deadline.IsZero() {
-			pause = min(pause, time.Until(deadline))
-		}
-		if !w.enabled() || pause <= 0 {
-			return c, &InProgressError{Key: key, Expires: c.Expires}
-		}
-		if err := n.sleep(ctx, pause); err != nil {
+		if err := ctx.Err(); err != nil {
 			return c, fmt.Errorf("keystore: waiting for key %q: %w: %w", key, ErrInProgress, err)
 		}
+		if canPeek {
+			// After a pause (or the subscription's second look), a key that
+			// is done now is read, not reserved: no lock, no commit.
+			if p, ok := peekDetached(ctx, peeker, key, fp, w.CallTimeout); ok {
+				return p, nil
+			}
+		}
+		next, err := reserveDetached(ctx, s, key, fp, lease, w.CallTimeout)
+		if err != nil || next.State != InProgress {
+			return answer(ctx, s, next, err, w.CallTimeout)
+		}
+		c = next
 	}
+}
+
+// answer is Await's answer to a Reserve that did not find the key in
+// progress: its error, the completed key, or the key acquired (given back
+// at once if ctx ended while Reserve ran: the caller will not act).
+func answer(ctx context.Context, s Store, c Claim, err error, timeout time.Duration) (Claim, error) {
+	switch {
+	case err != nil:
+		return c, err
+	case c.State == Done:
+		return c, nil
+	case c.State == Acquired:
+		if err := ctx.Err(); err != nil {
+			return Claim{}, releaseUnused(ctx, s, c, err, timeout)
+		}
+		return c, nil
+	}
+	return Claim{}, fmt.Errorf("keystore: %T.Reserve returned a claim in state %v", s, c.State)
 }
 
 // watch is Await's subscription to its key's changes, when the store is a
