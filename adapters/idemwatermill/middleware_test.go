@@ -19,8 +19,8 @@ import (
 	"github.com/idem-go/idem/adapters/idemwatermill"
 	"github.com/idem-go/idem/adapters/internal/consume/consumetest"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/keystore"
-	"github.com/idem-go/idem/keystore/memstore"
 )
 
 func TestMain(m *testing.M) {
@@ -60,11 +60,7 @@ func (e *effectCounter) count(t *testing.T) int {
 // newMiddleware is a Middleware over a fresh memstore.
 func newMiddleware(t *testing.T, opts ...idemwatermill.Option) *idemwatermill.Middleware {
 	t.Helper()
-	s, err := memstore.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := idemwatermill.NewMiddleware(s, opts...)
+	m, err := idemwatermill.NewMiddleware(dbtest.MemStore(t), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,10 +259,7 @@ func TestReplayProducedMessages(t *testing.T) {
 
 func TestOptionsValidated(t *testing.T) {
 	t.Parallel()
-	s, err := memstore.New()
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := dbtest.MemStore(t)
 	for _, o := range []idemwatermill.Option{
 		idemwatermill.WithKeyMetadata(""), idemwatermill.WithKey(nil), idemwatermill.WithFingerprint(nil), nil,
 	} {

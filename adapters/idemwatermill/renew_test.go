@@ -10,8 +10,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/idem-go/idem/adapters/idemwatermill"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 	"github.com/idem-go/idem/keystore"
-	"github.com/idem-go/idem/keystore/memstore"
 )
 
 // A handler that outlives its lease keeps its key: the Middleware renews
@@ -20,11 +20,7 @@ import (
 // key in progress instead of running the handler again.
 func TestLongHandlerKeepsItsLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s, err := memstore.New()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		s := dbtest.MemStore(t)
 		m, err := idemwatermill.NewMiddleware(s)
 		if err != nil {
 			t.Fatal(err)

@@ -9,7 +9,7 @@ import (
 	"github.com/idem-go/idem/adapters/internal/consume/consumetest"
 	"github.com/idem-go/idem/adapters/internal/consume/spantest"
 	"github.com/idem-go/idem/idemotel"
-	"github.com/idem-go/idem/keystore/memstore"
+	"github.com/idem-go/idem/internal/testsupport/dbtest"
 )
 
 func uuidOf(msg *message.Message) string { return msg.UUID }
@@ -27,12 +27,7 @@ func TestTrace(t *testing.T) {
 		mw    func(t *testing.T, rec *spantest.Recorder) message.HandlerMiddleware
 	}{
 		{"keystore", "idem.keystore.", func(t *testing.T, rec *spantest.Recorder) message.HandlerMiddleware {
-			s, err := memstore.New()
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			m, err := idemwatermill.NewMiddleware(idemotel.WrapStore(s, rec.Tracer), idemwatermill.WithTracer(rec.Tracer))
+			m, err := idemwatermill.NewMiddleware(idemotel.WrapStore(dbtest.MemStore(t), rec.Tracer), idemwatermill.WithTracer(rec.Tracer))
 			if err != nil {
 				t.Fatal(err)
 			}
