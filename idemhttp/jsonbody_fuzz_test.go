@@ -30,7 +30,7 @@ func FuzzCanonicalJSON(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		if len(raw) > 64<<10 {
-			t.Skip()
+			return // the fuzzer's input bound: larger bodies are covered by the size limit's tests
 		}
 		b := &jsonBody{raw: raw}
 		c, err := b.canonical()

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/idem-go/idem/cmd/idem/internal/cmdlist"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 )
 
 // TestMain lets a test run this binary as idem: with IDEM_TEST_LAUNCHER set
@@ -95,10 +96,7 @@ func TestHelpListsCommands(t *testing.T) {
 // `go run ./cmd/idem plan …` does.
 func TestFromSource(t *testing.T) {
 	if sourceDir() == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true: no source tree beside the test binary (built with -trimpath?): build the tests without -trimpath")
-		}
-		t.Skip("no source tree beside the test binary (built with -trimpath?): run go test without -trimpath")
+		testenv.Cannot(t, "no source tree beside the test binary (built with -trimpath?): run go test without -trimpath")
 	}
 	// idemd goes to a fresh cache directory, so the build line is printed;
 	// go build keeps its own cache (GOCACHE would follow XDG_CACHE_HOME).

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 )
 
 // The rules are in doc.go. In short: every ```go block of README.md and
@@ -62,10 +64,7 @@ func TestDocCodeBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command("go", "env", "GOWORK").Output(); err != nil || strings.TrimSpace(string(out)) == "" || strings.TrimSpace(string(out)) == "off" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true: the documentation's programs build in the repository's go.work workspace, and GOWORK is off: unset GOWORK")
-		}
-		t.Skip("the documentation's programs build in the repository's go.work workspace, and GOWORK is off: unset GOWORK to run this test")
+		testenv.Cannot(t, "the documentation's programs build in the repository's go.work workspace, and GOWORK is off: unset GOWORK to run this test")
 	}
 	blocks := readBlocks(t, root)
 	if len(blocks) == 0 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"os"
 	"path/filepath"
@@ -86,10 +87,7 @@ func TestServeConfigTTLPerRoute(t *testing.T) {
 	if time.Since(longSent) >= 8*time.Second {
 		// 6.5 s of slack was not enough: the check cannot be made, which
 		// under CI must not pass silently.
-		if testenv.InCI() {
-			t.Fatalf("CI=true: the host is too loaded to check /long inside its 8s TTL (%v since it was sent)", time.Since(longSent))
-		}
-		t.Skip("the host is too loaded to check /long inside its TTL")
+		testenv.Cannot(t, fmt.Sprintf("the host is too loaded to check /long inside its 8s TTL (%v since it was sent): run the test again on a less loaded host", time.Since(longSent)))
 	}
 	if r.header.Get("Idempotent-Replayed") != "true" || up.count("/long") != 1 {
 		t.Fatalf("/long inside its 8s TTL: replayed=%q executions %d, want a replay", r.header.Get("Idempotent-Replayed"), up.count("/long"))

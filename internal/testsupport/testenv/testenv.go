@@ -69,7 +69,13 @@ func InCI() bool {
 // it under CI.
 func Missing(t testing.TB, what, install string, err error) {
 	t.Helper()
-	msg := fmt.Sprintf("%s is not available (%v); install it with: %s (or run `make test`, which does)", what, err, install)
+	Cannot(t, fmt.Sprintf("%s is not available (%v); install it with: %s (or run `make test`, which does)", what, err, install))
+}
+
+// Cannot skips t with msg, which says why the test cannot run here and what
+// to do about it, or fails it under CI, where every test must run.
+func Cannot(t testing.TB, msg string) {
+	t.Helper()
 	if InCI() {
 		t.Fatalf("CI=true: %s", msg)
 	}
