@@ -101,9 +101,9 @@ func Await(ctx context.Context, s Store, key string, fp []byte, lease time.Durat
 	if err != nil || c.State != InProgress {
 		return answer(ctx, s, c, err, w.CallTimeout)
 	}
-	// The wait is a function of its own: most calls do not wait, and the
-	// goroutine a message that routers such as Watermill's start grows its
-	// stack for the frames a call uses.
+	// The wait is a function of its own: most calls do not wait, and a
+	// router that starts a goroutine a message (Watermill's) pays for each
+	// frame on this path by growing that goroutine's stack.
 	return await(ctx, s, key, fp, lease, w, deadline, c)
 }
 

@@ -180,8 +180,8 @@ type shard struct {
 	// are idx modulo numShards (see nextToken).
 	tokens uint64
 	idx    uint64 // the shard's index in core.shards
-	// minExp is a lower bound of the earliest expiry in t and pending (ns since base):
-	// while the clock is before it, nothing in the shard has expired and a
+	// minExp is a lower bound of the earliest expiry in t and pending (ns
+	// since base): while the clock is before it, nothing in the shard has expired and a
 	// scan would find nothing. Every write lowers it; a full scan sets it
 	// exactly. Read without the lock by reclaim.
 	minExp atomic.Int64
@@ -302,8 +302,9 @@ func (c *core) now() int64 {
 func (c *core) at(ns int64) time.Time { return c.base.Add(time.Duration(ns)) }
 
 // lock returns the error of check (the call's argument check) or ctx's,
-// or locks the shard of key and returns it with the key's fingerprint. op names the call in errors. On an
-// error (bad argument, ctx ended, store closed) nothing is left locked.
+// or locks the shard of key and returns it with the key's fingerprint. op
+// names the call in errors. On an error (bad argument, ctx ended, store
+// closed) nothing is left locked.
 //
 // A key of a valid length is hashed before check runs: the compact tier's
 // index group for it is then prefetched first, and its cache miss
