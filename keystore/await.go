@@ -29,10 +29,10 @@ type Wait struct {
 }
 
 // enabled reports whether w waits at all.
-func (w Wait) enabled() bool { return w.Max > 0 }
+func (w *Wait) enabled() bool { return w.Max > 0 }
 
 // validate names what is wrong with w, without a package prefix or sentinel.
-func (w Wait) validate() error {
+func (w *Wait) validate() error {
 	switch {
 	case w.Timeout < 0 || w.CallTimeout < 0:
 		return fmt.Errorf("wait timeout %v or call timeout %v is negative", w.Timeout, w.CallTimeout)
@@ -87,37 +87,44 @@ func (w Wait) validate() error {
 // after a Reserve that acquired the key, the key stays in progress until
 // the lease expires, as after a bare Reserve.
 func Await(ctx context.Context, s Store, key string, fp []byte, lease time.Duration, w Wait) (Claim, error) {
+	var c Claim
+	err := awaitInto(ctx, s, key, fp, lease, &w, &c)
+	return c, err
+}
+
+// awaitInto is Await answering in *c. Await's layers pass the claim by
+// pointer, and the wait is a function of its own that most calls never
+// enter: a router that starts a goroutine a message (Watermill's) pays for
+// each byte of stack on this path by growing that goroutine's stack.
+func awaitInto(ctx context.Context, s Store, key string, fp []byte, lease time.Duration, w *Wait, c *Claim) error {
 	if err := w.validate(); err != nil {
-		return Claim{}, fmt.Errorf("keystore: %w: %w", err, idem.ErrInvalidArgument)
+		return fmt.Errorf("keystore: %w: %w", err, idem.ErrInvalidArgument)
 	}
 	var deadline time.Time
 	if w.Timeout > 0 {
 		deadline = time.Now().Add(w.Timeout)
 	}
 	if err := ctx.Err(); err != nil {
-		return Claim{}, fmt.Errorf("keystore: reserve %q: %w", key, err)
+		return fmt.Errorf("keystore: reserve %q: %w", key, err)
 	}
-	c, err := reserveDetached(ctx, s, key, fp, lease, w.CallTimeout)
+	err := reserveDetached(ctx, s, key, fp, lease, w.CallTimeout, c)
 	if err != nil || c.State != InProgress {
 		return answer(ctx, s, c, err, w.CallTimeout)
 	}
-	// The wait is a function of its own: most calls do not wait, and a
-	// router that starts a goroutine a message (Watermill's) pays for each
-	// frame on this path by growing that goroutine's stack.
-	return await(ctx, s, key, fp, lease, w, deadline, c)
+	return await(ctx, s, key, fp, lease, w, &deadline, c)
 }
 
-// await is Await once a Reserve found the key in progress (c): it waits,
-// looks again, and answers as Await does.
-func await(ctx context.Context, s Store, key string, fp []byte, lease time.Duration, w Wait, deadline time.Time, c Claim) (Claim, error) {
+// await is Await once a Reserve found the key in progress (*c): it waits,
+// looks again, and answers as Await does, in *c.
+func await(ctx context.Context, s Store, key string, fp []byte, lease time.Duration, w *Wait, deadline *time.Time, c *Claim) error {
 	backoff := retry.Backoff{Min: w.Min, Max: w.Max}
-	n := watch{w: w, deadline: deadline, key: key}
+	n := watch{w: *w, deadline: *deadline, key: key}
 	n.notifier, n.can = As[Notifier](s)
 	peeker, canPeek := As[Peeker](s)
 	defer n.stop()
 	polls := 0 // pauses so far, for the backoff
 	for {
-		// c, the last answer, is InProgress.
+		// *c, the last answer, is InProgress.
 		if w.enabled() && n.wake == nil && n.arm(ctx) {
 			// Subscribed after a Reserve that found the key in progress:
 			// reserve once more at once, so that a change between the two
@@ -125,50 +132,58 @@ func await(ctx context.Context, s Store, key string, fp []byte, lease time.Durat
 		} else {
 			pause := backoff.Delay(polls)
 			polls++
-			if !deadline.IsZero() {
-				pause = min(pause, time.Until(deadline))
+			if !n.deadline.IsZero() {
+				pause = min(pause, time.Until(n.deadline))
 			}
 			if !w.enabled() || pause <= 0 {
-				return c, &InProgressError{Key: key, Expires: c.Expires}
+				return &InProgressError{Key: key, Expires: c.Expires}
 			}
 			if err := n.sleep(ctx, pause); err != nil {
-				return c, fmt.Errorf("keystore: waiting for key %q: %w: %w", key, ErrInProgress, err)
+				return fmt.Errorf("keystore: waiting for key %q: %w: %w", key, ErrInProgress, err)
 			}
 		}
 		if err := ctx.Err(); err != nil {
-			return c, fmt.Errorf("keystore: waiting for key %q: %w: %w", key, ErrInProgress, err)
+			return fmt.Errorf("keystore: waiting for key %q: %w: %w", key, ErrInProgress, err)
 		}
 		if canPeek {
 			// After a pause (or the subscription's second look), a key that
 			// is done now is read, not reserved: no lock, no commit.
 			if p, ok := peekDetached(ctx, peeker, key, fp, w.CallTimeout); ok {
-				return p, nil
+				*c = p
+				return nil
 			}
 		}
-		next, err := reserveDetached(ctx, s, key, fp, lease, w.CallTimeout)
+		var next Claim
+		err := reserveDetached(ctx, s, key, fp, lease, w.CallTimeout, &next)
 		if err != nil || next.State != InProgress {
-			return answer(ctx, s, next, err, w.CallTimeout)
+			*c = next
+			return answer(ctx, s, c, err, w.CallTimeout)
 		}
-		c = next
+		*c = next
 	}
 }
 
 // answer is Await's answer to a Reserve that did not find the key in
-// progress: its error, the completed key, or the key acquired (given back
-// at once if ctx ended while Reserve ran: the caller will not act).
-func answer(ctx context.Context, s Store, c Claim, err error, timeout time.Duration) (Claim, error) {
+// progress (*c, err): its error, the completed key, or the key acquired
+// (given back at once if ctx ended while Reserve ran: the caller will not
+// act, and *c is cleared).
+func answer(ctx context.Context, s Store, c *Claim, err error, timeout time.Duration) error {
 	switch {
 	case err != nil:
-		return c, err
+		return err
 	case c.State == Done:
-		return c, nil
+		return nil
 	case c.State == Acquired:
 		if err := ctx.Err(); err != nil {
-			return Claim{}, releaseUnused(ctx, s, c, err, timeout)
+			err = releaseUnused(ctx, s, c, err, timeout)
+			*c = Claim{}
+			return err
 		}
-		return c, nil
+		return nil
 	}
-	return Claim{}, fmt.Errorf("keystore: %T.Reserve returned a claim in state %v", s, c.State)
+	err = fmt.Errorf("keystore: %T.Reserve returned a claim in state %v", s, c.State)
+	*c = Claim{}
+	return err
 }
 
 // watch is Await's subscription to its key's changes, when the store is a
@@ -242,20 +257,22 @@ func (n *watch) sleep(ctx context.Context, pause time.Duration) error {
 	}
 }
 
-// reserveDetached calls s.Reserve under detachCall(ctx, timeout).
-func reserveDetached(ctx context.Context, s Store, key string, fp []byte, lease, timeout time.Duration) (Claim, error) {
+// reserveDetached calls s.Reserve under detachCall(ctx, timeout) and
+// answers in *c.
+func reserveDetached(ctx context.Context, s Store, key string, fp []byte, lease, timeout time.Duration, c *Claim) (err error) {
 	dctx := detachCall(ctx, timeout)
 	defer dctx.end()
-	return s.Reserve(dctx, key, fp, lease)
+	*c, err = s.Reserve(dctx, key, fp, lease)
+	return err
 }
 
-// releaseUnused gives back c, acquired after ctx ended (cause), and returns
-// the error Await reports.
-func releaseUnused(ctx context.Context, s Store, c Claim, cause error, timeout time.Duration) error {
+// releaseUnused gives back *c, acquired after ctx ended (cause), and
+// returns the error Await reports.
+func releaseUnused(ctx context.Context, s Store, c *Claim, cause error, timeout time.Duration) error {
 	err := fmt.Errorf("keystore: key %q acquired after the context ended; released, the effect not run: %w", c.Key, cause)
 	dctx := detachCall(ctx, timeout)
 	defer dctx.end()
-	if rerr := s.Release(dctx, c); rerr != nil {
+	if rerr := s.Release(dctx, *c); rerr != nil {
 		return errors.Join(err, fmt.Errorf("keystore: release (the lease will expire): %w", rerr))
 	}
 	return err

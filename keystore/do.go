@@ -157,38 +157,48 @@ func ClaimFrom(ctx context.Context) (Claim, bool) {
 // idem.ErrInvalidOption before the store is touched.
 func Do(ctx context.Context, s Store, key string, fp []byte, fn func(context.Context) ([]byte, error), opts ...Option) (result []byte, replayed bool, err error) {
 	cfg := doConfig{lease: DefaultLease, ttl: DefaultTTL}
-	for _, o := range opts {
-		if o == nil {
-			return nil, false, fmt.Errorf("keystore: nil option: %w", idem.ErrInvalidOption)
-		}
-		if err := o(&cfg); err != nil {
+	if len(opts) > 0 {
+		if cfg, err = configure(opts); err != nil {
 			return nil, false, err
 		}
 	}
-	c, err := Await(ctx, s, key, fp, cfg.lease, cfg.wait)
-	if err != nil {
+	var c Claim
+	if err := awaitInto(ctx, s, key, fp, cfg.lease, &cfg.wait, &c); err != nil {
 		return nil, false, err
 	}
 	if c.State == Done {
 		return c.Result, true, nil
 	}
-	return run(ctx, s, c, fn, cfg.lease, cfg.ttl)
+	return run(ctx, s, &c, fn, cfg.lease, cfg.ttl)
 }
 
-// run executes fn under the acquired claim c and records its outcome.
-func run(ctx context.Context, s Store, c Claim, fn func(context.Context) ([]byte, error), lease, ttl time.Duration) (result []byte, replayed bool, err error) {
+// configure applies Do's options to the defaults. (An option is a func
+// that takes the config's address, so the config it fills lives on the
+// heap: here, not in Do, whose calls without options allocate none.)
+func configure(opts []Option) (doConfig, error) {
+	cfg := &doConfig{lease: DefaultLease, ttl: DefaultTTL}
+	for _, o := range opts {
+		if o == nil {
+			return doConfig{}, fmt.Errorf("keystore: nil option: %w", idem.ErrInvalidOption)
+		}
+		if err := o(cfg); err != nil {
+			return doConfig{}, err
+		}
+	}
+	return *cfg, nil
+}
+
+// run executes fn under the acquired claim *c and records its outcome.
+func run(ctx context.Context, s Store, c *Claim, fn func(context.Context) ([]byte, error), lease, ttl time.Duration) (result []byte, replayed bool, err error) {
 	finished := false
 	defer func() {
-		if finished {
-			return
+		if !finished {
+			// fn panicked: give the key back so that a retry runs fn
+			// again, then let the panic continue.
+			releaseAfterPanic(ctx, s, c)
 		}
-		// fn panicked: give the key back so that a retry runs fn again,
-		// then let the panic continue.
-		cctx := detachCall(ctx, CallTimeout)
-		defer cctx.end()
-		_ = s.Release(cctx, c)
 	}()
-	fctx, stop := KeepAlive(context.WithValue(ctx, claimKey{}, c), s, c, lease)
+	fctx, stop := KeepAlive(context.WithValue(ctx, claimKey{}, *c), s, *c, lease)
 	defer func() { _, _ = stop() }() // a panic in fn: stop renewing before Release
 	result, err = fn(fctx)
 	finished = true
@@ -196,17 +206,34 @@ func run(ctx context.Context, s Store, c Claim, fn func(context.Context) ([]byte
 		// fn most likely gave up because its context was cancelled: say why.
 		err = fmt.Errorf("%w (the effect's context was cancelled: %w)", err, lost)
 	}
-
-	cctx := detachCall(ctx, CallTimeout)
-	defer cctx.end()
 	if err != nil {
-		if rerr := s.Release(cctx, c); rerr != nil {
-			return nil, false, errors.Join(err, fmt.Errorf("keystore: release after failure (the lease will expire): %w", rerr))
-		}
-		return nil, false, err
+		return nil, false, releaseAfter(ctx, s, c, err)
 	}
-	if cerr := s.Complete(cctx, c, result, ttl); cerr != nil {
+	// Not deferred: a store whose Complete panics leaves this context to
+	// its deadline, and the call's frame stays small.
+	cctx := detachCall(ctx, CallTimeout)
+	cerr := s.Complete(cctx, *c, result, ttl)
+	cctx.end()
+	if cerr != nil {
 		return result, false, fmt.Errorf("keystore: effect done but not recorded (the key stays in progress until its lease expires): %w", cerr)
 	}
 	return result, false, nil
+}
+
+// releaseAfter releases *c after fn failed with err, and returns the
+// error Do reports.
+func releaseAfter(ctx context.Context, s Store, c *Claim, err error) error {
+	cctx := detachCall(ctx, CallTimeout)
+	defer cctx.end()
+	if rerr := s.Release(cctx, *c); rerr != nil {
+		return errors.Join(err, fmt.Errorf("keystore: release after failure (the lease will expire): %w", rerr))
+	}
+	return err
+}
+
+// releaseAfterPanic releases *c after fn panicked.
+func releaseAfterPanic(ctx context.Context, s Store, c *Claim) {
+	cctx := detachCall(ctx, CallTimeout)
+	defer cctx.end()
+	_ = s.Release(cctx, *c)
 }
