@@ -341,7 +341,7 @@ func (s *Store) lock(ctx context.Context, op, key string, check func() error) (*
 // j -1 with nothing locked, and the caller takes the path by fingerprint,
 // which reports any error. The key is not validated: it is only compared
 // with one that was.
-func (s *Store) lockToken(ctx context.Context, cl keystore.Claim) (sh *shard, j int) {
+func (s *Store) lockToken(ctx context.Context, cl *keystore.Claim) (sh *shard, j int) {
 	if ctx.Err() != nil {
 		return nil, -1
 	}

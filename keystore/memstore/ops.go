@@ -95,19 +95,37 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 // takes the general path, which hashes and validates the key.
 func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, ttl time.Duration) error {
 	if s.c.maxBytes > 0 && len(result) > SmallResult {
-		if held := s.c.heldBytes(); held+int64(len(result)) > s.c.maxBytes {
-			return fmt.Errorf("memstore: complete %q: a %d-byte result would pass the store's byte budget (%d of %d bytes held, WithMaxBytes): %w", cl.Key, len(result), held, s.c.maxBytes, keystore.ErrResultTooLarge)
+		if err := s.c.budget(cl.Key, len(result)); err != nil {
+			return err
 		}
 	}
 	if cl.State == keystore.Acquired && cl.Token != 0 && ttl > 0 && len(result) <= s.c.maxResult {
-		if sh, j := s.lockToken(ctx, cl); j >= 0 {
+		if sh, j := s.lockToken(ctx, &cl); j >= 0 {
 			s.completePending(sh, j, result, after(s.c.now(), ttl))
 			sh.mu.Unlock()
 			s.signal(cl.Key)
 			return nil
 		}
 	}
-	sh, kfp, err := s.lock(ctx, "complete", cl.Key, func() error { return keystore.ValidateComplete(cl, result, ttl, s.c.maxResult) })
+	// The path by fingerprint is a function of its own, so that the common
+	// call above runs from a small frame (a goroutine a message pays for
+	// each byte of stack by growing it).
+	return s.complete(ctx, &cl, result, ttl)
+}
+
+// budget reports the error of a result of n bytes that would pass the
+// store's byte budget (WithMaxBytes), if it would.
+func (c *core) budget(key string, n int) error {
+	if held := c.heldBytes(); held+int64(n) > c.maxBytes {
+		return fmt.Errorf("memstore: complete %q: a %d-byte result would pass the store's byte budget (%d of %d bytes held, WithMaxBytes): %w", key, n, held, c.maxBytes, keystore.ErrResultTooLarge)
+	}
+	return nil
+}
+
+// complete is Complete by the key's fingerprint: a claim that is not
+// pending, or an invalid one.
+func (s *Store) complete(ctx context.Context, cl *keystore.Claim, result []byte, ttl time.Duration) error {
+	sh, kfp, err := s.lock(ctx, "complete", cl.Key, func() error { return keystore.ValidateComplete(*cl, result, ttl, s.c.maxResult) })
 	if err != nil {
 		return err
 	}
@@ -149,7 +167,7 @@ func (s *Store) Complete(ctx context.Context, cl keystore.Claim, result []byte, 
 // by its token, as in Complete.
 func (s *Store) Release(ctx context.Context, cl keystore.Claim) error {
 	if cl.State == keystore.Acquired && cl.Token != 0 {
-		if sh, j := s.lockToken(ctx, cl); j >= 0 {
+		if sh, j := s.lockToken(ctx, &cl); j >= 0 {
 			sh.pending.remove(j)
 			s.c.count.Add(-1)
 			sh.mu.Unlock()
