@@ -130,13 +130,20 @@ func (c *config) handle(msg *message.Message, run func(ctx context.Context, d *c
 		dec = c.Decide(&d, applied, err)
 	}
 	c.Report(&d, dec)
-	switch dec.Outcome {
-	case idem.DeadLettered:
-		return idem.Permanent(fmt.Errorf("idemwatermill: %s (%s): %w", d.Key, dec.Reason, dec.Err))
-	case idem.Retried:
-		return fmt.Errorf("idemwatermill: %s: %w", d.Key, dec.Err)
+	if dec.Outcome != idem.DeadLettered && dec.Outcome != idem.Retried {
+		return nil
 	}
-	return nil
+	return failed(d.Key, &dec)
+}
+
+// failed is handle's error for a delivery the router must not acknowledge.
+// (A function of its own: the router starts a goroutine a message, and
+// each byte of handle's frame is one that goroutine's stack must hold.)
+func failed(key string, dec *consume.Decision) error {
+	if dec.Outcome == idem.DeadLettered {
+		return idem.Permanent(fmt.Errorf("idemwatermill: %s (%s): %w", key, dec.Reason, dec.Err))
+	}
+	return fmt.Errorf("idemwatermill: %s: %w", key, dec.Err)
 }
 
 // Middleware deduplicates a Watermill handler with a keystore.Store: the key
