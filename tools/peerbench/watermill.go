@@ -58,6 +58,33 @@ func wmPayload(i int) []byte {
 
 var errFirstAttempt = errors.New("peerbench: the first attempt fails")
 
+// newDedup returns one side's middleware and what closes its store.
+func newDedup(side string) (message.HandlerMiddleware, func(), error) {
+	switch side {
+	case wmIdem:
+		s, err := memstore.New()
+		if err != nil {
+			return nil, nil, err
+		}
+		m, err := idemwatermill.NewMiddleware(s)
+		if err != nil {
+			return nil, nil, err
+		}
+		return m.Middleware, func() { _ = s.Close() }, nil
+	case wmDedup, wmAdler:
+		repo, err := middleware.NewMapExpiringKeyRepository(time.Hour)
+		if err != nil {
+			return nil, nil, err
+		}
+		d := &middleware.Deduplicator{Repository: repo}
+		if side == wmDedup {
+			d.KeyFactory = func(m *message.Message) (string, error) { return m.UUID, nil }
+		}
+		return d.Middleware, func() {}, nil
+	}
+	return nil, nil, fmt.Errorf("peerbench: unknown side %q", side)
+}
+
 // runWatermill publishes n events twice through one side's middleware.
 func runWatermill(side string, n, failEvery int) (wmResult, error) {
 	logger := watermill.NopLogger{}
@@ -66,32 +93,9 @@ func runWatermill(side string, n, failEvery int) (wmResult, error) {
 	if err != nil {
 		return wmResult{}, err
 	}
-	var dedup message.HandlerMiddleware
-	var closeStore func()
-	switch side {
-	case wmIdem:
-		s, err := memstore.New()
-		if err != nil {
-			return wmResult{}, err
-		}
-		closeStore = func() { _ = s.Close() }
-		m, err := idemwatermill.NewMiddleware(s)
-		if err != nil {
-			return wmResult{}, err
-		}
-		dedup = m.Middleware
-	case wmDedup, wmAdler:
-		repo, err := middleware.NewMapExpiringKeyRepository(time.Hour)
-		if err != nil {
-			return wmResult{}, err
-		}
-		d := &middleware.Deduplicator{Repository: repo}
-		if side == wmDedup {
-			d.KeyFactory = func(m *message.Message) (string, error) { return m.UUID, nil }
-		}
-		dedup = d.Middleware
-	default:
-		return wmResult{}, fmt.Errorf("peerbench: unknown side %q", side)
+	dedup, closeStore, err := newDedup(side)
+	if err != nil {
+		return wmResult{}, err
 	}
 	effects := make([]atomic.Int32, n)
 	attempts := make([]atomic.Int32, n)
@@ -158,9 +162,7 @@ func runWatermill(side string, n, failEvery int) (wmResult, error) {
 	cancel()
 	_ = router.Close()
 	_ = pubsub.Close()
-	if closeStore != nil {
-		closeStore()
-	}
+	closeStore()
 	<-runErr
 	return res, nil
 }
