@@ -78,7 +78,7 @@ func startServers() (*servers, error) {
 			return err
 		}
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
+		goLabeled(name, func() { _ = srv.Serve(ln) })
 		s.close = append(s.close, func() { _ = srv.Close() })
 		return nil
 	}
@@ -125,7 +125,7 @@ func startServers() (*servers, error) {
 		if err != nil {
 			return err
 		}
-		go func() { _ = app.Listener(ln, fiber.ListenConfig{DisableStartupMessage: true}) }()
+		goLabeled(name, func() { _ = app.Listener(ln, fiber.ListenConfig{DisableStartupMessage: true}) })
 		s.close = append(s.close, func() { _ = app.Shutdown() })
 		return nil
 	}
@@ -136,6 +136,15 @@ func startServers() (*servers, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// goLabeled runs serve on a goroutine labelled server=name, a label that
+// the goroutines it starts (a connection's, a worker's) inherit: the
+// server profile (PEERBENCH_SERVE_PROFILE) splits by server with
+// `go tool pprof -tagfocus server=idemhttp`. The garbage collector's
+// workers carry no label.
+func goLabeled(name string, serve func()) {
+	go pprof.Do(context.Background(), pprof.Labels("server", name), func(context.Context) { serve() })
 }
 
 func (s *servers) Close() {
