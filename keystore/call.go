@@ -108,7 +108,7 @@ func (c *callContext) Err() error {
 	case c.err != nil:
 	case c.timed != nil:
 		c.err = c.timed.Err()
-	case !time.Now().Before(c.deadline):
+	case time.Until(c.deadline) <= 0: // one monotonic clock read, not time.Now's two
 		c.err = context.DeadlineExceeded
 	}
 	return c.err
