@@ -107,7 +107,13 @@ func awaitInto(ctx context.Context, s Store, key string, fp []byte, lease time.D
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("keystore: reserve %q: %w", key, err)
 	}
-	err := reserveDetached(ctx, s, key, fp, lease, w.CallTimeout, c)
+	// reserveDetached, written out: one frame less between the caller and
+	// the store. (Not deferred: a store whose Reserve panics leaves the
+	// call's context to its deadline.)
+	dctx := detachCall(ctx, w.CallTimeout)
+	var err error
+	*c, err = s.Reserve(dctx, key, fp, lease)
+	dctx.end()
 	if err != nil || c.State != InProgress {
 		return answer(ctx, s, c, err, w.CallTimeout)
 	}
