@@ -1,10 +1,8 @@
 package compact
 
 import (
-	"errors"
 	"math"
 	"math/rand/v2"
-	"strconv"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -149,19 +147,6 @@ func TestSetGrowsAndShrinks(t *testing.T) {
 	s.DropThrough(n - 11)
 	if s.Len() != 10 || s.idx.ng > minGroups || len(s.chunks) != 1 {
 		t.Fatalf("after expiry: Len %d, index groups %d, chunks %d", s.Len(), s.idx.ng, len(s.chunks))
-	}
-}
-
-func TestAppendFull(t *testing.T) {
-	t.Parallel()
-	if strconv.IntSize < 64 {
-		t.Skip("MaxRecords records do not fit a 32-bit int")
-	}
-	s := NewSet()
-	var full int64 = MaxRecords // a variable: the constant would not compile where int is 32 bits
-	s.count = int(full)
-	if err := s.Append(FP{Lo: 1}, Rec{Seq: 1}); !errors.Is(err, ErrFull) {
-		t.Fatalf("Append at MaxRecords = %v, want ErrFull", err)
 	}
 }
 

@@ -68,7 +68,7 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		if len(s) > 4096 {
-			t.Skip("bounded input")
+			return // past the input bound: not a store URL anyone writes
 		}
 		spec, err := storeurl.Parse(s)
 		if err != nil {

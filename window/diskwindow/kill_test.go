@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 )
 
 // The kill -9 test re-executes the test binary as a child that adds
@@ -91,7 +93,7 @@ const (
 // with aim, inside a merge or a seal.
 func killRounds(t *testing.T, aim string) {
 	if testing.Short() {
-		t.Skip("starts child processes")
+		testenv.Cannot(t, "the kill -9 rounds start child processes and kill them: run without -short")
 	}
 	exe, err := os.Executable()
 	if err != nil {
