@@ -159,13 +159,10 @@ func await(ctx context.Context, s Store, key string, fp []byte, lease time.Durat
 				return nil
 			}
 		}
-		var next Claim
-		err := reserveDetached(ctx, s, key, fp, lease, w.CallTimeout, &next)
-		if err != nil || next.State != InProgress {
-			*c = next
+		err := reserveDetached(ctx, s, key, fp, lease, w.CallTimeout, c)
+		if err != nil || c.State != InProgress {
 			return answer(ctx, s, c, err, w.CallTimeout)
 		}
-		*c = next
 	}
 }
 
@@ -276,10 +273,16 @@ func reserveDetached(ctx context.Context, s Store, key string, fp []byte, lease,
 // returns the error Await reports.
 func releaseUnused(ctx context.Context, s Store, c *Claim, cause error, timeout time.Duration) error {
 	err := fmt.Errorf("keystore: key %q acquired after the context ended; released, the effect not run: %w", c.Key, cause)
-	dctx := detachCall(ctx, timeout)
-	defer dctx.end()
-	if rerr := s.Release(dctx, *c); rerr != nil {
+	if rerr := releaseDetached(ctx, s, c, timeout); rerr != nil {
 		return errors.Join(err, fmt.Errorf("keystore: release (the lease will expire): %w", rerr))
 	}
 	return err
+}
+
+// releaseDetached calls s.Release(*c) under detachCall(ctx, timeout): the
+// release after a failed, panicked or unused claim.
+func releaseDetached(ctx context.Context, s Store, c *Claim, timeout time.Duration) error {
+	dctx := detachCall(ctx, timeout)
+	defer dctx.end()
+	return s.Release(dctx, *c)
 }

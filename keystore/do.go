@@ -195,7 +195,7 @@ func run(ctx context.Context, s Store, c *Claim, fn func(context.Context) ([]byt
 		if !finished {
 			// fn panicked: give the key back so that a retry runs fn
 			// again, then let the panic continue.
-			releaseAfterPanic(ctx, s, c)
+			_ = releaseDetached(ctx, s, c, CallTimeout)
 		}
 	}()
 	fctx, stop := KeepAlive(context.WithValue(ctx, claimKey{}, *c), s, *c, lease)
@@ -223,17 +223,8 @@ func run(ctx context.Context, s Store, c *Claim, fn func(context.Context) ([]byt
 // releaseAfter releases *c after fn failed with err, and returns the
 // error Do reports.
 func releaseAfter(ctx context.Context, s Store, c *Claim, err error) error {
-	cctx := detachCall(ctx, CallTimeout)
-	defer cctx.end()
-	if rerr := s.Release(cctx, *c); rerr != nil {
+	if rerr := releaseDetached(ctx, s, c, CallTimeout); rerr != nil {
 		return errors.Join(err, fmt.Errorf("keystore: release after failure (the lease will expire): %w", rerr))
 	}
 	return err
-}
-
-// releaseAfterPanic releases *c after fn panicked.
-func releaseAfterPanic(ctx context.Context, s Store, c *Claim) {
-	cctx := detachCall(ctx, CallTimeout)
-	defer cctx.end()
-	_ = s.Release(cctx, *c)
 }
