@@ -207,44 +207,73 @@ func newMem(t *testing.T) *memstore.Store {
 // passes) after the server started executing; the effect completes, the
 // response is stored under a context the client's cancellation did not
 // end, and the client's retry gets the replay instead of a second charge.
+//
+// The case needs the call to reach the handler before its 50 ms deadline,
+// which a loaded machine does not promise (the first call also dials): an
+// attempt whose call never reached the handler is tried again with a new
+// key and twice the deadline. Each attempt's handler is told apart by its
+// key, so that one arriving late cannot be counted for another.
 func TestDeadlineExpiresWhileHandlerRuns(t *testing.T) {
 	t.Parallel()
 	fs := &faultyStore{Store: newMem(t)}
-	done := make(chan struct{})
-	// gaveUp is closed once the client has seen its deadline: the server's
-	// copy of the deadline fires a little earlier than the client's, and a
-	// reply sent in between would reach the client in time.
-	gaveUp := make(chan struct{})
-	var ctxEnded atomic.Bool
-	svc := &payments{charge: func(ctx context.Context, n int64, req *testpb.ChargeRequest) (*testpb.ChargeReply, error) {
-		<-gaveUp // the client's deadline has passed; the effect goes on
-		if n == 1 {
-			defer close(done)
+	// One attempt's handler: started once it runs, blocked until the
+	// client has seen its deadline (gaveUp: the server's copy of the
+	// deadline fires a little earlier than the client's, and a reply sent
+	// in between would reach the client in time), done once it returned.
+	type attempt struct {
+		started, gaveUp, done chan struct{}
+		calls                 atomic.Int64
+		ctxEnded              atomic.Bool
+	}
+	var attempts sync.Map // key → *attempt
+	svc := &payments{charge: func(ctx context.Context, _ int64, req *testpb.ChargeRequest) (*testpb.ChargeReply, error) {
+		key, _ := idemgrpc.KeyFrom(ctx)
+		v, _ := attempts.Load(key)
+		a := v.(*attempt)
+		if a.calls.Add(1) == 1 {
+			close(a.started)
+			defer close(a.done)
 		}
-		ctxEnded.Store(ctx.Err() != nil) // the handler's context outlives the client's deadline
-		return &testpb.ChargeReply{Id: "ch_slow", Amount: req.GetAmount()}, nil
+		<-a.gaveUp                         // the client's deadline has passed; the effect goes on
+		a.ctxEnded.Store(ctx.Err() != nil) // the handler's context outlives the client's deadline
+		return &testpb.ChargeReply{Id: "ch_slow_" + key, Amount: req.GetAmount()}, nil
 	}}
 	srv := serve(t, svc, fs, []idemgrpc.Option{idemgrpc.WithWait(10 * time.Second)})
 	c := dial(t, srv.addr)
-	base := keyed(ctxT(t), "Bearer alice", "k-deadline")
-	short, cancel := context.WithTimeout(base, 50*time.Millisecond)
-	defer cancel()
-	_, err := c.Charge(short, &testpb.ChargeRequest{Amount: 3})
-	close(gaveUp)
-	if status.Code(err) != codes.DeadlineExceeded {
-		t.Fatalf("first call: %v, want DeadlineExceeded", err)
-	}
-	<-done
-	var hdr metadata.MD
-	r, err := c.Charge(base, &testpb.ChargeRequest{Amount: 3}, grpc.Header(&hdr))
-	if err != nil || r.GetId() != "ch_slow" || len(hdr.Get(idemgrpc.MetadataReplayed)) != 1 {
-		t.Fatalf("retry: %v %v (header %v), want the replay of ch_slow", r, err, hdr)
-	}
-	if svc.calls.Load() != 1 || fs.completes.Load() != 1 || fs.cancelledCompletes.Load() != 0 {
-		t.Fatalf("%d executions, %d completes (%d under a cancelled ctx)", svc.calls.Load(), fs.completes.Load(), fs.cancelledCompletes.Load())
-	}
-	if ctxEnded.Load() {
-		t.Fatal("the handler's context ended with the client's deadline")
+	for i, d := 0, 50*time.Millisecond; ; i, d = i+1, 2*d {
+		if d > 30*time.Second {
+			t.Fatalf("no call reached its handler before its deadline in %d attempts", i)
+		}
+		key := fmt.Sprintf("k-deadline-%d", i)
+		a := &attempt{started: make(chan struct{}), gaveUp: make(chan struct{}), done: make(chan struct{})}
+		attempts.Store(key, a)
+		base := keyed(ctxT(t), "Bearer alice", key)
+		short, cancel := context.WithTimeout(base, d)
+		_, err := c.Charge(short, &testpb.ChargeRequest{Amount: 3})
+		cancel()
+		close(a.gaveUp)
+		if status.Code(err) != codes.DeadlineExceeded {
+			t.Fatalf("first call: %v, want DeadlineExceeded", err)
+		}
+		select {
+		case <-a.started:
+		case <-time.After(2 * time.Second): // only decides to try again; a late handler runs under its own key
+			t.Logf("attempt %d: the call did not reach its handler within its %v deadline (a loaded machine); again with twice the deadline", i, d)
+			continue
+		}
+		<-a.done
+		var hdr metadata.MD
+		r, err := c.Charge(base, &testpb.ChargeRequest{Amount: 3}, grpc.Header(&hdr))
+		if err != nil || r.GetId() != "ch_slow_"+key || len(hdr.Get(idemgrpc.MetadataReplayed)) != 1 {
+			t.Fatalf("retry: %v %v (header %v), want the replay of ch_slow_%s", r, err, hdr, key)
+		}
+		if a.calls.Load() != 1 || fs.cancelledCompletes.Load() != 0 {
+			t.Fatalf("%d executions of %s, %d completes under a cancelled ctx", a.calls.Load(), key, fs.cancelledCompletes.Load())
+		}
+		if a.ctxEnded.Load() {
+			t.Fatal("the handler's context ended with the client's deadline")
+		}
+		return
 	}
 }
 
