@@ -169,16 +169,18 @@ SOAK ?= 30s
 soak: deps
 	IDEM_SOAK=$(SOAK) $(GO) test -race -run 'Failover|LeaderKilled' -v -count=1 -timeout 0 ./keystore/redisstore/ ./adapters/idemnats/ github.com/idem-go/idem/keystore/natsstore/
 
-## flakes: every package (or FLAKE_PKGS) run FLAKE_RUNS times with -race
-## beside FLAKE_BURN busy processes; prints package x runs x failures and the
-## load it ran under (scripts/flakerun.sh, docs/testing.md). FLAKE_RUN limits
-## each run to the tests it matches. All packages 20 times take hours.
+## flakes: every package (or FLAKE_PKGS) run FLAKE_RUNS times with -race,
+## FLAKE_JOBS packages at once, beside FLAKE_BURN busy processes; prints
+## package x runs x failures and the load it ran under (scripts/flakerun.sh,
+## docs/testing.md). FLAKE_RUN limits each run to the tests it matches. All
+## packages 20 times take hours.
 FLAKE_RUNS ?= 20
+FLAKE_JOBS ?= 1
 FLAKE_BURN ?= 4
 FLAKE_PKGS ?= $(shell $(GO) list $(PKGS))
 FLAKE_RUN ?=
 flakes:
-	FLAKE_RUNS=$(FLAKE_RUNS) FLAKE_BURN=$(FLAKE_BURN) GO=$(GO) ./scripts/flakerun.sh $(if $(FLAKE_RUN),-run '$(FLAKE_RUN)') $(FLAKE_PKGS)
+	FLAKE_RUNS=$(FLAKE_RUNS) FLAKE_JOBS=$(FLAKE_JOBS) FLAKE_BURN=$(FLAKE_BURN) GO=$(GO) ./scripts/flakerun.sh $(if $(FLAKE_RUN),-run '$(FLAKE_RUN)') $(FLAKE_PKGS)
 
 ## fuzz: run every fuzz target for FUZZTIME each.
 fuzz:
