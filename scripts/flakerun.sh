@@ -16,7 +16,8 @@
 # once (go test -race -c) and run in the package's folder, as go test runs
 # it, so the runs measure the tests, not the go command. Logs of failed
 # runs are kept in FLAKE_LOGS (default a temporary directory, printed at the
-# end).
+# end), and each package's row so far in FLAKE_LOGS/rows/N, rewritten after
+# every run: a run stopped early still shows what it ran.
 set -u
 runs=${FLAKE_RUNS:-20}
 jobs=${FLAKE_JOBS:-1}
@@ -39,7 +40,7 @@ lane() {
 	name=$(echo "${pkg#github.com/idem-go/idem/}" | tr '/.' '__')
 	bin="$logs/bin/$name.test"
 	row() {
-		printf '| %s | %s | %s | %s | %s |\n' "${pkg#github.com/idem-go/idem/}" "$1" "$2" "$3" "$4" >"$logs/rows/$n"
+		printf '| %s | %s | %s | %s | %s |\n' "${pkg#github.com/idem-go/idem/}" "$1" "$2" "${3:-–}" "$4" >"$logs/rows/$n"
 		echo "$2" >"$logs/rows/$n.failures"
 	}
 	if ! dir=$($go list -f '{{.Dir}}' "$pkg" 2>"$logs/$name.build.log") ||
@@ -63,9 +64,9 @@ lane() {
 		else
 			rm -f "$out"
 		fi
+		# The row so far: a run stopped early still reports what it ran.
+		row "$i" "$fails" "$(echo "$names" | tr ' ' '\n' | grep -v '^$' | sort | uniq -c | awk '{printf "%s×%s ", $2, $1}')" "$lo–$hi"
 	done
-	names=$(echo "$names" | tr ' ' '\n' | grep -v '^$' | sort | uniq -c | awk '{printf "%s×%s ", $2, $1}')
-	row "$runs" "$fails" "${names:-–}" "$lo–$hi"
 }
 export -f lane
 export go logs runs
