@@ -332,12 +332,13 @@ func errOut(err error) string {
 // younger than the horizon (its redelivery stays a duplicate).
 func TestRunsSealedBucketAndRetention(t *testing.T) {
 	smallRuns(t, 30, 3)
-	db, in := runsFixture(t, filepath.Join(t.TempDir(), "r.db"), WithBucketWidth(time.Second), WithRedeliveryHorizon(3*time.Second))
-	time.Sleep(time.Second - time.Duration(time.Now().UnixNano())%time.Second + 50*time.Millisecond)
+	w := runsWidth(t)
+	db, in := runsFixture(t, filepath.Join(t.TempDir(), "r.db"), WithBucketWidth(w), WithRedeliveryHorizon(3*w))
+	time.Sleep(w - time.Duration(time.Now().UnixNano())%w + 50*time.Millisecond)
 	old := randomKeys(400, "old")
 	deliver(t, in, old, 20, nil)
 	oldBucket := state(in).Current()
-	time.Sleep(2500 * time.Millisecond) // sealed: two widths after its start
+	time.Sleep(5 * w / 2) // sealed: two widths after its start
 	young := randomKeys(400, "young")
 	deliver(t, in, young, 20, nil)
 	var oldRuns []string
@@ -349,14 +350,14 @@ func TestRunsSealedBucketAndRetention(t *testing.T) {
 	if len(oldRuns) != 1 {
 		t.Fatalf("sealed bucket %d has runs %v, want one", oldBucket, oldRuns)
 	}
-	// The horizon (3 s) refuses a younger age.
-	if _, err := in.Sweep(context.Background(), time.Second, 1000); !errors.Is(err, ErrHorizon) {
+	// The horizon (three widths) refuses a younger age.
+	if _, err := in.Sweep(context.Background(), w, 1000); !errors.Is(err, ErrHorizon) {
 		t.Fatalf("sweep below the horizon: %v", err)
 	}
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * w)
 	fresh := randomKeys(300, "new") // younger than the horizon at the sweep
 	deliver(t, in, fresh, 20, nil)
-	dropped, err := in.Sweep(context.Background(), 3*time.Second, 1000)
+	dropped, err := in.Sweep(context.Background(), 3*w, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,6 +377,28 @@ func TestRunsSealedBucketAndRetention(t *testing.T) {
 	if got := deliver(t, in, fresh, 50, nil); got != 0 {
 		t.Fatalf("%d keys younger than the horizon applied again", got)
 	}
+}
+
+// runsWidth is a bucket width for a test of sealing and retention with
+// small runs, derived from how fast this run delivers: a batch's attempt
+// (its bucket check and flushes, then its transaction) must end within a
+// width of its start, or it finds the clock past the newest bucket and is
+// retried, and at one second a loaded machine (a flake run at load 14,
+// the test 8 times slower than alone) failed every retry. The width is
+// the slowest of 10 batches of 20 keys times 20, in whole seconds, at
+// least 1 s.
+func runsWidth(t *testing.T) time.Duration {
+	t.Helper()
+	_, in := runsFixture(t, filepath.Join(t.TempDir(), "calibrate.db"), WithBucketWidth(time.Second))
+	var slowest time.Duration
+	for i := range 10 {
+		start := time.Now()
+		deliver(t, in, randomKeys(20, fmt.Sprint("calibrate-", i)), 20, nil)
+		slowest = max(slowest, time.Since(start))
+	}
+	w := max(time.Second, (20*slowest).Truncate(time.Second)+time.Second)
+	t.Logf("bucket width %v (the slowest of 10 batches took %v)", w, slowest)
+	return w
 }
 
 // TestRunsTableNameWithR: a table whose own name contains "_r" still finds
