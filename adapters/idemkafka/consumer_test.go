@@ -13,7 +13,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/idemkafka"
@@ -353,24 +352,28 @@ func TestOffsetsFenced(t *testing.T) {
 	t.Parallel()
 	all := ids("z", 10)
 	f := newFixture(t, 1, all...)
-	c, db := f.c, f.db
+	db := f.db
 	ta := newTally()
-	con := f.offsetConsumer(f.eff.handler("1"), ta.option())
+	// The stored offset (0) exists before the consumer does: a consumer's
+	// client joins its group when it is built and may read the offset at
+	// once (the table is made by a consumer of another group, closed).
+	setup := f.offsetConsumerWith([]kgo.Opt{kgo.ConsumerGroup("setup")}, f.eff.handler("setup"))
+	setup.Close()
 	if _, err := db.Exec(`INSERT INTO idem_kafka_offsets VALUES ('g', 'orders', 0, 0)`); err != nil {
 		t.Fatal(err)
 	}
-	// Hold the first fetch of partition data (the consumer has already sought
-	// to offset 0) while "the other member" commits offsets 0..4.
+	// Once the consumer has read its stored offset (0) and the first
+	// records are buffered in its client, before it polls them, "the
+	// other member" commits offsets 0..4.
 	var once sync.Once
-	c.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
+	buffered := bufferedHook(func(*kgo.Record) {
 		once.Do(func() {
 			if _, err := db.Exec(`UPDATE idem_kafka_offsets SET next_offset = 5`); err != nil {
 				t.Error(err)
 			}
 		})
-		return nil, nil, false
 	})
+	con := f.offsetConsumerWith([]kgo.Opt{kgo.WithHooks(buffered)}, f.eff.handler("1"), ta.option())
 	stop := running(t, con)
 	waitFor(t, "records 5..9", func() bool { return ta.total() >= 5 })
 	time.Sleep(100 * time.Millisecond)
@@ -381,6 +384,12 @@ func TestOffsetsFenced(t *testing.T) {
 		t.Errorf("stored offset %d (%v), want 10", next, err)
 	}
 }
+
+// bufferedHook calls its function with each record a client buffers,
+// before the record can be polled (kgo.HookFetchRecordBuffered).
+type bufferedHook func(*kgo.Record)
+
+func (h bufferedHook) OnFetchRecordBuffered(r *kgo.Record) { h(r) }
 
 // setRecorder is a set handler that writes every record's value to the
 // effects table with one multi-row INSERT and counts, per value, how often a

@@ -361,7 +361,13 @@ func (f *fixture) consumer(h idemkafka.Handler, opts ...idemkafka.Option) *idemk
 // offsetConsumer builds and migrates an OffsetConsumer on f's database.
 func (f *fixture) offsetConsumer(h idemkafka.Handler, opts ...idemkafka.Option) *idemkafka.OffsetConsumer {
 	f.t.Helper()
-	con, err := idemkafka.NewOffsetConsumer(f.db, sqldialect.SQLite, h, groupOpts(f.c, "g", "orders"), opts...)
+	return f.offsetConsumerWith(nil, h, opts...)
+}
+
+// offsetConsumerWith is offsetConsumer with more client options.
+func (f *fixture) offsetConsumerWith(kopts []kgo.Opt, h idemkafka.Handler, opts ...idemkafka.Option) *idemkafka.OffsetConsumer {
+	f.t.Helper()
+	con, err := idemkafka.NewOffsetConsumer(f.db, sqldialect.SQLite, h, append(groupOpts(f.c, "g", "orders"), kopts...), opts...)
 	if err == nil {
 		err = con.Migrate(context.Background())
 	}
