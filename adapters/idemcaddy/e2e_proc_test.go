@@ -35,6 +35,18 @@ func freePort(t *testing.T) int {
 	return n
 }
 
+// deadPort is a loopback port that refuses connections for the whole test
+// (testenv.RefusingAddr): a free port closed and named in the Caddyfile was
+// taken by another test's HTTP server in a flake run, and the "down" route's
+// Redis client parsed "HTTP/1.1 400 Bad Request" as its reply.
+func deadPort(t *testing.T) int {
+	t.Helper()
+	addr, _ := testenv.RefusingAddr(t)
+	_, port, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(port)
+	return n
+}
+
 // caddyProc is a Caddy process started from a Caddyfile.
 type caddyProc struct {
 	base, admin string

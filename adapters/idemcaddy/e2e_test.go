@@ -62,7 +62,7 @@ const gateway = caddySite + `	handle /healthz {
 func TestCaddy(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t)
-	p := startCaddy(t, gateway, map[string]string{"UP": up.addr(), "DEAD": strconv.Itoa(freePort(t)), "VERSION": "1"})
+	p := startCaddy(t, gateway, map[string]string{"UP": up.addr(), "DEAD": strconv.Itoa(deadPort(t)), "VERSION": "1"})
 
 	t.Run("replay", func(t *testing.T) {
 		first := p.post(t, "/orders", "replay-1", "Bearer alice", `{"amount":5}`)
@@ -205,7 +205,7 @@ func TestCaddy(t *testing.T) {
 func TestCaddyReload(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t)
-	p := startCaddy(t, gateway, map[string]string{"UP": up.addr(), "DEAD": strconv.Itoa(freePort(t)), "VERSION": "1"})
+	p := startCaddy(t, gateway, map[string]string{"UP": up.addr(), "DEAD": strconv.Itoa(deadPort(t)), "VERSION": "1"})
 	if r := p.post(t, "/orders", "before", "Bearer alice", `{}`); r.status != http.StatusCreated {
 		t.Fatalf("before the reload: %+v", r)
 	}
