@@ -231,7 +231,7 @@ func TestServeExpiryAndLease(t *testing.T) {
 
 func TestServeStoreDown(t *testing.T) {
 	up := newUpstream(t)
-	p := startServe(t, up.srv.URL, "redis://"+freeAddr(t)+"/0", "--store-check=warn") // nothing listens there
+	p := startServe(t, up.srv.URL, "redis://"+deadAddr(t)+"/0", "--store-check=warn") // nothing listens there
 	r := post(t, p.url, "/orders", "k", "x")
 	if r.status != 503 || up.total.Load() != 0 {
 		t.Fatalf("store down: %d, upstream calls %d", r.status, up.total.Load())
@@ -304,7 +304,7 @@ func TestServeRejectsBadFlags(t *testing.T) {
 // Case 9: a store nobody listens on is found at start.
 func TestServeChecksTheStoreAtStart(t *testing.T) {
 	t.Parallel()
-	out, err := runServeExit(t, "--upstream", "http://127.0.0.1:1", "--store", "redis://"+freeAddr(t)+"/0")
+	out, err := runServeExit(t, "--upstream", "http://127.0.0.1:1", "--store", "redis://"+deadAddr(t)+"/0")
 	if err == nil || !strings.Contains(out, "does not answer") {
 		t.Fatalf("redis store down: exit %v, output %q; want a start-up failure", err, out)
 	}

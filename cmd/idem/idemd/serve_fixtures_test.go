@@ -114,6 +114,15 @@ func freeAddr(t *testing.T) string {
 	return testenv.FreeAddr(t)
 }
 
+// deadAddr is a loopback address nothing listens on for the whole test
+// (testenv.RefusingAddr): a free address closed and named to a child can
+// be taken by another test's server before the child connects.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	addr, _ := testenv.RefusingAddr(t)
+	return addr
+}
+
 // startServe runs `idem serve` and waits until it answers.
 func startServe(t *testing.T, upstream, store string, flags ...string) *proxyProc {
 	t.Helper()

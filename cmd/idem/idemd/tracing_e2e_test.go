@@ -165,7 +165,7 @@ func TestServeOTLPEndpointRefused(t *testing.T) {
 // flush gives up after 5 s).
 func TestServeOTLPCollectorDown(t *testing.T) {
 	up := newUpstream(t)
-	p := startServe(t, up.srv.URL, "memory", "--otlp-endpoint", freeAddr(t), "--otlp-insecure")
+	p := startServe(t, up.srv.URL, "memory", "--otlp-endpoint", deadAddr(t), "--otlp-insecure")
 	for i, want := range []string{"", "true"} {
 		r := post(t, p.url, "/orders", "down-1", "x")
 		if r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != want {

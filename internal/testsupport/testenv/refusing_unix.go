@@ -21,6 +21,7 @@ func RefusingAddr(t testing.TB) (string, func() net.Listener) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	syscall.CloseOnExec(fd) // not held by the children a test starts
 	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
 		syscall.Close(fd)
 		t.Fatal(err)
