@@ -385,6 +385,32 @@ func TestOffsetsFenced(t *testing.T) {
 	}
 }
 
+// TestOffsetsFetchMovedBack: the client's fetch position moves back below
+// the stored offset while the consumer owns the partition (here by
+// SetOffsets; in production a reset after an out-of-range fetch does the
+// same), so records the consumer applied are fetched again. Their batch
+// starts below the offset the consumer stored last and is fenced: the
+// consumer seeks back to the stored offset and applies only what follows.
+func TestOffsetsFetchMovedBack(t *testing.T) {
+	t.Parallel()
+	all := ids("m", 12)
+	f := newFixture(t, 1, all[:10]...)
+	con := f.offsetConsumer(f.eff.handler("1"))
+	stop := running(t, con)
+	waitFor(t, "records 0..9 applied", func() bool { return len(f.eff.counts(t)) == 10 })
+	con.Client().SetOffsets(map[string]map[int32]kgo.EpochOffset{"orders": {0: {Epoch: -1, Offset: 0}}})
+	produce(t, f.c, "orders", all[10:]...)
+	waitFor(t, "records 10 and 11 applied", func() bool { return len(f.eff.counts(t)) == 12 })
+	if err := stop(); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	f.eff.requireOnce(t, all)
+	var next int64
+	if err := f.db.QueryRow(`SELECT next_offset FROM idem_kafka_offsets`).Scan(&next); err != nil || next != 12 {
+		t.Errorf("stored offset %d (%v), want 12", next, err)
+	}
+}
+
 // bufferedHook calls its function with each record a client buffers,
 // before the record can be polled (kgo.HookFetchRecordBuffered).
 type bufferedHook func(*kgo.Record)

@@ -15,7 +15,7 @@ import (
 )
 
 // errFenced: the stored offset is already past the batch; another member
-// applied it.
+// applied it, or this one did before its fetch position moved back.
 var errFenced = errors.New("idemkafka: partition offset moved by another member")
 
 // handlerError marks an error returned by the Handler in offsets mode, as
@@ -52,7 +52,11 @@ type OffsetConsumer struct {
 // standby that lagged, which database/sql follows silently by reconnecting)
 // cannot be written over the gap: either way the transaction rolls back
 // and the consumer seeks to the stored offset, forward or back, and
-// consumes from there. Supported dialects: PostgreSQL and SQLite. Call Migrate,
+// consumes from there. A batch that starts below the offset the consumer
+// stored last is refused the same way: records fetched again after the
+// client's position moved back without a new assignment (a reset after an
+// out-of-range fetch, a SetOffsets on Client) are not applied twice.
+// Supported dialects: PostgreSQL and SQLite. Call Migrate,
 // or apply SchemaSQL, before Run. kopts are as for NewConsumer, and
 // NewOffsetConsumer adds its kgo.AdjustFetchOffsetsFn. The options that
 // apply: WithOffsetsTable, WithMaxAttempts, WithBackoff, WithDeadLetter,
@@ -199,6 +203,16 @@ func (c *OffsetConsumer) inTx(ctx context.Context, topic string, p int32, first,
 }
 
 func (c *OffsetConsumer) tryTx(ctx context.Context, topic string, p int32, first, next int64, fn func(*sql.Tx) error) error {
+	// A batch that starts below the offset this consumer stored last holds
+	// records it applied already: the client's fetch position moved back
+	// without an assignment (a reset after an out-of-range fetch, a
+	// SetOffsets). The row would pass the fence below (it holds the offset
+	// expected), so the batch is fenced here, before its handler runs, and
+	// the consumer seeks to the stored offset. A batch may start above it:
+	// control records and compaction leave gaps in a partition's offsets.
+	if want, ok := c.pos.get(topic, p); ok && first < want {
+		return errFenced
+	}
 	tx, err := c.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("idemkafka: begin: %w", err)
