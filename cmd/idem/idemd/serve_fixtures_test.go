@@ -109,11 +109,6 @@ type proxyProc struct {
 // syncBuffer is a child's or a server's output, read while it is written.
 type syncBuffer = testenv.SyncBuffer
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	return testenv.FreeAddr(t)
-}
-
 // deadAddr is a loopback address nothing listens on for the whole test
 // (testenv.RefusingAddr): a free address closed and named to a child can
 // be taken by another test's server before the child connects.
@@ -137,13 +132,14 @@ func startServe(t *testing.T, upstream, store string, flags ...string) *proxyPro
 // launchServe starts the idem serve command that command makes for the
 // listen and admin addresses it is given, kills it when the test ends
 // (logging its output, named name, if the test failed) and waits up to
-// within until it answers.
+// within until it answers. The addresses have port 0: the child binds
+// ports the kernel picks and logs them, and the test reads them from its
+// log, so no other test's server can take them between a check that they
+// are free and the child's bind.
 func launchServe(t *testing.T, name string, within time.Duration, command func(listen, admin string) *exec.Cmd) *proxyProc {
 	t.Helper()
 	p := &proxyProc{out: &syncBuffer{}}
-	listen, admin := freeAddr(t), freeAddr(t)
-	p.url, p.admin = "http://"+listen, "http://"+admin
-	p.cmd = command(listen, admin)
+	p.cmd = command("127.0.0.1:0", "127.0.0.1:0")
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -155,6 +151,11 @@ func launchServe(t *testing.T, name string, within time.Duration, command func(l
 			t.Logf("%s output:\n%s", name, p.out)
 		}
 	})
+	testenv.WaitFor(t, within, name+" logs the addresses it listens on", func() bool {
+		listen, admin := listenedAddr(p.out.String(), "idem serve listening"), listenedAddr(p.out.String(), "admin listening")
+		p.url, p.admin = "http://"+listen, "http://"+admin
+		return listen != "" && admin != ""
+	})
 	testenv.WaitFor(t, within, "idem serve answers GET /healthz", func() bool {
 		r, err := http.Get(p.admin + "/healthz")
 		if err == nil {
@@ -163,6 +164,20 @@ func launchServe(t *testing.T, name string, within time.Duration, command func(l
 		return err == nil
 	})
 	return p
+}
+
+// listenedAddr returns the addr attribute of the first line of log whose
+// message is msg (idem serve's text log), or "".
+func listenedAddr(log, msg string) string {
+	_, after, ok := strings.Cut(log, "msg=\""+msg+"\" addr=")
+	if !ok {
+		return ""
+	}
+	end := strings.IndexAny(after, " \n")
+	if end < 0 {
+		return "" // the line is not whole yet
+	}
+	return after[:end]
 }
 
 // terminate sends SIGTERM and fails the test unless the process exits
@@ -242,7 +257,7 @@ func runServeExit(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], append([]string{"serve", "--listen", freeAddr(t)}, args...)...)
+	cmd := exec.CommandContext(ctx, os.Args[0], append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
 	cmd.Env = append(os.Environ(), execEnv+"=1")
 	out, err := cmd.CombinedOutput()
 	return string(out), err
