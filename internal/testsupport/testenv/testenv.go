@@ -1,8 +1,13 @@
 // Package testenv finds or starts the servers idem's tests need: a
 // throwaway PostgreSQL (initdb + postgres in a temp dir, free port), MariaDB,
-// Redis and RabbitMQ, and temp-file SQLite databases. One server of each kind is
-// started per test binary, on first use, and stopped by [Main]; every test
-// gets its own schema, database or key prefix on it.
+// Redis, a Redis Cluster, RabbitMQ, dynalite (DynamoDB's API), and
+// temp-file SQLite databases. One server of each kind is started per test
+// binary, on first use, and stopped by [Main]; every test gets its own
+// schema, database or key prefix on it. The clusters a failover test
+// breaks are started per test: a PostgreSQL primary and standby
+// ([StartPGHA]), Patroni over etcd ([StartPatroni]) and a MariaDB Galera
+// cluster ([StartGalera]). It also holds the helpers for tests that run
+// processes: [StartProc], [WaitFor], [Poll], [SyncBuffer], [RefusingAddr].
 //
 // An existing server is used instead when its address is in the
 // environment: IDEM_TEST_POSTGRES (a postgres:// URL of a superuser),
