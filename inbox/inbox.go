@@ -13,6 +13,7 @@ import (
 	"github.com/idem-go/idem/inbox/internal/engine"
 	"github.com/idem-go/idem/inbox/internal/engine/bucket"
 	"github.com/idem-go/idem/inbox/internal/engine/rows"
+	"github.com/idem-go/idem/internal/ddl"
 	"github.com/idem-go/idem/internal/option"
 	"github.com/idem-go/idem/sqldialect"
 )
@@ -139,6 +140,11 @@ func (in *Inbox) SchemaSQL() []string { return append([]string(nil), in.schema..
 // not exist, then runs [Inbox.Verify] (an existing table is not trusted)
 // and records the redelivery horizon if [WithRedeliveryHorizon] is set.
 // Each step is idempotent: a crash midway is repaired by the next Migrate.
+// Several processes may run it at once (the replicas of a service
+// starting together): on PostgreSQL its statements run after a
+// transaction-scoped advisory lock, so the others wait and then find the
+// tables, instead of failing as the loser of two concurrent CREATE TABLE
+// IF NOT EXISTS does.
 //
 // A table of the rows layout made by an earlier release is kept as it is
 // (only the horizon table is added): moving it to buckets is
@@ -183,6 +189,9 @@ func (in *Inbox) createSchema(ctx context.Context) error {
 			return fmt.Errorf("inbox: migrate: %w", err)
 		}
 		defer tx.Rollback()
+		if err := ddl.Lock(ctx, tx, in.dialect); err != nil {
+			return fmt.Errorf("inbox: migrate: %w", err)
+		}
 		schema := in.schema
 		if in.cfg.layout == LayoutBuckets {
 			rows, err := engine.TableExists(ctx, tx, in.dialect, in.cfg.table)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/ddl"
 	"github.com/idem-go/idem/internal/option"
 	"github.com/idem-go/idem/sqldialect"
 )
@@ -87,12 +88,13 @@ func New(d sqldialect.Dialect, opts ...Option) (*Outbox, error) {
 func (o *Outbox) SchemaSQL() []string { return append([]string(nil), o.q.schema...) }
 
 // Migrate creates the table and its index if they do not exist, running
-// [Outbox.SchemaSQL] on db (a *sql.DB, *sql.Conn or *sql.Tx).
+// [Outbox.SchemaSQL] on db (a *sql.DB, *sql.Conn or *sql.Tx). Several
+// processes may call it at once: on PostgreSQL the statements run in one
+// transaction (db's, when db is a *sql.Tx) after a transaction-scoped
+// advisory lock.
 func (o *Outbox) Migrate(ctx context.Context, db sqldialect.Execer) error {
-	for _, s := range o.q.schema {
-		if _, err := db.ExecContext(ctx, s); err != nil {
-			return fmt.Errorf("outbox: migrate: %w", err)
-		}
+	if err := ddl.Exec(ctx, db, o.d, o.q.schema); err != nil {
+		return fmt.Errorf("outbox: migrate: %w", err)
 	}
 	return nil
 }

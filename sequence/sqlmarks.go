@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/ddl"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -120,12 +121,12 @@ func (m *SQLMarks) createTable() string {
 
 // Migrate creates the marks table if it does not exist, running
 // [SQLMarks.SchemaSQL] on db (a *sql.DB, *sql.Conn or *sql.Tx). It is
-// idempotent.
+// idempotent, and several processes may call it at once: on PostgreSQL the
+// statements run in one transaction (db's, when db is a *sql.Tx) after a
+// transaction-scoped advisory lock.
 func (m *SQLMarks) Migrate(ctx context.Context, db sqldialect.Execer) error {
-	for _, stmt := range m.SchemaSQL() {
-		if _, err := db.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("sequence: create table %s: %w", m.table, err)
-		}
+	if err := ddl.Exec(ctx, db, m.d, m.SchemaSQL()); err != nil {
+		return fmt.Errorf("sequence: create table %s: %w", m.table, err)
 	}
 	return nil
 }

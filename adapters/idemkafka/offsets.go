@@ -11,6 +11,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/internal/consume"
+	"github.com/idem-go/idem/internal/ddl"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -112,12 +113,12 @@ func (c *OffsetConsumer) SchemaSQL() []string {
 	PRIMARY KEY (group_id, topic, partition_id))`}
 }
 
-// Migrate runs SchemaSQL on the consumer's database.
+// Migrate runs SchemaSQL on the consumer's database. Several processes
+// may call it at once: on PostgreSQL it runs in a transaction after a
+// transaction-scoped advisory lock.
 func (c *OffsetConsumer) Migrate(ctx context.Context) error {
-	for _, s := range c.SchemaSQL() {
-		if _, err := c.db.ExecContext(ctx, s); err != nil {
-			return fmt.Errorf("idemkafka: migrate: %w", err)
-		}
+	if err := ddl.Exec(ctx, c.db, c.d, c.SchemaSQL()); err != nil {
+		return fmt.Errorf("idemkafka: migrate: %w", err)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/inbox/internal/engine"
+	"github.com/idem-go/idem/internal/ddl"
 )
 
 // Ensure makes sure, before a transaction starts, that the bucket
@@ -63,11 +64,17 @@ func (b *State) Ensure(ctx context.Context, maintain func(context.Context) error
 			return fmt.Errorf("inbox: create bucket: begin: %w", err)
 		}
 		defer tx.Rollback()
+		// Every process reaches a bucket boundary at about the same
+		// moment and creates the same tables: on PostgreSQL the schema
+		// lock makes the others wait and then find them.
+		if err := ddl.Lock(ctx, tx, b.D); err != nil {
+			return fmt.Errorf("inbox: create bucket: %w", err)
+		}
 		for _, s := range create {
 			if _, err := tx.ExecContext(ctx, TableSQL(b.D, b.Table, s)); err != nil {
-				if b.D.IsUniqueViolation(err) {
-					// Two processes created the same bucket at once
-					// (PostgreSQL's catalog). It exists: retry reads it.
+				if ddl.LostCreateRace(b.D, err) {
+					// A process without the lock (an earlier release)
+					// created it at once. It exists: retry reads it.
 					return engine.ErrBucketsChanged
 				}
 				return fmt.Errorf("inbox: create bucket %s: %w", Name(b.Table, s), err)

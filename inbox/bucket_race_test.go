@@ -1,0 +1,73 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/inbox"
+)
+
+// TestBucketCreateRace: several processes, each an Inbox of its own (so
+// each with its own list of buckets), deliver across bucket boundaries at
+// once, so that they create the same next bucket table together. On
+// PostgreSQL the loser of two concurrent CREATE TABLE IF NOT EXISTS gets an
+// error (a unique violation on the catalog, or duplicate_table, depending
+// on when the winner commits); losing that race must not fail a delivery.
+// Every key is applied once.
+func TestBucketCreateRace(t *testing.T) {
+	forEachBucketed(t, func(t *testing.T, b backend) {
+		e := setup(t, b, inbox.WithBucketWidth(time.Second))
+		const procs, boundaries = 6, 3
+		ins := make([]*inbox.Inbox, procs)
+		for i := range ins {
+			db := e.db
+			if i%2 == 1 {
+				db = e.db2
+			}
+			in, err := inbox.New(db, e.d, "wallet-consumer", inbox.WithBucketWidth(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ins[i] = in
+		}
+		// Deliver until the clock has passed three bucket boundaries: each
+		// boundary is a moment when every process finds the newest bucket
+		// current and creates the one after it.
+		end := time.Now().Truncate(time.Second).Add(boundaries*time.Second + 100*time.Millisecond)
+		var applied, failed atomic.Int64
+		var wg sync.WaitGroup
+		for p, in := range ins {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; time.Now().Before(end); i++ {
+					k := fmt.Sprintf("p%d-%d", p, i)
+					ok, err := in.Process(context.Background(), k, func(ctx context.Context, tx *sql.Tx) error {
+						return e.credit(1, 1)(ctx, tx)
+					})
+					if err != nil {
+						if failed.Add(1) <= 5 {
+							t.Errorf("delivery of %s: %v", k, err)
+						}
+						continue
+					}
+					if !ok {
+						t.Errorf("new key %s reported a duplicate", k)
+					}
+					applied.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		if n := failed.Load(); n > 0 {
+			t.Errorf("%d deliveries failed", n)
+		}
+		e.wantBalance(1, applied.Load())
+		t.Logf("%d keys applied across %d bucket boundaries by %d processes", applied.Load(), boundaries, procs)
+	})
+}
