@@ -20,6 +20,7 @@ import (
 // on when the winner commits); losing that race must not fail a delivery.
 // Every key is applied once.
 func TestBucketCreateRace(t *testing.T) {
+	t.Parallel()
 	forEachBucketed(t, func(t *testing.T, b backend) {
 		e := setup(t, b, inbox.WithBucketWidth(time.Second))
 		const procs, boundaries = 6, 3
@@ -69,5 +70,78 @@ func TestBucketCreateRace(t *testing.T) {
 		}
 		e.wantBalance(1, applied.Load())
 		t.Logf("%d keys applied across %d bucket boundaries by %d processes", applied.Load(), boundaries, procs)
+	})
+}
+
+// TestSweepWhileDelivering: every process sweeps (as each replica of a
+// service runs SweepExpired) while every process delivers, each from two
+// goroutines, so expired buckets are dropped under statements that probe
+// them and catalog reads that list them. On MySQL, whose information_schema
+// is read live, a bucket being dropped or created was listed without its
+// index and reported as an unsafe table, which failed both the sweep and
+// the deliveries whose statement met the dropped bucket (1146). Nothing
+// may fail, and every key is applied once.
+func TestSweepWhileDelivering(t *testing.T) {
+	t.Parallel()
+	forEachBucketed(t, func(t *testing.T, b backend) {
+		e := setup(t, b, inbox.WithBucketWidth(time.Second))
+		ctx := context.Background()
+		const procs, rounds = 4, 2
+		ins := make([]*inbox.Inbox, procs)
+		for i := range ins {
+			in, err := inbox.New(e.db, e.d, "wallet-consumer", inbox.WithBucketWidth(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ins[i] = in
+		}
+		var applied, swept atomic.Int64
+		deliver := func(in *inbox.Inbox, k string) {
+			ok, err := in.Process(ctx, k, e.credit(1, 1))
+			switch {
+			case err != nil:
+				t.Errorf("delivery of %s: %v", k, err)
+			case !ok:
+				t.Errorf("new key %s reported a duplicate", k)
+			default:
+				applied.Add(1)
+			}
+		}
+		for round := range rounds {
+			// Fill buckets for longer than the sweep age, so that the
+			// sweeps below find some expired.
+			end := time.Now().Add(2500 * time.Millisecond)
+			for i := 0; time.Now().Before(end); i++ {
+				deliver(ins[i%procs], fmt.Sprintf("fill%d-%d", round, i))
+			}
+			var wg sync.WaitGroup
+			for p, in := range ins {
+				wg.Add(3)
+				go func() {
+					defer wg.Done()
+					n, err := in.Sweep(ctx, time.Second, 1000)
+					if err != nil {
+						t.Errorf("round %d: sweep by process %d: %v", round, p, err)
+					}
+					swept.Add(int64(n))
+				}()
+				for w := range 2 {
+					go func() {
+						defer wg.Done()
+						for i := range 40 {
+							deliver(in, fmt.Sprintf("r%d-p%d-w%d-%d", round, p, w, i))
+						}
+					}()
+				}
+			}
+			wg.Wait()
+			if t.Failed() {
+				return
+			}
+		}
+		if swept.Load() == 0 {
+			t.Fatal("no sweep dropped a bucket: the test did not race a drop")
+		}
+		e.wantBalance(1, applied.Load())
 	})
 }

@@ -368,7 +368,11 @@ func (in *Inbox) retryable(err error) bool {
 	var se *engine.StaleError
 	if errors.As(err, &se) {
 		r := in.eng.Load()
-		return r != nil && r.Stale(context.Background())
+		// Stale reads the list again (so the rerun uses it) and reports
+		// whether it changed; a missing table proves it did, though
+		// another goroutine may have read the change first.
+		stale := r != nil && r.Stale(context.Background())
+		return stale || (r != nil && se.MissingTable(in.dialect))
 	}
 	return in.dialect.Retryable(err)
 }

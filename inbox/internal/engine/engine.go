@@ -5,7 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/idem-go/idem/sqldialect"
 )
 
 // Engine stores one table's keys for one consumer. Its methods that take a
@@ -100,6 +103,24 @@ type StaleError struct{ Err error }
 
 func (e *StaleError) Error() string { return "inbox: record keys: " + e.Err.Error() }
 func (e *StaleError) Unwrap() error { return e.Err }
+
+// MissingTable reports whether a bucket statement failed because a table
+// it names does not exist: a bucket another process dropped after this
+// Inbox listed it. Such a statement is rerun even when the bucket list
+// read after it equals the cached one: another goroutine of the same
+// Inbox may have read the fresh list first.
+func (e *StaleError) MissingTable(d sqldialect.Dialect) bool {
+	switch d {
+	case sqldialect.Postgres:
+		var pe interface{ SQLState() string }
+		return errors.As(e.Err, &pe) && pe.SQLState() == "42P01"
+	case sqldialect.MySQL:
+		return sqldialect.MySQLErrorNumber(e.Err) == 1146
+	case sqldialect.SQLite:
+		return strings.Contains(e.Err.Error(), "no such table")
+	}
+	return false
+}
 
 // NotRecorded is the error of a key that no table holds.
 func NotRecorded(consumer, key string) error {

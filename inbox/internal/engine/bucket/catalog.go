@@ -136,13 +136,61 @@ func Load(ctx context.Context, q engine.Querier, h *engine.Host) (*State, error)
 	return b, nil
 }
 
-// list reads the bucket tables from the catalog and checks each one's
+// List reads the bucket tables from the catalog and checks each one's
 // primary key: exactly (d), and no other unique index.
+//
+// PostgreSQL's and SQLite's catalogs are read in one snapshot. MySQL's
+// information_schema is not: a bucket that another process is creating
+// (Ensure, at a bucket boundary) or dropping (Sweep: its DROP TABLE
+// waiting for the transactions that read it, or half done) is listed
+// among the tables without its index, as if it had none. So on MySQL a
+// table that fails the check is opened first: that waits, as any
+// statement on it does, until a CREATE or DROP under way ends. A table
+// gone by then is not listed; one that opened and still fails is
+// unsafe. Other buckets may come and go meanwhile, each opened in turn,
+// for a few rounds at most (then engine.ErrBucketsChanged, retried by the
+// caller).
 func (b *State) List(ctx context.Context, q engine.Querier) ([]int64, error) {
+	opened := map[string]bool{}
+	for attempt := 1; ; attempt++ {
+		starts, bad, err := b.list(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		if bad == "" {
+			return starts, nil
+		}
+		if b.D != sqldialect.MySQL || opened[bad] {
+			return nil, fmt.Errorf("inbox: bucket table %s must have a unique index on (d) and no other unique index (uuid on PostgreSQL, BLOB with BINARY collation on SQLite, BINARY(16) in InnoDB on MySQL), and no triggers: keys in it could be recorded twice or skipped: %w", bad, engine.ErrUnsafeTable)
+		}
+		if attempt == 8 {
+			return nil, fmt.Errorf("inbox: list bucket tables: %s and others were being created or dropped: %w", bad, engine.ErrBucketsChanged)
+		}
+		name := bad
+		if schema, _ := engine.SplitTable(b.Table); schema != "" {
+			name = schema + "." + bad
+		}
+		rows, err := q.QueryContext(ctx, `SELECT 1 FROM `+name+` LIMIT 0`)
+		if err == nil {
+			err = rows.Close()
+		}
+		switch {
+		case err == nil:
+			opened[bad] = true // read it again: unsafe if it still fails
+		case sqldialect.MySQLErrorNumber(err) == 1146:
+			// dropped meanwhile
+		default:
+			return nil, fmt.Errorf("inbox: list bucket tables: open %s: %w", name, err)
+		}
+	}
+}
+
+// list reads the catalog once: the sorted bucket starts, and the name of
+// a table that fails the check ("" if none does).
+func (b *State) list(ctx context.Context, q engine.Querier) (starts []int64, bad string, err error) {
 	schema, name := engine.SplitTable(b.Table)
 	prefix := name + "_k"
 	var rows *sql.Rows
-	var err error
 	switch b.D {
 	case sqldialect.Postgres:
 		ns := `current_schema()`
@@ -172,30 +220,29 @@ FROM sqlite_master m WHERE m.type = 'table' AND substr(m.name, 1, length(?1)) = 
 		rows, err = b.mysqlList(ctx, q, prefix)
 	}
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer rows.Close()
-	var starts []int64
 	for rows.Next() {
 		var n string
 		var good bool
 		if err := rows.Scan(&n, &good); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		s, perr := strconv.ParseInt(strings.TrimPrefix(n, prefix), 10, 64)
 		if perr != nil || n != prefix+strconv.FormatInt(s, 10) {
 			continue // another table whose name starts alike
 		}
-		if !good {
-			return nil, fmt.Errorf("inbox: bucket table %s must have a unique index on (d) and no other unique index (uuid on PostgreSQL, BLOB with BINARY collation on SQLite, BINARY(16) in InnoDB on MySQL), and no triggers: keys in it could be recorded twice or skipped: %w", n, engine.ErrUnsafeTable)
+		if !good && bad == "" {
+			bad = n
 		}
 		starts = append(starts, s)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	slices.Sort(starts)
-	return starts, nil
+	return starts, bad, nil
 }
 
 // mysqlIsolationVar names the session variable holding the isolation
