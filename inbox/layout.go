@@ -10,6 +10,7 @@ import (
 	"github.com/idem-go/idem/inbox/internal/engine/bucket"
 	"github.com/idem-go/idem/inbox/internal/engine/bucketmysql"
 	"github.com/idem-go/idem/inbox/internal/engine/bucketsql"
+	"github.com/idem-go/idem/internal/ddl"
 	"github.com/idem-go/idem/sqldialect"
 )
 
@@ -87,6 +88,9 @@ func (in *Inbox) MigrateLayout(ctx context.Context) error {
 			return fmt.Errorf("inbox: migrate layout: begin: %w", err)
 		}
 		defer tx.Rollback()
+		if err := ddl.Lock(ctx, tx, in.dialect); err != nil {
+			return fmt.Errorf("inbox: migrate layout: %w", err)
+		}
 		rows, err := engine.TableExists(ctx, tx, in.dialect, t)
 		if err != nil {
 			return fmt.Errorf("inbox: migrate layout: %w", err)
