@@ -338,14 +338,15 @@ func (c *OffsetConsumer) applyOne(ctx context.Context, d *delivery) (consume.Dec
 // reseek moves consumption of the partition to the offset stored in the
 // database, after it was found elsewhere than expected: moved forward by
 // another member, or back by a database that lost its last commits (the
-// records after it are consumed again).
+// records after it are consumed again), or after a batch started below it
+// (the records before it are skipped: they were applied).
 func (c *OffsetConsumer) reseek(ctx context.Context, topic string, p int32) error {
 	next, ok, err := c.storedOffset(ctx, topic, p)
 	if err != nil {
 		return err
 	}
 	c.pos.set(topic, p, next, ok)
-	c.g.cfg.Logger.Warn("idemkafka: stored offset is not where this consumer left it (moved by another member, or a database failover lost commits); seeking", "topic", topic, "partition", p, "offset", next, "stored", ok)
+	c.g.cfg.Logger.Warn("idemkafka: stored offset is not where this consumer left it (moved by another member, or a database failover lost commits), or the batch starts below it (the client's fetch position moved back); seeking", "topic", topic, "partition", p, "offset", next, "stored", ok)
 	if ok {
 		c.g.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{topic: {p: {Epoch: -1, Offset: next}}})
 	}
