@@ -1,6 +1,7 @@
 package idemcaddy_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -28,13 +29,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	testenv.WaitFor(t, within, what, cond)
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	_, port, _ := net.SplitHostPort(testenv.FreeAddr(t))
-	n, _ := strconv.Atoi(port)
-	return n
-}
-
 // deadPort is a loopback port that refuses connections for the whole test
 // (testenv.RefusingAddr): a free port closed and named in the Caddyfile was
 // taken by another test's HTTP server in a flake run, and the "down" route's
@@ -50,30 +44,52 @@ func deadPort(t *testing.T) int {
 // caddyProc is a Caddy process started from a Caddyfile.
 type caddyProc struct {
 	base, admin string
+	adminSock   string // the admin API's socket, for caddy reload --address
 	dir         string
 	vars        map[string]string
 	log         *testenv.SyncBuffer
 	client      *http.Client
 }
 
-// startCaddy writes caddyfile (with {{NAME}} replaced by vars, and
-// {{PORT}} and {{ADMIN}} by free ports) and runs `caddy run` on it until
-// the test ends. It returns once the site answers GET /healthz.
+// The site and the admin API listen on Unix sockets in the test's
+// directory, so no other test's server can take their addresses (a free
+// TCP port, checked and closed, can be taken before Caddy binds it). The
+// client reaches them through these two URLs, which its transport dials
+// as the two sockets; the site's URL is the host its Caddyfile names.
+const (
+	siteURL  = "http://127.0.0.1:8080"
+	adminURL = "http://127.0.0.1:2019"
+)
+
+// startCaddy writes caddyfile (with {{NAME}} replaced by vars, {{SITE}}
+// and {{ADMIN}} by the network addresses of the site's and the admin API's
+// sockets, and {{PORT}} by the site address's port) and runs `caddy run`
+// on it until the test ends. It returns once the site answers GET
+// /healthz.
 func startCaddy(t *testing.T, caddyfile string, vars map[string]string) *caddyProc {
 	t.Helper()
 	bin := needCaddy(t)
 	dir := t.TempDir()
-	p := &caddyProc{dir: dir, vars: map[string]string{},
+	site, admin := filepath.Join(dir, "site.sock"), filepath.Join(dir, "admin.sock")
+	socks := map[string]string{strings.TrimPrefix(siteURL, "http://"): site, strings.TrimPrefix(adminURL, "http://"): admin}
+	dial := func(ctx context.Context, _, addr string) (net.Conn, error) {
+		sock, ok := socks[addr]
+		if !ok {
+			return nil, fmt.Errorf("caddy test client: no socket for %s", addr)
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}
+	p := &caddyProc{dir: dir, vars: map[string]string{}, base: siteURL, admin: adminURL, adminSock: "unix/" + admin,
 		// No keep-alive: after a reload each request reaches the new
 		// config.
-		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: within}}
+		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: dial}, Timeout: within}}
 	for k, v := range vars {
 		p.vars[k] = v
 	}
-	p.vars["PORT"] = strconv.Itoa(freePort(t))
-	p.vars["ADMIN"] = strconv.Itoa(freePort(t))
-	p.base = "http://127.0.0.1:" + p.vars["PORT"]
-	p.admin = "http://127.0.0.1:" + p.vars["ADMIN"]
+	p.vars["SITE"] = "unix/" + site
+	p.vars["ADMIN"] = p.adminSock
+	p.vars["PORT"] = strings.TrimPrefix(siteURL, "http://127.0.0.1:")
 	path := p.write(t, caddyfile)
 	cmd := exec.Command(bin, "run", "--config", path, "--adapter", "caddyfile")
 	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)

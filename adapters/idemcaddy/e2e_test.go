@@ -11,13 +11,14 @@ import (
 )
 
 // caddySite opens the end-to-end tests' Caddyfiles: global options for a
-// test (the admin API on {{ADMIN}}, no HTTPS, nothing saved) and the site
-// on {{PORT}}, whose handlers follow.
+// test (the admin API on the socket {{ADMIN}}, no HTTPS, nothing saved,
+// the site bound to the socket {{SITE}}) and the site, whose handlers
+// follow.
 const caddySite = `{
-	admin 127.0.0.1:{{ADMIN}}
+	admin {{ADMIN}}
 	auto_https off
 	persist_config off
-	default_bind 127.0.0.1
+	default_bind {{SITE}}
 }
 
 http://127.0.0.1:{{PORT}} {
@@ -215,7 +216,7 @@ func TestCaddyReload(t *testing.T) {
 	path := p.write(t, gateway)
 	loaded := make(chan error, 1)
 	go func() {
-		out, err := runCaddy(t, "reload", "--config", path, "--adapter", "caddyfile", "--address", strings.TrimPrefix(p.admin, "http://"))
+		out, err := runCaddy(t, "reload", "--config", path, "--adapter", "caddyfile", "--address", p.adminSock)
 		if err != nil {
 			err = &reloadError{err, out}
 		}
