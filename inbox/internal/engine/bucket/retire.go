@@ -93,11 +93,12 @@ func (b *State) LegacyExpired(ctx context.Context, tx *sql.Tx, limit int64) (boo
 	return perr == nil && m <= limit, nil
 }
 
-// MySQLLockWait bounds, in seconds, how long dropping a bucket and reading
-// a lookup filter wait for transactions holding the bucket: while a DROP
-// waits for its metadata lock, new statements naming the table queue
-// behind it.
-const MySQLLockWait = 2
+// DropLockWait bounds, in seconds, how long dropping a bucket (on MySQL
+// and PostgreSQL) and reading a lookup filter (MySQL) wait for
+// transactions holding the bucket: while a DROP waits for its lock, new
+// statements naming the table queue behind it, and every delivery names
+// every live bucket.
+const DropLockWait = 2
 
 // MySQLSealBarrier waits, inside tx, for the transactions that inserted
 // into bucket name and may still be open: a locking read of every row
@@ -111,13 +112,13 @@ func MySQLSealBarrier(ctx context.Context, tx *sql.Tx, name string) error {
 }
 
 // WithLockWait runs f with the session variable v (a lock wait timeout)
-// set to MySQLLockWait seconds, and restores it.
+// set to DropLockWait seconds, and restores it.
 func WithLockWait(ctx context.Context, tx *sql.Tx, v string, f func() error) error {
 	var old int64
 	if err := tx.QueryRowContext(ctx, `SELECT @@SESSION.`+v).Scan(&old); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, `SET SESSION `+v+` = `+strconv.Itoa(MySQLLockWait)); err != nil {
+	if _, err := tx.ExecContext(ctx, `SET SESSION `+v+` = `+strconv.Itoa(DropLockWait)); err != nil {
 		return err
 	}
 	err := f()

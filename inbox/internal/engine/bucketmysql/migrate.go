@@ -83,7 +83,7 @@ func (e *Engine) retire(ctx context.Context, olderThan time.Duration) (int, erro
 		return bucket.WithLockWait(ctx, tx, "lock_wait_timeout", func() error {
 			for _, name := range drop {
 				if _, err := tx.ExecContext(ctx, `DROP TABLE IF EXISTS `+name); err != nil {
-					return fmt.Errorf("inbox: sweep: drop %s (a transaction held it for %d s; the next sweep tries again): %w", name, bucket.MySQLLockWait, err)
+					return fmt.Errorf("inbox: sweep: drop %s (a transaction held it for %d s; the next sweep tries again): %w", name, bucket.DropLockWait, err)
 				}
 				dropped++
 			}

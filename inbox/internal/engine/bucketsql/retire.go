@@ -3,8 +3,10 @@ package bucketsql
 import (
 	"context"
 	"fmt"
-	"github.com/idem-go/idem/inbox/internal/engine/bucket"
 	"time"
+
+	"github.com/idem-go/idem/inbox/internal/engine/bucket"
+	"github.com/idem-go/idem/sqldialect"
 )
 
 // retire is Sweep for the bucketed layout: in one transaction that
@@ -23,13 +25,22 @@ func (e *Engine) retire(ctx context.Context, olderThan time.Duration) (int, erro
 			return fmt.Errorf("inbox: sweep: begin: %w", err)
 		}
 		defer tx.Rollback()
+		if e.b.D == sqldialect.Postgres {
+			// A DROP waits for the transactions that read the bucket (a
+			// delivery whose handler runs long), and while it waits every
+			// delivery, which reads every live bucket, queues behind it:
+			// bound the wait; the next Sweep tries again.
+			if _, err := tx.ExecContext(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%ds'`, bucket.DropLockWait)); err != nil {
+				return fmt.Errorf("inbox: sweep: %w", err)
+			}
+		}
 		expired, limit, err := b.Expired(ctx, tx, olderThan)
 		if err != nil {
 			return err
 		}
 		for _, s := range expired {
 			if _, err := tx.ExecContext(ctx, `DROP TABLE IF EXISTS `+bucket.Name(e.b.Table, s)); err != nil {
-				return fmt.Errorf("inbox: sweep: drop %s: %w", bucket.Name(e.b.Table, s), err)
+				return fmt.Errorf("inbox: sweep: drop %s (a transaction held it for %d s; the next sweep tries again): %w", bucket.Name(e.b.Table, s), bucket.DropLockWait, err)
 			}
 			if err := e.runs.Drop(ctx, tx, s); err != nil {
 				return fmt.Errorf("inbox: sweep: drop the runs of %s: %w", bucket.Name(e.b.Table, s), err)
