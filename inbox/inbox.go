@@ -189,7 +189,7 @@ func (in *Inbox) createSchema(ctx context.Context) error {
 			return fmt.Errorf("inbox: migrate: %w", err)
 		}
 		defer tx.Rollback()
-		if err := ddl.Lock(ctx, tx, in.dialect); err != nil {
+		if err := ddl.Lock(ctx, tx, in.dialect, in.cfg.table); err != nil {
 			return fmt.Errorf("inbox: migrate: %w", err)
 		}
 		schema := in.schema

@@ -88,7 +88,7 @@ func (in *Inbox) MigrateLayout(ctx context.Context) error {
 			return fmt.Errorf("inbox: migrate layout: begin: %w", err)
 		}
 		defer tx.Rollback()
-		if err := ddl.Lock(ctx, tx, in.dialect); err != nil {
+		if err := ddl.Lock(ctx, tx, in.dialect, t); err != nil {
 			return fmt.Errorf("inbox: migrate layout: %w", err)
 		}
 		rows, err := engine.TableExists(ctx, tx, in.dialect, t)

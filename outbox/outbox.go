@@ -93,7 +93,7 @@ func (o *Outbox) SchemaSQL() []string { return append([]string(nil), o.q.schema.
 // transaction (db's, when db is a *sql.Tx) after a transaction-scoped
 // advisory lock.
 func (o *Outbox) Migrate(ctx context.Context, db sqldialect.Execer) error {
-	if err := ddl.Exec(ctx, db, o.d, o.q.schema); err != nil {
+	if err := ddl.Exec(ctx, db, o.d, o.table, o.q.schema); err != nil {
 		return fmt.Errorf("outbox: migrate: %w", err)
 	}
 	return nil

@@ -125,7 +125,7 @@ func (m *SQLMarks) createTable() string {
 // statements run in one transaction (db's, when db is a *sql.Tx) after a
 // transaction-scoped advisory lock.
 func (m *SQLMarks) Migrate(ctx context.Context, db sqldialect.Execer) error {
-	if err := ddl.Exec(ctx, db, m.d, m.SchemaSQL()); err != nil {
+	if err := ddl.Exec(ctx, db, m.d, m.table, m.SchemaSQL()); err != nil {
 		return fmt.Errorf("sequence: create table %s: %w", m.table, err)
 	}
 	return nil

@@ -117,7 +117,7 @@ func (c *OffsetConsumer) SchemaSQL() []string {
 // may call it at once: on PostgreSQL it runs in a transaction after a
 // transaction-scoped advisory lock.
 func (c *OffsetConsumer) Migrate(ctx context.Context) error {
-	if err := ddl.Exec(ctx, c.db, c.d, c.SchemaSQL()); err != nil {
+	if err := ddl.Exec(ctx, c.db, c.d, c.g.cfg.table, c.SchemaSQL()); err != nil {
 		return fmt.Errorf("idemkafka: migrate: %w", err)
 	}
 	return nil

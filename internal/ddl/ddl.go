@@ -3,10 +3,13 @@
 // together and each calls Migrate. On PostgreSQL two concurrent CREATE … IF
 // NOT EXISTS of one name can both pass the existence check, and the second
 // then fails (a unique violation on the catalog, duplicate_table or
-// duplicate_object) instead of finding the object; so every schema change
-// of idem's takes one transaction-scoped advisory lock first, and the
-// second waits for the first to commit and then finds what it made.
-// MySQL and SQLite serialize such statements themselves.
+// duplicate_object) instead of finding the object; so each schema change
+// takes a transaction-scoped advisory lock named after the table it is
+// about first, and the second waits for the first to commit and then finds
+// what it made. The lock is per table, so that a long change of one table
+// (sqlstore's MigrateLayout copies every row) does not hold up another's
+// (an inbox creating its next bucket). MySQL and SQLite serialize such
+// statements themselves.
 package ddl
 
 import (
@@ -17,28 +20,24 @@ import (
 	"github.com/idem-go/idem/sqldialect"
 )
 
-// lockSQL is the advisory lock every idem schema change on PostgreSQL
-// takes (the number is arbitrary and fixed: processes of every release
-// must agree on it).
-const lockSQL = `SELECT pg_advisory_xact_lock(7305104735812733)`
-
-// Lock takes the schema lock in tx on PostgreSQL; it is held until tx
-// ends. On other databases it does nothing.
-func Lock(ctx context.Context, tx sqldialect.Execer, d sqldialect.Dialect) error {
+// Lock takes, in tx on PostgreSQL, the schema lock of the table named
+// table (as the caller names it, schema included if any); it is held until
+// tx ends. On other databases it does nothing.
+func Lock(ctx context.Context, tx sqldialect.Execer, d sqldialect.Dialect, table string) error {
 	if d != sqldialect.Postgres {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, lockSQL)
+	_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "idem ddl "+table)
 	return err
 }
 
-// Exec runs stmts on db in order. On PostgreSQL they run in one
-// transaction after [Lock]: a transaction of their own when db can begin
-// one (a *sql.DB or *sql.Conn), db's when it is a *sql.Tx (the lock is
-// then held until the caller's transaction ends). On other databases they
-// run one by one on db. The first error is returned as it is, with the
-// statements before it rolled back on PostgreSQL.
-func Exec(ctx context.Context, db sqldialect.Execer, d sqldialect.Dialect, stmts []string) error {
+// Exec runs stmts, the schema of table, on db in order. On PostgreSQL they
+// run in one transaction after [Lock]: a transaction of their own when db
+// can begin one (a *sql.DB or *sql.Conn), db's when it is a *sql.Tx (the
+// lock is then held until the caller's transaction ends). On other
+// databases they run one by one on db. The first error is returned as it
+// is, with the statements before it rolled back on PostgreSQL.
+func Exec(ctx context.Context, db sqldialect.Execer, d sqldialect.Dialect, table string, stmts []string) error {
 	if d != sqldialect.Postgres {
 		return execAll(ctx, db, stmts)
 	}
@@ -46,7 +45,7 @@ func Exec(ctx context.Context, db sqldialect.Execer, d sqldialect.Dialect, stmts
 		BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
 	})
 	if !ok {
-		if err := Lock(ctx, db, d); err != nil {
+		if err := Lock(ctx, db, d, table); err != nil {
 			return err
 		}
 		return execAll(ctx, db, stmts)
@@ -56,7 +55,7 @@ func Exec(ctx context.Context, db sqldialect.Execer, d sqldialect.Dialect, stmts
 		return err
 	}
 	defer tx.Rollback() // no-op after Commit
-	if err := Lock(ctx, tx, d); err != nil {
+	if err := Lock(ctx, tx, d, table); err != nil {
 		return err
 	}
 	if err := execAll(ctx, tx, stmts); err != nil {

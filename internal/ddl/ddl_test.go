@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/internal/ddl"
@@ -123,7 +124,7 @@ func TestExecInCallersTransaction(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := ddl.Exec(ctx, tx, db.D, []string{"CREATE TABLE made_in_tx (a INTEGER)"}); err != nil {
+			if err := ddl.Exec(ctx, tx, db.D, "made_in_tx", []string{"CREATE TABLE made_in_tx (a INTEGER)"}); err != nil {
 				t.Fatal(err)
 			}
 			if err := tx.Rollback(); err != nil {
@@ -132,7 +133,7 @@ func TestExecInCallersTransaction(t *testing.T) {
 			if _, err := conn.ExecContext(ctx, "SELECT a FROM made_in_tx"); err == nil {
 				t.Fatal("the table outlived the caller's rollback")
 			}
-			if err := ddl.Exec(ctx, conn, db.D, []string{"CREATE TABLE made (a INTEGER)", "INSERT INTO made VALUES (1)"}); err != nil {
+			if err := ddl.Exec(ctx, conn, db.D, "made", []string{"CREATE TABLE made (a INTEGER)", "INSERT INTO made VALUES (1)"}); err != nil {
 				t.Fatal(err)
 			}
 			var n int
@@ -162,3 +163,47 @@ type sqlState string
 
 func (s sqlState) Error() string    { return "SQLSTATE " + string(s) }
 func (s sqlState) SQLState() string { return string(s) }
+
+// TestLockIsPerTable: a schema change of one table that holds its lock
+// (sqlstore's MigrateLayout copies every row under its own) does not hold
+// up another table's (an inbox creating its next bucket), while a second
+// change of the same table waits for the first to commit.
+func TestLockIsPerTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.Postgres.Open(t)
+	held, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Rollback()
+	if err := ddl.Lock(ctx, held, sqldialect.Postgres, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ddl.Exec(ctx, db, sqldialect.Postgres, "b", []string{"CREATE TABLE IF NOT EXISTS b (x INTEGER)"}); err != nil {
+		t.Fatalf("another table's change while a's lock is held: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- ddl.Exec(ctx, db, sqldialect.Postgres, "a", []string{"CREATE TABLE IF NOT EXISTS a (x INTEGER)"})
+	}()
+	// The second change of a waits: the lock shows in pg_locks as not
+	// granted until the holder commits.
+	testenv.WaitFor(t, time.Minute, "the second change of a waits for the lock", func() bool {
+		var waiting int
+		err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+	AND ((classid::bigint << 32) | objid::bigint) = hashtextextended('idem ddl a', 0)`).Scan(&waiting)
+		return err == nil && waiting > 0
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("the second change of a ran while the first held the lock: %v", err)
+	default:
+	}
+	if err := held.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the second change of a after the first committed: %v", err)
+	}
+}

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/idem-go/idem/internal/ddl"
 	"github.com/idem-go/idem/internal/digest"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/sqldialect"
@@ -290,8 +289,10 @@ func (s *Store) migrateLayout(ctx context.Context) error {
 	}
 	defer tx.Rollback()
 	pg := s.d == sqldialect.Postgres
-	if err := ddl.Lock(ctx, tx, s.d); err != nil {
-		return err
+	if pg {
+		if _, err := tx.ExecContext(ctx, migrateLock); err != nil {
+			return err
+		}
 	}
 	l, err := s.detect(ctx, tx)
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/ddl"
 	"github.com/idem-go/idem/internal/option"
 	"github.com/idem-go/idem/internal/retry"
 	"github.com/idem-go/idem/keystore"
@@ -204,6 +203,9 @@ func (s *Store) SchemaSQL() []string {
 	return append([]string(nil), digestSchema(s.d, s.sh.n, s.sh.salt)...)
 }
 
+// migrateLock serialises Migrate and MigrateLayout calls on PostgreSQL.
+const migrateLock = `SELECT pg_advisory_xact_lock(7305104735812733)`
+
 // Migrate creates the table in [LayoutDigest] if it does not exist: its
 // meta table with a random salt, the key table, its expiry index and its
 // token sequence (PostgreSQL) or one-row token counter table (SQLite), in
@@ -222,8 +224,10 @@ func (s *Store) Migrate(ctx context.Context) error {
 			return err
 		}
 		defer tx.Rollback()
-		if err := ddl.Lock(ctx, tx, s.d); err != nil {
-			return err
+		if s.d == sqldialect.Postgres {
+			if _, err := tx.ExecContext(ctx, migrateLock); err != nil {
+				return err
+			}
 		}
 		ddl := digestSchema(s.d, s.sh.n, s.sh.salt)
 		l, err := s.detect(ctx, tx)

@@ -67,7 +67,7 @@ func (b *State) Ensure(ctx context.Context, maintain func(context.Context) error
 		// Every process reaches a bucket boundary at about the same
 		// moment and creates the same tables: on PostgreSQL the schema
 		// lock makes the others wait and then find them.
-		if err := ddl.Lock(ctx, tx, b.D); err != nil {
+		if err := ddl.Lock(ctx, tx, b.D, b.Table); err != nil {
 			return fmt.Errorf("inbox: create bucket: %w", err)
 		}
 		for _, s := range create {
