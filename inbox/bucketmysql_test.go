@@ -141,13 +141,13 @@ func TestBucketMySQLDropWaitsForOpenTransaction(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("the delivery holding the bucket: %v", err)
 	}
+	e.wantBalance(1, 11)
+	// Nothing holds the old bucket now: the next Sweep drops it. (The
+	// held key's own bucket may be old enough by then to go too: the
+	// sweep age here is one second.)
 	if n, err := e.in.Sweep(ctx, time.Second, 100); err != nil || n == 0 {
 		t.Fatalf("second Sweep: dropped %d, err %v", n, err)
 	}
-	if ok, err := other.Process(ctx, "held", e.credit(1, 10)); ok || err != nil {
-		t.Fatalf("held key after the sweep: applied=%v err=%v", ok, err)
-	}
-	e.wantBalance(1, 11)
 }
 
 // TestBucketMySQLCrossBucketDeadlock forces the interleaving the gap locks
