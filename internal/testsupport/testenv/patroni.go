@@ -144,11 +144,26 @@ func (p *Patroni) start(etcd string, members int) error {
 		}
 		if i == 0 { // the first bootstraps; the others clone it
 			if _, err := p.waitLeader(60 * time.Second); err != nil {
-				return err
+				return fmt.Errorf("%w%s", err, p.logTails())
 			}
 		}
 	}
-	return p.waitStreaming(90*time.Second, members-1)
+	if err := p.waitStreaming(90*time.Second, members-1); err != nil {
+		return fmt.Errorf("%w%s", err, p.logTails())
+	}
+	return nil
+}
+
+// logTails is the end of each member's log, for an error that ends the
+// test (its directory goes with it).
+func (p *Patroni) logTails() string {
+	var b strings.Builder
+	for _, m := range p.members {
+		if m.srv != nil {
+			fmt.Fprintf(&b, "\n--- member %s's log (end):\n%s", m.name, m.srv.logTail())
+		}
+	}
+	return b.String()
 }
 
 func (p *Patroni) newMember(i int) (*patroniMember, error) {
