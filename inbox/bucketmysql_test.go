@@ -103,53 +103,6 @@ func TestBucketMySQLFreezeResumed(t *testing.T) {
 	e.wantBalance(1, 11)
 }
 
-// TestBucketMySQLDropWaitsForOpenTransaction: DROP TABLE needs the
-// bucket's metadata lock, which a delivery that looked the bucket up holds
-// until it ends. Sweep waits a bounded time and fails without touching the
-// delivery, which commits; the next Sweep drops the bucket.
-func TestBucketMySQLDropWaitsForOpenTransaction(t *testing.T) {
-	e := setup(t, mysqlBackend(t), inbox.WithBucketWidth(time.Second))
-	ctx := context.Background()
-	waitNextBucket(time.Second)
-	if ok, err := e.in.Process(ctx, "old", e.credit(1, 1)); !ok || err != nil {
-		t.Fatal(ok, err)
-	}
-	time.Sleep(3200 * time.Millisecond) // past the bucket, the sweep age (1 s) and the skew margin (2 s)
-	other, _ := inbox.New(e.db2, e.d, "wallet-consumer", inbox.WithLookupFilterMemory(0))
-	entered, release := make(chan struct{}), make(chan struct{})
-	done := make(chan error)
-	go func() {
-		ok, err := other.Process(ctx, "held", func(ctx context.Context, tx *sql.Tx) error {
-			close(entered)
-			<-release
-			return e.credit(1, 10)(ctx, tx)
-		})
-		if err == nil && !ok {
-			err = errors.New("not applied")
-		}
-		done <- err
-	}()
-	<-entered // its probe read the old bucket: it holds the bucket's metadata lock
-	start := time.Now()
-	if _, err := e.in.Sweep(ctx, time.Second, 100); err == nil || !strings.Contains(err.Error(), "drop") {
-		t.Fatalf("Sweep while an open transaction holds the bucket: %v; want its drop to time out", err)
-	}
-	if d := time.Since(start); d > 30*time.Second {
-		t.Fatalf("Sweep waited %v", d)
-	}
-	close(release)
-	if err := <-done; err != nil {
-		t.Fatalf("the delivery holding the bucket: %v", err)
-	}
-	e.wantBalance(1, 11)
-	// Nothing holds the old bucket now: the next Sweep drops it. (The
-	// held key's own bucket may be old enough by then to go too: the
-	// sweep age here is one second.)
-	if n, err := e.in.Sweep(ctx, time.Second, 100); err != nil || n == 0 {
-		t.Fatalf("second Sweep: dropped %d, err %v", n, err)
-	}
-}
-
 // TestBucketMySQLCrossBucketDeadlock forces the interleaving the gap locks
 // exist for: another transaction (standing in for an Inbox one bucket
 // ahead) holds a gap lock where this Inbox inserts the key, and then
