@@ -371,8 +371,7 @@ func (in *Inbox) retryable(err error) bool {
 		// Stale reads the list again (so the rerun uses it) and reports
 		// whether it changed; a missing table proves it did, though
 		// another goroutine may have read the change first.
-		stale := r != nil && r.Stale(context.Background())
-		return stale || (r != nil && se.MissingTable(in.dialect))
+		return r != nil && (r.Stale(context.Background()) || se.MissingTable(in.dialect))
 	}
 	return in.dialect.Retryable(err)
 }
