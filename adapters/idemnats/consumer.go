@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync/atomic"
+	"time"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/adapters/internal/consume"
@@ -96,13 +98,12 @@ func NewConsumer(cons jetstream.Consumer, in *inbox.Inbox, handler Handler, opts
 //     it is acked as a Duplicate and the effect is not repeated.
 //   - after the ack: done.
 func (c *Consumer) Run(ctx context.Context) error {
-	it, err := c.cons.Messages(jetstream.PullMaxMessages(2*c.cfg.BatchSize), jetstream.PullExpiry(c.cfg.maxWait))
+	pullCtx, stopPull := context.WithCancel(ctx)
+	groups, err := c.pull(pullCtx)
 	if err != nil {
+		stopPull()
 		return fmt.Errorf("idemnats: %w", err)
 	}
-	defer it.Stop()
-	pullCtx, stopPull := context.WithCancel(ctx)
-	groups := c.pull(pullCtx, it)
 	defer func() {
 		stopPull()
 		for range groups { // wait for the puller to exit
@@ -136,8 +137,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 			return fmt.Errorf("idemnats: %w", ctx.Err())
 		case isClosed(err):
 			return fmt.Errorf("idemnats: connection closed: %w: %w", idem.ErrClosed, err)
-		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
-			return fmt.Errorf("idemnats: pull stopped: %w", err)
+		case errors.As(err, new(*pullStopped)):
+			return fmt.Errorf("idemnats: %w", err)
 		case errors.As(err, new(*stopError)):
 			return err
 		}
@@ -150,40 +151,120 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 }
 
-// pulled is one group of messages, or the error that ended a pull.
+// pulled is one group of messages, or the error that ended the pull.
 type pulled struct {
 	msgs []jetstream.Msg
 	err  error
 }
 
-// pull forms groups from it on its own goroutine and hands them over one
-// at a time, so that the next group is gathered while the current one's
-// transaction runs. The channel closes once ctx is done.
-func (c *Consumer) pull(ctx context.Context, it jetstream.MessagesContext) <-chan pulled {
+// pullStopped is the error that ended a pull for good: the server ended it
+// (the consumer was deleted, say), or the connection closed.
+type pullStopped struct{ err error }
+
+func (e *pullStopped) Error() string { return "pull stopped: " + e.err.Error() }
+func (e *pullStopped) Unwrap() error { return e.err }
+
+// pull receives messages with the client's Consume, which keeps pull
+// requests open on the server (renewed after a reconnect and when its
+// heartbeats stop), and forms them into groups on a goroutine of its own,
+// handed over one at a time, so that the next group is gathered while the
+// current one's transaction runs. The client calls back with each message
+// on the subscription's goroutine; a full hand-off holds it there, so that
+// at most the pull's 2×BatchSize messages wait. Consume rather than the
+// Messages iterator: the iterator's Next arms a heartbeat timer and, with a
+// wait, a second timer each call, which cost the consumer about a tenth of
+// its CPU (docs/benchmarks.md); Consume keeps one heartbeat timer, and the
+// linger here is one timer reset only when the messages run dry mid-group.
+// The channel closes once ctx is done or the pull has ended for good (its
+// last group carries a *pullStopped).
+func (c *Consumer) pull(ctx context.Context) (<-chan pulled, error) {
+	msgs := make(chan jetstream.Msg, c.cfg.BatchSize)
+	var last atomic.Pointer[error] // the latest error the client reported
+	cc, err := c.cons.Consume(func(m jetstream.Msg) {
+		select {
+		case msgs <- m:
+		case <-ctx.Done(): // never acked: redelivered after AckWait
+		}
+	},
+		jetstream.PullMaxMessages(2*c.cfg.BatchSize),
+		jetstream.PullExpiry(c.cfg.maxWait),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			last.Store(&err)
+			if !isClosed(err) {
+				c.cfg.Logger.Warn("idemnats: pull reported an error; the client renews it", "err", err)
+			}
+		}))
+	if err != nil {
+		return nil, err
+	}
 	out := make(chan pulled)
 	go func() {
 		defer close(out)
+		defer cc.Stop()
+		linger := time.NewTimer(time.Hour)
+		linger.Stop()
 		for {
 			var p pulled
-			var m jetstream.Msg
-			if m, p.err = it.Next(jetstream.NextContext(ctx)); p.err == nil {
-				p.msgs = append(make([]jetstream.Msg, 0, c.cfg.BatchSize), m)
-				for len(p.msgs) < c.cfg.BatchSize {
-					m, err := it.Next(jetstream.NextMaxWait(c.cfg.linger))
-					if err != nil {
-						break // nothing more yet; an error shows again on the next blocking Next
-					}
-					p.msgs = append(p.msgs, m)
-				}
+			select {
+			case m := <-msgs:
+				p.msgs = c.gather(ctx, append(make([]jetstream.Msg, 0, c.cfg.BatchSize), m), msgs, linger)
+			case <-cc.Closed():
+				p.err = &pullStopped{c.stopCause(ctx, last.Load())}
+			case <-ctx.Done():
+				return
 			}
 			select {
 			case out <- p:
 			case <-ctx.Done():
 				return
 			}
+			if p.err != nil {
+				return
+			}
 		}
 	}()
-	return out
+	return out, nil
+}
+
+// stopCause says why a pull ended for good: the error the client reported
+// last, or else, since the subscription can close before the client tells
+// its error handler, what the server says of the consumer now (the
+// connection closed, the consumer not found).
+func (c *Consumer) stopCause(ctx context.Context, reported *error) error {
+	if reported != nil {
+		return *reported
+	}
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := c.cons.Info(ictx); err != nil {
+		return err
+	}
+	return jetstream.ErrMsgIteratorClosed
+}
+
+// gather adds to group the messages already waiting and those that arrive
+// within the linger of the one before, up to the batch size.
+func (c *Consumer) gather(ctx context.Context, group []jetstream.Msg, msgs <-chan jetstream.Msg, linger *time.Timer) []jetstream.Msg {
+	for len(group) < c.cfg.BatchSize {
+		select {
+		case m := <-msgs:
+			group = append(group, m)
+			continue
+		default:
+		}
+		linger.Reset(c.cfg.linger) // dry mid-group: wait for one more
+		select {
+		case m := <-msgs:
+			linger.Stop()
+			group = append(group, m)
+		case <-linger.C:
+			return group
+		case <-ctx.Done():
+			linger.Stop()
+			return group
+		}
+	}
+	return group
 }
 
 // stopError ends Run with its error: a WindowConsumer's dedup set failed,

@@ -224,7 +224,7 @@ func TestRunReturnsWhenClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := start(c)
-	time.Sleep(150 * time.Millisecond)
+	waitPulling(t, js)
 	nc.Close()
 	select {
 	case err := <-r.Done:
@@ -236,6 +236,42 @@ func TestRunReturnsWhenClosed(t *testing.T) {
 		t.Fatal("Run did not return after the connection closed")
 	}
 	r.Cancel()
+}
+
+// With the consumer deleted on the server, Run returns an error that says
+// so instead of waiting for messages that will never come.
+func TestRunReturnsWhenConsumerDeleted(t *testing.T) {
+	t.Parallel()
+	_, js, cons, e := newEnv(t)
+	c, err := idemnats.NewConsumer(cons, e.In, e.apply, idemnats.WithMaxWait(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := start(c)
+	waitPulling(t, js)
+	if err := js.DeleteConsumer(context.Background(), "ORDERS", "worker"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-r.Done:
+		if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, idem.ErrClosed) || !strings.Contains(err.Error(), "pull stopped") {
+			t.Fatalf("Run = %v, want the pull stopped", err)
+		}
+		if !errors.Is(err, jetstream.ErrConsumerDeleted) && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			t.Errorf("Run = %v, want it to wrap ErrConsumerDeleted or ErrConsumerNotFound", err)
+		}
+	case <-time.After(20 * time.Second):
+		r.Cancel()
+		t.Fatal("Run did not return after the consumer was deleted")
+	}
+	r.Cancel()
+}
+
+// waitPulling waits until consumer worker has a pull request waiting on
+// the server: Run has started.
+func waitPulling(t testing.TB, js jetstream.JetStream) {
+	t.Helper()
+	waitFor(t, 10*time.Second, "a pull request waiting", func() bool { return consumerInfo(t, js).NumWaiting > 0 })
 }
 
 // With a set handler and no per-message handler: the consumer dies after

@@ -85,10 +85,15 @@
 // If the NATS connection drops, Run waits for the client to reconnect and
 // pulls again; acks sent while disconnected are buffered by the client or
 // lost, and a lost ack only costs a redelivery. If the connection is closed
-// for good, Run returns an error wrapping [idem.ErrClosed].
+// for good, Run returns an error wrapping [idem.ErrClosed]. If the server
+// ends the pull for good (the consumer was deleted), Run returns an error
+// that says why, wrapping jetstream.ErrConsumerDeleted or
+// jetstream.ErrConsumerNotFound.
 //
-// Run starts no goroutine of its own; the pull iterator's goroutines are
-// stopped before it returns.
+// Run receives messages with the client's Consume (pull requests kept open
+// and renewed by the client) and gathers them into groups on a goroutine
+// of its own; that goroutine, the settler's and the client's subscription
+// are stopped before Run returns.
 //
 // # Without an inbox
 //
