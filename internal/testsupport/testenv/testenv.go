@@ -107,8 +107,9 @@ func stopAll() {
 	stops = nil
 }
 
-// freePort asks the kernel for a free loopback TCP port.
-func freePort() (int, error) {
+// kernelPort asks the kernel for a free loopback TCP port, which is free
+// only until an outgoing connection or another process takes it.
+func kernelPort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err

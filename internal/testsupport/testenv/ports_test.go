@@ -1,0 +1,42 @@
+package testenv
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+)
+
+// Ports handed out are distinct, below the kernel's ephemeral range, and
+// stay reserved: another opener of a port's lock file (another test
+// process) cannot take its lock.
+func TestFreePortReserved(t *testing.T) {
+	lo, hi, ok := reservableRange()
+	if !ok {
+		t.Skip("the ephemeral range starts too low to reserve ports below it")
+	}
+	seen := map[int]bool{}
+	for range 50 {
+		p, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p < lo || p >= hi {
+			t.Fatalf("port %d outside [%d, %d)", p, lo, hi)
+		}
+		if seen[p] {
+			t.Fatalf("port %d handed out twice", p)
+		}
+		seen[p] = true
+		f, err := os.Open(filepath.Join(os.TempDir(), "idem-testenv-ports", strconv.Itoa(p)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		f.Close()
+		if err == nil {
+			t.Fatalf("port %d's lock was free: another process could take the port", p)
+		}
+	}
+}
