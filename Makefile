@@ -158,7 +158,8 @@ bench-peers:
 ## (scripts/ratios.sh; `make bench-peers` ends with it): the NATS, RabbitMQ
 ## and Kafka consume loops against their store alone and their broker
 ## alone, with the broker pinned to its own core and shared, and redisstore
-## Reserve against SET NX PX at 1-64 callers.
+## Reserve against SET NX PX at 1-64 callers, on one server and on the test
+## Redis Cluster.
 bench-ratios: deps
 	GO=$(GO) ./scripts/ratios.sh
 

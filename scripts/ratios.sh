@@ -9,7 +9,8 @@
 #     both cores) and "pinned" (the test on CPU 0 under taskset, the broker
 #     a process on CPU 1: IDEM_TEST_SERVER_CPUS); Kafka (kfake in process,
 #     shared only);
-#   redisstore Reserve against SET NX PX at 1, 4, 16 and 64 callers.
+#   redisstore Reserve against SET NX PX at 1, 4, 16 and 64 callers, on one
+#   Redis server and on the test Redis Cluster.
 #
 # RATIO_BENCHTIME sets the consume iterations (default 5x), RATIO_ROUNDS the
 # Redis rounds (default 4). Servers are started as `make test` does.
@@ -56,6 +57,6 @@ printf '%-6s %-7s %9s %9s %9s %7s\n' kafka shared "$(metric "$out/kafka" consume
 	"$(metric "$out/kafka" store-only-records/s)" - "$(metric "$out/kafka" consumer/store)"
 
 echo
-echo "redisstore Reserve ÷ SET NX PX, median of $rounds rounds (goal ≥ 0.8 at every concurrency)"
+echo "redisstore Reserve ÷ SET NX PX, median of $rounds rounds (goal ≥ 0.8 at every concurrency; Cluster: the test Redis Cluster)"
 IDEM_RATIO_ROUNDS=$rounds $GO test -run '^$' -bench 'ReserveVsSetNX' -benchtime 5000x ./keystore/redisstore/ >"$out/redis" 2>&1 || { cat "$out/redis"; exit 1; }
-grep '^BenchmarkReserveVsSetNX' "$out/redis"
+grep -E '^Benchmark(Cluster)?ReserveVsSetNX' "$out/redis"

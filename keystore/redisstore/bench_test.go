@@ -74,8 +74,15 @@ func BenchmarkRedis(b *testing.B) {
 }
 
 // cleanup deletes the benchmark's keys from the shared test server.
-func cleanup(rdb *redis.Client, prefix string, stores ...interface{ RedisKey(string) string }) {
+func cleanup(rdb redis.UniversalClient, prefix string, stores ...interface{ RedisKey(string) string }) {
 	ctx := context.Background()
+	if cc, ok := rdb.(*redis.ClusterClient); ok { // a SCAN sees one node's keys
+		_ = cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+			cleanup(c, prefix, stores...)
+			return nil
+		})
+		return
+	}
 	patterns := []string{prefix + "*"}
 	for _, s := range stores {
 		patterns = append(patterns, s.RedisKey("")+"*")

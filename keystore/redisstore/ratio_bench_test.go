@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idem-go/idem/internal/testsupport/testenv"
+	"github.com/idem-go/idem/keystore/redisstore"
 )
 
 // BenchmarkReserveVsSetNX is the speed goal of issue 32 measured directly:
@@ -34,9 +36,40 @@ import (
 // each, the script's time added), and batching decides it at high.
 // IDEM_RATIO_ROUNDS sets the rounds (default 4).
 func BenchmarkReserveVsSetNX(b *testing.B) {
-	ctx := context.Background()
 	rdb := client(b, func(o *redis.Options) { o.PoolSize = 64 })
-	s := newStore(b, rdb)
+	reserveVsSetNX(b, rdb, newStore(b, rdb), func(cmd string) float64 { return commandUsec(b, rdb, cmd) })
+}
+
+// BenchmarkClusterReserveVsSetNX is BenchmarkReserveVsSetNX on the test
+// Redis Cluster (three masters, three replicas): one ClusterClient
+// (redisstore.ClusterOptions), a store WithBuckets(64) so that its keys
+// and token counters spread over the slots as SET's keys do, and the
+// server's time summed over the masters.
+func BenchmarkClusterReserveVsSetNX(b *testing.B) {
+	ctx := context.Background()
+	rdb := redis.NewClusterClient(redisstore.ClusterOptions(testenv.RedisClusterAddrs(b)))
+	b.Cleanup(func() { rdb.Close() })
+	reserveVsSetNX(b, rdb, newStore(b, rdb, redisstore.WithBuckets(64)), func(cmd string) float64 {
+		var mu sync.Mutex
+		var sum float64
+		if err := rdb.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+			u := commandUsec(b, c, cmd)
+			mu.Lock()
+			sum += u
+			mu.Unlock()
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+		return sum
+	})
+}
+
+// reserveVsSetNX runs the rounds of BenchmarkReserveVsSetNX on rdb and s;
+// serverUsec is the server's total time in a command (summed over a
+// Cluster's masters).
+func reserveVsSetNX(b *testing.B, rdb redis.UniversalClient, s *redisstore.Store, serverUsec func(cmd string) float64) {
+	ctx := context.Background()
 	prefix := testenv.Name("r_") + ":"
 	b.Cleanup(func() { cleanup(rdb, prefix, s) })
 	rounds := 4
@@ -68,7 +101,7 @@ func BenchmarkReserveVsSetNX(b *testing.B) {
 				var wall [2]time.Duration
 				for _, i := range order {
 					sd := &sides[i]
-					srv0 := commandUsec(b, rdb, sd.cmd)
+					srv0 := serverUsec(sd.cmd)
 					cpu0, t0 := processCPU(), time.Now()
 					var next atomic.Uint64
 					key := strconv.FormatUint(runs.Add(1), 10) + ":"
@@ -93,7 +126,7 @@ func BenchmarkReserveVsSetNX(b *testing.B) {
 					n := float64(b.N)
 					m[sd.name+"-µs"] = append(m[sd.name+"-µs"], float64(wall[i].Microseconds())/n)
 					m[sd.name+"-cli-µs"] = append(m[sd.name+"-cli-µs"], float64((processCPU()-cpu0).Microseconds())/n)
-					m[sd.name+"-srv-µs"] = append(m[sd.name+"-srv-µs"], (commandUsec(b, rdb, sd.cmd)-srv0)/n)
+					m[sd.name+"-srv-µs"] = append(m[sd.name+"-srv-µs"], (serverUsec(sd.cmd)-srv0)/n)
 					cleanup(rdb, prefix, s)
 				}
 				ratio = append(ratio, float64(wall[0])/float64(wall[1]))
