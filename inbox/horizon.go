@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/inbox/internal/engine"
+	"github.com/idem-go/idem/inbox/internal/engine/bucket"
 )
 
 // The redelivery horizon is a property of the stored data, not of one Inbox
@@ -31,13 +33,21 @@ func (in *Inbox) ready(ctx context.Context) error {
 	if in.isReady.Load() {
 		return nil
 	}
-	e, b, err := in.verify(ctx)
-	if err != nil {
+	// A busy database (SQLITE_BUSY, a deadlock) is retried as a
+	// transaction is; an unsafe or missing table is not.
+	var e engine.Engine
+	var b *bucket.State
+	if err := in.withRetry(ctx, func() (err error) {
+		e, b, err = in.verify(ctx)
+		return err
+	}); err != nil {
 		return err
 	}
 	in.eng.Store(&engineRef{e})
 	if b != nil {
-		if err := in.readTx(ctx, func(tx *sql.Tx) error { return b.SyncClock(ctx, tx) }); err != nil {
+		if err := in.withRetry(ctx, func() error {
+			return in.h.ReadOnlyTx(ctx, func(tx *sql.Tx) error { return b.SyncClock(ctx, tx) })
+		}); err != nil {
 			return fmt.Errorf("inbox: read the database clock: %w", err)
 		}
 	}

@@ -58,7 +58,7 @@ func (in *Inbox) refuseGalera(ctx context.Context) error {
 		return nil
 	}
 	var galera, rows bool
-	err := in.readTx(ctx, func(tx *sql.Tx) error {
+	err := in.h.ReadOnlyTx(ctx, func(tx *sql.Tx) error {
 		var err error
 		if galera, err = bucketmysql.Galera(ctx, tx); err != nil || !galera {
 			return err

@@ -73,7 +73,7 @@ func (in *Inbox) Verify(ctx context.Context) error {
 // the bucketed layout, its state.
 func (in *Inbox) verify(ctx context.Context) (engine.Engine, *bucket.State, error) {
 	var b *bucket.State
-	err := in.readTx(ctx, func(tx *sql.Tx) error {
+	err := in.h.ReadOnlyTx(ctx, func(tx *sql.Tx) error {
 		var err error
 		if b, err = bucket.Load(ctx, tx, in.h); err != nil {
 			return err
@@ -125,7 +125,7 @@ func (in *Inbox) mismatch(ctx context.Context, err error) error {
 		return nil
 	}
 	var m error
-	_ = in.readTx(ctx, func(tx *sql.Tx) error {
+	_ = in.h.ReadOnlyTx(ctx, func(tx *sql.Tx) error {
 		m = in.dialect.Mismatch(ctx, tx, "the inbox", err)
 		return nil
 	})

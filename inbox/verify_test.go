@@ -2,9 +2,12 @@ package inbox_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/sqldialect"
@@ -136,4 +139,122 @@ func TestVerifyRefusesHandMadeTables(t *testing.T) {
 			t.Fatalf("Verify of a missing table: %v", err)
 		}
 	})
+}
+
+// Verify only reads the catalog: on SQLite it takes no write lock, so a
+// writer holding the database (another process's long transaction)
+// neither delays nor fails it. It used to begin IMMEDIATE like the
+// inbox's other transactions and fail with SQLITE_BUSY after the busy
+// timeout; a flake run at load 5 hit that on a delivery's verify.
+func TestVerifyWhileAWriterHoldsSQLite(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends {
+		if b.d != sqldialect.SQLite {
+			continue
+		}
+		t.Run(b.name, func(t *testing.T) {
+			e := setup(t, b)
+			ctx := context.Background()
+			conn, err := e.db2.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+				t.Fatal(err)
+			}
+			defer conn.ExecContext(ctx, "ROLLBACK")
+			in, err := inbox.New(e.db, b.d, "wallet-consumer", b.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			vctx, cancel := context.WithTimeout(ctx, time.Minute) // a hang guard
+			defer cancel()
+			if err := in.Verify(vctx); err != nil {
+				t.Fatalf("Verify while a writer holds the database: %v", err)
+			}
+		})
+	}
+}
+
+// An Inbox's first use (Verify, the clock) that meets a busy database is
+// retried as a transaction is, instead of failing the delivery.
+func TestFirstUseRetriesBusy(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends {
+		if b.d != sqldialect.SQLite {
+			continue
+		}
+		t.Run(b.name, func(t *testing.T) {
+			e := setup(t, b)
+			ctx := context.Background()
+			db := &busyBegins{Beginner: e.db, err: sqliteBusy(t, e.db2), n: 2}
+			in, err := inbox.New(db, b.d, "wallet-consumer", b.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := in.Process(ctx, "k1", e.credit(1, 1)); err != nil || !ok {
+				t.Fatalf("Process = %v, %v; want applied after the busy database's retries", ok, err)
+			}
+			if db.n != 0 {
+				t.Fatalf("%d busy begins left: the first use did not meet them", db.n)
+			}
+			e.wantBalance(1, 1)
+		})
+	}
+}
+
+// busyBegins fails its first n BeginTx calls with err.
+type busyBegins struct {
+	inbox.Beginner
+	mu  sync.Mutex
+	err error
+	n   int
+}
+
+func (b *busyBegins) BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error) {
+	b.mu.Lock()
+	fail := b.n > 0
+	if fail {
+		b.n--
+	}
+	b.mu.Unlock()
+	if fail {
+		return nil, b.err
+	}
+	return b.Beginner.BeginTx(ctx, opts)
+}
+
+// sqliteBusy returns the driver's own SQLITE_BUSY error: a BEGIN IMMEDIATE
+// without a busy timeout while another connection holds the write lock.
+func sqliteBusy(t *testing.T, db *sql.DB) error {
+	t.Helper()
+	ctx := context.Background()
+	holder, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	if _, err := holder.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.ExecContext(ctx, "ROLLBACK")
+	c, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.ExecContext(ctx, "PRAGMA busy_timeout = 0"); err != nil {
+		t.Fatal(err)
+	}
+	defer c.ExecContext(ctx, "PRAGMA busy_timeout = 5000")
+	_, busy := c.ExecContext(ctx, "BEGIN IMMEDIATE")
+	if busy == nil {
+		c.ExecContext(ctx, "ROLLBACK")
+		t.Fatal("BEGIN IMMEDIATE beside a writer succeeded")
+	}
+	if !sqldialect.SQLite.Retryable(busy) {
+		t.Fatalf("%v is not a retryable error", busy)
+	}
+	return busy
 }

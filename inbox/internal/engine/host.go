@@ -42,6 +42,23 @@ type Host struct {
 	Swept func(n int)
 }
 
+// ReadOnlyTx runs f, which only reads, in a short read-only transaction
+// of its own. On SQLite that is a deferred transaction, which takes no
+// write lock (the inbox's connections begin IMMEDIATE otherwise): a read
+// of the catalog or the clock neither waits for the writers nor, past the
+// busy timeout, fails because of them.
+func (h *Host) ReadOnlyTx(ctx context.Context, f func(tx *sql.Tx) error) error {
+	tx, err := h.DB.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := f(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
 // ReadTx runs f in a short transaction of its own.
 func (h *Host) ReadTx(ctx context.Context, f func(tx *sql.Tx) error) error {
 	tx, err := h.DB.BeginTx(ctx, nil)

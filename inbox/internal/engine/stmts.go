@@ -83,12 +83,15 @@ func (s *Stmts) PrepareMissed(ctx context.Context) {
 			continue
 		}
 		s.mu.Lock()
-		if _, dup := s.m[q]; dup || len(s.m) >= MaxCachedStmts {
-			_ = st.Close()
-		} else {
+		_, dup := s.m[q]
+		keep := !dup && len(s.m) < MaxCachedStmts
+		if keep {
 			s.m[q] = st
 		}
 		s.mu.Unlock()
+		if !keep {
+			_ = st.Close() // not under s.mu: see bucket.State's txStmt
+		}
 	}
 }
 

@@ -29,7 +29,7 @@ func (b *State) Ensure(ctx context.Context, maintain func(context.Context) error
 		b.PrepareMissed(ctx, b.h.Stmts.P)
 	}
 	if time.Since(time.Unix(0, b.syncedNS.Load())) > clockSyncEvery {
-		if err := b.h.ReadTx(ctx, func(tx *sql.Tx) error { return b.SyncClock(ctx, tx) }); err != nil {
+		if err := b.h.ReadOnlyTx(ctx, func(tx *sql.Tx) error { return b.SyncClock(ctx, tx) }); err != nil {
 			return fmt.Errorf("inbox: read the database clock: %w", err)
 		}
 	}
@@ -95,7 +95,7 @@ func (b *State) Ensure(ctx context.Context, maintain func(context.Context) error
 // when it differs from the cached one.
 func (b *State) Refresh(ctx context.Context) error {
 	var starts []int64
-	err := b.h.ReadTx(ctx, func(tx *sql.Tx) (err error) {
+	err := b.h.ReadOnlyTx(ctx, func(tx *sql.Tx) (err error) {
 		starts, err = b.List(ctx, tx)
 		return err
 	})
@@ -119,7 +119,7 @@ func (b *State) Stale(ctx context.Context) bool {
 		return false
 	}
 	var gone bool
-	_ = b.h.ReadTx(ctx, func(tx *sql.Tx) error {
+	_ = b.h.ReadOnlyTx(ctx, func(tx *sql.Tx) error {
 		ok, err := engine.TableExists(ctx, tx, b.D, b.Table)
 		gone = err == nil && !ok
 		return err

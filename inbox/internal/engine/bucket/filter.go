@@ -2,6 +2,7 @@ package bucket
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"time"
@@ -89,12 +90,14 @@ func (b *State) BuildFilters(ctx context.Context) error {
 			continue
 		}
 		b.mu.Lock()
+		var old []*sql.Stmt
 		if b.filterBytes+f.Bytes() <= b.h.FilterBytes && b.filters[s] == nil && slices.Contains(b.starts, s) {
 			b.filters[s] = f
 			b.filterBytes += f.Bytes()
-			b.newVersionLocked() // statements no longer look s up
+			old = b.newVersionLocked() // statements no longer look s up
 		}
 		b.mu.Unlock()
+		closeStmts(old)
 	}
 	return nil
 }

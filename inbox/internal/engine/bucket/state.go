@@ -55,9 +55,15 @@ type State struct {
 
 // txStmt returns q prepared for tx if it is cached for version (SQLite
 // and MySQL), else nil and remembers q for PrepareMissed. The statement is
-// bound to tx while b.mu is held, and retired statements are closed under
-// b.mu too, so a statement is never handed out closed; one already bound
+// bound to tx while b.mu is held, and retired statements leave the cache
+// under b.mu, so a statement is never handed out closed; one already bound
 // to a transaction stays usable (database/sql counts it as a dependent).
+//
+// Retired statements are closed after b.mu is unlocked (closeStmts), never
+// under it: closing one waits for each connection it was prepared on, and
+// on SQLite such a connection may be inside a BEGIN that waits, up to the
+// busy timeout, for the writer, whose transaction may itself be waiting for
+// b.mu (a flake run's stack dump showed exactly that cycle).
 func (b *State) TxStmt(ctx context.Context, tx *sql.Tx, q string, version int) *sql.Stmt {
 	if b.D == sqldialect.Postgres {
 		return nil // pgx caches prepared statements itself
@@ -100,15 +106,17 @@ func (b *State) PrepareMissed(ctx context.Context, p engine.Preparer) {
 			continue
 		}
 		b.mu.Lock()
-		if b.version != version || len(b.prepared) >= engine.MaxCachedStmts || b.prepared[q] != nil {
-			_ = st.Close()
-		} else {
+		keep := b.version == version && len(b.prepared) < engine.MaxCachedStmts && b.prepared[q] == nil
+		if keep {
 			if b.prepared == nil {
 				b.prepared = map[string]*sql.Stmt{}
 			}
 			b.prepared[q] = st
 		}
 		b.mu.Unlock()
+		if !keep {
+			_ = st.Close()
+		}
 	}
 }
 
@@ -123,8 +131,8 @@ func (b *State) Param(d [16]byte) any { return digest.Param(b.D, d) }
 // SetStarts installs a new bucket list; it reports whether it changed.
 func (b *State) SetStarts(s []int64) bool {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if slices.Equal(s, b.starts) {
+		b.mu.Unlock()
 		return false
 	}
 	b.starts = s
@@ -139,25 +147,40 @@ func (b *State) SetStarts(s []int64) bool {
 			delete(b.filterFailed, st)
 		}
 	}
-	b.newVersionLocked()
+	old := b.newVersionLocked()
+	b.mu.Unlock()
+	closeStmts(old)
 	return true
 }
 
 // ForgetLegacy records that the rows table was dropped.
 func (b *State) ForgetLegacy() {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	b.Legacy.Store(false)
-	b.newVersionLocked()
+	old := b.newVersionLocked()
+	b.mu.Unlock()
+	closeStmts(old)
 }
 
-func (b *State) newVersionLocked() {
+// newVersionLocked starts a new version of the statements and returns the
+// retired ones, for the caller to close once it has unlocked b.mu (see
+// txStmt).
+func (b *State) newVersionLocked() []*sql.Stmt {
 	b.version, b.sql = b.version+1, nil
+	var old []*sql.Stmt
 	for q, st := range b.prepared {
-		_ = st.Close() // see txStmt
+		old = append(old, st)
 		delete(b.prepared, q)
 	}
 	clear(b.missed)
+	return old
+}
+
+// closeStmts closes retired statements; call it with b.mu unlocked.
+func closeStmts(sts []*sql.Stmt) {
+	for _, st := range sts {
+		_ = st.Close()
+	}
 }
 
 // snapshot returns the bucket list and its version.

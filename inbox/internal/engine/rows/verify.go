@@ -36,7 +36,7 @@ func (u uniqueIndex) String() string {
 // mismatch turns a failure into the dialect mismatch error when the
 // database is not of d, or returns nil.
 func Verify(ctx context.Context, db engine.Beginner, d sqldialect.Dialect, t string, mismatch func(error) error) error {
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true}) // only reads: on SQLite, no write lock
 	if err != nil {
 		return fmt.Errorf("inbox: verify table %s: begin: %w", t, err)
 	}

@@ -23,7 +23,7 @@ func (t *Tree) Maintain(ctx context.Context) error {
 	first := rs.version < 0
 	rs.mu.Unlock()
 	if first {
-		if err := t.h().ReadTx(ctx, func(tx *sql.Tx) error { return t.Sync(ctx, tx) }); err != nil {
+		if err := t.h().ReadOnlyTx(ctx, func(tx *sql.Tx) error { return t.Sync(ctx, tx) }); err != nil {
 			return err
 		}
 	}
