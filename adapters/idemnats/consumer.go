@@ -226,18 +226,22 @@ func (c *Consumer) pull(ctx context.Context) (<-chan pulled, error) {
 	return out, nil
 }
 
-// stopCause says why a pull ended for good: the error the client reported
-// last, or else, since the subscription can close before the client tells
-// its error handler, what the server says of the consumer now (the
-// connection closed, the consumer not found).
+// stopCause says why a pull ended for good: the connection's closing or
+// the consumer's deletion if the client reported one; else, since the
+// subscription can close before the client tells its error handler, and
+// the error reported last may be an old passing one (a missed heartbeat),
+// what the server says of the consumer now; else that last error.
 func (c *Consumer) stopCause(ctx context.Context, reported *error) error {
-	if reported != nil {
+	if reported != nil && (isClosed(*reported) || errors.Is(*reported, jetstream.ErrConsumerDeleted)) {
 		return *reported
 	}
 	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if _, err := c.cons.Info(ictx); err != nil {
 		return err
+	}
+	if reported != nil {
+		return *reported
 	}
 	return jetstream.ErrMsgIteratorClosed
 }
