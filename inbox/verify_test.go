@@ -148,32 +148,35 @@ func TestVerifyRefusesHandMadeTables(t *testing.T) {
 // timeout; a flake run at load 5 hit that on a delivery's verify.
 func TestVerifyWhileAWriterHoldsSQLite(t *testing.T) {
 	t.Parallel()
-	for _, b := range backends {
-		if b.d != sqldialect.SQLite {
-			continue
+	forEachSQLite(t, func(t *testing.T, b backend, e *env) {
+		ctx := context.Background()
+		conn, err := e.db2.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
 		}
-		t.Run(b.name, func(t *testing.T) {
-			e := setup(t, b)
-			ctx := context.Background()
-			conn, err := e.db2.Conn(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-				t.Fatal(err)
-			}
-			defer conn.ExecContext(ctx, "ROLLBACK")
-			in, err := inbox.New(e.db, b.d, "wallet-consumer", b.opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			vctx, cancel := context.WithTimeout(ctx, time.Minute) // a hang guard
-			defer cancel()
-			if err := in.Verify(vctx); err != nil {
-				t.Fatalf("Verify while a writer holds the database: %v", err)
-			}
-		})
+		defer conn.Close()
+		if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+			t.Fatal(err)
+		}
+		defer conn.ExecContext(ctx, "ROLLBACK")
+		in, err := inbox.New(e.db, b.d, "wallet-consumer", b.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vctx, cancel := context.WithTimeout(ctx, time.Minute) // a hang guard
+		defer cancel()
+		if err := in.Verify(vctx); err != nil {
+			t.Fatalf("Verify while a writer holds the database: %v", err)
+		}
+	})
+}
+
+// forEachSQLite runs f on a fresh env of each SQLite layout.
+func forEachSQLite(t *testing.T, f func(t *testing.T, b backend, e *env)) {
+	for _, b := range backends {
+		if b.d == sqldialect.SQLite {
+			t.Run(b.name, func(t *testing.T) { f(t, b, setup(t, b)) })
+		}
 	}
 }
 
@@ -181,27 +184,20 @@ func TestVerifyWhileAWriterHoldsSQLite(t *testing.T) {
 // retried as a transaction is, instead of failing the delivery.
 func TestFirstUseRetriesBusy(t *testing.T) {
 	t.Parallel()
-	for _, b := range backends {
-		if b.d != sqldialect.SQLite {
-			continue
+	forEachSQLite(t, func(t *testing.T, b backend, e *env) {
+		db := &busyBegins{Beginner: e.db, err: sqliteBusy(t, e.db2), n: 2}
+		in, err := inbox.New(db, b.d, "wallet-consumer", b.opts...)
+		if err != nil {
+			t.Fatal(err)
 		}
-		t.Run(b.name, func(t *testing.T) {
-			e := setup(t, b)
-			ctx := context.Background()
-			db := &busyBegins{Beginner: e.db, err: sqliteBusy(t, e.db2), n: 2}
-			in, err := inbox.New(db, b.d, "wallet-consumer", b.opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ok, err := in.Process(ctx, "k1", e.credit(1, 1)); err != nil || !ok {
-				t.Fatalf("Process = %v, %v; want applied after the busy database's retries", ok, err)
-			}
-			if db.n != 0 {
-				t.Fatalf("%d busy begins left: the first use did not meet them", db.n)
-			}
-			e.wantBalance(1, 1)
-		})
-	}
+		if ok, err := in.Process(context.Background(), "k1", e.credit(1, 1)); err != nil || !ok {
+			t.Fatalf("Process = %v, %v; want applied after the busy database's retries", ok, err)
+		}
+		if db.n != 0 {
+			t.Fatalf("%d busy begins left: the first use did not meet them", db.n)
+		}
+		e.wantBalance(1, 1)
+	})
 }
 
 // busyBegins fails its first n BeginTx calls with err.

@@ -48,20 +48,16 @@ type Host struct {
 // of the catalog or the clock neither waits for the writers nor, past the
 // busy timeout, fails because of them.
 func (h *Host) ReadOnlyTx(ctx context.Context, f func(tx *sql.Tx) error) error {
-	tx, err := h.DB.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if err := f(tx); err != nil {
-		return err
-	}
-	return tx.Commit()
+	return h.tx(ctx, &sql.TxOptions{ReadOnly: true}, f)
 }
 
 // ReadTx runs f in a short transaction of its own.
 func (h *Host) ReadTx(ctx context.Context, f func(tx *sql.Tx) error) error {
-	tx, err := h.DB.BeginTx(ctx, nil)
+	return h.tx(ctx, nil, f)
+}
+
+func (h *Host) tx(ctx context.Context, opts *sql.TxOptions, f func(tx *sql.Tx) error) error {
+	tx, err := h.DB.BeginTx(ctx, opts)
 	if err != nil {
 		return err
 	}
