@@ -51,9 +51,16 @@ func TestPatroni(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("leader %s killed; %s leads, first write %v after the kill (ttl %v, loop_wait %v)", killed, leader, time.Since(start).Round(10*time.Millisecond), testenv.PatroniTTL, testenv.PatroniLoopWait)
-	var n int
-	if err := db.QueryRow(`SELECT count(*) FROM t`).Scan(&n); err != nil || n != 2 {
-		t.Fatalf("after the failover: %d rows, %v; want 2 (synchronous: nothing lost)", n, err)
+	// On a loaded machine the new leader can miss renewing its key within
+	// the ttl and step down for a moment (CI 2026-12-07: "read only
+	// connection" on every member right after the first write): a read
+	// that finds no primary is tried again; a primary with a row missing
+	// fails at once.
+	n := -1
+	if err := testenv.Poll(time.Minute, 50*time.Millisecond, func() error {
+		return db.QueryRow(`SELECT count(*) FROM t`).Scan(&n)
+	}); err != nil || n != 2 {
+		t.Fatalf("after the failover: %d rows, %v; want 2 (synchronous: nothing lost)\n%s", n, err, p.Diagnose())
 	}
 	began = time.Now()
 	next, err := p.Switchover()
