@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/testsupport/testport"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -162,17 +163,18 @@ func start(dirs []string) (*Cluster, error) {
 	return c, nil
 }
 
-// freePorts asks the kernel for n distinct free loopback ports, holding
-// each open until all are chosen so that none is handed out twice.
+// freePorts returns n distinct loopback ports, each reserved for this
+// process (package testport: below the kernel's ephemeral range, locked
+// against the other test processes until this one exits), so that none is
+// taken between its choice and the server's bind.
 func freePorts(n int) ([]int, error) {
 	var ports []int
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		p, err := testport.Free()
 		if err != nil {
 			return nil, err
 		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		ports = append(ports, p)
 	}
 	return ports, nil
 }

@@ -3,6 +3,7 @@ module github.com/idem-go/idem/internal/testsupport/natsenv
 go 1.26.0
 
 require (
+	github.com/idem-go/idem v0.1.0
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 )

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idem-go/idem/internal/testsupport/testport"
 )
 
 // DynaliteDir is where scripts/install-deps.sh installs dynalite (an
@@ -48,7 +50,7 @@ func startDynalite() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	port, err := freePort()
+	port, err := testport.Free()
 	if err != nil {
 		return "", err
 	}

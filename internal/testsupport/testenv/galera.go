@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/idem-go/idem/internal/testsupport/testport"
 )
 
 const galeraInstall = "apt-get install -y mariadb-server galera-4 rsync"
@@ -107,7 +109,7 @@ func (g *Galera) start(server, provider string) error {
 			return err
 		}
 		for _, p := range []*int{&n.port, &n.repl, &n.ist, &n.sst} {
-			if *p, err = freePort(); err != nil {
+			if *p, err = testport.Free(); err != nil {
 				return err
 			}
 		}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/idem-go/idem/internal/testsupport/testport"
 )
 
 const mysqlInstall = "apt-get install -y mariadb-server"
@@ -87,7 +89,7 @@ func startMySQL() (*mysql.Config, error) {
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := testport.Free()
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idem-go/idem/internal/testsupport/testport"
 )
 
 const patroniInstall = "apt-get install -y patroni etcd-server postgresql"
@@ -112,10 +114,10 @@ func (p *Patroni) start(etcd string, members int) error {
 		return err
 	}
 	var err error
-	if p.etcdAPI, err = freePort(); err != nil {
+	if p.etcdAPI, err = testport.Free(); err != nil {
 		return err
 	}
-	peer, err := freePort()
+	peer, err := testport.Free()
 	if err != nil {
 		return err
 	}
@@ -172,10 +174,10 @@ func (p *Patroni) newMember(i int) (*patroniMember, error) {
 		return nil, err
 	}
 	var err error
-	if m.pg, err = freePort(); err != nil {
+	if m.pg, err = testport.Free(); err != nil {
 		return nil, err
 	}
-	if m.api, err = freePort(); err != nil {
+	if m.api, err = testport.Free(); err != nil {
 		return nil, err
 	}
 	m.conffile = filepath.Join(m.dir, "patroni.yml")

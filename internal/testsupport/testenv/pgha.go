@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idem-go/idem/internal/testsupport/testport"
 )
 
 // PGHA is a PostgreSQL primary and one streaming standby on loopback, for
@@ -178,7 +180,7 @@ func (h *PGHA) newNode() (*pgNode, error) {
 			}
 		}
 	}
-	if n.port, err = freePort(); err != nil {
+	if n.port, err = testport.Free(); err != nil {
 		return nil, err
 	}
 	return n, nil

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // "pgx" driver
+
+	"github.com/idem-go/idem/internal/testsupport/testport"
 )
 
 const pgInstall = "apt-get install -y postgresql"
@@ -75,7 +77,7 @@ func startPostgres() (string, error) {
 	if err := runToEnd(dir, cred, initdb, "-D", data, "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8", "--locale=C"); err != nil {
 		return "", err
 	}
-	port, err := freePort()
+	port, err := testport.Free()
 	if err != nil {
 		return "", err
 	}

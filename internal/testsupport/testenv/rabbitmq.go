@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idem-go/idem/internal/testsupport/testport"
 )
 
 const rabbitInstall = "apt-get install -y rabbitmq-server"
@@ -48,7 +50,7 @@ func startRabbitMQ() (string, error) {
 	}
 	var ports [3]int
 	for i := range ports {
-		if ports[i], err = freePort(); err != nil {
+		if ports[i], err = testport.Free(); err != nil {
 			return "", err
 		}
 	}

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idem-go/idem/internal/testsupport/testport"
 )
 
 // RedisServer is a redis-server process a test owns: it can be killed,
@@ -71,7 +73,7 @@ func newRedisServer(args ...string) (*RedisServer, error) {
 }
 
 func redisOnFreePorts(bin, dir string, args []string) (*RedisServer, error) {
-	port, err := freePort()
+	port, err := testport.Free()
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +81,7 @@ func redisOnFreePorts(bin, dir string, args []string) (*RedisServer, error) {
 	r.args = []string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "",
 		"--appendonly", "no", "--dir", dir, "--protected-mode", "no", "--enable-debug-command", "local"}
 	if slices.Contains(args, "--cluster-enabled") {
-		bus, err := freePort()
+		bus, err := testport.Free()
 		if err != nil {
 			return nil, err
 		}

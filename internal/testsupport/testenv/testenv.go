@@ -28,7 +28,6 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -105,17 +104,6 @@ func stopAll() {
 		stops[i]()
 	}
 	stops = nil
-}
-
-// kernelPort asks the kernel for a free loopback TCP port, which is free
-// only until an outgoing connection or another process takes it.
-func kernelPort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // findBinary looks for name on PATH and then in dirs (globs allowed).

@@ -1,4 +1,4 @@
-package testenv
+package testport_test
 
 import (
 	"os"
@@ -6,19 +6,22 @@ import (
 	"strconv"
 	"syscall"
 	"testing"
+
+	"github.com/idem-go/idem/internal/testsupport/testenv"
+	"github.com/idem-go/idem/internal/testsupport/testport"
 )
 
 // Ports handed out are distinct, below the kernel's ephemeral range, and
 // stay reserved: another opener of a port's lock file (another test
 // process) cannot take its lock.
-func TestFreePortReserved(t *testing.T) {
-	lo, hi, ok := reservableRange()
+func TestFreeReserved(t *testing.T) {
+	lo, hi, ok := testport.Range()
 	if !ok {
-		Cannot(t, "the kernel's ephemeral port range starts below 20000, so no ports can be reserved below it; raise its start with: sysctl -w net.ipv4.ip_local_port_range='32768 60999'")
+		testenv.Cannot(t, "the kernel's ephemeral port range starts below 20000, so no ports can be reserved below it; raise its start with: sysctl -w net.ipv4.ip_local_port_range='32768 60999'")
 	}
 	seen := map[int]bool{}
 	for range 50 {
-		p, err := freePort()
+		p, err := testport.Free()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -29,7 +32,7 @@ func TestFreePortReserved(t *testing.T) {
 			t.Fatalf("port %d handed out twice", p)
 		}
 		seen[p] = true
-		f, err := os.Open(filepath.Join(os.TempDir(), "idem-testenv-ports", strconv.Itoa(p)))
+		f, err := os.Open(filepath.Join(testport.LockDir(), strconv.Itoa(p)))
 		if err != nil {
 			t.Fatal(err)
 		}
