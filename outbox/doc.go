@@ -31,5 +31,6 @@
 // the same row). Several relays may run at once: on PostgreSQL each claims
 // rows with FOR UPDATE SKIP LOCKED, and a relay skips a key whose earlier
 // message another relay holds, so a key's messages never overtake each other.
-// On SQLite relays serialize on the database's single writer lock.
+// On SQLite relays serialize on the database's single writer lock, which a
+// relay takes only when a message is waiting: an idle relay's poll is a read.
 package outbox

@@ -370,3 +370,37 @@ func addRetrying(ctx context.Context, d sqldialect.Dialect, db *sql.DB, o *outbo
 		}
 	}
 }
+
+// An idle relay on SQLite does not take the write lock: while the
+// application holds it in a long transaction, a relay's round with nothing
+// to send returns at once instead of waiting out the busy timeout (and
+// failing with SQLITE_BUSY), and once a message is committed the next
+// round publishes it.
+func TestIdleRelayLeavesSQLiteWriteLock(t *testing.T) {
+	db, o := setup(t, sqldialect.SQLite, dbtest.SQLite.Open)
+	ctx := context.Background()
+	b := &broker{}
+	r, err := outbox.NewRelay(db, o, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.BeginTx(ctx, nil) // BEGIN IMMEDIATE: the write lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.Add(ctx, tx, outbox.Message{ID: "m1", Topic: "t", OrderingKey: "k", Payload: []byte("{}")}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := r.RunOnce(ctx); n != 0 || err != nil {
+		t.Fatalf("idle round while the application writes: %d, %v; want 0, nil", n, err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := r.RunOnce(ctx); n != 1 || err != nil {
+		t.Fatalf("round after the commit: %d, %v; want 1, nil", n, err)
+	}
+	if len(b.log) != 1 || b.log[0].ID != "m1" {
+		t.Fatalf("published %+v", b.log)
+	}
+}

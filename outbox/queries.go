@@ -6,6 +6,7 @@ type queries struct {
 	schema []string
 	insert string // id, topic, key, payload, headers
 	claim  string // limit → seq, id, topic, key, payload, headers
+	unsent string // → a row if any message is unsent (SQLite: read before the write lock)
 	heads  string // keys, max seq → (key, seq) of every unsent row of those keys up to max seq
 	mark   string // seq list appended
 	sweep  string // age, limit
@@ -61,8 +62,11 @@ func buildQueries(d sqldialect.Dialect, t string) queries {
 			// SQLite has one writer: the relay's BEGIN IMMEDIATE already
 			// excludes other relays, so no row locks are needed.
 			claim: `SELECT seq, id, topic, msg_key, payload, headers FROM ` + t + ` WHERE sent_at IS NULL ORDER BY seq LIMIT ?`,
-			mark:  `UPDATE ` + t + ` SET sent_at = ` + sqliteNowMS + ` WHERE seq IN (SELECT value FROM json_each(?))`,
-			sweep: `DELETE FROM ` + t + ` WHERE seq IN (SELECT seq FROM ` + t + ` WHERE sent_at IS NOT NULL AND sent_at < ` + sqliteNowMS + ` - ? ORDER BY sent_at LIMIT ?)`,
+			// Read outside a transaction, which in WAL mode takes no lock:
+			// an idle relay then never takes the write lock a poll.
+			unsent: `SELECT 1 FROM ` + t + ` WHERE sent_at IS NULL LIMIT 1`,
+			mark:   `UPDATE ` + t + ` SET sent_at = ` + sqliteNowMS + ` WHERE seq IN (SELECT value FROM json_each(?))`,
+			sweep:  `DELETE FROM ` + t + ` WHERE seq IN (SELECT seq FROM ` + t + ` WHERE sent_at IS NOT NULL AND sent_at < ` + sqliteNowMS + ` - ? ORDER BY sent_at LIMIT ?)`,
 		}
 	}
 	return queries{}
