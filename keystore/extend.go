@@ -106,9 +106,9 @@ func safe(lease time.Duration) time.Duration { return lease - lease/10 }
 // returned (or panicked), before Complete or Release.
 //
 // When s renews leases (see [CanExtend]), Extend is called every third of
-// the lease, with jitter, each call under [Detach]: an effect that returns
-// before its first renewal is due costs an entry in a shared schedule of
-// first renewals, no timer of its own, no goroutine. If the lease is
+// the lease, with jitter, each call under [Detach], from a timer: an effect
+// that returns before its first renewal is due costs one timer armed and
+// stopped, no goroutine. If the lease is
 // lost (Extend returns [ErrLeaseLost]: the key was taken over, released or
 // swept) or cannot be renewed before it ends by this process's clock
 // (nine tenths of the lease after the last successful renewal was sent, or
@@ -152,12 +152,10 @@ func KeepAlive(ctx context.Context, s Store, c Claim, lease time.Duration) (cont
 // contexts): the same rules, the same timer, and lost, the caller's
 // cancel, called with the cause (wrapping [ErrLeaseLost]) when the lease
 // is lost. Use the zero Renewal, Start it once and Stop it once the effect
-// has returned; do not copy it after Start. No goroutine is started with
-// the effect: most effects return long before their first renewal is due,
-// so the first renewal waits in a schedule shared by every Renewal (a heap
-// a shard, one timer a shard), which an effect that returns first leaves
-// again without a timer ever armed for it; a Renewal whose first renewal
-// ran uses one timer of its own for the next ones. The watchdog that
+// has returned; do not copy it after Start. It is driven by one timer
+// instead of a goroutine started with the effect: most effects return long
+// before their first renewal is due, and pay for arming and stopping one
+// timer, no goroutine, no channel, no second timer. The watchdog that
 // cancels the effect when renewals fail is armed at the first renewal,
 // since until then the lease Reserve took still holds (a first renewal
 // that fires late, past the deadline, arms it already expired).
@@ -166,13 +164,7 @@ type Renewal struct {
 	ctx   context.Context // the caller's, for Extend's values (under Detach)
 	lease time.Duration
 	lost  context.CancelCauseFunc
-	timer *time.Timer // the next renewal after the first; nil until then
-
-	// The pending first renewal (firstrenewal.go), under shard.mu: idx
-	// is r's place in the shard's heap, -1 once it has left it.
-	shard *firstShard
-	due   time.Time
-	idx   int
+	timer *time.Timer // the next renewal
 
 	mu       sync.Mutex
 	claim    Claim
@@ -188,21 +180,11 @@ type Renewal struct {
 // gives Extend its values (each Extend runs under [Detach]); lost is
 // called, from the renewal's timer, with the reason the lease is lost.
 func (r *Renewal) Start(ctx context.Context, e Extender, c Claim, lease time.Duration, lost context.CancelCauseFunc) {
-	r.mu.Lock() // renew may run before Start has returned
+	r.mu.Lock() // renew may run before r.timer is set
 	defer r.mu.Unlock()
 	r.ext, r.ctx, r.lease, r.lost, r.claim = e, ctx, lease, lost, c
-	now := time.Now()
-	r.deadline = now.Add(safe(lease))
-	scheduleFirst(r, now.Add(max(renewalPause(lease/3), minRenewal)))
-}
-
-// next arms the renewal after this one, d from now. Called with r.mu held.
-func (r *Renewal) next(d time.Duration) {
-	if r.timer == nil {
-		r.timer = time.AfterFunc(d, r.renew)
-		return
-	}
-	r.timer.Reset(d)
+	r.deadline = time.Now().Add(safe(lease))
+	r.timer = time.AfterFunc(max(renewalPause(lease/3), minRenewal), r.renew)
 }
 
 // lose records err as the reason the lease is lost and calls lost with it.
@@ -253,7 +235,7 @@ func (r *Renewal) renew() {
 		}
 		r.deadline = began.Add(safe(r.lease))
 		r.watchdog.Reset(time.Until(r.deadline))
-		r.next(max(renewalPause(r.lease/3), minRenewal))
+		r.timer.Reset(max(renewalPause(r.lease/3), minRenewal))
 	case errors.Is(err, ErrLeaseLost):
 		r.lose(fmt.Errorf("keystore: renewing the lease of %q: %w", c.Key, err))
 	default:
@@ -265,7 +247,7 @@ func (r *Renewal) renew() {
 			return
 		}
 		if !r.stopped {
-			r.next(max(renewalPause(min(r.lease/3, left/3)), minRenewal))
+			r.timer.Reset(max(renewalPause(min(r.lease/3, left/3)), minRenewal))
 		}
 	}
 }
@@ -277,10 +259,7 @@ func (r *Renewal) renew() {
 func (r *Renewal) Stop() (Claim, error) {
 	r.mu.Lock()
 	r.stopped = true
-	unscheduleFirst(r)
-	if r.timer != nil {
-		r.timer.Stop()
-	}
+	r.timer.Stop()
 	if r.watchdog != nil {
 		r.watchdog.Stop()
 	}
