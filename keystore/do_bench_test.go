@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/idem-go/idem/internal/testsupport/compactbench"
 	"github.com/idem-go/idem/internal/testsupport/dbtest"
@@ -28,4 +29,38 @@ func BenchmarkDoNewKey(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(compactbench.CPUTime()-cpu)/float64(i), "cpu-ns/op")
+}
+
+// nopExtender renews every lease at once, for benchmarks of the renewal's
+// own cost.
+type nopExtender struct{}
+
+func (nopExtender) Extend(_ context.Context, c keystore.Claim, _ time.Duration) (keystore.Claim, error) {
+	return c, nil
+}
+
+// BenchmarkRenewalShortEffect is the renewal's cost to an effect that
+// returns before its first renewal is due (nearly every HTTP handler):
+// Start and Stop, serial and from every core at once.
+func BenchmarkRenewalShortEffect(b *testing.B) {
+	c := keystore.Claim{Key: "k", Token: 1, Expires: time.Now().Add(time.Minute)}
+	lost := func(error) {}
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var r keystore.Renewal
+			r.Start(context.Background(), nopExtender{}, c, time.Minute, lost)
+			r.Stop()
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				var r keystore.Renewal
+				r.Start(context.Background(), nopExtender{}, c, time.Minute, lost)
+				r.Stop()
+			}
+		})
+	})
 }
