@@ -199,21 +199,40 @@ func (g *Galera) open(i int, db string) *sql.DB {
 }
 
 // waitSynced waits until node i answers and its wsrep_local_state_comment
-// is Synced.
-func (g *Galera) waitSynced(i int, d time.Duration) error {
+// is Synced. A joiner's state transfer (a shell script and rsync) takes
+// seconds on a quiet machine and minutes on a loaded one, logging as it
+// goes, so the wait has no fixed length: it ends with an error once the
+// node's log has not grown for quiet (the node is stuck or gone), or after
+// joinCap in all.
+func (g *Galera) waitSynced(i int, quiet time.Duration) error {
 	db := g.open(i, "")
 	defer db.Close()
-	return Poll(d, 100*time.Millisecond, func() error {
+	logf := g.nodes[i].srv.logf
+	began := time.Now()
+	grew, size := began, int64(-1)
+	for {
 		var name, state string
-		if err := db.QueryRow(`SHOW STATUS LIKE 'wsrep_local_state_comment'`).Scan(&name, &state); err != nil {
-			return err
+		err := db.QueryRow(`SHOW STATUS LIKE 'wsrep_local_state_comment'`).Scan(&name, &state)
+		if err == nil && state != "Synced" {
+			err = fmt.Errorf("state %s", state)
 		}
-		if state != "Synced" {
-			return fmt.Errorf("state %s", state)
+		if err == nil {
+			return nil
 		}
-		return nil
-	})
+		now := time.Now()
+		if fi, serr := logf.Stat(); serr == nil && fi.Size() != size {
+			grew, size = now, fi.Size()
+		}
+		if now.Sub(grew) > quiet || now.Sub(began) > joinCap {
+			return fmt.Errorf("after %v, the node's log quiet for %v: %w", now.Sub(began).Round(time.Second), now.Sub(grew).Round(time.Second), err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
+
+// joinCap bounds a Galera node's start and state transfer, however long it
+// keeps logging.
+const joinCap = 10 * time.Minute
 
 // DSN is node i's DSN for the test's database (go-sql-driver/mysql).
 func (g *Galera) DSN(i int) string { return g.config(i, g.db).FormatDSN() }
