@@ -73,7 +73,7 @@ func (x *exchange) setBody(r *http.Request, b []byte) {
 // does not cancel: the effect has happened and must be recorded.
 func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, x *exchange, key string, claim keystore.Claim, echo string) Outcome {
 	rec := &x.rec
-	rec.init(w, &m.cfg, echo)
+	rec.init(w, &m.cfg, echo, bodyRoom(m.bodies.Value()))
 	defer rec.resetDeadline()
 	base := r.Context()
 	if m.proxied {
@@ -153,6 +153,7 @@ func (m *Middleware) settle(ctx context.Context, claim keystore.Claim, rec *reco
 	if rec.overflow || rec.streamed {
 		return m.complete(ctx, claim, (&record{status: rec.status, notStored: true}).encode(), rec.status, OutcomeNotStored)
 	}
+	m.bodies.Observe(len(rec.out) - rec.bodyAt)
 	return m.complete(ctx, claim, rec.out, rec.status, OutcomeExecuted)
 }
 

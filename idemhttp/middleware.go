@@ -26,6 +26,7 @@ type Middleware struct {
 	cfg     config
 	budget  *budget
 	took    ewma.Duration
+	bodies  ewma.Size        // the stored bodies' sizes, to size a record once
 	aborted handlerctx.Abort // ends the handlers' contexts on Abort
 	proxied bool             // a Proxy's: the handler's context carries the attempt
 	quotas  *quotas          // WithQuota's accounting, else nil

@@ -193,9 +193,9 @@ func IsStoreKey(key string) bool { return strings.HasPrefix(key, "http:") }
 // recordHead encodes the head of the record of a response with status and
 // header h as it is sent: the header fields the configuration replays (see
 // WithReplayHeaders), and the response's Request-Id or X-Request-Id as
-// Original-Request. The result has room for a small body; bodyAt is where
-// the body starts.
-func (c *config) recordHead(status int, h http.Header) (out []byte, bodyAt int) {
+// Original-Request. The result has room for the body: its Content-Length
+// if set, else room bytes; bodyAt is where the body starts.
+func (c *config) recordHead(status int, h http.Header, room int) (out []byte, bodyAt int) {
 	var buf [16]string
 	names := buf[:0]
 	size, fields := len(recordMagic)+3+binary.MaxVarintLen64, 0
@@ -215,12 +215,12 @@ func (c *config) recordHead(status int, h http.Header) (out []byte, bodyAt int) 
 		fields++
 	}
 	slices.Sort(names)
-	size += 512                                  // a small body without growing
 	if cl := h.Get("Content-Length"); cl != "" { // Atoi("") would allocate its error
-		if n, err := strconv.Atoi(cl); err == nil && n > 0 {
-			size += min(n, c.maxResponse)
+		if n, err := strconv.Atoi(cl); err == nil && n >= 0 {
+			room = n
 		}
 	}
+	size += min(room, c.maxResponse)
 	out = appendRecordHead(make([]byte, 0, size), 0, status, fields)
 	for _, name := range names {
 		if name == originalRequest {
@@ -233,6 +233,22 @@ func (c *config) recordHead(status int, h http.Header) (out []byte, bodyAt int) 
 	}
 	return out, len(out)
 }
+
+// bodyRoom is the room a response's record leaves for a body of unknown
+// length: a quarter more than the average stored body (so that most bodies
+// fit without the record growing, and a small one does not carry a large
+// buffer), at least minBodyRoom; firstBodyRoom before any was stored.
+func bodyRoom(avg int) int {
+	if avg == 0 {
+		return firstBodyRoom
+	}
+	return max(avg+avg/4, minBodyRoom)
+}
+
+const (
+	firstBodyRoom = 512
+	minBodyRoom   = 64
+)
 
 // originalRequest is the replayed name of the original response's request
 // id, as Stripe replays it.

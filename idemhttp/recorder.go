@@ -22,6 +22,7 @@ type recorder struct {
 	rc           http.ResponseController
 	cfg          *config
 	echo         string // the Idempotency-Key value sent back
+	room         int    // the room the record leaves for a body of unknown length
 	writeTimeout time.Duration
 	deadlineSet  bool
 	status       int
@@ -36,8 +37,8 @@ type recorder struct {
 	clientErr error
 }
 
-func (r *recorder) init(w http.ResponseWriter, cfg *config, echo string) {
-	*r = recorder{w: w, rc: *http.NewResponseController(w), cfg: cfg, echo: echo, writeTimeout: cfg.writeTimeout}
+func (r *recorder) init(w http.ResponseWriter, cfg *config, echo string, room int) {
+	*r = recorder{w: w, rc: *http.NewResponseController(w), cfg: cfg, echo: echo, room: room, writeTimeout: cfg.writeTimeout}
 }
 
 func (r *recorder) Header() http.Header { return r.w.Header() }
@@ -61,7 +62,7 @@ func (r *recorder) WriteHeader(code int) {
 	if r.cfg.isStream(h.Get("Content-Type")) {
 		r.streamed = true
 	} else {
-		r.out, r.bodyAt = r.cfg.recordHead(code, h)
+		r.out, r.bodyAt = r.cfg.recordHead(code, h, r.room)
 	}
 	r.w.WriteHeader(code)
 }

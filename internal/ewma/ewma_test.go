@@ -41,3 +41,24 @@ func TestDurationConcurrent(t *testing.T) {
 		t.Fatalf("average of equal observations: %v, want 1ms", v)
 	}
 }
+
+func TestSize(t *testing.T) {
+	var s Size
+	if v := s.Value(); v != 0 {
+		t.Fatalf("zero value: %d, want 0", v)
+	}
+	s.Observe(800)
+	if v := s.Value(); v != 800 {
+		t.Fatalf("first observation: %d, want 800", v)
+	}
+	s.Observe(0)
+	if v, want := s.Value(), 800+(1-800)/8; v != want {
+		t.Fatalf("after 0: %d, want %d (0 counts as 1, weight 1/8)", v, want)
+	}
+	for range 100 {
+		s.Observe(64)
+	}
+	if v := s.Value(); v < 64 || v > 72 {
+		t.Fatalf("after 100 observations of 64: %d, want about 64", v)
+	}
+}
