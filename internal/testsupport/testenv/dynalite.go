@@ -20,7 +20,7 @@ const DynaliteVersion = "4.0.0"
 
 const dynaliteInstall = "apt-get install -y nodejs npm && npm install --prefix " + DynaliteDir + " dynalite@" + DynaliteVersion
 
-var dyn shared[string]
+var dyn = envServer{what: "dynalite (a DynamoDB-API server)", install: dynaliteInstall, env: "IDEM_TEST_DYNAMODB", start: startDynalite}
 
 // DynamoDBEndpoint returns the http:// URL of a DynamoDB-API server:
 // dynalite, started on first use in memory on a free loopback port, with
@@ -35,13 +35,10 @@ var dyn shared[string]
 // ReturnValuesOnConditionCheckFailure (it ignores them).
 func DynamoDBEndpoint(t testing.TB) string {
 	t.Helper()
-	return dyn.get(t, "dynalite (a DynamoDB-API server)", dynaliteInstall, startDynalite)
+	return dyn.get(t)
 }
 
 func startDynalite() (string, error) {
-	if u := os.Getenv("IDEM_TEST_DYNAMODB"); u != "" {
-		return u, nil
-	}
 	bin, err := findBinary("dynalite", DynaliteDir+"/node_modules/.bin", "/usr/local/bin", "/usr/bin")
 	if err != nil {
 		return "", err

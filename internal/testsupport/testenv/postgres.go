@@ -17,14 +17,14 @@ import (
 
 const pgInstall = "apt-get install -y postgresql"
 
-var pg shared[string] // URL of the superuser's "postgres" database
+var pg = envServer{what: "PostgreSQL", install: pgInstall, env: "IDEM_TEST_POSTGRES", start: startPostgres} // URL of the superuser's "postgres" database
 
 // PostgresURL returns the URL of a fresh, empty schema (set as the
 // search_path) on a PostgreSQL server with fsync on, starting the server on
 // first use. The schema is dropped when t ends.
 func PostgresURL(t testing.TB) string {
 	t.Helper()
-	admin := pg.get(t, "PostgreSQL", pgInstall, startPostgres)
+	admin := pg.get(t)
 	schema := scratch(t, "pgx", admin, "CREATE SCHEMA %s", "DROP SCHEMA %s CASCADE")
 	u, _ := url.Parse(admin)
 	q := u.Query()
@@ -41,9 +41,6 @@ func Postgres(t testing.TB) *sql.DB {
 }
 
 func startPostgres() (string, error) {
-	if u := os.Getenv("IDEM_TEST_POSTGRES"); u != "" {
-		return u, nil
-	}
 	dirs := []string{"/usr/lib/postgresql/*/bin"}
 	initdb, err := findBinary("initdb", dirs...)
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 
 const rabbitInstall = "apt-get install -y rabbitmq-server"
 
-var rmq shared[string]
+var rmq = envServer{what: "RabbitMQ", install: rabbitInstall, env: "IDEM_TEST_RABBITMQ", start: startRabbitMQ}
 
 // RabbitMQURL returns the amqp:// URL of a RabbitMQ broker (user guest,
 // vhost "/") started on first use from Debian's rabbitmq-server package, in
@@ -25,13 +25,10 @@ var rmq shared[string]
 // broker instead.
 func RabbitMQURL(t testing.TB) string {
 	t.Helper()
-	return rmq.get(t, "RabbitMQ", rabbitInstall, startRabbitMQ)
+	return rmq.get(t)
 }
 
 func startRabbitMQ() (string, error) {
-	if u := os.Getenv("IDEM_TEST_RABBITMQ"); u != "" {
-		return u, nil
-	}
 	// The script in /usr/lib/rabbitmq/bin runs the node directly; the one
 	// on PATH (/usr/sbin) is a wrapper that switches to the rabbitmq user
 	// and ignores our environment.

@@ -141,6 +141,28 @@ func (s *shared[T]) get(t testing.TB, what, install string, start func() (T, err
 	return s.v
 }
 
+// envServer is a [shared] server that tests reach by a string (a URL or
+// an address): the value of the environment variable env when it is set,
+// else what start returns once it has started one. If neither can be had,
+// a test skips with the command that installs what (or fails under CI).
+type envServer struct {
+	what, install string
+	env           string
+	start         func() (string, error)
+	s             shared[string]
+}
+
+// get returns the server's URL or address, starting it on first use.
+func (e *envServer) get(t testing.TB) string {
+	t.Helper()
+	return e.s.get(t, e.what, e.install, func() (string, error) {
+		if v := os.Getenv(e.env); v != "" {
+			return v, nil
+		}
+		return e.start()
+	})
+}
+
 // Open opens dsn with driver; the pool is closed when t ends.
 func Open(t testing.TB, driver, dsn string) *sql.DB {
 	t.Helper()
