@@ -84,14 +84,7 @@ func StartPatroni(t testing.TB, members int, sync bool) *Patroni {
 	if err != nil {
 		Missing(t, "etcd", patroniInstall, err)
 	}
-	bin, err := pgBinDir()
-	if err != nil {
-		Missing(t, "PostgreSQL", patroniInstall, err)
-	}
-	cred, err := unprivileged("postgres", "nobody")
-	if err != nil {
-		Missing(t, "PostgreSQL", patroniInstall, err)
-	}
+	bin, cred := pgServer(t, patroniInstall)
 	dir, err := os.MkdirTemp("", "idem-patroni-")
 	if err != nil {
 		t.Fatal(err)

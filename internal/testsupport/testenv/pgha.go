@@ -68,20 +68,30 @@ func StartPGHA(t testing.TB, mode PGHAMode) *PGHA {
 	}
 	// pg_basebackup is not on PATH in Debian; the directory of the
 	// newest version that has it has the others too.
-	base, err := pgBinDir()
-	if err != nil {
-		Missing(t, "PostgreSQL", pgInstall, err)
-	}
-	cred, err := unprivileged("postgres", "nobody")
-	if err != nil {
-		Missing(t, "PostgreSQL", pgInstall, err)
-	}
+	base, cred := pgServer(t, pgInstall)
 	h := &PGHA{t: t, bin: base, cred: cred, sync: mode == PGSync}
 	t.Cleanup(h.stop)
 	if err := h.start(); err != nil {
 		t.Fatalf("testenv: primary and standby: %v", err)
 	}
 	return h
+}
+
+// pgServer returns what a test that runs its own PostgreSQL servers needs:
+// the directory of the server binaries ([pgBinDir]) and the user to run them
+// as ([unprivileged]). When either is missing, t skips with install (or
+// fails under CI).
+func pgServer(t testing.TB, install string) (bin string, cred *syscall.Credential) {
+	t.Helper()
+	bin, err := pgBinDir()
+	if err != nil {
+		Missing(t, "PostgreSQL", install, err)
+	}
+	cred, err = unprivileged("postgres", "nobody")
+	if err != nil {
+		Missing(t, "PostgreSQL", install, err)
+	}
+	return bin, cred
 }
 
 // pgBinDir is the directory of the newest PostgreSQL's server binaries
