@@ -1,41 +1,21 @@
 package idemgrpc_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idem-go/idem/adapters/idemgrpc"
 	"github.com/idem-go/idem/adapters/idemgrpc/internal/testpb"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/storetest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
-
-// lockedBuffer is a log destination the interceptor writes to from its
-// goroutines while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestOperatorReleaseWhileRunning: an operator releases (fenced) the key of
 // a call in progress. The handler's context ends, the client gets
@@ -45,7 +25,7 @@ func (l *lockedBuffer) String() string {
 func TestOperatorReleaseWhileRunning(t *testing.T) {
 	t.Parallel()
 	s := storetest.NewRefStore()
-	var logs lockedBuffer
+	var logs testenv.SyncBuffer
 	var runs atomic.Int32
 	started := make(chan struct{}, 1)
 	svc := &payments{charge: func(ctx context.Context, n int64, _ *testpb.ChargeRequest) (*testpb.ChargeReply, error) {

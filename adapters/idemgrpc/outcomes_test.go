@@ -14,6 +14,7 @@ import (
 	"github.com/idem-go/idem/adapters/idemgrpc/internal/testpb"
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/internal/testsupport/httptestx"
+	"github.com/idem-go/idem/internal/testsupport/testenv"
 	"github.com/idem-go/idem/keystore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -186,7 +187,7 @@ func isInvalidOption(err error) bool { return errors.Is(err, idem.ErrInvalidOpti
 // cannot say to the client.
 func TestLoggerSeesStoreErrors(t *testing.T) {
 	t.Parallel()
-	var logs lockedBuffer
+	var logs testenv.SyncBuffer
 	l := slog.New(slog.NewTextHandler(&logs, nil))
 	ic, err := idemgrpc.New(&faultyStore{Store: newMem(t), completeErr: errDown}, idemgrpc.WithLogger(l))
 	if err != nil {
