@@ -32,8 +32,7 @@ func (s *Store) Extend(ctx context.Context, c keystore.Claim, lease time.Duratio
 	}
 	dctx, cancel := keystore.Detach(ctx)
 	defer cancel()
-	lease = roundUpMilli(keystore.CapDuration(lease))
-	ttl := roundUpSecond(lease + max(lease, minGrace))
+	lease, ttl := leaseTTL(lease)
 	subject := s.Subject(c.Key)
 	id := callID("e")
 	for range 4 {

@@ -190,6 +190,14 @@ func roundUpMilli(d time.Duration) time.Duration {
 	return max(time.Millisecond, (d+time.Millisecond-1)/time.Millisecond*time.Millisecond)
 }
 
+// leaseTTL returns lease as Reserve and Extend hold it (capped, in whole
+// milliseconds) and the Nats-TTL of the message that holds it: the lease
+// and its grace period ([minGrace]).
+func leaseTTL(lease time.Duration) (held, ttl time.Duration) {
+	held = roundUpMilli(keystore.CapDuration(lease))
+	return held, roundUpSecond(held + max(held, minGrace))
+}
+
 // Reserve implements [keystore.Store.Reserve]. A new key costs one publish
 // (put-if-absent); a key that exists costs a read from the stream leader
 // too, and an expired lease also a read of the leader's clock and a
@@ -212,13 +220,12 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 	}
 	dctx, cancel := keystore.Detach(ctx)
 	defer cancel()
-	lease = roundUpMilli(keystore.CapDuration(lease))
+	lease, ttl := leaseTTL(lease)
 	nonce := make([]byte, nonceLen)
 	_, _ = rand.Read(nonce)
 	subject := s.Subject(key)
 	end := time.UnixMicro(time.Now().Add(lease).UnixMicro())
 	data := encodeLease(lease, end, fp, nonce)
-	ttl := roundUpSecond(lease + max(lease, minGrace))
 	var expect uint64 // 0: the subject must have no message
 	takeover := false
 	for attempt := 0; attempt < 8; attempt++ {
