@@ -205,22 +205,18 @@ func (h *hub) reconcile(gk string, g *group, on map[string]int8) bool {
 func (h *hub) send(g *group, sub, unsub []string, on map[string]int8) {
 	ctx, cancel := context.WithTimeout(context.Background(), keystore.CallTimeout)
 	defer cancel()
+	subscribe, unsubscribe := g.ps.Subscribe, g.ps.Unsubscribe
+	if h.sharded {
+		subscribe, unsubscribe = g.ps.SSubscribe, g.ps.SUnsubscribe
+	}
 	if len(unsub) > 0 {
-		if h.sharded {
-			_ = g.ps.SUnsubscribe(ctx, unsub...)
-		} else {
-			_ = g.ps.Unsubscribe(ctx, unsub...)
-		}
+		_ = unsubscribe(ctx, unsub...)
 		for _, k := range unsub {
 			delete(on, k)
 		}
 	}
 	if len(sub) > 0 {
-		if h.sharded {
-			_ = g.ps.SSubscribe(ctx, sub...)
-		} else {
-			_ = g.ps.Subscribe(ctx, sub...)
-		}
+		_ = subscribe(ctx, sub...)
 		for _, k := range sub {
 			on[k] = asked
 		}
