@@ -47,17 +47,8 @@ func TestParseMemoryQuery(t *testing.T) {
 // rather than growing.
 func TestOpenMemoryMaxBytes(t *testing.T) {
 	t.Parallel()
-	spec, err := storeurl.Parse("memory?max-bytes=1KiB")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	o, err := storeurl.Open(ctx, spec, storeurl.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer o.Close()
-	s := o.Store()
+	s := mustOpen(t, ctx, mustParse(t, "memory?max-bytes=1KiB"), storeurl.Options{}).Store()
 	c, err := s.Reserve(ctx, "k1", nil, time.Minute)
 	if err != nil {
 		t.Fatal(err)

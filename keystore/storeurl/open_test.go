@@ -12,13 +12,31 @@ import (
 	"github.com/idem-go/idem/keystore/storeurl"
 )
 
-// A nats:// store that nobody serves fails at open, with the store named.
-func TestOpenNATSDown(t *testing.T) {
-	t.Parallel()
-	spec, err := storeurl.Parse("nats://127.0.0.1:1?timeout=1s")
+// mustParse is storeurl.Parse of a URL the test takes to be valid.
+func mustParse(t *testing.T, url string) storeurl.Spec {
+	t.Helper()
+	spec, err := storeurl.Parse(url)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return spec
+}
+
+// mustOpen opens spec and closes it when the test ends.
+func mustOpen(t *testing.T, ctx context.Context, spec storeurl.Spec, opts storeurl.Options) *storeurl.Opened {
+	t.Helper()
+	s, err := storeurl.Open(ctx, spec, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// A nats:// store that nobody serves fails at open, with the store named.
+func TestOpenNATSDown(t *testing.T) {
+	t.Parallel()
+	spec := mustParse(t, "nats://127.0.0.1:1?timeout=1s")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if s, err := storeurl.Open(ctx, spec, storeurl.Options{}); err == nil {
@@ -32,17 +50,10 @@ func TestOpenNATSDown(t *testing.T) {
 // A redis:// store opens without I/O; Check finds that nobody answers.
 func TestOpenRedisDownCheck(t *testing.T) {
 	t.Parallel()
-	spec, err := storeurl.Parse("redis://127.0.0.1:1/0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec := mustParse(t, "redis://127.0.0.1:1/0")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := storeurl.Open(ctx, spec, storeurl.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := mustOpen(t, ctx, spec, storeurl.Options{})
 	if err := s.Check(ctx); err == nil {
 		t.Fatal("Check of a redis:// store nobody serves succeeded")
 	}
@@ -53,10 +64,7 @@ func TestOpenRedisDownCheck(t *testing.T) {
 func TestOpenMemorySnapshot(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	spec, err := storeurl.Parse("memory:" + filepath.Join(t.TempDir(), "keys.snap"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec := mustParse(t, "memory:"+filepath.Join(t.TempDir(), "keys.snap"))
 	s, err := storeurl.Open(ctx, spec, storeurl.Options{SnapshotEvery: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -74,11 +82,7 @@ func TestOpenMemorySnapshot(t *testing.T) {
 	if err := errors.Join(s.Close(), s.Close()); err != nil {
 		t.Fatal(err)
 	}
-	s, err = storeurl.Open(ctx, spec, storeurl.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s = mustOpen(t, ctx, spec, storeurl.Options{})
 	got, err := s.Store().Reserve(ctx, "k", nil, time.Minute)
 	if err != nil || got.State != keystore.Done || string(got.Result) != "done" {
 		t.Fatalf("after reopen: %+v, %v", got, err)
