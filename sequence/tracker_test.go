@@ -284,21 +284,15 @@ func TestTrackerPartitionsAreIndependent(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := bt(7, 0, 0, 2)
-	for part, want := range []int64{0, 0, 0} {
+	for part := range 3 {
 		b.Partition = int32(part)
-		if v, err := tr.Check(b, t0); err != nil || v != appended(want) {
-			t.Fatalf("partition %d: (%+v, %v)", part, v, err)
-		}
+		mustCheck(t, tr, b, t0, appended(0))
 	}
 	b.Partition = 1
-	if v, err := tr.Check(b, t0); err != nil || v != dup(0) {
-		t.Fatalf("retry on partition 1: (%+v, %v)", v, err)
-	}
+	mustCheck(t, tr, b, t0, dup(0)) // a retry on partition 1
 	other := bt(8, 0, 0, 0)
 	other.Partition = 1
-	if v, err := tr.Check(other, t0); err != nil || v != appended(3) {
-		t.Fatalf("second producer on partition 1: (%+v, %v)", v, err)
-	}
+	mustCheck(t, tr, other, t0, appended(3)) // a second producer on partition 1
 	if tr.LogEndOffset(1) != 4 || tr.LogEndOffset(2) != 3 || tr.LogEndOffset(9) != 0 {
 		t.Fatalf("log end offsets %d %d %d", tr.LogEndOffset(1), tr.LogEndOffset(2), tr.LogEndOffset(9))
 	}
