@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -37,16 +38,35 @@ func httpStoreKey(t *testing.T, s keystore.Store, key string, opts []idemhttp.Op
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := httptest.NewRequest("POST", "/", nil)
-	r.Header.Set("Idempotency-Key", key)
-	for i := 0; i+1 < len(hdr); i += 2 {
-		r.Header.Set(hdr[i], hdr[i+1])
-	}
-	k, err := m.StoreKey(r)
+	k, err := m.StoreKey(clientRequest("/", nil, key, hdr...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return k, m
+}
+
+// clientRequest is a client's POST to target with the Idempotency-Key key
+// and headers hdr ("Name", "value", …).
+func clientRequest(target string, body io.Reader, key string, hdr ...string) *http.Request {
+	r := httptest.NewRequest("POST", target, body)
+	r.Header.Set("Idempotency-Key", key)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Set(hdr[i], hdr[i+1])
+	}
+	return r
+}
+
+// storeDone passes a client's request (as clientRequest) through m to a
+// handler that answers 201, so that its key is done as the gateway writes
+// it.
+func storeDone(t *testing.T, m *idemhttp.Middleware, target, key string, hdr ...string) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	req := clientRequest(target, strings.NewReader("x"), key, hdr...)
+	m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) })).ServeHTTP(rec, req)
+	if rec.Code != http.StatusCreated {
+		t.Fatalf("middleware: %d", rec.Code)
+	}
 }
 
 // Issue 28 item 5: idem keys names a key by the client's request under the
@@ -87,14 +107,7 @@ func TestKeysByClientRequest(t *testing.T) {
 	if tokenForm, _ := httpStoreKey(t, s, "order-1", account, "X-Account-Id", "a1"); tokenForm != charge {
 		t.Fatalf("the sf-string and token forms of one key differ: %s %s", charge, tokenForm)
 	}
-	rec := httptest.NewRecorder()
-	req := httptest.NewRequest("POST", "/v1/charges", strings.NewReader("x"))
-	req.Header.Set("Idempotency-Key", `"order-1"`)
-	req.Header.Set("X-Account-Id", "a1")
-	m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) })).ServeHTTP(rec, req)
-	if rec.Code != http.StatusCreated {
-		t.Fatalf("middleware: %d", rec.Code)
-	}
+	storeDone(t, m, "/v1/charges", `"order-1"`, "X-Account-Id", "a1")
 	route := []string{"--config", cfg, "--route", "POST /v1/charges"}
 	for _, key := range []string{`"order-1"`, "order-1"} {
 		if v := showKey(append([]string{"--idempotency-key", key, "-H", "X-Account-Id: a1"}, route...)...); v.Key != charge || v.HTTP == nil || v.HTTP.Status != 201 {

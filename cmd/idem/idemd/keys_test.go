@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,14 +103,7 @@ func testKeysCommand(t *testing.T, storeURL string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := httptest.NewRecorder()
-	req := httptest.NewRequest("POST", "/orders", strings.NewReader("x"))
-	req.Header.Set("Idempotency-Key", `"order-1"`)
-	req.Header.Set("Authorization", "Bearer alice")
-	m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) })).ServeHTTP(rec, req)
-	if rec.Code != http.StatusCreated {
-		t.Fatalf("middleware: %d", rec.Code)
-	}
+	storeDone(t, m, "/orders", `"order-1"`, "Authorization", "Bearer alice")
 
 	list := func(args ...string) map[string]keyView {
 		t.Helper()
