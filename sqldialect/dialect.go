@@ -135,20 +135,14 @@ func (d Dialect) Retryable(err error) bool {
 	}
 	switch d {
 	case Postgres:
-		var e interface{ SQLState() string }
-		if errors.As(err, &e) {
-			switch e.SQLState() {
-			case "40001", "40P01":
-				return true
-			}
+		switch sqlState(err) {
+		case "40001", "40P01":
+			return true
 		}
 	case SQLite:
-		var e interface{ Code() int }
-		if errors.As(err, &e) {
-			switch e.Code() & 0xff {
-			case 5, 6: // SQLITE_BUSY, SQLITE_LOCKED and their extended codes
-				return true
-			}
+		switch sqliteCode(err) & 0xff {
+		case 5, 6: // SQLITE_BUSY, SQLITE_LOCKED and their extended codes
+			return true
 		}
 	case MySQL:
 		switch mysqlErrorNumber(err) {
@@ -168,11 +162,10 @@ func (d Dialect) IsUniqueViolation(err error) bool {
 	}
 	switch d {
 	case Postgres:
-		var e interface{ SQLState() string }
-		return errors.As(err, &e) && e.SQLState() == "23505"
+		return sqlState(err) == "23505"
 	case SQLite:
-		var e interface{ Code() int }
-		return errors.As(err, &e) && (e.Code() == 1555 || e.Code() == 2067)
+		code := sqliteCode(err)
+		return code == 1555 || code == 2067
 	case MySQL:
 		return mysqlErrorNumber(err) == 1062
 	}
@@ -201,6 +194,26 @@ func mysqlErrorNumber(err error) uint16 {
 		if f := v.FieldByName("Number"); f.IsValid() && f.Kind() == reflect.Uint16 {
 			return uint16(f.Uint())
 		}
+	}
+	return 0
+}
+
+// sqlState is the SQLSTATE of the first error in err's chain that has one
+// (pgx's, or any PostgreSQL driver's exposing SQLState() string), or "".
+func sqlState(err error) string {
+	var e interface{ SQLState() string }
+	if errors.As(err, &e) {
+		return e.SQLState()
+	}
+	return ""
+}
+
+// sqliteCode is the extended result code of the first error in err's chain
+// that has one (a SQLite driver's exposing Code() int), or 0 (SQLITE_OK).
+func sqliteCode(err error) int {
+	var e interface{ Code() int }
+	if errors.As(err, &e) {
+		return e.Code()
 	}
 	return 0
 }
