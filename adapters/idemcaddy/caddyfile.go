@@ -80,6 +80,12 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			return args[0], nil
 		}
+		some := func(what string) ([]string, error) {
+			if len(args) == 0 {
+				return nil, d.Errf("idempotency: %s: want %s", sub, what)
+			}
+			return args, nil
+		}
 		duration := func(to *caddy.Duration) error {
 			v, err := one("a duration such as 30s, 24h or 7d")
 			if err != nil {
@@ -129,27 +135,21 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "handler_timeout":
 			err = duration(&h.HandlerTimeout)
 		case "methods":
-			if len(args) == 0 {
-				return d.Errf("idempotency: methods: want one or more methods, such as POST PATCH")
-			}
-			h.Methods = args
+			h.Methods, err = some("one or more methods, such as POST PATCH")
 		case "key_from":
 			if h.KeyFrom, err = keyFrom(d, args); err != nil {
 				return err
 			}
 		case "fingerprint":
-			if len(args) == 0 {
-				return d.Errf("idempotency: fingerprint: want raw, json, or fields followed by JMESPath expressions")
-			}
-			h.Fingerprint, h.FingerprintFields = args[0], nil
-			if len(args) > 1 {
-				h.FingerprintFields = args[1:]
+			var fp []string
+			if fp, err = some("raw, json, or fields followed by JMESPath expressions"); err == nil {
+				h.Fingerprint, h.FingerprintFields = fp[0], nil
+				if len(fp) > 1 {
+					h.FingerprintFields = fp[1:]
+				}
 			}
 		case "fingerprint_headers":
-			if len(args) == 0 {
-				return d.Errf("idempotency: fingerprint_headers: want one or more header names")
-			}
-			h.FingerprintHeaders = args
+			h.FingerprintHeaders, err = some("one or more header names")
 		case "principal":
 			if h.Principal, err = principal(d, args); err != nil {
 				return err
