@@ -76,18 +76,23 @@ func fileExists(name string) bool {
 	return err == nil
 }
 
+// readWork parses root's go.work.
+func readWork(root string) (*modfile.WorkFile, error) {
+	name := filepath.Join(root, "go.work")
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return nil, err
+	}
+	return modfile.ParseWork(name, data, nil)
+}
+
 // loadRepo reads go.work, versions.txt and every listed go.mod under root.
 func loadRepo(root string) (*Repo, error) {
 	r := &Repo{Root: root, Unreleased: map[string]bool{}}
 	if err := r.readVersions(); err != nil {
 		return nil, err
 	}
-	workName := filepath.Join(root, "go.work")
-	data, err := os.ReadFile(workName)
-	if err != nil {
-		return nil, err
-	}
-	work, err := modfile.ParseWork(workName, data, nil)
+	work, err := readWork(root)
 	if err != nil {
 		return nil, err
 	}
@@ -313,12 +318,7 @@ var errCheck = errors.New("check failed")
 // workspace module, so without these the tree would not build before v is
 // tagged and on a proxy; they are in go.work alone, which users never see.
 func (r *Repo) workReplaces(v string) ([]byte, error) {
-	name := filepath.Join(r.Root, "go.work")
-	data, err := os.ReadFile(name)
-	if err != nil {
-		return nil, err
-	}
-	wf, err := modfile.ParseWork(name, data, nil)
+	wf, err := readWork(r.Root)
 	if err != nil {
 		return nil, err
 	}
