@@ -15,6 +15,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/ewma"
 	"github.com/idem-go/idem/internal/frontend/handlerctx"
+	"github.com/idem-go/idem/internal/frontend/keywait"
 	"github.com/idem-go/idem/internal/option"
 	"github.com/idem-go/idem/keystore"
 )
@@ -206,11 +207,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 // polled by keystore.Await from 10ms up to 250ms with jitter, each Reserve
 // bounded by the store timeout and not ended by the client's disconnect.
 func (m *Middleware) wait() keystore.Wait {
-	w := keystore.Wait{CallTimeout: m.cfg.storeTimeout}
-	if m.cfg.wait > 0 {
-		w.Min, w.Max, w.Timeout = 10*time.Millisecond, 250*time.Millisecond, m.cfg.wait
-	}
-	return w
+	return keywait.Wait(m.cfg.storeTimeout, m.cfg.wait)
 }
 
 // release gives the key back, so that a retry executes. A stale token

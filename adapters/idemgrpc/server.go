@@ -14,6 +14,7 @@ import (
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/internal/ewma"
 	"github.com/idem-go/idem/internal/frontend/handlerctx"
+	"github.com/idem-go/idem/internal/frontend/keywait"
 	"github.com/idem-go/idem/internal/option"
 	"github.com/idem-go/idem/keystore"
 	"google.golang.org/grpc"
@@ -218,11 +219,7 @@ func storeKey(scope, key string) string {
 // by keystore.Await from 10ms up to 250ms with jitter, each Reserve bounded
 // by the store timeout and not ended by the client's cancellation.
 func (i *Interceptor) wait() keystore.Wait {
-	w := keystore.Wait{CallTimeout: i.cfg.storeTimeout}
-	if i.cfg.wait > 0 {
-		w.Min, w.Max, w.Timeout = 10*time.Millisecond, 250*time.Millisecond, i.cfg.wait
-	}
-	return w
+	return keywait.Wait(i.cfg.storeTimeout, i.cfg.wait)
 }
 
 func (i *Interceptor) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
