@@ -51,11 +51,7 @@ func main() {
 	profile := flag.String("cpuprofile", "", "write this process's CPU profile (the Watermill runs, the clients) to `file`")
 	flag.Parse()
 	if *profile != "" {
-		f, err := os.Create(*profile)
-		if err == nil {
-			err = pprof.StartCPUProfile(f)
-		}
-		if err != nil {
+		if err := startCPUProfile(*profile); err != nil {
 			fmt.Fprintln(os.Stderr, "peerbench:", err)
 			os.Exit(2)
 		}

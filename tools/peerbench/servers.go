@@ -158,16 +158,22 @@ func (s *servers) Close() {
 // counted as the server's.
 const serveEnv = "PEERBENCH_SERVE"
 
+// startCPUProfile writes this process's CPU profile to path until
+// pprof.StopCPUProfile.
+func startCPUProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	return pprof.StartCPUProfile(f)
+}
+
 // serveChild runs the servers, prints "name address" lines and "ready",
 // and returns when its standard input closes. With PEERBENCH_SERVE_PROFILE
 // set, it writes its CPU profile there.
 func serveChild() {
 	if path := os.Getenv(serveEnv + "_PROFILE"); path != "" {
-		f, err := os.Create(path)
-		if err == nil {
-			err = pprof.StartCPUProfile(f)
-		}
-		if err != nil {
+		if err := startCPUProfile(path); err != nil {
 			fmt.Fprintln(os.Stderr, "peerbench: server profile:", err)
 			os.Exit(1)
 		}
