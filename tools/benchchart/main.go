@@ -77,15 +77,7 @@ func run(in, out string) error {
 	if err != nil {
 		return err
 	}
-	var engines []string
-	byEngine := map[string][]string{}
-	for _, n := range names {
-		engine, _, _ := strings.Cut(n, " ")
-		if len(byEngine[engine]) == 0 {
-			engines = append(engines, engine)
-		}
-		byEngine[engine] = append(byEngine[engine], n)
-	}
+	engines, byEngine := byFirstWord(names)
 	g := &grid{w: 12.5 * vg.Inch, h: vg.Length(len(engines)) * 3.4 * vg.Inch}
 	for _, e := range engines {
 		title := cmp.Or(engineTitle[e], e)
@@ -129,6 +121,21 @@ func run(in, out string) error {
 	return g.save(out)
 }
 
+// byFirstWord groups names by their first word (an engine, a kind of
+// set): the first words in the order they first appear, and each one's
+// names in order.
+func byFirstWord(names []string) (firsts []string, groups map[string][]string) {
+	groups = map[string][]string{}
+	for _, n := range names {
+		first, _, _ := strings.Cut(n, " ")
+		if len(groups[first]) == 0 {
+			firsts = append(firsts, first)
+		}
+		groups[first] = append(groups[first], n)
+	}
+	return firsts, groups
+}
+
 // runCompact draws the compact sets' bytes a key against their count, on
 // a logarithmic axis: one small chart a kind of set (the window's one set,
 // memstore's 64), shared axes, each row's legend beside it.
@@ -137,15 +144,7 @@ func runCompact(in, out string) error {
 	if err != nil {
 		return err
 	}
-	var kinds []string
-	byKind := map[string][]string{}
-	for _, n := range names {
-		kind, _, _ := strings.Cut(n, " ")
-		if len(byKind[kind]) == 0 {
-			kinds = append(kinds, kind)
-		}
-		byKind[kind] = append(byKind[kind], n)
-	}
+	kinds, byKind := byFirstWord(names)
 	var ticks []plot.Tick
 	for _, v := range []float64{0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100} {
 		ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'g', -1, 64)})
