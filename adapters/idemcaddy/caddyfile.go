@@ -137,9 +137,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "methods":
 			h.Methods, err = some("one or more methods, such as POST PATCH")
 		case "key_from":
-			if h.KeyFrom, err = keyFrom(d, args); err != nil {
-				return err
-			}
+			h.KeyFrom, err = keyFrom(d, args)
 		case "fingerprint":
 			var fp []string
 			if fp, err = some("raw, json, or fields followed by JMESPath expressions"); err == nil {
@@ -151,9 +149,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "fingerprint_headers":
 			h.FingerprintHeaders, err = some("one or more header names")
 		case "principal":
-			if h.Principal, err = principal(d, args); err != nil {
-				return err
-			}
+			h.Principal, err = principal(d, args)
 		case "allow_anonymous":
 			h.AllowAnonymous, err = flag()
 		case "store_4xx", "store_5xx":
