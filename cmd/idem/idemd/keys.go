@@ -231,105 +231,95 @@ func printKeys(out, errOut io.Writer, format string, keys []keyView, next string
 	return nil
 }
 
-// withStoreKey is withKeys for a command on one key: the store key that
-// args or hk's flags name (hk.storeKey), then fn on it. Errors start with
-// "keys <verb>:".
-func withStoreKey(cmd *cobra.Command, f *keysFlags, hk *httpKeyFlags, args []string, verb string, fn func(ctx context.Context, ops keyOps, key string) error) error {
-	key, err := hk.storeKey(args)
-	if err != nil {
-		return fmt.Errorf("keys %s: %w", verb, err)
+// keyCommand completes cmd, a keys subcommand on one key: the store key
+// that its argument or the HTTP key flags it adds name (hk.storeKey), on
+// which it runs fn through withKeys, fn writing to cmd's output. Errors
+// start with "keys <verb>:".
+func keyCommand(f *keysFlags, verb string, cmd *cobra.Command, fn func(ctx context.Context, out io.Writer, ops keyOps, key string) error) *cobra.Command {
+	var hk httpKeyFlags
+	cmd.Args = cobra.MaximumNArgs(1)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		key, err := hk.storeKey(args)
+		if err != nil {
+			return fmt.Errorf("keys %s: %w", verb, err)
+		}
+		return withKeys(cmd, f, verb, func(ctx context.Context, ops keyOps) error {
+			return fn(ctx, cmd.OutOrStdout(), ops, key)
+		})
 	}
-	return withKeys(cmd, f, verb, func(ctx context.Context, ops keyOps) error {
-		return fn(ctx, ops, key)
-	})
+	addHTTPKeyFlags(cmd.Flags(), &hk)
+	return cmd
 }
 
 func newKeysShow(f *keysFlags) *cobra.Command {
-	var hk httpKeyFlags
-	cmd := &cobra.Command{
+	return keyCommand(f, "show", &cobra.Command{
 		Use:   "show KEY | show --idempotency-key K -H 'Authorization: …'",
 		Short: "Show one key: state, token, expiry, fingerprint, result (an HTTP key's stored status)",
 		Long: `show prints one key. For a key of idem serve, name it by the client's request
 instead of the store key: --idempotency-key and the headers that scope it
 (-H 'Authorization: Bearer …' by default, or the header of the route's scope:
 --config FILE --route 'POST /path', or --scope-header as idem serve runs).`,
-		Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return withStoreKey(cmd, f, &hk, args, "show", func(ctx context.Context, ops keyOps, key string) error {
-				v, err := ops.show(ctx, key)
-				if err != nil {
-					return err
-				}
-				out := cmd.OutOrStdout()
-				if f.output == "json" {
-					return json.NewEncoder(out).Encode(v)
-				}
-				fmt.Fprintf(out, "key:          %s\nstate:        %s\n", v.Key, v.State)
-				if v.Lapsed {
-					fmt.Fprintln(out, "              lapsed: the holder neither completed nor released it; the next request takes it over")
-				}
-				fmt.Fprintf(out, "token:        %d\nexpires:      %s\nfingerprint:  %s\nresult size:  %d B\n", v.Token, v.Expires.Format(time.RFC3339Nano), v.Fingerprint, v.ResultSize)
-				if v.HTTP != nil {
-					fmt.Fprintf(out, "http status:  %d", v.HTTP.Status)
-					switch {
-					case v.HTTP.NotStored:
-						fmt.Fprint(out, " (response not stored: replays answer 410)")
-					case v.HTTP.Lost:
-						fmt.Fprint(out, " (response lost mid-body: replays answer 502)")
-					}
-					fmt.Fprintln(out)
-				}
-				return nil
-			})
-		},
-	}
-	addHTTPKeyFlags(cmd.Flags(), &hk)
-	return cmd
+	}, func(ctx context.Context, out io.Writer, ops keyOps, key string) error {
+		v, err := ops.show(ctx, key)
+		if err != nil {
+			return err
+		}
+		if f.output == "json" {
+			return json.NewEncoder(out).Encode(v)
+		}
+		fmt.Fprintf(out, "key:          %s\nstate:        %s\n", v.Key, v.State)
+		if v.Lapsed {
+			fmt.Fprintln(out, "              lapsed: the holder neither completed nor released it; the next request takes it over")
+		}
+		fmt.Fprintf(out, "token:        %d\nexpires:      %s\nfingerprint:  %s\nresult size:  %d B\n", v.Token, v.Expires.Format(time.RFC3339Nano), v.Fingerprint, v.ResultSize)
+		if v.HTTP != nil {
+			fmt.Fprintf(out, "http status:  %d", v.HTTP.Status)
+			switch {
+			case v.HTTP.NotStored:
+				fmt.Fprint(out, " (response not stored: replays answer 410)")
+			case v.HTTP.Lost:
+				fmt.Fprint(out, " (response lost mid-body: replays answer 502)")
+			}
+			fmt.Fprintln(out)
+		}
+		return nil
+	})
 }
 
 func newKeysRelease(f *keysFlags) *cobra.Command {
 	var token string
-	var hk httpKeyFlags
-	cmd := &cobra.Command{
+	var tok uint64
+	cmd := keyCommand(f, "release", &cobra.Command{
 		Use:   "release (KEY | --idempotency-key K -H …) --token T",
 		Short: "Free an in-progress key whose holder is known dead (fenced by its token)",
-		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			tok, err := strconv.ParseUint(token, 10, 64)
-			if err != nil || tok == 0 {
+		PreRunE: func(*cobra.Command, []string) error {
+			var err error
+			if tok, err = strconv.ParseUint(token, 10, 64); err != nil || tok == 0 {
 				return fmt.Errorf("keys release: --token %q: want the key's token from 'idem keys show' (a positive integer)", token)
 			}
-			return withStoreKey(cmd, f, &hk, args, "release", func(ctx context.Context, ops keyOps, key string) error {
-				if err := ops.release(ctx, key, tok); err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "released %s (token %d): the next request with this key executes\n", key, tok)
-				return nil
-			})
+			return nil
 		},
-	}
+	}, func(ctx context.Context, out io.Writer, ops keyOps, key string) error {
+		if err := ops.release(ctx, key, tok); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "released %s (token %d): the next request with this key executes\n", key, tok)
+		return nil
+	})
 	cmd.Flags().StringVar(&token, "token", "", "the lease's token, from 'idem keys show' (required)")
 	_ = cmd.MarkFlagRequired("token")
-	addHTTPKeyFlags(cmd.Flags(), &hk)
 	return cmd
 }
 
 func newKeysForget(f *keysFlags) *cobra.Command {
-	var hk httpKeyFlags
-	cmd := &cobra.Command{
+	return keyCommand(f, "forget", &cobra.Command{
 		Use:   "forget (KEY | --idempotency-key K -H …)",
 		Short: "Delete a done key's stored result: the next request with it executes again",
-		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return withStoreKey(cmd, f, &hk, args, "forget", func(ctx context.Context, ops keyOps, key string) error {
-				if err := ops.forget(ctx, key); err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "forgot %s: the next request with this key executes again\n", key)
-				return nil
-			})
-		},
-	}
-	addHTTPKeyFlags(cmd.Flags(), &hk)
-	return cmd
+	}, func(ctx context.Context, out io.Writer, ops keyOps, key string) error {
+		if err := ops.forget(ctx, key); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "forgot %s: the next request with this key executes again\n", key)
+		return nil
+	})
 }
