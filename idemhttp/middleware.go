@@ -15,7 +15,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/ewma"
 	"github.com/idem-go/idem/internal/frontend/handlerctx"
-	"github.com/idem-go/idem/internal/frontend/keywait"
+	"github.com/idem-go/idem/internal/frontend/keyclaim"
 	"github.com/idem-go/idem/internal/option"
 	"github.com/idem-go/idem/keystore"
 )
@@ -207,7 +207,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 // polled by keystore.Await from 10ms up to 250ms with jitter, each Reserve
 // bounded by the store timeout and not ended by the client's disconnect.
 func (m *Middleware) wait() keystore.Wait {
-	return keywait.Wait(m.cfg.storeTimeout, m.cfg.wait)
+	return keyclaim.Wait(m.cfg.storeTimeout, m.cfg.wait)
 }
 
 // release gives the key back, so that a retry executes. A stale token
@@ -216,13 +216,7 @@ func (m *Middleware) wait() keystore.Wait {
 func (m *Middleware) release(ctx context.Context, c keystore.Claim, why string) {
 	sctx, end := m.storeCall(ctx)
 	defer end()
-	err := m.store.Release(sctx, c)
-	switch {
-	case errors.Is(err, keystore.ErrLeaseLost):
-		m.cfg.logger.InfoContext(sctx, "idemhttp: the key was released by an operator (or taken over) while in progress; nothing to release", "why", why, "err", err)
-	case err != nil:
-		m.cfg.logger.ErrorContext(sctx, "idemhttp: release failed; the key stays in progress until its lease ends", "why", why, "err", err)
-	}
+	keyclaim.Release(sctx, m.store, c, m.cfg.logger, "idemhttp", why)
 }
 
 func (m *Middleware) replay(w http.ResponseWriter, x *exchange, c keystore.Claim) Outcome {

@@ -14,7 +14,7 @@ import (
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/internal/ewma"
 	"github.com/idem-go/idem/internal/frontend/handlerctx"
-	"github.com/idem-go/idem/internal/frontend/keywait"
+	"github.com/idem-go/idem/internal/frontend/keyclaim"
 	"github.com/idem-go/idem/internal/option"
 	"github.com/idem-go/idem/keystore"
 	"google.golang.org/grpc"
@@ -219,7 +219,7 @@ func storeKey(scope, key string) string {
 // by keystore.Await from 10ms up to 250ms with jitter, each Reserve bounded
 // by the store timeout and not ended by the client's cancellation.
 func (i *Interceptor) wait() keystore.Wait {
-	return keywait.Wait(i.cfg.storeTimeout, i.cfg.wait)
+	return keyclaim.Wait(i.cfg.storeTimeout, i.cfg.wait)
 }
 
 func (i *Interceptor) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -230,11 +230,5 @@ func (i *Interceptor) storeCtx(ctx context.Context) (context.Context, context.Ca
 func (i *Interceptor) release(ctx context.Context, c keystore.Claim, why string) {
 	sctx, cancel := i.storeCtx(ctx)
 	defer cancel()
-	err := i.store.Release(sctx, c)
-	switch {
-	case errors.Is(err, keystore.ErrLeaseLost):
-		i.cfg.logger.InfoContext(sctx, "idemgrpc: the key was released by an operator (or taken over) while in progress; nothing to release", "why", why, "err", err)
-	case err != nil:
-		i.cfg.logger.ErrorContext(sctx, "idemgrpc: release failed; the key stays in progress until its lease ends", "why", why, "err", err)
-	}
+	keyclaim.Release(sctx, i.store, c, i.cfg.logger, "idemgrpc", why)
 }
