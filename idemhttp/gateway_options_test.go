@@ -23,14 +23,8 @@ func TestBudgetSharedAcrossMiddlewares(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := []idemhttp.Option{idemhttp.WithBudget(b), idemhttp.WithMaxRequestBody(40 << 10)}
-	m1, err := idemhttp.New(dbtest.MemStore(t), opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m2, err := idemhttp.New(dbtest.MemStore(t), opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m1 := memMiddleware(t, opts...)
+	m2 := memMiddleware(t, opts...)
 	entered, release := make(chan struct{}), make(chan struct{})
 	held := m1.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		close(entered)

@@ -51,10 +51,7 @@ func chargeHandler(work time.Duration, charges *httptestx.Ledger) http.HandlerFu
 func TestClientTimeoutDoesNotRepeatTheEffect(t *testing.T) {
 	t.Parallel()
 	var charges httptestx.Ledger
-	m, err := idemhttp.New(dbtest.MemStore(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := memMiddleware(t)
 	srv := httptest.NewServer(m.Handler(chargeHandler(200*time.Millisecond, &charges)))
 	t.Cleanup(srv.Close)
 	finals := charges.Retry(20, func(key string, timeout time.Duration) (string, bool, bool) {
@@ -113,10 +110,7 @@ func (h *blockingHandler) waitEnded(t *testing.T, what string) (error, error) {
 // options opts on a memory store.
 func serveBlocking(t *testing.T, opts ...idemhttp.Option) (*idemhttp.Middleware, *blockingHandler, *httptest.Server) {
 	t.Helper()
-	m, err := idemhttp.New(dbtest.MemStore(t), opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := memMiddleware(t, opts...)
 	h := newBlockingHandler()
 	srv := httptest.NewServer(m.Handler(h))
 	t.Cleanup(srv.Close)

@@ -53,10 +53,7 @@ func TestScopeCookieAndAnonymous(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var runs atomic.Int32
-			m, err := idemhttp.New(dbtest.MemStore(t), tc.opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := memMiddleware(t, tc.opts...)
 			h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1); w.WriteHeader(201) }))
 			for i, q := range tc.reqs {
 				r := httptest.NewRequest("POST", "/orders", strings.NewReader("pen"))
@@ -128,10 +125,7 @@ func TestBufferedBytesBound(t *testing.T) {
 		size    = 1 << 20
 		bound   = 4 << 20
 	)
-	m, err := idemhttp.New(dbtest.MemStore(t), idemhttp.WithMaxRequestBody(size), idemhttp.WithMaxBufferedBytes(bound))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := memMiddleware(t, idemhttp.WithMaxRequestBody(size), idemhttp.WithMaxBufferedBytes(bound))
 	var arrived atomic.Int32
 	hold := make(chan struct{})
 	srv := httptest.NewServer(m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

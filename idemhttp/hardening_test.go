@@ -155,10 +155,7 @@ func TestPanicAfterStatus(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var runs atomic.Int32
-			m, err := idemhttp.New(dbtest.MemStore(t))
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := memMiddleware(t)
 			srv := httptest.NewServer(m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if runs.Add(1) == 1 {
 					tc.write(w)
@@ -329,10 +326,7 @@ func TestChunkedResponsesAreStored(t *testing.T) {
 				p := newProxy(t, up.URL, dbtest.MemStore(t))
 				h = p
 			} else {
-				m, err := idemhttp.New(dbtest.MemStore(t))
-				if err != nil {
-					t.Fatal(err)
-				}
+				m := memMiddleware(t)
 				h = m.Handler(app)
 			}
 			srv := httptest.NewServer(h)
@@ -358,10 +352,7 @@ func TestChunkedResponsesAreStored(t *testing.T) {
 // lease left.
 func TestRetryAfterFollowsExecutionTime(t *testing.T) {
 	t.Parallel()
-	m, err := idemhttp.New(dbtest.MemStore(t), idemhttp.WithLease(30*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := memMiddleware(t, idemhttp.WithLease(30*time.Second))
 	hold := make(chan struct{})
 	entered := make(chan struct{}, 1)
 	srv := httptest.NewServer(m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -392,10 +383,7 @@ func TestRetryAfterFollowsExecutionTime(t *testing.T) {
 func TestNoPrincipalIsRefused(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int32
-	m, err := idemhttp.New(dbtest.MemStore(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := memMiddleware(t)
 	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1); w.WriteHeader(201) }))
 	do := func(key, cookie string) *http.Response {
 		r := httptest.NewRequest("POST", "/orders", strings.NewReader("pen"))

@@ -566,3 +566,14 @@ func TestStoreTimeoutOption(t *testing.T) {
 		t.Fatalf("%d after %v, handler ran %v", w.Code, time.Since(start), ran)
 	}
 }
+
+// memMiddleware is a Middleware with opts on a memstore closed when the
+// test ends.
+func memMiddleware(t testing.TB, opts ...idemhttp.Option) *idemhttp.Middleware {
+	t.Helper()
+	m, err := idemhttp.New(dbtest.MemStore(t), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}

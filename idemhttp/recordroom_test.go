@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/idem-go/idem/idemhttp"
-	"github.com/idem-go/idem/internal/testsupport/dbtest"
 )
 
 // TestRecordRoomFollowsBodies: the room a record leaves for a body of
@@ -17,10 +16,7 @@ import (
 // not carry a large buffer), and a body larger than the room, of unknown
 // or of declared length, is still stored and replayed whole.
 func TestRecordRoomFollowsBodies(t *testing.T) {
-	m, err := idemhttp.New(dbtest.MemStore(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := memMiddleware(t)
 	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
 		body := bytes.Repeat([]byte("x"), n)
