@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/together"
 	"github.com/idem-go/idem/keystore"
 )
 
@@ -19,7 +19,7 @@ func testConcurrentReserve(t *testing.T, s keystore.Store, _ config) {
 	key := newKey("race")
 	const n = 64
 	var acquired, inProgress atomic.Int32
-	for _, err := range together(n, func() error {
+	for _, err := range atOnce(n, func() error {
 		c, err := s.Reserve(ctx, key, []byte("fp"), long)
 		switch {
 		case err != nil:
@@ -49,7 +49,7 @@ func testDo(t *testing.T, s keystore.Store, cfg config) {
 		key := newKey("do-once")
 		const n = 32
 		var calls, replays atomic.Int32
-		for _, err := range together(n, func() error {
+		for _, err := range atOnce(n, func() error {
 			res, replayed, err := keystore.Do(ctx, s, key, []byte("card-1"), func(ctx context.Context) ([]byte, error) {
 				calls.Add(1)
 				time.Sleep(20 * time.Millisecond) // the call to the payment provider
@@ -260,19 +260,10 @@ func testSweep(t *testing.T, s keystore.Store, cfg config) {
 	}
 }
 
-// together runs f on n goroutines released at once and returns the errors
+// atOnce runs f on n goroutines released at once and returns the errors
 // they returned.
-func together(n int, f func() error) []error {
-	var wg sync.WaitGroup
+func atOnce(n int, f func() error) []error {
 	errs := make([]error, n)
-	start := make(chan struct{})
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			errs[i] = f()
-		})
-	}
-	close(start)
-	wg.Wait()
+	together.Run(n, func(i int) { errs[i] = f() })
 	return slices.DeleteFunc(errs, func(err error) bool { return err == nil })
 }

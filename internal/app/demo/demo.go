@@ -10,10 +10,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/together"
 	"github.com/idem-go/idem/sqldialect"
 	_ "modernc.org/sqlite" // embedded default
 )
@@ -210,20 +210,13 @@ func race(ctx context.Context, path string, db *sql.DB, w io.Writer, r *Report) 
 // demo's race, and the inbox tests' too.
 func Race(n int, deliver func(i int) (applied bool, err error)) (int, error) {
 	var applied atomic.Int32
-	var wg sync.WaitGroup
 	errs := make([]error, n)
-	start := make(chan struct{})
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			ok, err := deliver(i)
-			if ok {
-				applied.Add(1)
-			}
-			errs[i] = err
-		})
-	}
-	close(start)
-	wg.Wait()
+	together.Run(n, func(i int) {
+		ok, err := deliver(i)
+		if ok {
+			applied.Add(1)
+		}
+		errs[i] = err
+	})
 	return int(applied.Load()), errors.Join(errs...)
 }
