@@ -24,13 +24,10 @@ var _ keystore.Extender = (*Store)(nil)
 // ack is lost, the publish is sent again with the same message id and
 // deduplicated by the server.
 func (s *Store) Extend(ctx context.Context, c keystore.Claim, lease time.Duration) (keystore.Claim, error) {
-	if err := keystore.ValidateExtend(c, lease); err != nil {
+	dctx, cancel, err := begin(ctx, "extend", keystore.ValidateExtend(c, lease))
+	if err != nil {
 		return keystore.Claim{}, err
 	}
-	if err := ctx.Err(); err != nil {
-		return keystore.Claim{}, fmt.Errorf("natsstore: extend: %w", err)
-	}
-	dctx, cancel := keystore.Detach(ctx)
 	defer cancel()
 	lease, ttl := leaseTTL(lease)
 	subject := s.Subject(c.Key)

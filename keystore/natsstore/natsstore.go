@@ -190,6 +190,21 @@ func roundUpMilli(d time.Duration) time.Duration {
 	return max(time.Millisecond, (d+time.Millisecond-1)/time.Millisecond*time.Millisecond)
 }
 
+// begin starts a store call op (reserve, complete, …): it returns valid,
+// the call's argument check, if it failed, or ctx's error if ctx is done;
+// otherwise the detached context the call runs in ([keystore.Detach]: a
+// call that has begun is not cut off half-way) and its cancel.
+func begin(ctx context.Context, op string, valid error) (context.Context, context.CancelFunc, error) {
+	if valid != nil {
+		return nil, nil, valid
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("natsstore: %s: %w", op, err)
+	}
+	dctx, cancel := keystore.Detach(ctx)
+	return dctx, cancel, nil
+}
+
 // leaseTTL returns lease as Reserve and Extend hold it (capped, in whole
 // milliseconds) and the Nats-TTL of the message that holds it: the lease
 // and its grace period ([minGrace]).
@@ -212,13 +227,10 @@ func leaseTTL(lease time.Duration) (held, ttl time.Duration) {
 // lease (nobody's) expires after the lease and its grace; a retry by the
 // same call is recognised by its nonce.
 func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.Duration) (keystore.Claim, error) {
-	if err := keystore.ValidateReserve(key, fp, lease); err != nil {
+	dctx, cancel, err := begin(ctx, "reserve", keystore.ValidateReserve(key, fp, lease))
+	if err != nil {
 		return keystore.Claim{}, err
 	}
-	if err := ctx.Err(); err != nil {
-		return keystore.Claim{}, fmt.Errorf("natsstore: reserve: %w", err)
-	}
-	dctx, cancel := keystore.Detach(ctx)
 	defer cancel()
 	lease, ttl := leaseTTL(lease)
 	nonce := make([]byte, nonceLen)
@@ -290,13 +302,10 @@ func (s *Store) Reserve(ctx context.Context, key string, fp []byte, lease time.D
 // progress until its lease ends. If the ack is lost, the publish is sent
 // again with the same message id and deduplicated by the server.
 func (s *Store) Complete(ctx context.Context, c keystore.Claim, result []byte, ttl time.Duration) error {
-	if err := keystore.ValidateComplete(c, result, ttl, s.maxResult); err != nil {
+	dctx, cancel, err := begin(ctx, "complete", keystore.ValidateComplete(c, result, ttl, s.maxResult))
+	if err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("natsstore: complete: %w", err)
-	}
-	dctx, cancel := keystore.Detach(ctx)
 	defer cancel()
 	subject := s.Subject(c.Key)
 	// The result keeps the lease's fingerprint, which the claim does not
@@ -403,13 +412,10 @@ func (s *Store) leaseFingerprint(ctx context.Context, subject string, token uint
 // its ack is lost, the retry is deduplicated by its message id, or finds
 // the marker with this call's id.
 func (s *Store) Release(ctx context.Context, c keystore.Claim) error {
-	if err := keystore.ValidateRelease(c); err != nil {
+	dctx, cancel, err := begin(ctx, "release", keystore.ValidateRelease(c))
+	if err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("natsstore: release: %w", err)
-	}
-	dctx, cancel := keystore.Detach(ctx)
 	defer cancel()
 	id := callID("r")
 	h := nats.Header{"KV-Operation": []string{"DEL"}, releaseHeader: []string{id}}
