@@ -114,27 +114,42 @@ func TestSweepWhileDelivering(t *testing.T) {
 			for i := 0; time.Now().Before(end); i++ {
 				deliver(ins[i%procs], fmt.Sprintf("fill%d-%d", round, i))
 			}
-			var wg sync.WaitGroup
+			// Each process sweeps again and again while its deliveries
+			// run, as a replica's SweepExpired does on its ticker. That
+			// also bounds the live buckets, which every delivery probes
+			// and lists: a bucket a second, never swept, made each
+			// delivery slower the longer a loaded machine took over them,
+			// until one run did not end in 9 minutes.
+			var sweepers, deliverers sync.WaitGroup
+			stop := make(chan struct{})
 			for p, in := range ins {
-				wg.Add(3)
-				go func() {
-					defer wg.Done()
-					n, err := in.Sweep(ctx, time.Second, 1000)
-					if err != nil {
-						t.Errorf("round %d: sweep by process %d: %v", round, p, err)
+				sweepers.Go(func() {
+					tick := time.NewTicker(200 * time.Millisecond)
+					defer tick.Stop()
+					for {
+						n, err := in.Sweep(ctx, time.Second, 1000)
+						if err != nil {
+							t.Errorf("round %d: sweep by process %d: %v", round, p, err)
+						}
+						swept.Add(int64(n))
+						select {
+						case <-stop:
+							return
+						case <-tick.C:
+						}
 					}
-					swept.Add(int64(n))
-				}()
+				})
 				for w := range 2 {
-					go func() {
-						defer wg.Done()
+					deliverers.Go(func() {
 						for i := range 40 {
 							deliver(in, fmt.Sprintf("r%d-p%d-w%d-%d", round, p, w, i))
 						}
-					}()
+					})
 				}
 			}
-			wg.Wait()
+			deliverers.Wait()
+			close(stop)
+			sweepers.Wait()
 			if t.Failed() {
 				return
 			}
