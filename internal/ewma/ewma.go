@@ -23,8 +23,8 @@ func (a *average) observe(x int64) {
 		if old != 0 {
 			nw = old + (x-old)/8
 		}
-		if a.v.CompareAndSwap(old, nw) {
-			return
+		if nw == old || a.v.CompareAndSwap(old, nw) {
+			return // unchanged: no write, so that a steady average stays a shared read on the request path
 		}
 	}
 }

@@ -62,3 +62,23 @@ func TestSize(t *testing.T) {
 		t.Fatalf("after 100 observations of 64: %d, want about 64", v)
 	}
 }
+
+// TestSizeSteady: an observation equal to the average leaves it as it is
+// (the update skips its write then; the value must not drift either way).
+func TestSizeSteady(t *testing.T) {
+	var s Size
+	for range 1000 {
+		s.Observe(35)
+	}
+	if v := s.Value(); v != 35 {
+		t.Fatalf("after 1000 observations of 35: %d, want 35", v)
+	}
+	s.Observe(36)
+	if v := s.Value(); v != 35 {
+		t.Fatalf("after one 36: %d, want 35 ((36-35)/8 rounds to 0)", v)
+	}
+	s.Observe(35 + 80)
+	if v := s.Value(); v != 45 {
+		t.Fatalf("after one 115: %d, want 45", v)
+	}
+}
