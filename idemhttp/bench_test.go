@@ -1,9 +1,11 @@
 package idemhttp_test
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -111,4 +113,80 @@ func BenchmarkMiddleware(b *testing.B) {
 	b.Run("replay", func(b *testing.B) {
 		serve(b, idem, func() string { return replay })
 	})
+}
+
+// connWriter is nullWriter with a real connection's deadlines: each
+// SetReadDeadline arms or stops a runtime timer on a loopback TCP socket,
+// as net/http's writer does.
+type connWriter struct {
+	nullWriter
+	c net.Conn
+}
+
+func (w *connWriter) SetReadDeadline(t time.Time) error { return w.c.SetReadDeadline(t) }
+
+// BenchmarkBodyDeadline is a new key with the body deadline on a real
+// connection: own, the middleware sets its body timeout and lifts it;
+// server, the request comes through an http.Server whose ReadTimeout
+// (10 s) is tighter than the body timeout (30 s), which then stands and
+// the middleware sets none. The difference is the deadline's cost.
+func BenchmarkBodyDeadline(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	defer (<-accepted).Close()
+	m, err := idemhttp.New(dbtest.MemStore(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	idem := m.Handler(benchHandler)
+	gen := newKeyGen()
+	for _, tc := range []struct {
+		name string
+		srv  *http.Server
+	}{{"own", nil}, {"server", &http.Server{ReadTimeout: 10 * time.Second}}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			w := &connWriter{nullWriter: nullWriter{h: http.Header{}}, c: c}
+			body := strings.NewReader(benchBody)
+			ctx := context.Background()
+			if tc.srv != nil {
+				ctx = context.WithValue(ctx, http.ServerContextKey, tc.srv)
+			}
+			r, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://api.example/orders", body)
+			if err != nil {
+				b.Fatal(err)
+			}
+			r.Header.Set("Authorization", "Bearer bench-client")
+			cpu := compactbench.CPUTime()
+			n := 0
+			for b.Loop() {
+				n++
+				clear(w.h)
+				w.status = 0
+				body.Reset(benchBody)
+				r.Body, r.ContentLength = io.NopCloser(body), int64(len(benchBody))
+				r.Header[idemhttp.HeaderKey] = []string{gen.next()}
+				idem.ServeHTTP(w, r)
+				if w.status != http.StatusCreated {
+					b.Fatalf("status %d", w.status)
+				}
+			}
+			b.ReportMetric(float64(compactbench.CPUTime()-cpu)/float64(n), "cpu-ns/op")
+		})
+	}
 }

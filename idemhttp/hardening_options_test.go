@@ -116,6 +116,47 @@ func TestBodyTimeout(t *testing.T) {
 	}
 }
 
+// A server's ReadTimeout bounds a keyed body when it is the tighter bound:
+// the middleware does not replace it with its own, longer body timeout. When
+// the middleware's is tighter, it applies, and the 408 says which bound
+// passed.
+func TestBodyTimeoutAndServerReadTimeout(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name        string
+		readTimeout time.Duration // the server's
+		bodyTimeout time.Duration // the middleware's
+		want        string        // in the 408's detail
+	}{
+		{"server's is tighter", 300 * time.Millisecond, time.Minute, "server's read timeout (300ms"},
+		{"middleware's is tighter", time.Minute, 300 * time.Millisecond, "within 300ms;"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			store := &countingStore{Store: dbtest.MemStore(t)}
+			m, err := idemhttp.New(store, idemhttp.WithBodyTimeout(tc.bodyTimeout))
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := httptest.NewUnstartedServer(m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) })))
+			srv.Config.ReadTimeout = tc.readTimeout
+			srv.Start()
+			defer srv.Close()
+			// The client's read deadline (10 s) is well before the longer
+			// bound: an answer only comes by the tighter one.
+			conn := httptestx.SlowClient(t, srv.Listener.Addr().String(), "Idempotency-Key: k\r\nAuthorization: Bearer a\r\nContent-Length: 100\r\n", "", 0)
+			res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatalf("no answer by the tighter bound: %v", err)
+			}
+			b, _ := io.ReadAll(res.Body)
+			if res.StatusCode != 408 || !strings.Contains(string(b), tc.want) || store.calls.Load() != 0 {
+				t.Fatalf("%d %s, store calls %d; want 408 naming %q", res.StatusCode, b, store.calls.Load(), tc.want)
+			}
+		})
+	}
+}
+
 // Case 3: concurrent uploads past the buffered-bytes bound are refused at
 // once with 503 and Retry-After, and the bound holds.
 func TestBufferedBytesBound(t *testing.T) {

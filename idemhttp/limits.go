@@ -19,9 +19,11 @@ import (
 // body that has not fully arrived by then (a client that sent its headers and
 // stalled, or trickles a byte a second) is answered 408 "request-timeout"
 // before any store I/O, and its connection is closed. The deadline is set on
-// the connection with http.ResponseController and replaces any read deadline
-// the server set; writers that cannot take deadlines (httptest recorders) are
-// not bounded.
+// the connection with http.ResponseController and replaces the read deadline
+// of a server whose ReadTimeout is longer; a server whose ReadTimeout is
+// shorter or equal bounds the body by it instead (its deadline counts from
+// the request's first byte), and the middleware sets none. Writers that
+// cannot take deadlines (httptest recorders) are not bounded.
 func WithBodyTimeout(d time.Duration) Option {
 	return positiveDuration("body timeout", d, func(c *config) *time.Duration { return &c.bodyTimeout })
 }
@@ -93,6 +95,24 @@ func (b *budget) release(n int64) { b.used.Add(-n) }
 
 const minBodyStep = 32 << 10
 
+// serverReadTimeout is the ReadTimeout of the net/http server that serves r
+// (0 when it has none, or r did not come through an http.Server).
+func serverReadTimeout(r *http.Request) time.Duration {
+	if srv, ok := r.Context().Value(http.ServerContextKey).(*http.Server); ok {
+		return srv.ReadTimeout
+	}
+	return 0
+}
+
+// bodyLate is the 408's detail for a body that did not arrive within bound,
+// the middleware's body timeout (own) or the server's ReadTimeout.
+func bodyLate(bound time.Duration, own bool) string {
+	if own {
+		return fmt.Sprintf("the request body did not arrive within %v; the request was not executed", bound)
+	}
+	return fmt.Sprintf("the request body did not arrive within the server's read timeout (%v, counted from the request's first byte); the request was not executed", bound)
+}
+
 // readBody reads the whole request body up to the limit, under the body
 // deadline and within the buffered-bytes budget. A larger body is answered
 // 413, a late one 408, one over the budget 503, all before the store is
@@ -110,8 +130,18 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) (body []by
 	// The deadline is lifted only once the whole body is read. On a failure
 	// it stays, so that net/http's discard of the unread rest fails at once
 	// and the connection closes, instead of waiting on the client for ever.
+	//
+	// A server that bounds the whole request's read (http.Server's
+	// ReadTimeout) at least as tightly has its deadline on the connection
+	// already: it stands, and no second one is set and lifted (a runtime
+	// timer armed and stopped: 4% of a new key's CPU in-process).
 	rc := http.NewResponseController(w)
-	deadlined := rc.SetReadDeadline(time.Now().Add(m.cfg.bodyTimeout)) == nil
+	bound, own, deadlined := m.cfg.bodyTimeout, true, false
+	if t := serverReadTimeout(r); t > 0 && t <= bound {
+		bound, own = t, false
+	} else {
+		deadlined = rc.SetReadDeadline(time.Now().Add(bound)) == nil
+	}
 	step := int64(minBodyStep)
 	if r.ContentLength >= 0 {
 		step = r.ContentLength + 1 // room to see EOF
@@ -142,7 +172,7 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) (body []by
 		if err != nil {
 			w.Header().Set("Connection", "close")
 			if errors.Is(err, os.ErrDeadlineExceeded) {
-				m.problem(w, http.StatusRequestTimeout, probTimeout, fmt.Sprintf("the request body did not arrive within %v; the request was not executed", m.cfg.bodyTimeout), nil)
+				m.problem(w, http.StatusRequestTimeout, probTimeout, bodyLate(bound, own), nil)
 				return nil, held, OutcomeTimeout
 			}
 			m.problem(w, http.StatusBadRequest, probBodyRead, "reading the request body: "+err.Error(), nil)

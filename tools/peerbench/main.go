@@ -48,8 +48,13 @@ func main() {
 	flag.IntVar(&o.conc, "conc", o.conc, "concurrent HTTP clients")
 	flag.IntVar(&o.events, "events", o.events, "Watermill events, each published twice")
 	flag.StringVar(&o.only, "only", "", "run only these parts: http,wait,watermill,correct")
+	readTimeout := flag.Duration("read-timeout", 0, "the net/http servers' ReadTimeout, the bare one's and idemhttp's (0: none, as http.Server's default)")
 	profile := flag.String("cpuprofile", "", "write this process's CPU profile (the Watermill runs, the clients) to `file`")
 	flag.Parse()
+	if *readTimeout != 0 {
+		// The server process, started later, inherits it.
+		_ = os.Setenv(serveEnv+"_READ_TIMEOUT", readTimeout.String())
+	}
 	if *profile != "" {
 		if err := startCPUProfile(*profile); err != nil {
 			fmt.Fprintln(os.Stderr, "peerbench:", err)

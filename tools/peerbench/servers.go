@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -64,6 +65,12 @@ type servers struct {
 // X-Idempotency-Key) and a wait on /slow (idemhttp's WithWait; Fiber's
 // middleware always waits, on a per-process lock).
 func startServers() (*servers, error) {
+	// The net/http servers' ReadTimeout (-read-timeout; 0, none, by
+	// default), the same for the bare server and idemhttp's.
+	readTimeout, err := time.ParseDuration(cmp.Or(os.Getenv(serveEnv+"_READ_TIMEOUT"), "0s"))
+	if err != nil {
+		return nil, fmt.Errorf("peerbench: %s_READ_TIMEOUT: %w", serveEnv, err)
+	}
 	s := &servers{addr: map[string]string{}}
 	listen := func(name string) (net.Listener, error) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -77,7 +84,7 @@ func startServers() (*servers, error) {
 		if err != nil {
 			return err
 		}
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: readTimeout}
 		goLabeled(name, func() { _ = srv.Serve(ln) })
 		s.close = append(s.close, func() { _ = srv.Close() })
 		return nil
