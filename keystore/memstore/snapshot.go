@@ -263,39 +263,58 @@ func Load(path string, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// restorer reads a snapshot's shards into a new core.
+// restorer reads a snapshot's shards into a new core. Its reads keep the
+// first error (err) and read nothing after it, returning zero values: a
+// caller reads a record's fields, then checks err once before using them.
 type restorer struct {
 	c        *core
 	br       *compact.SnapReader
 	now      int64
 	prefixes map[string]string // one string per scope, as live stores share it
 	b        [8]byte
+	err      error
 }
 
 func (rd *restorer) corrupt(shard int, format string, args ...any) error {
 	return fmt.Errorf("memstore: shard %d: %s: %w", shard, fmt.Sprintf(format, args...), ErrCorruptSnapshot)
 }
 
-func (rd *restorer) u64(what string) (uint64, error) {
-	err := rd.br.Full(rd.b[:8], what)
-	return binary.BigEndian.Uint64(rd.b[:8]), err
+// full fills p, unless an earlier read failed; it reports whether p was
+// filled.
+func (rd *restorer) full(p []byte, what string) bool {
+	if rd.err == nil {
+		rd.err = rd.br.Full(p, what)
+	}
+	return rd.err == nil
 }
 
-func (rd *restorer) u32(what string) (uint32, error) {
-	err := rd.br.Full(rd.b[:4], what)
-	return binary.BigEndian.Uint32(rd.b[:4]), err
+func (rd *restorer) u64(what string) uint64 {
+	if !rd.full(rd.b[:8], what) {
+		return 0
+	}
+	return binary.BigEndian.Uint64(rd.b[:8])
 }
 
-func (rd *restorer) bytes(n int, what string) (string, error) {
+func (rd *restorer) u32(what string) uint32 {
+	if !rd.full(rd.b[:4], what) {
+		return 0
+	}
+	return binary.BigEndian.Uint32(rd.b[:4])
+}
+
+func (rd *restorer) bytes(n int, what string) string {
+	if rd.err != nil {
+		return ""
+	}
 	p := make([]byte, n)
-	err := rd.br.Full(p, what)
-	return string(p), err
+	rd.full(p, what)
+	return string(p)
 }
 
 // str reads a string after its length, a uint8 (w 1) or uint16 (w 2).
-func (rd *restorer) str(w int, what string) (string, error) {
-	if err := rd.br.Full(rd.b[:w], what); err != nil {
-		return "", err
+func (rd *restorer) str(w int, what string) string {
+	if !rd.full(rd.b[:w], what) {
+		return ""
 	}
 	n := int(rd.b[0])
 	if w == 2 {
@@ -308,9 +327,9 @@ func (rd *restorer) str(w int, what string) (string, error) {
 func (rd *restorer) shard(sh *shard, i int) error {
 	c := rd.c
 	rd.now = c.now()
-	tokens, err := rd.u64("tokens")
-	if err != nil {
-		return err
+	tokens := rd.u64("tokens")
+	if rd.err != nil {
+		return rd.err
 	}
 	sh.tokens = max(sh.tokens, tokens)
 	if err := rd.done(sh, i); err != nil {
@@ -324,15 +343,12 @@ func (rd *restorer) shard(sh *shard, i int) error {
 
 // done reads a shard's compact-tier keys.
 func (rd *restorer) done(sh *shard, i int) error {
-	n, err := rd.u32("compact tier")
-	if err != nil {
-		return err
-	}
+	n := rd.u32("compact tier")
 	var rb [snapDoneLen]byte
 	last := int64(math.MinInt64)
 	for j := range n {
-		if err := rd.br.Full(rb[:], "compact tier"); err != nil {
-			return err
+		if !rd.full(rb[:], "compact tier") {
+			return rd.err
 		}
 		fp := compact.FP{Lo: binary.BigEndian.Uint64(rb[0:]), Hi: binary.BigEndian.Uint32(rb[8:])}
 		exp := rd.c.since(int64(binary.BigEndian.Uint64(rb[12:])))
@@ -361,31 +377,17 @@ func (rd *restorer) done(sh *shard, i int) error {
 		sh.doneHead = min(sh.doneHead, exp)
 		rd.add(sh, exp)
 	}
-	return nil
+	return rd.err
 }
 
 // pending reads a shard's keys in progress without a request fingerprint.
 func (rd *restorer) pending(sh *shard, i int) error {
-	n, err := rd.u32("pending keys")
-	if err != nil {
-		return err
-	}
+	n := rd.u32("pending keys")
 	for j := range n {
-		wexp, err := rd.u64("pending keys")
-		if err != nil {
-			return err
-		}
-		token, err := rd.u64("pending keys")
-		if err != nil {
-			return err
-		}
-		prefix, err := rd.str(1, "pending keys")
-		if err != nil {
-			return err
-		}
-		key, err := rd.str(2, "pending keys")
-		if err != nil {
-			return err
+		wexp, token := rd.u64("pending keys"), rd.u64("pending keys")
+		prefix, key := rd.str(1, "pending keys"), rd.str(2, "pending keys")
+		if rd.err != nil {
+			return rd.err
 		}
 		if err := validPrefix(prefix); err != nil || idem.ValidateKey(key) != nil {
 			return rd.corrupt(i, "pending key %d has an invalid scope or key", j)
@@ -411,42 +413,27 @@ func (rd *restorer) pending(sh *shard, i int) error {
 		sh.pending.insert(pend{fp: fp, exp: exp, token: token, key: key, prefix: rd.intern(prefix)})
 		rd.add(sh, exp)
 	}
-	return nil
+	return rd.err
 }
 
 // entries reads a shard's map-tier keys.
 func (rd *restorer) entries(sh *shard, i int) error {
-	n, err := rd.u32("entries")
-	if err != nil {
-		return err
-	}
+	n := rd.u32("entries")
 	for j := range n {
-		ik, err := rd.str(2, "entries")
-		if err != nil {
-			return err
-		}
-		wexp, err := rd.u64("entries")
-		if err != nil {
-			return err
-		}
-		token, err := rd.u64("entries")
-		if err != nil {
-			return err
-		}
-		if err := rd.br.Full(rd.b[:2], "entries"); err != nil {
-			return err
-		}
+		ik := rd.str(2, "entries")
+		wexp, token := rd.u64("entries"), rd.u64("entries")
+		rd.full(rd.b[:2], "entries")
 		state, fpLen := rd.b[0], rd.b[1]
-		size, err := rd.u32("entries")
-		if err != nil {
-			return err
+		size := rd.u32("entries")
+		if rd.err != nil {
+			return rd.err
 		}
 		if int64(size) > int64(idem.MaxFingerprintLen+rd.c.maxResult) {
 			return rd.corrupt(i, "entry %d holds %d bytes, over the fingerprint and result limits", j, size)
 		}
-		data, err := rd.bytes(int(size), "entries")
-		if err != nil {
-			return err
+		data := rd.bytes(int(size), "entries")
+		if rd.err != nil {
+			return rd.err
 		}
 		prefix, key, ok := splitKey(ik)
 		switch {
@@ -481,7 +468,7 @@ func (rd *restorer) entries(sh *shard, i int) error {
 		sh.add(newEntry("", ik, fp, data[:fpLen], []byte(data[fpLen:]), exp, token, state))
 		rd.add(sh, exp)
 	}
-	return nil
+	return rd.err
 }
 
 // add counts a restored key expiring at exp.
