@@ -129,7 +129,9 @@ func (w *connWriter) SetReadDeadline(t time.Time) error { return w.c.SetReadDead
 // connection: own, the middleware sets its body timeout and lifts it;
 // server, the request comes through an http.Server whose ReadTimeout
 // (10 s) is tighter than the body timeout (30 s), which then stands and
-// the middleware sets none. The difference is the deadline's cost.
+// the middleware sets none. The difference is the deadline's cost; -count
+// runs each case that many times in a row, so alternate them by running
+// the binary again (docs/benchmarks.md).
 func BenchmarkBodyDeadline(b *testing.B) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -149,17 +151,17 @@ func BenchmarkBodyDeadline(b *testing.B) {
 	}
 	defer c.Close()
 	defer (<-accepted).Close()
-	m, err := idemhttp.New(dbtest.MemStore(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	idem := m.Handler(benchHandler)
 	gen := newKeyGen()
 	for _, tc := range []struct {
 		name string
 		srv  *http.Server
 	}{{"own", nil}, {"server", &http.Server{ReadTimeout: 10 * time.Second}}} {
 		b.Run(tc.name, func(b *testing.B) {
+			m, err := idemhttp.New(dbtest.MemStore(b)) // a store a run: -count does not fill one
+			if err != nil {
+				b.Fatal(err)
+			}
+			idem := m.Handler(benchHandler)
 			b.ReportAllocs()
 			w := &connWriter{nullWriter: nullWriter{h: http.Header{}}, c: c}
 			body := strings.NewReader(benchBody)
