@@ -81,30 +81,8 @@ func BenchmarkMiddleware(b *testing.B) {
 	}
 	idem := m.Handler(benchHandler)
 	serve := func(b *testing.B, h http.Handler, key func() string) {
-		b.ReportAllocs()
 		w := &nullWriter{h: http.Header{}}
-		body := strings.NewReader(benchBody)
-		r, err := http.NewRequest(http.MethodPost, "http://api.example/orders", body)
-		if err != nil {
-			b.Fatal(err)
-		}
-		r.Header.Set("Authorization", "Bearer bench-client")
-		r.Header.Set("Content-Type", "application/json")
-		cpu := compactbench.CPUTime()
-		n := 0
-		for b.Loop() {
-			n++
-			clear(w.h)
-			w.status = 0
-			body.Reset(benchBody)
-			r.Body, r.ContentLength = io.NopCloser(body), int64(len(benchBody))
-			r.Header[idemhttp.HeaderKey] = []string{key()}
-			h.ServeHTTP(w, r)
-			if w.status != http.StatusCreated {
-				b.Fatalf("status %d", w.status)
-			}
-		}
-		b.ReportMetric(float64(compactbench.CPUTime()-cpu)/float64(n), "cpu-ns/op")
+		serveRequests(context.Background(), b, h, w, w, key)
 	}
 	gen := newKeyGen()
 	b.Run("bare", func(b *testing.B) { serve(b, benchHandler, gen.next) })
@@ -113,6 +91,36 @@ func BenchmarkMiddleware(b *testing.B) {
 	b.Run("replay", func(b *testing.B) {
 		serve(b, idem, func() string { return replay })
 	})
+}
+
+// serveRequests serves h a POST of benchBody with key() as its key, as
+// many times as b asks, written to w (nw is w's nullWriter, reset each
+// time), and reports the allocations and the CPU a request. The request
+// carries ctx.
+func serveRequests(ctx context.Context, b *testing.B, h http.Handler, w http.ResponseWriter, nw *nullWriter, key func() string) {
+	b.ReportAllocs()
+	body := strings.NewReader(benchBody)
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://api.example/orders", body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.Header.Set("Authorization", "Bearer bench-client")
+	r.Header.Set("Content-Type", "application/json")
+	cpu := compactbench.CPUTime()
+	n := 0
+	for b.Loop() {
+		n++
+		clear(nw.h)
+		nw.status = 0
+		body.Reset(benchBody)
+		r.Body, r.ContentLength = io.NopCloser(body), int64(len(benchBody))
+		r.Header[idemhttp.HeaderKey] = []string{key()}
+		h.ServeHTTP(w, r)
+		if nw.status != http.StatusCreated {
+			b.Fatalf("status %d", nw.status)
+		}
+	}
+	b.ReportMetric(float64(compactbench.CPUTime()-cpu)/float64(n), "cpu-ns/op")
 }
 
 // connWriter is nullWriter with a real connection's deadlines: each
@@ -161,34 +169,12 @@ func BenchmarkBodyDeadline(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			idem := m.Handler(benchHandler)
-			b.ReportAllocs()
 			w := &connWriter{nullWriter: nullWriter{h: http.Header{}}, c: c}
-			body := strings.NewReader(benchBody)
 			ctx := context.Background()
 			if tc.srv != nil {
 				ctx = context.WithValue(ctx, http.ServerContextKey, tc.srv)
 			}
-			r, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://api.example/orders", body)
-			if err != nil {
-				b.Fatal(err)
-			}
-			r.Header.Set("Authorization", "Bearer bench-client")
-			cpu := compactbench.CPUTime()
-			n := 0
-			for b.Loop() {
-				n++
-				clear(w.h)
-				w.status = 0
-				body.Reset(benchBody)
-				r.Body, r.ContentLength = io.NopCloser(body), int64(len(benchBody))
-				r.Header[idemhttp.HeaderKey] = []string{gen.next()}
-				idem.ServeHTTP(w, r)
-				if w.status != http.StatusCreated {
-					b.Fatalf("status %d", w.status)
-				}
-			}
-			b.ReportMetric(float64(compactbench.CPUTime()-cpu)/float64(n), "cpu-ns/op")
+			serveRequests(ctx, b, m.Handler(benchHandler), w, &w.nullWriter, gen.next)
 		})
 	}
 }
