@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"time"
 
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/keystore/memstore"
@@ -124,4 +126,51 @@ func ExampleWithReplayHeaders() {
 	// Output:
 	// 201 replayed="" charge="ch_1" cookie="session=s1"
 	// 201 replayed="true" charge="ch_1" cookie=""
+}
+
+// A server set up as production servers are: every connection bounded by
+// net/http's timeouts. Its ReadTimeout (10 s) is tighter than the
+// middleware's body timeout (30 s by default), so it bounds keyed bodies as
+// well, and the middleware sets no read deadline of its own; a longer
+// ReadTimeout would leave keyed bodies to the body timeout.
+func ExampleWithBodyTimeout() {
+	store, err := memstore.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	srv := &http.Server{
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
+	mw, err := idemhttp.New(store, idemhttp.WithBodyTimeout(30*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv.Handler = mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	}))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	for range 2 {
+		req, _ := http.NewRequest("POST", "http://"+ln.Addr().String()+"/orders", strings.NewReader(`{"sku":"pen"}`))
+		req.Header.Set("Authorization", "Bearer alice")
+		req.Header.Set("Idempotency-Key", `"order-7"`)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		res.Body.Close()
+		fmt.Printf("%d replayed=%q\n", res.StatusCode, res.Header.Get("Idempotent-Replayed"))
+	}
+	// Output:
+	// 201 replayed=""
+	// 201 replayed="true"
 }
