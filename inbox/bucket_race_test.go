@@ -96,7 +96,7 @@ func TestSweepWhileDelivering(t *testing.T) {
 			// overlapped a change (MySQL, one run in 7): the budget is
 			// sized for buckets of minutes, not for this test's. A rerun
 			// that never converges still fails, after 100.
-			in, err := inbox.New(e.db, e.d, "wallet-consumer", inbox.WithBucketWidth(time.Second), setupRetry)
+			in, err := inbox.New(e.db, e.d, "wallet-consumer", inbox.WithBucketWidth(time.Second), manyReruns)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -181,7 +181,7 @@ func TestBucketDuplicateOlderThanNewest(t *testing.T) {
 // key applied once.
 func TestBucketDuplicatesInManySealedBuckets(t *testing.T) {
 	forEachBucketed(t, func(t *testing.T, b backend) {
-		e := setup(t, b, inbox.WithBucketWidth(time.Second))
+		e := setup(t, b, inbox.WithBucketWidth(time.Second), manyReruns)
 		ctx := context.Background()
 		const old = 4
 		waitNextBucket(time.Second)
