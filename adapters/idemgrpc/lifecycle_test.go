@@ -17,6 +17,7 @@ import (
 
 	"github.com/idem-go/idem/adapters/idemgrpc"
 	"github.com/idem-go/idem/adapters/idemgrpc/internal/testpb"
+	"github.com/idem-go/idem/internal/testsupport/leasetry"
 	"github.com/idem-go/idem/keystore"
 	"github.com/idem-go/idem/keystore/memstore"
 	"github.com/idem-go/idem/keystore/storetest"
@@ -396,16 +397,15 @@ type noExtend struct{ keystore.Store }
 // happens at 16 times the lease too.
 func TestHandlerRenewsLease(t *testing.T) {
 	t.Parallel()
-	for i, lease := 0, testLease; ; i, lease = i+1, 4*lease {
+	i := 0
+	leasetry.Run(t, testLease, 16*testLease, 3, func(lease time.Duration) error {
+		i++
 		err := renewsLease(t, lease, fmt.Sprintf("k-slow-%d", i))
-		if err == nil {
-			return
-		}
-		if i == 2 || status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "lease not renewed before it ended") {
+		if err != nil && (status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "lease not renewed before it ended")) {
 			t.Fatalf("lease %v: first call: %v", lease, err)
 		}
-		t.Logf("lease %v: the renewals were held back past the lease (a loaded machine): %v; again with a lease 4 times as long", lease, err)
-	}
+		return err
+	})
 }
 
 // renewsLease runs TestHandlerRenewsLease's case with lease and key: the

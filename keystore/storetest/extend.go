@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/testsupport/leasetry"
 	"github.com/idem-go/idem/keystore"
 )
 
@@ -196,22 +197,14 @@ func slowLease(t *testing.T, s keystore.Store, cfg config) time.Duration {
 // still leave the process unrun, or the store unanswered, for a whole
 // lease: the first caller is then told, rightly, that its lease was lost
 // (keystore.ErrLeaseNotRenewed from the renewals, or ErrLeaseLost from
-// Complete), and a retrier runs the effect again. That is not what this case tests, so it is tried again with a
-// new key and a lease four times as long, up to 20 s; losing the lease at
-// that length too fails the test.
+// Complete), and a retrier runs the effect again. That is not what this
+// case tests, so it is tried again with a new key and a lease four times
+// as long (leasetry: three tries, up to 20 s); losing the lease on the
+// last fails the test.
 func testSlowEffect(t *testing.T, s keystore.Store, cfg config) {
-	lease := slowLease(t, s, cfg)
-	for try := 1; ; try++ {
-		err := slowEffectOnce(t, s, lease)
-		if err == nil {
-			return
-		}
-		if try == 3 || lease >= 20*time.Second {
-			t.Fatalf("first caller: %v; want slow-result and no error (lease renewed), with a lease of %v", err, lease)
-		}
-		t.Logf("the lease of %v was lost on this machine (%v); again with a lease four times as long", lease, err)
-		lease = min(4*lease, 20*time.Second)
-	}
+	leasetry.Run(t, slowLease(t, s, cfg), 20*time.Second, 3, func(lease time.Duration) error {
+		return slowEffectOnce(t, s, lease)
+	})
 }
 
 // slowEffectOnce is testSlowEffect's case with a lease of lease, on a new

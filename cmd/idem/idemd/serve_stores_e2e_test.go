@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/internal/testsupport/leasetry"
 	"github.com/idem-go/idem/internal/testsupport/testenv"
 )
 
@@ -93,20 +94,11 @@ func TestServeRenewsLeases(t *testing.T) {
 			// mostly: at load 33 a renewal on dynalite did not, which idem
 			// serve rightly answered 503 lease-lost, and a retry ran the
 			// upstream again. That is not what this test is about, so it
-			// tries again with a lease four times as long (three tries, at
-			// most 10 s); losing the lease at that length fails it.
-			lease := 1500 * time.Millisecond
-			for try := 1; ; try++ {
-				lost := slowCallRenewed(t, store, lease)
-				if lost == "" {
-					return
-				}
-				if try == 3 || lease >= 10*time.Second {
-					t.Fatalf("first call, %v upstream under a %v lease: %s", 3*lease, lease, lost)
-				}
-				t.Logf("the lease of %v was lost on this machine (%s); again with a lease four times as long", lease, lost)
-				lease = min(4*lease, 10*time.Second)
-			}
+			// tries again with a lease four times as long (leasetry: three
+			// tries, at most 10 s); losing it on the last fails the test.
+			leasetry.Run(t, 1500*time.Millisecond, 10*time.Second, 3, func(lease time.Duration) error {
+				return slowCallRenewed(t, store, lease)
+			})
 		})
 	}
 }
@@ -114,9 +106,10 @@ func TestServeRenewsLeases(t *testing.T) {
 // slowCallRenewed is TestServeRenewsLeases's case on store with --lease
 // lease: an upstream call three leases long, four clients retrying its key
 // every 100 ms meanwhile, then the replay. It returns the first call's
-// answer when that was 503 lease-lost (the renewals did not keep up; the
-// other checks do not apply then), and "" when every check passed.
-func slowCallRenewed(t *testing.T, store string, lease time.Duration) (lost string) {
+// answer as an error when that was 503 lease-lost (the renewals did not
+// keep up; the other checks do not apply then), and nil when every check
+// passed.
+func slowCallRenewed(t *testing.T, store string, lease time.Duration) (lost error) {
 	t.Helper()
 	var runs atomic.Int32
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -171,7 +164,7 @@ func slowCallRenewed(t *testing.T, store string, lease time.Duration) (lost stri
 	close(stop)
 	retries.Wait()
 	if got.status == http.StatusServiceUnavailable && strings.Contains(got.body, "lease-lost") {
-		return fmt.Sprintf("%d %s", got.status, got.body)
+		return fmt.Errorf("first call: %d %s", got.status, got.body)
 	}
 	for _, e := range errs {
 		t.Error(e)
@@ -188,5 +181,5 @@ func slowCallRenewed(t *testing.T, store string, lease time.Duration) (lost stri
 	if conflicts.Load() == 0 {
 		t.Fatal("no retry overlapped the slow call")
 	}
-	return ""
+	return nil
 }
