@@ -77,13 +77,34 @@ func TestBucketMySQLFreezeResumed(t *testing.T) {
 	if ok, err := e.in.Process(ctx, "before", e.credit(1, 1)); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
+	var warmRetried atomic.Int32
+	warm, _ := inbox.New(e.db2, e.d, "wallet-consumer", inbox.WithRetry(2, time.Millisecond, 2*time.Millisecond), inbox.WithHooks(retryCounter{&warmRetried}))
+	if ok, err := warm.Process(ctx, "warm", e.credit(2, 1)); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
 	// The first step alone, as mysqlFreeze runs it (its error number).
 	if _, err := e.db.Exec("CREATE TRIGGER idem_inbox_frozen BEFORE INSERT ON idem_inbox FOR EACH ROW SIGNAL SQLSTATE '45000' SET MYSQL_ERRNO = 31401, MESSAGE_TEXT = 'frozen'"); err != nil {
 		t.Fatal(err)
 	}
-	quick, _ := inbox.New(e.db2, e.d, "wallet-consumer", inbox.WithRetry(2, time.Millisecond, 2*time.Millisecond))
+	// A new Inbox's first use verifies the table, with its budget of
+	// reruns, and fails; one in use fails at its insert, which marks it
+	// unready, and each rerun verifies the table again in one try: the
+	// delivery's reruns are its whole budget (each rerun had a budget of
+	// its own inside it: 6 reruns for a budget of 2, 120 for the default
+	// 10).
+	var retried atomic.Int32
+	quick, _ := inbox.New(e.db2, e.d, "wallet-consumer", inbox.WithRetry(2, time.Millisecond, 2*time.Millisecond), inbox.WithHooks(retryCounter{&retried}))
 	if ok, err := quick.Process(ctx, "during", e.credit(1, 10)); ok || err == nil {
 		t.Fatalf("delivery into a half-migrated table: applied=%v err=%v", ok, err)
+	}
+	if n := retried.Load(); n != 2 {
+		t.Errorf("a delivery with a budget of 2 reruns was rerun %d times", n)
+	}
+	if ok, err := warm.Process(ctx, "during", e.credit(1, 10)); ok || err == nil {
+		t.Fatalf("delivery into a half-migrated table: applied=%v err=%v", ok, err)
+	}
+	if n := warmRetried.Load(); n != 2 {
+		t.Errorf("a delivery (of a used Inbox) with a budget of 2 reruns was rerun %d times", n)
 	}
 	if ok, err := e.in.Process(ctx, "during", e.credit(1, 10)); ok || err == nil {
 		t.Fatalf("delivery by an Inbox that had the rows layout: applied=%v err=%v", ok, err)

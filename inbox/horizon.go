@@ -23,8 +23,24 @@ import (
 // ready runs, once per Inbox, what must precede the first use of the table:
 // Verify, then recording this Inbox's horizon. A failure is returned and
 // tried again by the next call; a success is never repeated, so the hot
-// path pays one atomic load.
-func (in *Inbox) ready(ctx context.Context) error {
+// path pays one atomic load. Its steps are retried as a transaction is
+// (in.withRetry).
+func (in *Inbox) ready(ctx context.Context) error { return in.readyWith(ctx, in.withRetry) }
+
+// tryFunc runs f: in.withRetry retries it, once runs it once.
+type tryFunc func(ctx context.Context, f func() error) error
+
+// once runs f once: the try of a step inside an attempt that a caller's
+// in.withRetry reruns, so that the attempt's reruns are the whole budget.
+func once(_ context.Context, f func() error) error { return f() }
+
+// readyWith is ready with its steps tried by try. Inside a transaction's
+// attempt it is once: after a migration marked the Inbox unready, each
+// rerun of a delivery verifies the table again in one try, instead of
+// with a budget of reruns of its own inside each of the delivery's, which
+// squared the budget: by default 121 verifications and their back-offs,
+// instead of 11, for a delivery into a table being migrated.
+func (in *Inbox) readyWith(ctx context.Context, try tryFunc) error {
 	if in.isReady.Load() {
 		return nil
 	}
@@ -37,7 +53,7 @@ func (in *Inbox) ready(ctx context.Context) error {
 	// transaction is; an unsafe or missing table is not.
 	var e engine.Engine
 	var b *bucket.State
-	if err := in.withRetry(ctx, func() (err error) {
+	if err := try(ctx, func() (err error) {
 		e, b, err = in.verify(ctx)
 		return err
 	}); err != nil {
@@ -45,14 +61,14 @@ func (in *Inbox) ready(ctx context.Context) error {
 	}
 	in.eng.Store(&engineRef{e})
 	if b != nil {
-		if err := in.withRetry(ctx, func() error {
+		if err := try(ctx, func() error {
 			return in.h.ReadOnlyTx(ctx, func(tx *sql.Tx) error { return b.SyncClock(ctx, tx) })
 		}); err != nil {
 			return fmt.Errorf("inbox: read the database clock: %w", err)
 		}
 	}
 	if in.cfg.horizon > 0 {
-		if err := in.writeHorizon(ctx, in.h.Horizon.Raise, in.cfg.horizon); err != nil {
+		if err := in.writeHorizon(ctx, try, in.h.Horizon.Raise, in.cfg.horizon); err != nil {
 			return err
 		}
 	}
@@ -60,8 +76,8 @@ func (in *Inbox) ready(ctx context.Context) error {
 	return nil
 }
 
-func (in *Inbox) writeHorizon(ctx context.Context, stmt string, d time.Duration) error {
-	return in.withRetry(ctx, func() error {
+func (in *Inbox) writeHorizon(ctx context.Context, try tryFunc, stmt string, d time.Duration) error {
+	return try(ctx, func() error {
 		tx, err := in.db.BeginTx(ctx, nil)
 		if err != nil {
 			return fmt.Errorf("inbox: record redelivery horizon: begin: %w", err)
@@ -79,9 +95,9 @@ func (in *Inbox) writeHorizon(ctx context.Context, stmt string, d time.Duration)
 
 // prepare is what every transaction attempt runs first: ready (again, if a
 // migration reset it) and, in the bucketed layout, the current and next
-// bucket tables.
-func (in *Inbox) prepare(ctx context.Context) error {
-	if err := in.ready(ctx); err != nil {
+// bucket tables. try tries ready's steps: once inside an attempt.
+func (in *Inbox) prepare(ctx context.Context, try tryFunc) error {
+	if err := in.readyWith(ctx, try); err != nil {
 		return err
 	}
 	return in.engine().Prepare(ctx)
@@ -112,5 +128,5 @@ func (in *Inbox) LowerRedeliveryHorizon(ctx context.Context, d time.Duration) er
 	if err := in.ready(ctx); err != nil {
 		return err
 	}
-	return in.writeHorizon(ctx, in.h.Horizon.Set, d)
+	return in.writeHorizon(ctx, in.withRetry, in.h.Horizon.Set, d)
 }

@@ -278,9 +278,10 @@ func (in *Inbox) checkMessage(m Message) error {
 }
 
 // begin prepares the Inbox's statements and table state if it must, then
-// begins a transaction.
+// begins a transaction. It runs inside an attempt of in.withRetry, which
+// reruns what fails.
 func (in *Inbox) begin(ctx context.Context) (*sql.Tx, error) {
-	if err := in.prepare(ctx); err != nil {
+	if err := in.prepare(ctx, once); err != nil {
 		return nil, err
 	}
 	return in.beginDetached(ctx) // commit.go

@@ -111,5 +111,5 @@ func (in *Inbox) MigrateLayout(ctx context.Context) error {
 		return err
 	}
 	in.isReady.Store(false)
-	return in.prepare(ctx)
+	return in.prepare(ctx, in.withRetry)
 }
