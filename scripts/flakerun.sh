@@ -17,7 +17,9 @@
 # it, so the runs measure the tests, not the go command. Logs of failed
 # runs are kept in FLAKE_LOGS (default a temporary directory, printed at the
 # end), and each package's row so far in FLAKE_LOGS/rows/N, rewritten after
-# every run: a run stopped early still shows what it ran.
+# every run: a run stopped early still shows what it ran. To stop a flake
+# run, signal its first process (TERM or INT): it takes its lanes, their
+# test binaries and the busy processes down with it.
 set -u
 runs=${FLAKE_RUNS:-20}
 jobs=${FLAKE_JOBS:-1}
@@ -31,6 +33,22 @@ mkdir -p "$logs/bin" "$logs/rows"
 pids=()
 cleanup() { [ ${#pids[@]} -gt 0 ] && kill "${pids[@]}" 2>/dev/null; }
 trap cleanup EXIT
+# tree prints pid and every process below it, parents first.
+tree() {
+	local c
+	echo "$1"
+	for c in $(pgrep -P "$1"); do tree "$c"; done
+}
+# killtree ends pid and the processes below it, found before any is
+# ended, parents first: a lane ended first starts no next run.
+killtree() {
+	# shellcheck disable=SC2046 # one pid a word
+	kill $(tree "$1") 2>/dev/null
+}
+lanes=""
+# Stopped, it stops the lanes xargs started and the tests they run, which
+# would otherwise go on, orphaned, into a FLAKE_LOGS a new run may use.
+trap '[ -n "$lanes" ] && killtree "$lanes"; exit 143' TERM INT
 for ((b = 0; b < burn; b++)); do (while :; do :; done) & pids+=($!); done
 
 # lane runs one package FLAKE_RUNS times and writes its row to rows/N.
@@ -72,7 +90,11 @@ export -f lane
 export go logs runs
 
 n=$#
-for ((i = 1; i <= n; i++)); do printf '%d\t%s\n' "$i" "${!i}"; done | xargs -P "$jobs" -L 1 bash -c 'lane "$0" "$1"'
+# In the background, so that the trap above runs as soon as a signal
+# comes (bash runs a trap only between commands).
+for ((i = 1; i <= n; i++)); do printf '%d\t%s\n' "$i" "${!i}"; done | xargs -P "$jobs" -L 1 bash -c 'lane "$0" "$1"' &
+lanes=$!
+wait "$lanes"
 
 printf '| package | runs | failures | failed tests | load (1-min, min–max) |\n|---|---|---|---|---|\n'
 status=0
