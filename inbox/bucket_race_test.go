@@ -22,7 +22,7 @@ import (
 func TestBucketCreateRace(t *testing.T) {
 	t.Parallel()
 	forEachBucketed(t, func(t *testing.T, b backend) {
-		e := setup(t, b, inbox.WithBucketWidth(time.Second))
+		e := setup(t, b, inbox.WithBucketWidth(time.Second), manyReruns)
 		const procs, boundaries = 6, 3
 		ins := make([]*inbox.Inbox, procs)
 		for i := range ins {
@@ -30,7 +30,7 @@ func TestBucketCreateRace(t *testing.T) {
 			if i%2 == 1 {
 				db = e.db2
 			}
-			in, err := inbox.New(db, e.d, "wallet-consumer", inbox.WithBucketWidth(time.Second))
+			in, err := inbox.New(db, e.d, "wallet-consumer", inbox.WithBucketWidth(time.Second), manyReruns)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -84,7 +84,7 @@ func TestBucketCreateRace(t *testing.T) {
 func TestSweepWhileDelivering(t *testing.T) {
 	t.Parallel()
 	forEachBucketed(t, func(t *testing.T, b backend) {
-		e := setup(t, b, inbox.WithBucketWidth(time.Second))
+		e := setup(t, b, inbox.WithBucketWidth(time.Second), manyReruns)
 		ctx := context.Background()
 		const procs, rounds = 4, 2
 		ins := make([]*inbox.Inbox, procs)

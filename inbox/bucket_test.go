@@ -148,7 +148,7 @@ func TestBucketManyConcurrentDuplicates(t *testing.T) {
 // when it comes again, with its fingerprint.
 func TestBucketDuplicateOlderThanNewest(t *testing.T) {
 	forEachBucketed(t, func(t *testing.T, b backend) {
-		e := setup(t, b, inbox.WithBucketWidth(time.Second))
+		e := setup(t, b, inbox.WithBucketWidth(time.Second), manyReruns)
 		ctx := context.Background()
 		waitNextBucket(time.Second)
 		if ok, err := e.in.ProcessMessage(ctx, inbox.Message{Key: "old", Fingerprint: []byte("a")}, e.credit(1, 5)); !ok || err != nil {
@@ -219,7 +219,7 @@ func TestBucketDuplicatesInManySealedBuckets(t *testing.T) {
 // holding a key younger than the sweep's age.
 func TestBucketRetentionHonoursHorizon(t *testing.T) {
 	forEachBucketed(t, func(t *testing.T, b backend) {
-		e := setup(t, b, inbox.WithBucketWidth(time.Second))
+		e := setup(t, b, inbox.WithBucketWidth(time.Second), manyReruns)
 		ctx := context.Background()
 		// Another consumer of the same table records a one-hour horizon.
 		other := inboxtest.Migrated(t, e.db2, e.d, "other-consumer", inbox.WithRedeliveryHorizon(time.Hour))
@@ -302,7 +302,7 @@ func TestBucketRepeatableReadRefused(t *testing.T) {
 func TestBucketFilterWaitsForOpenWriters(t *testing.T) {
 	forEachBucketed(t, func(t *testing.T, b backend) {
 		for _, mem := range []int64{1 << 20, 0} {
-			e := setup(t, b, inbox.WithBucketWidth(time.Second))
+			e := setup(t, b, inbox.WithBucketWidth(time.Second), manyReruns)
 			ctx := context.Background()
 			waitNextBucket(time.Second)
 			done := make(chan bool)
@@ -394,7 +394,7 @@ func TestMigrateLayoutWithDeliveries(t *testing.T) {
 		}
 		close(start)
 		time.Sleep(20 * time.Millisecond)
-		mig, err := inbox.New(e.db, e.d, "wallet-consumer", inbox.WithBucketWidth(time.Second))
+		mig, err := inbox.New(e.db, e.d, "wallet-consumer", inbox.WithBucketWidth(time.Second), manyReruns)
 		if err != nil {
 			t.Fatal(err)
 		}

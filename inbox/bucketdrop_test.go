@@ -29,7 +29,7 @@ func TestBucketDropWaitsForOpenTransaction(t *testing.T) {
 		}
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			e := setup(t, b, inbox.WithBucketWidth(time.Second))
+			e := setup(t, b, inbox.WithBucketWidth(time.Second), manyReruns)
 			ctx := context.Background()
 			waitNextBucket(time.Second)
 			if ok, err := e.in.Process(ctx, "old", e.credit(1, 1)); !ok || err != nil {

@@ -74,13 +74,14 @@ type env struct {
 }
 
 // manyReruns lets an Inbox rerun a transaction 100 times (default 10), for
-// the tests whose one-second buckets change the list every second: a
+// every Inbox of one-second buckets, whose list changes every second: a
 // delivery is rerun when it crosses into a bucket not created yet, or its
 // statement meets one just dropped, and at load 20 to 25 each of the
 // default 10 reruns of a MySQL delivery (with its CREATE TABLE) took
-// longer than a bucket. The default is sized for buckets of minutes. Not
-// for tests that expect a delivery to fail after its reruns: the budget of
-// a first use, itself retried inside each rerun, multiplies with it.
+// longer than a bucket (TestSweepWhileDelivering,
+// TestBucketDuplicatesInManySealedBuckets; TestForgetSealedBucket's four
+// concurrent redeliveries on SQLite at load 21). The default is sized for
+// buckets of minutes.
 var manyReruns = inbox.WithRetry(100, 2*time.Millisecond, 250*time.Millisecond)
 
 func setup(t *testing.T, b backend, opts ...inbox.Option) *env {

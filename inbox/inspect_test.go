@@ -128,8 +128,8 @@ func TestForgetSealedBucket(t *testing.T) {
 			inbox.SetRunSizes(5, 2)
 			t.Cleanup(func() { inbox.SetRunSizes(4096, 16) })
 		}
-		e := setup(t, b, inbox.WithBucketWidth(time.Second))
-		in2, err := inbox.New(e.db2, b.d, "wallet-consumer", inbox.WithBucketWidth(time.Second))
+		e := setup(t, b, inbox.WithBucketWidth(time.Second), manyReruns)
+		in2, err := inbox.New(e.db2, b.d, "wallet-consumer", inbox.WithBucketWidth(time.Second), manyReruns)
 		if err != nil {
 			t.Fatal(err)
 		}

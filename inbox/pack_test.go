@@ -25,7 +25,7 @@ func TestBucketPackSealed(t *testing.T) {
 		if b.d != sqldialect.Postgres {
 			return
 		}
-		e := setup(t, b, inbox.WithBucketWidth(time.Second))
+		e := setup(t, b, inbox.WithBucketWidth(time.Second), manyReruns)
 		ctx := context.Background()
 		waitNextBucket(time.Second)
 		const n = 10_000
@@ -78,7 +78,7 @@ WHERE starts_with(c.relname::text, 'idem_inbox_k') AND i.indisprimary`)
 
 		// Another Inbox delivers while the bucket seals and is packed:
 		// new keys, and duplicates of the packed bucket's keys.
-		other, err := inbox.New(e.db2, e.d, "wallet-consumer", inbox.WithBucketWidth(time.Second))
+		other, err := inbox.New(e.db2, e.d, "wallet-consumer", inbox.WithBucketWidth(time.Second), manyReruns)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,7 +224,7 @@ func TestBucketPackingOff(t *testing.T) {
 		if b.d != sqldialect.Postgres {
 			return
 		}
-		e := setup(t, b, inbox.WithBucketWidth(time.Second), inbox.WithBucketPacking(false))
+		e := setup(t, b, inbox.WithBucketWidth(time.Second), inbox.WithBucketPacking(false), manyReruns)
 		ctx := context.Background()
 		if _, err := e.in.Process(ctx, "k", e.credit(1, 1)); err != nil {
 			t.Fatal(err)

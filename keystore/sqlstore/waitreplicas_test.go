@@ -25,7 +25,14 @@ func TestWaitReplicasHeld(t *testing.T) {
 	if _, err := sqlstore.New(db, sqldialect.SQLite, sqlstore.WithWaitReplicas(1, time.Second)); err == nil {
 		t.Error("WithWaitReplicas accepted on SQLite")
 	}
-	s, err := sqlstore.New(db, sqldialect.Postgres, sqlstore.WithWaitReplicas(1, 300*time.Millisecond))
+	// s waits long enough for a standby that replicates, on a loaded
+	// machine too (300 ms was not, at load 15); held waits 300 ms, for
+	// the calls made while replication is held, which must fail.
+	s, err := sqlstore.New(db, sqldialect.Postgres, sqlstore.WithWaitReplicas(1, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := sqlstore.New(db, sqldialect.Postgres, sqlstore.WithWaitReplicas(1, 300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,15 +44,15 @@ func TestWaitReplicasHeld(t *testing.T) {
 		t.Fatalf("Reserve, replicating: %+v, %v", c, err)
 	}
 	h.HoldReplication()
-	if err := s.Complete(ctx, c, []byte("r"), time.Hour); !errors.Is(err, sqldialect.ErrNotReplicated) {
+	if err := held.Complete(ctx, c, []byte("r"), time.Hour); !errors.Is(err, sqldialect.ErrNotReplicated) {
 		t.Fatalf("Complete with replication held: %v; want ErrNotReplicated", err)
 	}
-	if _, err := s.Reserve(ctx, "other", nil, time.Minute); !errors.Is(err, sqldialect.ErrNotReplicated) {
+	if _, err := held.Reserve(ctx, "other", nil, time.Minute); !errors.Is(err, sqldialect.ErrNotReplicated) {
 		t.Fatalf("Reserve with replication held: %v; want ErrNotReplicated", err)
 	}
 	// A Reserve of the completed key finds it done, on the primary alone:
 	// not an answer to act on either.
-	if _, err := s.Reserve(ctx, "k", nil, time.Minute); !errors.Is(err, sqldialect.ErrNotReplicated) {
+	if _, err := held.Reserve(ctx, "k", nil, time.Minute); !errors.Is(err, sqldialect.ErrNotReplicated) {
 		t.Fatalf("Reserve of a key done on the primary alone: %v; want ErrNotReplicated", err)
 	}
 	h.ResumeReplication()
