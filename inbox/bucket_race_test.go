@@ -82,6 +82,7 @@ func TestBucketCreateRace(t *testing.T) {
 // the deliveries whose statement met the dropped bucket (1146). Nothing
 // may fail, and every key is applied once.
 func TestSweepWhileDelivering(t *testing.T) {
+	const roundBound = 15 * time.Second // how long a round's deliveries may go on starting new ones
 	t.Parallel()
 	forEachBucketed(t, func(t *testing.T, b backend) {
 		e := setup(t, b, inbox.WithBucketWidth(time.Second), manyReruns)
@@ -127,8 +128,20 @@ func TestSweepWhileDelivering(t *testing.T) {
 			// and lists: a bucket a second, never swept, made each
 			// delivery slower the longer a loaded machine took over them,
 			// until one run did not end in 9 minutes.
+			//
+			// The deliveries are bounded by time as well as by count: in
+			// a flake run at load 21, beside the package's other parallel
+			// tests on the same MySQL server, a delivery took about 7 s
+			// (its statements queued behind the sweeps' and the new
+			// buckets' DDL), so 40 deliveries a goroutine ran for 8
+			// minutes and the package passed its 20-minute timeout. Each
+			// goroutine delivers at least twice, so that every round still
+			// races drops against deliveries; on a quiet machine the 40
+			// end well before the bound.
 			var sweepers, deliverers sync.WaitGroup
 			stop := make(chan struct{})
+			began, before := time.Now(), applied.Load()
+			bound := began.Add(roundBound)
 			for p, in := range ins {
 				sweepers.Go(func() {
 					tick := time.NewTicker(200 * time.Millisecond)
@@ -148,7 +161,7 @@ func TestSweepWhileDelivering(t *testing.T) {
 				})
 				for w := range 2 {
 					deliverers.Go(func() {
-						for i := range 40 {
+						for i := 0; i < 40 && (i < 2 || time.Now().Before(bound)); i++ {
 							deliver(in, fmt.Sprintf("r%d-p%d-w%d-%d", round, p, w, i))
 						}
 					})
@@ -160,6 +173,7 @@ func TestSweepWhileDelivering(t *testing.T) {
 			if t.Failed() {
 				return
 			}
+			t.Logf("round %d: %d deliveries in %v beside the sweeps", round, applied.Load()-before, time.Since(began).Round(time.Millisecond))
 		}
 		if swept.Load() == 0 {
 			t.Fatal("no sweep dropped a bucket: the test did not race a drop")
