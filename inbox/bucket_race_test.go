@@ -132,9 +132,9 @@ func TestSweepWhileDelivering(t *testing.T) {
 			// The deliveries are bounded by time as well as by count: in
 			// a flake run at load 21, beside the package's other parallel
 			// tests on the same MySQL server, a delivery took about 7 s
-			// (its statements queued behind the sweeps' and the new
-			// buckets' DDL), so 40 deliveries a goroutine ran for 8
-			// minutes and the package passed its 20-minute timeout. Each
+			// (the goroutine dump found every deliverer waiting on the
+			// server), so 40 deliveries a goroutine ran for 8 minutes
+			// and the package passed its 20-minute timeout. Each
 			// goroutine delivers at least twice, so that every round still
 			// races drops against deliveries; on a quiet machine the 40
 			// end well before the bound.
