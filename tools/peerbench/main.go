@@ -23,7 +23,7 @@ type options struct {
 	events   int           // Watermill events (each published twice)
 	wmRounds int           // Watermill rounds
 	keys     int           // keys of the two-instance scenario
-	only     string        // "", or a comma-separated list of http,wait,watermill,correct
+	only     string        // "", or a comma-separated list of http,new,replays,wait,watermill,correct
 }
 
 func fullOptions() options {
@@ -47,7 +47,7 @@ func main() {
 	flag.DurationVar(&o.dur, "dur", o.dur, "load per server per round")
 	flag.IntVar(&o.conc, "conc", o.conc, "concurrent HTTP clients")
 	flag.IntVar(&o.events, "events", o.events, "Watermill events, each published twice")
-	flag.StringVar(&o.only, "only", "", "run only these parts: http,wait,watermill,correct")
+	flag.StringVar(&o.only, "only", "", "run only these parts: http (new and replays), new (HTTP new keys), replays (HTTP replays), wait, watermill, correct")
 	readTimeout := flag.Duration("read-timeout", 0, "the net/http servers' ReadTimeout, the bare one's and idemhttp's (0: none, as http.Server's default)")
 	profile := flag.String("cpuprofile", "", "write this process's CPU profile (the Watermill runs, the clients) to `file`")
 	flag.Parse()
@@ -99,13 +99,14 @@ func run(w io.Writer, o options) error {
 		}
 		violations = append(violations, v...)
 	}
-	if o.wants("http") || o.wants("wait") {
+	httpParts := o.wants("http") || o.wants("new") || o.wants("replays")
+	if httpParts || o.wants("wait") {
 		c, err := startChild()
 		if err != nil {
 			return err
 		}
 		defer c.Close()
-		if o.wants("http") {
+		if httpParts {
 			v, err := runHTTP(w, c, o)
 			if err != nil {
 				return err
@@ -250,6 +251,9 @@ func runHTTP(w io.Writer, c *child, o options) ([]string, error) {
 		wg.Wait()
 	}
 	for _, wl := range []string{"new keys", "replays"} {
+		if part := strings.Fields(wl)[0]; !o.wants("http") && !o.wants(part) {
+			continue // -only new or -only replays: one workload, for a server profile of it alone
+		}
 		keys := replay
 		if wl == "new keys" {
 			keys = nil
