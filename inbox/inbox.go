@@ -366,6 +366,9 @@ func (in *Inbox) retryable(err error) bool {
 	if errors.Is(err, engine.ErrBucketsChanged) || errors.Is(err, engine.ErrLayoutChanged) {
 		return true // nothing committed; rerun on the fresh list or layout
 	}
+	if errors.Is(err, engine.ErrCatalogChanging) {
+		return true // nothing read or written; the rerun reads the catalog again
+	}
 	var se *engine.StaleError
 	if errors.As(err, &se) {
 		r := in.eng.Load()

@@ -90,6 +90,12 @@ var (
 // new one appeared; the transaction is rerun with the fresh list.
 var ErrBucketsChanged = errors.New("inbox: bucket tables changed; retrying")
 
+// ErrCatalogChanging: on MySQL, a bucket table was still being created or
+// dropped through every read of the catalog a list allows (see the
+// bucket package's List); nothing was read or written, and the
+// transaction is rerun, after its back-off, to read the catalog again.
+var ErrCatalogChanging = errors.New("the bucket tables kept changing; try again")
+
 // ErrLayoutChanged: the rows table refused the insert because it was
 // migrated to the bucketed layout; the transaction is rerun on it.
 var ErrLayoutChanged = errors.New("inbox: key table was migrated to the bucketed layout; retrying")

@@ -148,9 +148,10 @@ func Load(ctx context.Context, q engine.Querier, h *engine.Host) (*State, error)
 // statement on it does, until a CREATE or DROP under way ends. A table
 // gone by then is not listed; one that opened and still fails is
 // unsafe. Other buckets may come and go meanwhile, each opened in turn,
-// for a few rounds at most; then List fails (an error of its own, not
-// engine.ErrBucketsChanged, which callers read as "the list was read and
-// has changed").
+// for a few rounds at most; then List fails with engine.ErrCatalogChanging
+// (not engine.ErrBucketsChanged, which callers read as "the list was read
+// and has changed"), which the inbox reruns like a rolled-back
+// transaction.
 func (b *State) List(ctx context.Context, q engine.Querier) ([]int64, error) {
 	opened := map[string]bool{}
 	for attempt := 1; ; attempt++ {
@@ -165,7 +166,7 @@ func (b *State) List(ctx context.Context, q engine.Querier) ([]int64, error) {
 			return nil, fmt.Errorf("inbox: bucket table %s must have a unique index on (d) and no other unique index (uuid on PostgreSQL, BLOB with BINARY collation on SQLite, BINARY(16) in InnoDB on MySQL), and no triggers: keys in it could be recorded twice or skipped: %w", bad, engine.ErrUnsafeTable)
 		}
 		if attempt == 8 {
-			return nil, fmt.Errorf("inbox: list bucket tables: %s and others were still being created or dropped after %d reads of the catalog; try again", bad, attempt)
+			return nil, fmt.Errorf("inbox: list bucket tables: %s and others were still being created or dropped after %d reads of the catalog: %w", bad, attempt, engine.ErrCatalogChanging)
 		}
 		name := bad
 		if schema, _ := engine.SplitTable(b.Table); schema != "" {
