@@ -363,11 +363,8 @@ func (in *Inbox) retryable(err error) bool {
 	if errors.As(err, &ce) {
 		return rolledBack(in.dialect, ce) // else the commit may have landed
 	}
-	if errors.Is(err, engine.ErrBucketsChanged) || errors.Is(err, engine.ErrLayoutChanged) {
-		return true // nothing committed; rerun on the fresh list or layout
-	}
-	if errors.Is(err, engine.ErrCatalogChanging) {
-		return true // nothing read or written; the rerun reads the catalog again
+	if errors.Is(err, engine.ErrBucketsChanged) || errors.Is(err, engine.ErrLayoutChanged) || errors.Is(err, engine.ErrCatalogChanging) {
+		return true // nothing committed; rerun on the fresh list, layout or catalog
 	}
 	var se *engine.StaleError
 	if errors.As(err, &se) {
